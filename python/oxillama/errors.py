@@ -1,0 +1,25 @@
+"""Every exception oxillama raises derives from :class:`OxiLlamaError`.
+
+The Rust extension raises these same classes (it imports them from here), so
+there is exactly one definition of each.
+"""
+
+from __future__ import annotations
+
+__all__ = ["GenerateError", "GrammarError", "LoadError", "OxiLlamaError"]
+
+
+class OxiLlamaError(Exception):
+    """Base class for all oxillama errors."""
+
+
+class LoadError(OxiLlamaError):
+    """A model or tokenizer file is missing, truncated, corrupt or unsupported."""
+
+
+class GenerateError(OxiLlamaError):
+    """A generation request cannot be served, e.g. the prompt exceeds the context."""
+
+
+class GrammarError(OxiLlamaError, ValueError):
+    """A grammar or JSON Schema is invalid (message carries line and column)."""

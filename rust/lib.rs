@@ -1,0 +1,16 @@
+//! oxillama's Rust core: GGUF loading, quantized kernels, the forward pass,
+//! the KV cache and the sampler. Everything here is plain Rust; the PyO3
+//! wrappers live in `python/` and compile only with the `python` feature.
+
+pub mod error;
+pub mod gguf;
+pub mod model;
+pub mod ops;
+pub mod quant;
+pub mod sampler;
+pub mod threadpool;
+
+#[cfg(feature = "python")]
+mod python;
+
+pub use error::{Error, Result};

@@ -1,0 +1,19 @@
+//! PyO3 bindings: thin `Py*` wrappers over the core. This file only registers.
+
+use pyo3::prelude::*;
+
+mod engine;
+mod errors;
+mod gguf;
+mod quant;
+mod sampler;
+
+#[pymodule]
+fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    m.add("__version__", env!("CARGO_PKG_VERSION"))?;
+    gguf::register(m)?;
+    quant::register(m)?;
+    sampler::register(m)?;
+    engine::register(m)?;
+    Ok(())
+}
