@@ -1,1 +1,18 @@
-//! gguf
+//! GGUF v2/v3 reading. Every offset, count and size taken from the file is
+//! checked against the bytes actually present before it is used, so a
+//! truncated or hostile file yields `Error::Load`, never a panic.
+
+mod cursor;
+mod file;
+mod source;
+mod value;
+
+pub use file::{GgufFile, TensorInfo};
+pub use source::Source;
+pub use value::{Array, Value};
+
+/// `GGUF` read as a little-endian u32.
+pub const MAGIC: u32 = 0x4655_4747;
+pub const DEFAULT_ALIGNMENT: u64 = 32;
+/// ggml tensors have at most four dimensions.
+pub const MAX_DIMS: usize = 4;
