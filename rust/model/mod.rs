@@ -1,1 +1,3 @@
-//! model
+//! Model architectures and the per-session state they run on.
+
+pub mod kv_cache;

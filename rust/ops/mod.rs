@@ -1,1 +1,8 @@
-//! ops
+//! Dense operations of the forward pass.
+
+pub mod activation;
+pub mod attention;
+pub mod matmul;
+pub mod norm;
+pub mod rope;
+pub mod vec;

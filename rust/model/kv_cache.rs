@@ -1,0 +1,166 @@
+//! The per-session key/value cache.
+//!
+//! Layout per layer is `[kv_head][position][dim]`: attention for one KV head
+//! reads one contiguous block, and a snapshot of the first `n` positions is
+//! `n_head_kv` contiguous copies per layer. Buffers are zero-allocated, so
+//! the OS commits pages only as positions are written: a large context costs
+//! address space, not resident memory, until it is used.
+
+use crate::ops::vec::f32_to_f16_bits;
+use crate::{Error, Result};
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum KvDtype {
+    F16,
+    F32,
+}
+
+impl KvDtype {
+    pub fn name(self) -> &'static str {
+        match self {
+            KvDtype::F16 => "f16",
+            KvDtype::F32 => "f32",
+        }
+    }
+    pub fn parse(s: &str) -> Result<Self> {
+        match s {
+            "f16" => Ok(KvDtype::F16),
+            "f32" => Ok(KvDtype::F32),
+            _ => Err(Error::invalid(format!("kv_dtype must be \"f16\" or \"f32\", got {s:?}"))),
+        }
+    }
+    pub fn size(self) -> usize {
+        match self {
+            KvDtype::F16 => 2,
+            KvDtype::F32 => 4,
+        }
+    }
+}
+
+#[derive(Clone)]
+pub enum KvBuf {
+    F16(Vec<u16>),
+    F32(Vec<f32>),
+}
+
+/// A read view of one KV head's rows.
+#[derive(Clone, Copy)]
+pub enum KvView<'a> {
+    F16(&'a [u16]),
+    F32(&'a [f32]),
+}
+
+impl KvBuf {
+    fn zeroed(dtype: KvDtype, n: usize) -> Result<Self> {
+        // try_reserve keeps an absurd context size a clean error, not an abort.
+        Ok(match dtype {
+            KvDtype::F16 => {
+                let mut v = Vec::new();
+                v.try_reserve_exact(n).map_err(|_| oom(n * 2))?;
+                v.resize(n, 0u16);
+                KvBuf::F16(v)
+            }
+            KvDtype::F32 => {
+                let mut v = Vec::new();
+                v.try_reserve_exact(n).map_err(|_| oom(n * 4))?;
+                v.resize(n, 0f32);
+                KvBuf::F32(v)
+            }
+        })
+    }
+
+    fn write(&mut self, at: usize, src: &[f32]) {
+        match self {
+            KvBuf::F16(v) => f32_to_f16_bits(src, &mut v[at..at + src.len()]),
+            KvBuf::F32(v) => v[at..at + src.len()].copy_from_slice(src),
+        }
+    }
+
+    fn view(&self, at: usize, len: usize) -> KvView<'_> {
+        match self {
+            KvBuf::F16(v) => KvView::F16(&v[at..at + len]),
+            KvBuf::F32(v) => KvView::F32(&v[at..at + len]),
+        }
+    }
+
+    /// Raw little-endian bytes of `[at, at+len)` elements (snapshots).
+    pub fn bytes(&self, at: usize, len: usize) -> Vec<u8> {
+        match self {
+            KvBuf::F16(v) => v[at..at + len].iter().flat_map(|x| x.to_le_bytes()).collect(),
+            KvBuf::F32(v) => v[at..at + len].iter().flat_map(|x| x.to_le_bytes()).collect(),
+        }
+    }
+}
+
+fn oom(bytes: usize) -> Error {
+    Error::invalid(format!("cannot allocate {bytes} bytes for the KV cache; use a smaller context_size"))
+}
+
+pub struct KvCache {
+    pub dtype: KvDtype,
+    pub n_ctx: usize,
+    pub n_head_kv: usize,
+    pub dim_k: usize,
+    pub dim_v: usize,
+    k: Vec<KvBuf>,
+    v: Vec<KvBuf>,
+}
+
+impl KvCache {
+    pub fn new(
+        dtype: KvDtype,
+        n_layer: usize,
+        n_ctx: usize,
+        n_head_kv: usize,
+        dim_k: usize,
+        dim_v: usize,
+    ) -> Result<Self> {
+        let per_k = n_ctx
+            .checked_mul(n_head_kv)
+            .and_then(|x| x.checked_mul(dim_k))
+            .ok_or_else(|| oom(usize::MAX))?;
+        let per_v = n_ctx
+            .checked_mul(n_head_kv)
+            .and_then(|x| x.checked_mul(dim_v))
+            .ok_or_else(|| oom(usize::MAX))?;
+        let k = (0..n_layer).map(|_| KvBuf::zeroed(dtype, per_k)).collect::<Result<_>>()?;
+        let v = (0..n_layer).map(|_| KvBuf::zeroed(dtype, per_v)).collect::<Result<_>>()?;
+        Ok(KvCache { dtype, n_ctx, n_head_kv, dim_k, dim_v, k, v })
+    }
+
+    pub fn n_layer(&self) -> usize {
+        self.k.len()
+    }
+
+    /// Stores one position's keys and values (all KV heads, post-RoPE).
+    pub fn store(&mut self, layer: usize, pos: usize, k: &[f32], v: &[f32]) {
+        for h in 0..self.n_head_kv {
+            let ko = (h * self.n_ctx + pos) * self.dim_k;
+            self.k[layer].write(ko, &k[h * self.dim_k..(h + 1) * self.dim_k]);
+            let vo = (h * self.n_ctx + pos) * self.dim_v;
+            self.v[layer].write(vo, &v[h * self.dim_v..(h + 1) * self.dim_v]);
+        }
+    }
+
+    /// Keys of head `h` for positions `0..n`.
+    pub fn keys(&self, layer: usize, h: usize, n: usize) -> KvView<'_> {
+        self.k[layer].view(h * self.n_ctx * self.dim_k, n * self.dim_k)
+    }
+
+    pub fn values(&self, layer: usize, h: usize, n: usize) -> KvView<'_> {
+        self.v[layer].view(h * self.n_ctx * self.dim_v, n * self.dim_v)
+    }
+
+    pub fn k_buf(&self, layer: usize) -> &KvBuf {
+        &self.k[layer]
+    }
+    pub fn v_buf(&self, layer: usize) -> &KvBuf {
+        &self.v[layer]
+    }
+    pub fn k_buf_mut(&mut self, layer: usize) -> &mut KvBuf {
+        &mut self.k[layer]
+    }
+    pub fn v_buf_mut(&mut self, layer: usize) -> &mut KvBuf {
+        &mut self.v[layer]
+    }
+}

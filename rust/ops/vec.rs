@@ -1,0 +1,259 @@
+//! Small f32/f16 vector primitives used by attention and norms, with an
+//! AVX2+FMA+F16C path picked once at run time and a scalar twin that the
+//! tests hold it to.
+
+use half::f16;
+use std::sync::OnceLock;
+
+pub struct VecKernels {
+    pub dot: fn(&[f32], &[f32]) -> f32,
+    /// Dot of f32 query with an f16 key row stored as raw bits.
+    pub dot_f16: fn(&[f32], &[u16]) -> f32,
+    /// `y += a * x`.
+    pub axpy: fn(&mut [f32], f32, &[f32]),
+    /// `y += a * x` with `x` f16 bits.
+    pub axpy_f16: fn(&mut [f32], f32, &[u16]),
+    pub name: &'static str,
+}
+
+pub fn scalar() -> &'static VecKernels {
+    static K: VecKernels = VecKernels {
+        dot: scalar_impl::dot,
+        dot_f16: scalar_impl::dot_f16,
+        axpy: scalar_impl::axpy,
+        axpy_f16: scalar_impl::axpy_f16,
+        name: "scalar",
+    };
+    &K
+}
+
+pub fn best() -> &'static VecKernels {
+    static BEST: OnceLock<&'static VecKernels> = OnceLock::new();
+    BEST.get_or_init(|| {
+        #[cfg(target_arch = "x86_64")]
+        {
+            if avx2::available() {
+                return &avx2::KERNELS;
+            }
+        }
+        scalar()
+    })
+}
+
+pub fn f32_to_f16_bits(src: &[f32], dst: &mut [u16]) {
+    for (d, s) in dst.iter_mut().zip(src) {
+        *d = f16::from_f32(*s).to_bits();
+    }
+}
+
+mod scalar_impl {
+    use half::f16;
+
+    pub fn dot(a: &[f32], b: &[f32]) -> f32 {
+        // Four partial sums, like the SIMD path, so results stay close.
+        let mut s = [0f32; 8];
+        let n8 = a.len().min(b.len()) / 8 * 8;
+        for (ca, cb) in a[..n8].chunks_exact(8).zip(b[..n8].chunks_exact(8)) {
+            for i in 0..8 {
+                s[i] += ca[i] * cb[i];
+            }
+        }
+        let mut t: f32 = s.iter().sum();
+        for i in n8..a.len().min(b.len()) {
+            t += a[i] * b[i];
+        }
+        t
+    }
+
+    pub fn dot_f16(a: &[f32], b: &[u16]) -> f32 {
+        a.iter()
+            .zip(b)
+            .map(|(x, &y)| x * f16::from_bits(y).to_f32())
+            .sum()
+    }
+
+    pub fn axpy(y: &mut [f32], a: f32, x: &[f32]) {
+        for (yi, xi) in y.iter_mut().zip(x) {
+            *yi += a * xi;
+        }
+    }
+
+    pub fn axpy_f16(y: &mut [f32], a: f32, x: &[u16]) {
+        for (yi, &xi) in y.iter_mut().zip(x) {
+            *yi += a * f16::from_bits(xi).to_f32();
+        }
+    }
+}
+
+#[cfg(target_arch = "x86_64")]
+mod avx2 {
+    use super::VecKernels;
+    use std::arch::x86_64::*;
+
+    pub static KERNELS: VecKernels = VecKernels {
+        dot,
+        dot_f16,
+        axpy,
+        axpy_f16,
+        name: "avx2",
+    };
+
+    pub fn available() -> bool {
+        is_x86_feature_detected!("avx2")
+            && is_x86_feature_detected!("fma")
+            && is_x86_feature_detected!("f16c")
+    }
+
+    #[target_feature(enable = "avx2,fma")]
+    unsafe fn hsum(v: __m256) -> f32 {
+        let lo = _mm256_castps256_ps128(v);
+        let hi = _mm256_extractf128_ps(v, 1);
+        let s = _mm_add_ps(lo, hi);
+        let s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+        let s = _mm_add_ss(s, _mm_shuffle_ps(s, s, 1));
+        _mm_cvtss_f32(s)
+    }
+
+    fn dot(a: &[f32], b: &[f32]) -> f32 {
+        // SAFETY: this table is only installed when `available()` is true.
+        unsafe { dot_impl(a, b) }
+    }
+    #[target_feature(enable = "avx2,fma")]
+    unsafe fn dot_impl(a: &[f32], b: &[f32]) -> f32 {
+        let n = a.len().min(b.len());
+        let mut acc0 = _mm256_setzero_ps();
+        let mut acc1 = _mm256_setzero_ps();
+        let mut i = 0;
+        // SAFETY (for the loads below): i + 16 <= n, or i + 8 <= n, so every
+        // 8-lane unaligned load stays inside both slices.
+        while i + 16 <= n {
+            acc0 = _mm256_fmadd_ps(
+                _mm256_loadu_ps(a.as_ptr().add(i)),
+                _mm256_loadu_ps(b.as_ptr().add(i)),
+                acc0,
+            );
+            acc1 = _mm256_fmadd_ps(
+                _mm256_loadu_ps(a.as_ptr().add(i + 8)),
+                _mm256_loadu_ps(b.as_ptr().add(i + 8)),
+                acc1,
+            );
+            i += 16;
+        }
+        while i + 8 <= n {
+            acc0 = _mm256_fmadd_ps(
+                _mm256_loadu_ps(a.as_ptr().add(i)),
+                _mm256_loadu_ps(b.as_ptr().add(i)),
+                acc0,
+            );
+            i += 8;
+        }
+        let mut s = hsum(_mm256_add_ps(acc0, acc1));
+        while i < n {
+            s += a[i] * b[i];
+            i += 1;
+        }
+        s
+    }
+
+    fn dot_f16(a: &[f32], b: &[u16]) -> f32 {
+        // SAFETY: installed only when AVX2, FMA and F16C are present.
+        unsafe { dot_f16_impl(a, b) }
+    }
+    #[target_feature(enable = "avx2,fma,f16c")]
+    unsafe fn dot_f16_impl(a: &[f32], b: &[u16]) -> f32 {
+        let n = a.len().min(b.len());
+        let mut acc = _mm256_setzero_ps();
+        let mut i = 0;
+        // SAFETY: i + 8 <= n keeps the 8-lane loads in bounds.
+        while i + 8 <= n {
+            let k = _mm256_cvtph_ps(_mm_loadu_si128(b.as_ptr().add(i) as *const __m128i));
+            acc = _mm256_fmadd_ps(_mm256_loadu_ps(a.as_ptr().add(i)), k, acc);
+            i += 8;
+        }
+        let mut s = hsum(acc);
+        while i < n {
+            s += a[i] * half::f16::from_bits(b[i]).to_f32();
+            i += 1;
+        }
+        s
+    }
+
+    fn axpy(y: &mut [f32], a: f32, x: &[f32]) {
+        // SAFETY: installed only when AVX2 and FMA are present.
+        unsafe { axpy_impl(y, a, x) }
+    }
+    #[target_feature(enable = "avx2,fma")]
+    unsafe fn axpy_impl(y: &mut [f32], a: f32, x: &[f32]) {
+        let n = y.len().min(x.len());
+        let va = _mm256_set1_ps(a);
+        let mut i = 0;
+        // SAFETY: i + 8 <= n keeps loads and stores in bounds.
+        while i + 8 <= n {
+            let p = y.as_mut_ptr().add(i);
+            _mm256_storeu_ps(
+                p,
+                _mm256_fmadd_ps(va, _mm256_loadu_ps(x.as_ptr().add(i)), _mm256_loadu_ps(p)),
+            );
+            i += 8;
+        }
+        while i < n {
+            y[i] += a * x[i];
+            i += 1;
+        }
+    }
+
+    fn axpy_f16(y: &mut [f32], a: f32, x: &[u16]) {
+        // SAFETY: installed only when AVX2, FMA and F16C are present.
+        unsafe { axpy_f16_impl(y, a, x) }
+    }
+    #[target_feature(enable = "avx2,fma,f16c")]
+    unsafe fn axpy_f16_impl(y: &mut [f32], a: f32, x: &[u16]) {
+        let n = y.len().min(x.len());
+        let va = _mm256_set1_ps(a);
+        let mut i = 0;
+        // SAFETY: i + 8 <= n keeps loads and stores in bounds.
+        while i + 8 <= n {
+            let p = y.as_mut_ptr().add(i);
+            let v = _mm256_cvtph_ps(_mm_loadu_si128(x.as_ptr().add(i) as *const __m128i));
+            _mm256_storeu_ps(p, _mm256_fmadd_ps(va, v, _mm256_loadu_ps(p)));
+            i += 8;
+        }
+        while i < n {
+            y[i] += a * half::f16::from_bits(x[i]).to_f32();
+            i += 1;
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use rand::{Rng, SeedableRng};
+
+    fn rvec(rng: &mut rand::rngs::StdRng, n: usize) -> Vec<f32> {
+        (0..n).map(|_| rng.random_range(-2.0f32..2.0)).collect()
+    }
+
+    #[test]
+    fn best_matches_scalar_with_tails() {
+        let mut rng = rand::rngs::StdRng::seed_from_u64(7);
+        let (b, s) = (best(), scalar());
+        for n in [1usize, 7, 8, 9, 15, 16, 17, 63, 64, 65, 256, 257] {
+            let a = rvec(&mut rng, n);
+            let x = rvec(&mut rng, n);
+            let mut xh = vec![0u16; n];
+            f32_to_f16_bits(&x, &mut xh);
+            let tol = 1e-4 * n as f32;
+            assert!(((b.dot)(&a, &x) - (s.dot)(&a, &x)).abs() < tol);
+            assert!(((b.dot_f16)(&a, &xh) - (s.dot_f16)(&a, &xh)).abs() < tol);
+            let (mut y1, mut y2) = (a.clone(), a.clone());
+            (b.axpy)(&mut y1, 0.3, &x);
+            (s.axpy)(&mut y2, 0.3, &x);
+            assert!(y1.iter().zip(&y2).all(|(p, q)| (p - q).abs() < 1e-5));
+            let (mut y1, mut y2) = (a.clone(), a.clone());
+            (b.axpy_f16)(&mut y1, -0.7, &xh);
+            (s.axpy_f16)(&mut y2, -0.7, &xh);
+            assert!(y1.iter().zip(&y2).all(|(p, q)| (p - q).abs() < 1e-5));
+        }
+    }
+}
