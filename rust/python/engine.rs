@@ -1,5 +1,161 @@
-use pyo3::prelude::*;
+//! `Model` (shared, immutable weights) and `Session` (KV cache + position).
 
-pub fn register(_m: &Bound<'_, PyModule>) -> PyResult<()> {
+use std::sync::Arc;
+
+use numpy::{PyArray1, PyArrayMethods, PyReadonlyArray1};
+use pyo3::prelude::*;
+use pyo3::types::PyDict;
+
+use super::errors::IntoPyResult;
+use super::gguf::PyGgufFile;
+use crate::model::{KvDtype, Model, Session};
+use crate::threadpool::physical_cores;
+
+#[pyclass(name = "Model", module = "oxillama._native", frozen)]
+pub struct PyModel {
+    inner: Arc<Model>,
+}
+
+#[pymethods]
+impl PyModel {
+    #[new]
+    fn new(py: Python<'_>, file: &PyGgufFile) -> PyResult<Self> {
+        let f = Arc::clone(&file.inner);
+        let m = py.detach(|| Model::load(f)).py_err()?;
+        Ok(PyModel { inner: Arc::new(m) })
+    }
+
+    #[getter]
+    fn arch(&self) -> &str {
+        &self.inner.cfg.arch
+    }
+    #[getter]
+    fn n_vocab(&self) -> usize {
+        self.inner.n_vocab()
+    }
+    #[getter]
+    fn n_ctx_train(&self) -> usize {
+        self.inner.cfg.n_ctx_train
+    }
+
+    /// Hyper-parameters as a dict (for `info` and snapshots).
+    fn config<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
+        let c = &self.inner.cfg;
+        let d = PyDict::new(py);
+        d.set_item("arch", &c.arch)?;
+        d.set_item("n_layer", c.n_layer)?;
+        d.set_item("n_embd", c.n_embd)?;
+        d.set_item("n_ff", c.n_ff)?;
+        d.set_item("n_head", c.n_head)?;
+        d.set_item("n_head_kv", c.n_head_kv)?;
+        d.set_item("dim_k", c.dim_k)?;
+        d.set_item("dim_v", c.dim_v)?;
+        d.set_item("n_vocab", c.n_vocab)?;
+        d.set_item("n_ctx_train", c.n_ctx_train)?;
+        d.set_item("rms_eps", c.rms_eps)?;
+        d.set_item("rope_base", c.rope_base)?;
+        d.set_item("rope_dims", c.rope_dims)?;
+        d.set_item("sliding_window", c.sliding_window)?;
+        Ok(d)
+    }
+}
+
+#[pyclass(name = "Session", module = "oxillama._native")]
+pub struct PySession {
+    inner: Session,
+}
+
+#[pymethods]
+impl PySession {
+    #[new]
+    #[pyo3(signature = (model, n_ctx, threads=None, kv_dtype="f16"))]
+    fn new(model: &PyModel, n_ctx: usize, threads: Option<usize>, kv_dtype: &str) -> PyResult<Self> {
+        let dtype = KvDtype::parse(kv_dtype).py_err()?;
+        let threads = threads.unwrap_or_else(physical_cores);
+        if threads == 0 {
+            return Err(pyo3::exceptions::PyValueError::new_err("threads must be at least 1"));
+        }
+        let s = Session::new(Arc::clone(&model.inner), n_ctx, threads, dtype).py_err()?;
+        Ok(PySession { inner: s })
+    }
+
+    /// Appends tokens; returns last-position logits `(vocab,)`, or
+    /// `(len, vocab)` with `all_logits`. The GIL is released meanwhile.
+    #[pyo3(signature = (tokens, all_logits=false))]
+    fn eval<'py>(
+        &mut self,
+        py: Python<'py>,
+        tokens: PyReadonlyArray1<'py, u32>,
+        all_logits: bool,
+    ) -> PyResult<Bound<'py, PyAny>> {
+        let toks = tokens.as_slice()?.to_vec();
+        let n_vocab = self.inner.model.n_vocab();
+        let session = &mut self.inner;
+        let logits = py.detach(|| session.eval(&toks, all_logits)).py_err()?;
+        if all_logits {
+            let rows = toks.len();
+            let arr = PyArray1::from_vec(py, logits).reshape([rows, n_vocab])?;
+            Ok(arr.into_any())
+        } else {
+            Ok(PyArray1::from_vec(py, logits).into_any())
+        }
+    }
+
+    fn truncate(&mut self, n: usize) -> PyResult<()> {
+        self.inner.truncate(n).py_err()
+    }
+
+    fn reset(&mut self) {
+        self.inner.reset()
+    }
+
+    #[getter]
+    fn n_past(&self) -> usize {
+        self.inner.n_past()
+    }
+    #[getter]
+    fn n_ctx(&self) -> usize {
+        self.inner.n_ctx()
+    }
+    #[getter]
+    fn threads(&self) -> usize {
+        self.inner.threads()
+    }
+    #[setter]
+    fn set_threads(&mut self, n: usize) -> PyResult<()> {
+        if n == 0 {
+            return Err(pyo3::exceptions::PyValueError::new_err("threads must be at least 1"));
+        }
+        self.inner.set_threads(n);
+        Ok(())
+    }
+    #[getter]
+    fn prefill_chunk(&self) -> usize {
+        self.inner.prefill_chunk
+    }
+    #[setter]
+    fn set_prefill_chunk(&mut self, n: usize) -> PyResult<()> {
+        if n == 0 {
+            return Err(pyo3::exceptions::PyValueError::new_err("prefill_chunk must be at least 1"));
+        }
+        self.inner.prefill_chunk = n;
+        Ok(())
+    }
+    #[getter]
+    fn kv_dtype(&self) -> &'static str {
+        self.inner.kv.dtype.name()
+    }
+}
+
+#[pyfunction]
+fn physical_core_count() -> usize {
+    physical_cores()
+}
+
+pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    m.add_class::<PyModel>()?;
+    m.add_class::<PySession>()?;
+    m.add_function(wrap_pyfunction!(physical_core_count, m)?)?;
     Ok(())
 }
+

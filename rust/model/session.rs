@@ -1,0 +1,128 @@
+//! One inference session: a model, its KV cache and the position reached.
+
+use std::sync::Arc;
+
+use super::kv_cache::{KvCache, KvDtype};
+use super::llama::{Model, Scratch};
+use crate::ops::vec::{self, VecKernels};
+use crate::threadpool::{shared_pool, ThreadPool};
+use crate::{Error, Result};
+
+pub struct Session {
+    pub model: Arc<Model>,
+    pool: Arc<ThreadPool>,
+    vk: &'static VecKernels,
+    pub kv: KvCache,
+    n_past: usize,
+    /// Tokens per forward call during prefill; bounds activation memory.
+    pub prefill_chunk: usize,
+    scratch: Scratch,
+}
+
+impl Session {
+    pub fn new(model: Arc<Model>, n_ctx: usize, threads: usize, kv_dtype: KvDtype) -> Result<Self> {
+        if n_ctx == 0 {
+            return Err(Error::invalid("context_size must be at least 1"));
+        }
+        let c = &model.cfg;
+        let kv = KvCache::new(kv_dtype, c.n_layer, n_ctx, c.n_head_kv, c.dim_k, c.dim_v)?;
+        Ok(Session {
+            pool: shared_pool(threads),
+            vk: vec::best(),
+            kv,
+            n_past: 0,
+            prefill_chunk: 512,
+            scratch: Scratch::default(),
+            model,
+        })
+    }
+
+    pub fn n_past(&self) -> usize {
+        self.n_past
+    }
+
+    pub fn n_ctx(&self) -> usize {
+        self.kv.n_ctx
+    }
+
+    pub fn threads(&self) -> usize {
+        self.pool.n_threads()
+    }
+
+    pub fn set_threads(&mut self, threads: usize) {
+        self.pool = shared_pool(threads);
+    }
+
+    /// Appends `tokens` to the context and returns the logits of the last
+    /// one (`n_vocab`), or of each (`len x n_vocab`). On error the session
+    /// is unchanged: everything is validated before any KV write.
+    pub fn eval(&mut self, tokens: &[u32], all_logits: bool) -> Result<Vec<f32>> {
+        if tokens.is_empty() {
+            return Err(Error::generate("eval needs at least one token"));
+        }
+        let n_vocab = self.model.n_vocab();
+        if let Some(&bad) = tokens.iter().find(|&&t| t as usize >= n_vocab) {
+            return Err(Error::generate(format!(
+                "token id {bad} is outside the vocabulary of {n_vocab}"
+            )));
+        }
+        let need = self.n_past + tokens.len();
+        if need > self.n_ctx() {
+            return Err(Error::generate(format!(
+                "context overflow: {} tokens in the context + {} new tokens = {need} exceeds the context size of {}",
+                self.n_past,
+                tokens.len(),
+                self.n_ctx()
+            )));
+        }
+        let chunk = self.prefill_chunk.max(1);
+        let mut out = Vec::with_capacity(if all_logits { tokens.len() * n_vocab } else { n_vocab });
+        let mut logits = Vec::new();
+        let n_chunks = tokens.len().div_ceil(chunk);
+        for (i, part) in tokens.chunks(chunk).enumerate() {
+            let last = i + 1 == n_chunks;
+            if let Err(e) = self.model.forward(
+                &self.pool,
+                self.vk,
+                &mut self.kv,
+                part,
+                self.n_past,
+                all_logits,
+                &mut self.scratch,
+                &mut logits,
+            ) {
+                return Err(e);
+            }
+            self.n_past += part.len();
+            if all_logits || last {
+                out.extend_from_slice(&logits);
+            }
+        }
+        Ok(out)
+    }
+
+    /// Forgets every position from `n` on.
+    pub fn truncate(&mut self, n: usize) -> Result<()> {
+        if n > self.n_past {
+            return Err(Error::invalid(format!(
+                "cannot truncate to {n}: only {} tokens in the context",
+                self.n_past
+            )));
+        }
+        self.n_past = n;
+        Ok(())
+    }
+
+    pub fn reset(&mut self) {
+        self.n_past = 0;
+    }
+
+    /// Restores the position after the KV cache was filled externally (snapshots).
+    pub fn set_n_past(&mut self, n: usize) -> Result<()> {
+        if n > self.n_ctx() {
+            return Err(Error::invalid(format!("n_past {n} exceeds context size {}", self.n_ctx())));
+        }
+        self.n_past = n;
+        Ok(())
+    }
+}

@@ -1,0 +1,94 @@
+//! Tensor lookup: matrices stay in the mapped file (only their location is
+//! kept); small vectors (norm weights, biases) are dequantized to f32.
+
+use crate::gguf::GgufFile;
+use crate::ops::matmul::QMatrix;
+use crate::quant::{dequantize_row, GgmlType};
+use crate::{Error, Result};
+
+/// Where a weight matrix lives in the file; shape checked at load time.
+#[derive(Debug, Clone, Copy)]
+pub struct MatRef {
+    pub ty: GgmlType,
+    pub rows: usize,
+    pub cols: usize,
+    pub offset: usize,
+    pub nbytes: usize,
+}
+
+impl MatRef {
+    pub fn view<'a>(&self, f: &'a GgufFile) -> QMatrix<'a> {
+        QMatrix {
+            ty: self.ty,
+            rows: self.rows,
+            cols: self.cols,
+            data: &f.bytes()[self.offset..self.offset + self.nbytes],
+        }
+    }
+}
+
+pub fn matrix(f: &GgufFile, name: &str, cols: usize, rows: Option<usize>) -> Result<MatRef> {
+    let t = f
+        .tensor(name)
+        .ok_or_else(|| Error::load(format!("tensor {name} is missing")))?;
+    if t.dims.len() != 2 || t.dims[0] as usize != cols || rows.is_some_and(|r| t.dims[1] as usize != r) {
+        return Err(Error::load(format!(
+            "tensor {name} has shape {:?}, expected [{cols}, {}]",
+            t.dims,
+            rows.map_or("?".to_string(), |r| r.to_string())
+        )));
+    }
+    let m = MatRef {
+        ty: t.ty,
+        rows: t.dims[1] as usize,
+        cols,
+        offset: t.offset,
+        nbytes: t.nbytes,
+    };
+    // Validates block geometry and that a kernel exists for this format.
+    QMatrix::new(m.ty, m.rows, m.cols, f.tensor_data(t))?;
+    Ok(m)
+}
+
+pub fn vector(f: &GgufFile, name: &str, len: usize) -> Result<Vec<f32>> {
+    let t = f
+        .tensor(name)
+        .ok_or_else(|| Error::load(format!("tensor {name} is missing")))?;
+    if t.n_elements() != len as u64 {
+        return Err(Error::load(format!(
+            "tensor {name} has shape {:?}, expected {len} elements",
+            t.dims
+        )));
+    }
+    let mut out = vec![0f32; len];
+    dequantize_row(t.ty, f.tensor_data(t), &mut out)
+        .map_err(|e| Error::load(format!("tensor {name}: {e}")))?;
+    Ok(out)
+}
+
+pub fn opt_vector(f: &GgufFile, name: &str, len: usize) -> Result<Option<Vec<f32>>> {
+    if f.tensor(name).is_some() {
+        vector(f, name, len).map(Some)
+    } else {
+        Ok(None)
+    }
+}
+
+pub struct LayerWeights {
+    pub attn_norm: Vec<f32>,
+    pub wq: MatRef,
+    pub wk: MatRef,
+    pub wv: MatRef,
+    pub wo: MatRef,
+    pub bq: Option<Vec<f32>>,
+    pub bk: Option<Vec<f32>>,
+    pub bv: Option<Vec<f32>>,
+    pub q_norm: Option<Vec<f32>>,
+    pub k_norm: Option<Vec<f32>>,
+    pub post_attn_norm: Option<Vec<f32>>,
+    pub ffn_norm: Vec<f32>,
+    pub gate: MatRef,
+    pub up: MatRef,
+    pub down: MatRef,
+    pub post_ffn_norm: Option<Vec<f32>>,
+}
