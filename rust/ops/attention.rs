@@ -14,6 +14,8 @@ use crate::threadpool::{SharedMut, ThreadPool};
 
 const KEY_BLOCK: usize = 64;
 const QUERY_BLOCK: usize = 8;
+/// Decode work units to aim for (KV heads x key splits).
+const DECODE_UNITS: usize = 16;
 
 pub struct AttnParams {
     pub n_head: usize,
@@ -115,7 +117,9 @@ pub fn attention(
         // Decode: split the key range so every thread has work.
         let (lo, hi) = visible(p, pos0);
         let span = hi - lo;
-        let want = (pool.n_threads() * 2).div_ceil(p.n_head_kv).max(1);
+        // The split depends on the model and context only, never on the
+        // thread count, so results are bit-identical for any thread count.
+        let want = DECODE_UNITS.div_ceil(p.n_head_kv).max(1);
         let n_split = want.min(span.div_ceil(KEY_BLOCK)).max(1);
         let per = span.div_ceil(n_split);
         let units = p.n_head_kv * n_split;
