@@ -57,8 +57,15 @@ def worker(engine: str, model: str, threads: int, pp: int, tg: int) -> dict[str,
     else:
         from llama_cpp import Llama
 
-        llm = Llama(model, n_ctx=1024, n_threads=threads, n_threads_batch=threads,
-                    n_batch=512, n_ubatch=512, verbose=False)
+        llm = Llama(
+            model,
+            n_ctx=1024,
+            n_threads=threads,
+            n_threads_batch=threads,
+            n_batch=512,
+            n_ubatch=512,
+            verbose=False,
+        )
         toks = prompt_tokens(lambda s: llm.tokenize(s.encode(), add_bos=False), pp)
         llm.eval(toks[:8])
         llm.reset()
@@ -77,7 +84,9 @@ def worker(engine: str, model: str, threads: int, pp: int, tg: int) -> dict[str,
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     ap.add_argument("--model", help="GGUF file (default: SmolLM2-135M-Instruct Q4_1)")
     ap.add_argument("--threads", default="1,2", help="comma-separated thread counts (default 1,2)")
     ap.add_argument("--reps", type=int, default=5)
@@ -104,11 +113,27 @@ def main() -> None:
             order = engines if rep % 2 == 0 else engines[::-1]
             for eng in order:
                 out = subprocess.run(
-                    [sys.executable, __file__, "--worker", eng, "--model", args.model,
-                     "--threads", str(t), "--pp", str(args.pp), "--tg", str(args.tg)],
-                    capture_output=True, text=True, check=True,
+                    [
+                        sys.executable,
+                        __file__,
+                        "--worker",
+                        eng,
+                        "--model",
+                        args.model,
+                        "--threads",
+                        str(t),
+                        "--pp",
+                        str(args.pp),
+                        "--tg",
+                        str(args.tg),
+                    ],
+                    capture_output=True,
+                    text=True,
+                    check=True,
                 )
-                rows.setdefault((t, eng), []).append(json.loads(out.stdout.strip().splitlines()[-1]))
+                rows.setdefault((t, eng), []).append(
+                    json.loads(out.stdout.strip().splitlines()[-1])
+                )
     print(header)
     med: dict[tuple[int, str], dict[str, float]] = {}
     for (t, eng), rs in sorted(rows.items()):
@@ -120,8 +145,10 @@ def main() -> None:
         print(f"\nratios {a} / {b} (>1 means {a} is faster; RSS difference in MiB)")
         for t in threads:
             x, y = med[(t, a)], med[(t, b)]
-            print(f"  threads={t}: pp {x['pp'] / y['pp']:.2f}x  tg {x['tg'] / y['tg']:.2f}x  "
-                  f"RSS {x['rss'] - y['rss']:+.1f} MiB")
+            print(
+                f"  threads={t}: pp {x['pp'] / y['pp']:.2f}x  tg {x['tg'] / y['tg']:.2f}x  "
+                f"RSS {x['rss'] - y['rss']:+.1f} MiB"
+            )
 
 
 if __name__ == "__main__":

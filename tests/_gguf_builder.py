@@ -9,8 +9,19 @@ from typing import Any
 
 # GGUF metadata value type ids.
 U8, I8, U16, I16, U32, I32, F32, BOOL, STRING, ARRAY, U64, I64, F64 = range(13)
-_FMT = {U8: "<B", I8: "<b", U16: "<H", I16: "<h", U32: "<I", I32: "<i", F32: "<f",
-        BOOL: "<?", U64: "<Q", I64: "<q", F64: "<d"}
+_FMT = {
+    U8: "<B",
+    I8: "<b",
+    U16: "<H",
+    I16: "<h",
+    U32: "<I",
+    I32: "<i",
+    F32: "<f",
+    BOOL: "<?",
+    U64: "<Q",
+    I64: "<q",
+    F64: "<d",
+}
 
 
 def gguf_string(s: str | bytes) -> bytes:
@@ -54,13 +65,13 @@ class GGUF:
             offsets.append(offset)
             offset += len(t.data)
             offset = (offset + self.alignment - 1) // self.alignment * self.alignment
-        for t, off in zip(self.tensors, offsets):
+        for t, off in zip(self.tensors, offsets, strict=False):
             out += gguf_string(t.name) + struct.pack("<I", len(t.dims))
             out += b"".join(struct.pack("<Q", d) for d in t.dims)
             out += struct.pack("<IQ", t.ggml_type, off)
         pad = (-len(out)) % self.alignment
         out += b"\0" * pad
-        for t, off in zip(self.tensors, offsets):
+        for t in self.tensors:
             out += t.data
             out += b"\0" * ((-len(t.data)) % self.alignment)
         return bytes(out)

@@ -8,7 +8,6 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-
 from oxillama import Engine, GenerateError, LoadError, OxiLlamaError, SamplerConfig
 
 
@@ -62,7 +61,10 @@ def test_generate_greedy_completion(engine: Engine) -> None:
 
 
 def test_session_continues_and_split_equals_whole(engine: Engine) -> None:
-    for cfg in (SamplerConfig.greedy(), SamplerConfig(temperature=0.9, top_p=0.95, seed=1234, repetition_penalty=1.1)):
+    for cfg in (
+        SamplerConfig.greedy(),
+        SamplerConfig(temperature=0.9, top_p=0.95, seed=1234, repetition_penalty=1.1),
+    ):
         engine.reset()
         engine.set_sampler(cfg)
         whole = engine.generate("Write a story about a robot:", 64, ignore_eos=True).tokens

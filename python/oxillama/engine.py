@@ -54,7 +54,17 @@ class Engine:
     ) -> None:
         path = resolve_model_path(model_path)
         gguf = _native.GgufFile.open(str(path))
-        self._init(gguf, path, context_size, threads, sampler, tokenizer_path, None, kv_dtype, prefill_chunk)
+        self._init(
+            gguf,
+            path,
+            context_size,
+            threads,
+            sampler,
+            tokenizer_path,
+            None,
+            kv_dtype,
+            prefill_chunk,
+        )
 
     @classmethod
     def from_bytes(
@@ -74,7 +84,17 @@ class Engine:
             raise TypeError(f"data must be bytes, not {type(data).__name__}")
         gguf = _native.GgufFile.from_bytes(bytes(data))
         self = cls.__new__(cls)
-        self._init(gguf, None, context_size, threads, sampler, None, tokenizer_json, kv_dtype, prefill_chunk)
+        self._init(
+            gguf,
+            None,
+            context_size,
+            threads,
+            sampler,
+            None,
+            tokenizer_json,
+            kv_dtype,
+            prefill_chunk,
+        )
         return self
 
     def _init(
@@ -159,7 +179,9 @@ class Engine:
 
     # ------------------------------------------------------------- tokenizer
 
-    def tokenize(self, text: str, *, add_special: bool = False, parse_special: bool = True) -> list[int]:
+    def tokenize(
+        self, text: str, *, add_special: bool = False, parse_special: bool = True
+    ) -> list[int]:
         return self.tokenizer.encode(text, add_special=add_special, parse_special=parse_special)
 
     def detokenize(self, tokens: Sequence[int]) -> str:
@@ -353,7 +375,9 @@ class Engine:
         self, messages: Sequence[Message], *, add_generation_prompt: bool = True, **kwargs: Any
     ) -> str:
         """Renders ``messages`` with the model's chat template."""
-        return self._chat_template.render(messages, add_generation_prompt=add_generation_prompt, **kwargs)
+        return self._chat_template.render(
+            messages, add_generation_prompt=add_generation_prompt, **kwargs
+        )
 
     def _prime_chat(self, messages: Sequence[Message], kwargs: dict[str, Any]) -> list[int]:
         text = self.apply_chat_template(messages, add_generation_prompt=True, **kwargs)
@@ -361,7 +385,7 @@ class Engine:
         # Reuse the KV of the longest common prefix with the current context,
         # so a multi-turn chat only evaluates the new turn.
         common = 0
-        for a, b in zip(self._tokens, toks):
+        for a, b in zip(self._tokens, toks, strict=False):
             if a != b:
                 break
             common += 1

