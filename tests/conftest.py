@@ -8,6 +8,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+
 from oxillama import Engine, SamplerConfig
 from oxillama.models import default_model_path
 

@@ -8,6 +8,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+
 from oxillama import Engine, GenerateError, LoadError, OxiLlamaError, SamplerConfig
 
 

@@ -10,8 +10,8 @@ import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from oxillama import LoadError, _native
 
+from oxillama import LoadError, _native
 from tests._gguf_builder import ARRAY, GGUF, STRING, U32, U64, Tensor, small_model_file
 
 VALID = small_model_file().build()
