@@ -83,13 +83,54 @@ impl KvBuf {
         }
     }
 
-    /// Raw little-endian bytes of `[at, at+len)` elements (snapshots).
-    pub fn bytes(&self, at: usize, len: usize) -> Vec<u8> {
+    /// Appends elements `[at, at+len)` as little-endian bytes.
+    fn append_le(&self, at: usize, len: usize, out: &mut Vec<u8>) {
         match self {
-            KvBuf::F16(v) => v[at..at + len].iter().flat_map(|x| x.to_le_bytes()).collect(),
-            KvBuf::F32(v) => v[at..at + len].iter().flat_map(|x| x.to_le_bytes()).collect(),
+            KvBuf::F16(v) => append_u16(&v[at..at + len], out),
+            KvBuf::F32(v) => append_f32(&v[at..at + len], out),
         }
     }
+
+    /// Overwrites elements from `at` with little-endian `bytes`.
+    fn read_le(&mut self, at: usize, bytes: &[u8]) {
+        match self {
+            KvBuf::F16(v) => {
+                for (d, c) in v[at..at + bytes.len() / 2].iter_mut().zip(bytes.chunks_exact(2)) {
+                    *d = u16::from_le_bytes([c[0], c[1]]);
+                }
+            }
+            KvBuf::F32(v) => {
+                for (d, c) in v[at..at + bytes.len() / 4].iter_mut().zip(bytes.chunks_exact(4)) {
+                    *d = f32::from_le_bytes([c[0], c[1], c[2], c[3]]);
+                }
+            }
+        }
+    }
+}
+
+#[cfg(target_endian = "little")]
+fn append_u16(src: &[u16], out: &mut Vec<u8>) {
+    // SAFETY: u16 has no padding and every bit pattern is a valid u8 pair;
+    // on a little-endian target its memory is already the LE encoding.
+    let b = unsafe { std::slice::from_raw_parts(src.as_ptr().cast::<u8>(), src.len() * 2) };
+    out.extend_from_slice(b);
+}
+
+#[cfg(not(target_endian = "little"))]
+fn append_u16(src: &[u16], out: &mut Vec<u8>) {
+    src.iter().for_each(|x| out.extend_from_slice(&x.to_le_bytes()));
+}
+
+#[cfg(target_endian = "little")]
+fn append_f32(src: &[f32], out: &mut Vec<u8>) {
+    // SAFETY: as for u16: f32 has no padding and LE memory is the encoding.
+    let b = unsafe { std::slice::from_raw_parts(src.as_ptr().cast::<u8>(), src.len() * 4) };
+    out.extend_from_slice(b);
+}
+
+#[cfg(not(target_endian = "little"))]
+fn append_f32(src: &[f32], out: &mut Vec<u8>) {
+    src.iter().for_each(|x| out.extend_from_slice(&x.to_le_bytes()));
 }
 
 fn oom(bytes: usize) -> Error {
@@ -151,6 +192,60 @@ impl KvCache {
         self.v[layer].view(h * self.n_ctx * self.dim_v, n * self.dim_v)
     }
 
+    /// Bytes that `export(n)` produces.
+    pub fn export_len(&self, n: usize) -> usize {
+        self.n_layer() * self.n_head_kv * n * (self.dim_k + self.dim_v) * self.dtype.size()
+    }
+
+    /// The first `n` positions of every layer as raw little-endian data in
+    /// the cache's dtype: per layer, K of each head then V of each head.
+    pub fn export(&self, n: usize) -> Result<Vec<u8>> {
+        if n > self.n_ctx {
+            return Err(Error::invalid(format!("cannot export {n} positions from a context of {}", self.n_ctx)));
+        }
+        let mut out = Vec::with_capacity(self.export_len(n));
+        for l in 0..self.n_layer() {
+            for h in 0..self.n_head_kv {
+                self.k[l].append_le(h * self.n_ctx * self.dim_k, n * self.dim_k, &mut out);
+            }
+            for h in 0..self.n_head_kv {
+                self.v[l].append_le(h * self.n_ctx * self.dim_v, n * self.dim_v, &mut out);
+            }
+        }
+        Ok(out)
+    }
+
+    /// Inverse of `export`; `data` must be exactly `export_len(n)` bytes.
+    pub fn import(&mut self, n: usize, data: &[u8]) -> Result<()> {
+        if n > self.n_ctx {
+            return Err(Error::invalid(format!(
+                "snapshot holds {n} positions but the context size is {}",
+                self.n_ctx
+            )));
+        }
+        if data.len() != self.export_len(n) {
+            return Err(Error::invalid(format!(
+                "KV data is {} bytes, expected {} for {n} positions",
+                data.len(),
+                self.export_len(n)
+            )));
+        }
+        let es = self.dtype.size();
+        let (kb, vb) = (n * self.dim_k * es, n * self.dim_v * es);
+        let mut off = 0;
+        for l in 0..self.n_layer() {
+            for h in 0..self.n_head_kv {
+                self.k[l].read_le(h * self.n_ctx * self.dim_k, &data[off..off + kb]);
+                off += kb;
+            }
+            for h in 0..self.n_head_kv {
+                self.v[l].read_le(h * self.n_ctx * self.dim_v, &data[off..off + vb]);
+                off += vb;
+            }
+        }
+        Ok(())
+    }
+
     pub fn k_buf(&self, layer: usize) -> &KvBuf {
         &self.k[layer]
     }
@@ -162,5 +257,30 @@ impl KvCache {
     }
     pub fn v_buf_mut(&mut self, layer: usize) -> &mut KvBuf {
         &mut self.v[layer]
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn export_import_round_trip() {
+        for dtype in [KvDtype::F16, KvDtype::F32] {
+            let mut a = KvCache::new(dtype, 2, 8, 2, 4, 3).unwrap();
+            for pos in 0..5 {
+                let k: Vec<f32> = (0..8).map(|i| (pos * 10 + i) as f32).collect();
+                let v: Vec<f32> = (0..6).map(|i| -((pos * 10 + i) as f32)).collect();
+                a.store(0, pos, &k, &v);
+                a.store(1, pos, &v.iter().chain(&v).copied().take(8).collect::<Vec<_>>(), &k[..6]);
+            }
+            let bytes = a.export(5).unwrap();
+            assert_eq!(bytes.len(), a.export_len(5));
+            let mut b = KvCache::new(dtype, 2, 16, 2, 4, 3).unwrap();
+            b.import(5, &bytes).unwrap();
+            assert_eq!(b.export(5).unwrap(), bytes);
+            assert!(b.import(5, &bytes[1..]).is_err());
+            assert!(b.import(17, &bytes).is_err());
+        }
     }
 }

@@ -117,6 +117,20 @@ impl Session {
         self.n_past = 0;
     }
 
+    /// The KV cache up to the current position, as raw little-endian bytes.
+    pub fn export_kv(&self) -> Result<Vec<u8>> {
+        self.kv.export(self.n_past)
+    }
+
+    /// Replaces the context with `n` positions of exported KV data. On error
+    /// the session keeps its previous position (its cache may be partly
+    /// overwritten only after validation passed, which cannot fail midway).
+    pub fn import_kv(&mut self, n: usize, data: &[u8]) -> Result<()> {
+        self.kv.import(n, data)?;
+        self.n_past = n;
+        Ok(())
+    }
+
     /// Restores the position after the KV cache was filled externally (snapshots).
     pub fn set_n_past(&mut self, n: usize) -> Result<()> {
         if n > self.n_ctx() {

@@ -4,7 +4,7 @@ use std::sync::Arc;
 
 use numpy::{PyArray1, PyArrayMethods, PyReadonlyArray1};
 use pyo3::prelude::*;
-use pyo3::types::PyDict;
+use pyo3::types::{PyBytes, PyDict};
 
 use super::errors::IntoPyResult;
 use super::gguf::PyGgufFile;
@@ -141,6 +141,19 @@ impl PySession {
         self.inner.prefill_chunk = n;
         Ok(())
     }
+    /// The KV cache up to `n_past`, raw little-endian in `kv_dtype`.
+    fn export_kv<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyBytes>> {
+        let session = &self.inner;
+        let data = py.detach(|| session.export_kv()).py_err()?;
+        Ok(PyBytes::new(py, &data))
+    }
+
+    /// Loads `n` positions exported by `export_kv` (same model and dtype).
+    fn import_kv(&mut self, py: Python<'_>, n: usize, data: &[u8]) -> PyResult<()> {
+        let session = &mut self.inner;
+        py.detach(|| session.import_kv(n, data)).py_err()
+    }
+
     #[getter]
     fn kv_dtype(&self) -> &'static str {
         self.inner.kv.dtype.name()
@@ -152,10 +165,18 @@ fn physical_core_count() -> usize {
     physical_cores()
 }
 
+/// BLAKE3 digest (32 bytes) of a bytes-like object, computed without the GIL.
+#[pyfunction]
+fn blake3<'py>(py: Python<'py>, data: &[u8]) -> Bound<'py, PyBytes> {
+    let h = py.detach(|| ::blake3::hash(data));
+    PyBytes::new(py, h.as_bytes())
+}
+
 pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<PyModel>()?;
     m.add_class::<PySession>()?;
     m.add_function(wrap_pyfunction!(physical_core_count, m)?)?;
+    m.add_function(wrap_pyfunction!(blake3, m)?)?;
     Ok(())
 }
 
