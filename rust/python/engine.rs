@@ -166,8 +166,8 @@ fn physical_core_count() -> usize {
 }
 
 /// BLAKE3 digest (32 bytes) of a bytes-like object, computed without the GIL.
-#[pyfunction]
-fn blake3<'py>(py: Python<'py>, data: &[u8]) -> Bound<'py, PyBytes> {
+#[pyfunction(name = "blake3")]
+fn blake3_digest<'py>(py: Python<'py>, data: &[u8]) -> Bound<'py, PyBytes> {
     let h = py.detach(|| ::blake3::hash(data));
     PyBytes::new(py, h.as_bytes())
 }
@@ -176,7 +176,7 @@ pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<PyModel>()?;
     m.add_class::<PySession>()?;
     m.add_function(wrap_pyfunction!(physical_core_count, m)?)?;
-    m.add_function(wrap_pyfunction!(blake3, m)?)?;
+    m.add_function(wrap_pyfunction!(blake3_digest, m)?)?;
     Ok(())
 }
 
