@@ -192,7 +192,11 @@ fn worker_loop(s: &Shared) {
 impl Drop for ThreadPool {
     fn drop(&mut self) {
         {
-            let _l = self.shared.sleep_lock.lock().unwrap_or_else(|p| p.into_inner());
+            let _l = self
+                .shared
+                .sleep_lock
+                .lock()
+                .unwrap_or_else(|p| p.into_inner());
             self.shared.shutdown.store(true, Ordering::Relaxed);
         }
         self.shared.wake.notify_all();
@@ -277,7 +281,10 @@ impl<T> SharedMut<T> {
     /// original buffer must outlive them (it does for the span of one `run`).
     #[allow(clippy::mut_from_ref)]
     pub unsafe fn slice(&self, start: usize, len: usize) -> &mut [T] {
-        assert!(start <= self.len && len <= self.len - start, "SharedMut range out of bounds");
+        assert!(
+            start <= self.len && len <= self.len - start,
+            "SharedMut range out of bounds"
+        );
         // SAFETY: in bounds (checked above); disjointness is the caller's contract.
         unsafe { std::slice::from_raw_parts_mut(self.ptr.add(start), len) }
     }

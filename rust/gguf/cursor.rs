@@ -77,9 +77,10 @@ impl<'a> Cursor<'a> {
     /// allocation sized by them.
     pub fn count(&mut self, min_item: usize, what: &str) -> Result<usize> {
         let raw = self.u64(what)?;
-        let fits = usize::try_from(raw)
-            .ok()
-            .filter(|n| n.checked_mul(min_item.max(1)).is_some_and(|b| b <= self.remaining()));
+        let fits = usize::try_from(raw).ok().filter(|n| {
+            n.checked_mul(min_item.max(1))
+                .is_some_and(|b| b <= self.remaining())
+        });
         fits.ok_or_else(|| {
             Error::load(format!(
                 "{what} is {raw}, more than the {} bytes left in the file can hold",
@@ -97,8 +98,7 @@ impl<'a> Cursor<'a> {
 
     pub fn string_strict(&mut self, what: &str) -> Result<String> {
         let b = self.string_bytes(what)?;
-        String::from_utf8(b.to_vec())
-            .map_err(|_| Error::load(format!("{what} is not valid UTF-8")))
+        String::from_utf8(b.to_vec()).map_err(|_| Error::load(format!("{what} is not valid UTF-8")))
     }
 
     pub fn string_lossy(&mut self, what: &str) -> Result<String> {

@@ -134,7 +134,12 @@ impl GgufFile {
                 Error::load(format!("tensor {name} has unsupported type id {ty_raw}"))
             })?;
             let rel = c.u64(&format!("offset of tensor {name}"))?;
-            raws.push(Raw { name, dims, ty, rel });
+            raws.push(Raw {
+                name,
+                dims,
+                ty,
+                rel,
+            });
         }
 
         let header_end = c.pos() as u64;

@@ -21,7 +21,10 @@ impl Source {
             .metadata()
             .map_err(|e| Error::load(format!("cannot stat {}: {e}", path.display())))?;
         if !meta.is_file() {
-            return Err(Error::load(format!("{} is not a regular file", path.display())));
+            return Err(Error::load(format!(
+                "{} is not a regular file",
+                path.display()
+            )));
         }
         if meta.len() == 0 {
             return Ok(Source::Owned(Vec::new()));

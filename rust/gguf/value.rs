@@ -143,7 +143,9 @@ fn read_bool(c: &mut Cursor<'_>, what: &str) -> Result<bool> {
     match c.u8(what)? {
         0 => Ok(false),
         1 => Ok(true),
-        b => Err(Error::load(format!("{what}: bool byte is {b}, expected 0 or 1"))),
+        b => Err(Error::load(format!(
+            "{what}: bool byte is {b}, expected 0 or 1"
+        ))),
     }
 }
 
@@ -171,10 +173,14 @@ pub(super) fn read_value(c: &mut Cursor<'_>, ty: u32, what: &str) -> Result<Valu
 
 fn read_array(c: &mut Cursor<'_>, elem: u32, what: &str, depth: usize) -> Result<Array> {
     if depth > MAX_NESTING {
-        return Err(Error::load(format!("{what}: arrays nested deeper than {MAX_NESTING}")));
+        return Err(Error::load(format!(
+            "{what}: arrays nested deeper than {MAX_NESTING}"
+        )));
     }
     if type_name(elem) == "unknown" {
-        return Err(Error::load(format!("{what}: array of unknown value type {elem}")));
+        return Err(Error::load(format!(
+            "{what}: array of unknown value type {elem}"
+        )));
     }
     let n = c.count(min_size(elem), &format!("{what} array length"))?;
     macro_rules! col {

@@ -43,8 +43,16 @@ impl ArchTraits {
         };
         Some(match arch {
             "llama" | "mistral" | "granite" => llama,
-            "qwen2" => ArchTraits { rope_order: RopeOrder::Neox, qkv_bias: true, ..llama },
-            "qwen3" => ArchTraits { rope_order: RopeOrder::Neox, qk_norm: true, ..llama },
+            "qwen2" => ArchTraits {
+                rope_order: RopeOrder::Neox,
+                qkv_bias: true,
+                ..llama
+            },
+            "qwen3" => ArchTraits {
+                rope_order: RopeOrder::Neox,
+                qk_norm: true,
+                ..llama
+            },
             "gemma3" => ArchTraits {
                 rope_order: RopeOrder::Neox,
                 qk_norm: true,
@@ -100,7 +108,11 @@ impl Meta<'_> {
                 .as_u64()
                 .and_then(|x| usize::try_from(x).ok())
                 .map(Some)
-                .ok_or_else(|| Error::load(format!("metadata {key} must be a non-negative integer, got {v:?}"))),
+                .ok_or_else(|| {
+                    Error::load(format!(
+                        "metadata {key} must be a non-negative integer, got {v:?}"
+                    ))
+                }),
         }
     }
     fn u(&self, k: &str) -> Result<usize> {
@@ -115,7 +127,9 @@ impl Meta<'_> {
                 .as_f64()
                 .filter(|x| x.is_finite())
                 .map(|x| Some(x as f32))
-                .ok_or_else(|| Error::load(format!("metadata {key} must be a finite number, got {v:?}"))),
+                .ok_or_else(|| {
+                    Error::load(format!("metadata {key} must be a finite number, got {v:?}"))
+                }),
         }
     }
 }
@@ -151,7 +165,9 @@ impl ModelConfig {
             ("attention.head_count_kv", n_head_kv),
         ] {
             if v == 0 || v > MAX_DIM {
-                return Err(Error::load(format!("metadata {arch}.{name} = {v} is out of range")));
+                return Err(Error::load(format!(
+                    "metadata {arch}.{name} = {v} is out of range"
+                )));
             }
         }
         if n_head % n_head_kv != 0 {
@@ -162,7 +178,9 @@ impl ModelConfig {
         let dim_k = m.opt_u("attention.key_length")?.unwrap_or(n_embd / n_head);
         let dim_v = m.opt_u("attention.value_length")?.unwrap_or(dim_k);
         if dim_k == 0 || dim_v == 0 || dim_k > 4096 || dim_v > 4096 {
-            return Err(Error::load(format!("head dimensions {dim_k}/{dim_v} are out of range")));
+            return Err(Error::load(format!(
+                "head dimensions {dim_k}/{dim_v} are out of range"
+            )));
         }
         let rope_dims = m.opt_u("rope.dimension_count")?.unwrap_or(dim_k);
         if rope_dims > dim_k || rope_dims % 2 != 0 {
@@ -191,7 +209,9 @@ impl ModelConfig {
                 attn_factor: m.opt_f("rope.scaling.attn_factor")?.unwrap_or(1.0),
             },
             other => {
-                return Err(Error::load(format!("unsupported rope.scaling.type {other:?}")));
+                return Err(Error::load(format!(
+                    "unsupported rope.scaling.type {other:?}"
+                )));
             }
         };
         let sliding_window = match traits.sliding_pattern {

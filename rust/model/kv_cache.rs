@@ -26,7 +26,9 @@ impl KvDtype {
         match s {
             "f16" => Ok(KvDtype::F16),
             "f32" => Ok(KvDtype::F32),
-            _ => Err(Error::invalid(format!("kv_dtype must be \"f16\" or \"f32\", got {s:?}"))),
+            _ => Err(Error::invalid(format!(
+                "kv_dtype must be \"f16\" or \"f32\", got {s:?}"
+            ))),
         }
     }
     pub fn size(self) -> usize {
@@ -95,12 +97,18 @@ impl KvBuf {
     fn read_le(&mut self, at: usize, bytes: &[u8]) {
         match self {
             KvBuf::F16(v) => {
-                for (d, c) in v[at..at + bytes.len() / 2].iter_mut().zip(bytes.chunks_exact(2)) {
+                for (d, c) in v[at..at + bytes.len() / 2]
+                    .iter_mut()
+                    .zip(bytes.chunks_exact(2))
+                {
                     *d = u16::from_le_bytes([c[0], c[1]]);
                 }
             }
             KvBuf::F32(v) => {
-                for (d, c) in v[at..at + bytes.len() / 4].iter_mut().zip(bytes.chunks_exact(4)) {
+                for (d, c) in v[at..at + bytes.len() / 4]
+                    .iter_mut()
+                    .zip(bytes.chunks_exact(4))
+                {
                     *d = f32::from_le_bytes([c[0], c[1], c[2], c[3]]);
                 }
             }
@@ -118,7 +126,8 @@ fn append_u16(src: &[u16], out: &mut Vec<u8>) {
 
 #[cfg(not(target_endian = "little"))]
 fn append_u16(src: &[u16], out: &mut Vec<u8>) {
-    src.iter().for_each(|x| out.extend_from_slice(&x.to_le_bytes()));
+    src.iter()
+        .for_each(|x| out.extend_from_slice(&x.to_le_bytes()));
 }
 
 #[cfg(target_endian = "little")]
@@ -130,11 +139,14 @@ fn append_f32(src: &[f32], out: &mut Vec<u8>) {
 
 #[cfg(not(target_endian = "little"))]
 fn append_f32(src: &[f32], out: &mut Vec<u8>) {
-    src.iter().for_each(|x| out.extend_from_slice(&x.to_le_bytes()));
+    src.iter()
+        .for_each(|x| out.extend_from_slice(&x.to_le_bytes()));
 }
 
 fn oom(bytes: usize) -> Error {
-    Error::invalid(format!("cannot allocate {bytes} bytes for the KV cache; use a smaller context_size"))
+    Error::invalid(format!(
+        "cannot allocate {bytes} bytes for the KV cache; use a smaller context_size"
+    ))
 }
 
 pub struct KvCache {
@@ -164,9 +176,21 @@ impl KvCache {
             .checked_mul(n_head_kv)
             .and_then(|x| x.checked_mul(dim_v))
             .ok_or_else(|| oom(usize::MAX))?;
-        let k = (0..n_layer).map(|_| KvBuf::zeroed(dtype, per_k)).collect::<Result<_>>()?;
-        let v = (0..n_layer).map(|_| KvBuf::zeroed(dtype, per_v)).collect::<Result<_>>()?;
-        Ok(KvCache { dtype, n_ctx, n_head_kv, dim_k, dim_v, k, v })
+        let k = (0..n_layer)
+            .map(|_| KvBuf::zeroed(dtype, per_k))
+            .collect::<Result<_>>()?;
+        let v = (0..n_layer)
+            .map(|_| KvBuf::zeroed(dtype, per_v))
+            .collect::<Result<_>>()?;
+        Ok(KvCache {
+            dtype,
+            n_ctx,
+            n_head_kv,
+            dim_k,
+            dim_v,
+            k,
+            v,
+        })
     }
 
     pub fn n_layer(&self) -> usize {
@@ -201,7 +225,10 @@ impl KvCache {
     /// the cache's dtype: per layer, K of each head then V of each head.
     pub fn export(&self, n: usize) -> Result<Vec<u8>> {
         if n > self.n_ctx {
-            return Err(Error::invalid(format!("cannot export {n} positions from a context of {}", self.n_ctx)));
+            return Err(Error::invalid(format!(
+                "cannot export {n} positions from a context of {}",
+                self.n_ctx
+            )));
         }
         let mut out = Vec::with_capacity(self.export_len(n));
         for l in 0..self.n_layer() {
@@ -272,7 +299,12 @@ mod tests {
                 let k: Vec<f32> = (0..8).map(|i| (pos * 10 + i) as f32).collect();
                 let v: Vec<f32> = (0..6).map(|i| -((pos * 10 + i) as f32)).collect();
                 a.store(0, pos, &k, &v);
-                a.store(1, pos, &v.iter().chain(&v).copied().take(8).collect::<Vec<_>>(), &k[..6]);
+                a.store(
+                    1,
+                    pos,
+                    &v.iter().chain(&v).copied().take(8).collect::<Vec<_>>(),
+                    &k[..6],
+                );
             }
             let bytes = a.export(5).unwrap();
             assert_eq!(bytes.len(), a.export_len(5));

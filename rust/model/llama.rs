@@ -80,22 +80,69 @@ impl Model {
                 wk: matrix(f, &n("attn_k"), e, Some(kd))?,
                 wv: matrix(f, &n("attn_v"), e, Some(vd))?,
                 wo: matrix(f, &n("attn_output"), od, Some(e))?,
-                bq: if t.qkv_bias { opt_vector(f, &b("attn_q"), qd)? } else { None },
-                bk: if t.qkv_bias { opt_vector(f, &b("attn_k"), kd)? } else { None },
-                bv: if t.qkv_bias { opt_vector(f, &b("attn_v"), vd)? } else { None },
-                q_norm: if t.qk_norm { Some(vector(f, &n("attn_q_norm"), cfg.dim_k)?) } else { None },
-                k_norm: if t.qk_norm { Some(vector(f, &n("attn_k_norm"), cfg.dim_k)?) } else { None },
-                post_attn_norm: if t.post_norms { Some(vector(f, &n("post_attention_norm"), e)?) } else { None },
+                bq: if t.qkv_bias {
+                    opt_vector(f, &b("attn_q"), qd)?
+                } else {
+                    None
+                },
+                bk: if t.qkv_bias {
+                    opt_vector(f, &b("attn_k"), kd)?
+                } else {
+                    None
+                },
+                bv: if t.qkv_bias {
+                    opt_vector(f, &b("attn_v"), vd)?
+                } else {
+                    None
+                },
+                q_norm: if t.qk_norm {
+                    Some(vector(f, &n("attn_q_norm"), cfg.dim_k)?)
+                } else {
+                    None
+                },
+                k_norm: if t.qk_norm {
+                    Some(vector(f, &n("attn_k_norm"), cfg.dim_k)?)
+                } else {
+                    None
+                },
+                post_attn_norm: if t.post_norms {
+                    Some(vector(f, &n("post_attention_norm"), e)?)
+                } else {
+                    None
+                },
                 ffn_norm: vector(f, &n("ffn_norm"), e)?,
                 gate: matrix(f, &n("ffn_gate"), e, Some(ff))?,
                 up: matrix(f, &n("ffn_up"), e, Some(ff))?,
                 down: matrix(f, &n("ffn_down"), ff, Some(e))?,
-                post_ffn_norm: if t.post_norms { Some(vector(f, &n("post_ffw_norm"), e)?) } else { None },
+                post_ffn_norm: if t.post_norms {
+                    Some(vector(f, &n("post_ffw_norm"), e)?)
+                } else {
+                    None
+                },
             });
         }
-        let rope = Rope::new(t.rope_order, cfg.rope_dims, cfg.rope_base, &cfg.rope_scaling);
-        let rope_local = Rope::new(t.rope_order, cfg.rope_dims, cfg.rope_base_local, &RopeScaling::None);
-        Ok(Model { file, cfg, tok_embd, output, output_norm, layers, rope, rope_local })
+        let rope = Rope::new(
+            t.rope_order,
+            cfg.rope_dims,
+            cfg.rope_base,
+            &cfg.rope_scaling,
+        );
+        let rope_local = Rope::new(
+            t.rope_order,
+            cfg.rope_dims,
+            cfg.rope_base_local,
+            &RopeScaling::None,
+        );
+        Ok(Model {
+            file,
+            cfg,
+            tok_embd,
+            output,
+            output_norm,
+            layers,
+            rope,
+            rope_local,
+        })
     }
 
     pub fn n_vocab(&self) -> usize {
@@ -124,7 +171,11 @@ impl Model {
             return Err(Error::generate("forward called with no tokens"));
         }
         let (e, ff) = (c.n_embd, c.n_ff);
-        let (qd, kd, vd) = (c.n_head * c.dim_k, c.n_head_kv * c.dim_k, c.n_head_kv * c.dim_v);
+        let (qd, kd, vd) = (
+            c.n_head * c.dim_k,
+            c.n_head_kv * c.dim_k,
+            c.n_head_kv * c.dim_v,
+        );
         let od = c.n_head * c.dim_v;
 
         // Embeddings.
@@ -133,7 +184,10 @@ impl Model {
         for (t, &tok) in tokens.iter().enumerate() {
             let tok = tok as usize;
             if tok >= c.n_vocab {
-                return Err(Error::generate(format!("token id {tok} is outside the vocabulary of {}", c.n_vocab)));
+                return Err(Error::generate(format!(
+                    "token id {tok} is outside the vocabulary of {}",
+                    c.n_vocab
+                )));
             }
             dequantize_row(emb.ty, emb.row(tok), &mut x[t * e..(t + 1) * e])?;
         }
@@ -152,7 +206,8 @@ impl Model {
         if has_local {
             fit(&mut s.cs_local, n * rd);
             for t in 0..n {
-                self.rope_local.angles(pos0 + t, &mut s.cs_local[t * rd..(t + 1) * rd]);
+                self.rope_local
+                    .angles(pos0 + t, &mut s.cs_local[t * rd..(t + 1) * rd]);
             }
         }
 
@@ -170,7 +225,11 @@ impl Model {
                 &mut [&mut s.q[..], &mut s.k[..], &mut s.v[..]],
                 &mut s.acts,
             );
-            for (buf, bias, d) in [(&mut s.q, &l.bq, qd), (&mut s.k, &l.bk, kd), (&mut s.v, &l.bv, vd)] {
+            for (buf, bias, d) in [
+                (&mut s.q, &l.bq, qd),
+                (&mut s.k, &l.bk, kd),
+                (&mut s.v, &l.bv, vd),
+            ] {
                 if let Some(b) = bias {
                     for row in buf.chunks_exact_mut(d) {
                         row.iter_mut().zip(b).for_each(|(x, y)| *x += y);
@@ -181,12 +240,21 @@ impl Model {
                 rms_norm_inplace(&mut s.q, qn, c.rms_eps, 0.0);
                 rms_norm_inplace(&mut s.k, kn, c.rms_eps, 0.0);
             }
-            let (rope, cs) = if local { (&self.rope_local, &s.cs_local) } else { (&self.rope, &s.cs) };
+            let (rope, cs) = if local {
+                (&self.rope_local, &s.cs_local)
+            } else {
+                (&self.rope, &s.cs)
+            };
             for t in 0..n {
                 let a = &cs[t * rd..(t + 1) * rd];
                 rope.apply(&mut s.q[t * qd..(t + 1) * qd], c.dim_k, a);
                 rope.apply(&mut s.k[t * kd..(t + 1) * kd], c.dim_k, a);
-                kv.store(il, pos0 + t, &s.k[t * kd..(t + 1) * kd], &s.v[t * vd..(t + 1) * vd]);
+                kv.store(
+                    il,
+                    pos0 + t,
+                    &s.k[t * kd..(t + 1) * kd],
+                    &s.v[t * vd..(t + 1) * vd],
+                );
             }
             let p = AttnParams {
                 n_head: c.n_head,
@@ -197,7 +265,14 @@ impl Model {
                 window: if local { c.sliding_window } else { None },
             };
             attention(pool, vk, kv, il, &s.q, pos0, n, &p, fit(&mut s.att, n * od));
-            matmul(pool, l.wo.view(f), &s.att, n, fit(&mut s.o, n * e), &mut s.acts);
+            matmul(
+                pool,
+                l.wo.view(f),
+                &s.att,
+                n,
+                fit(&mut s.o, n * e),
+                &mut s.acts,
+            );
             if let Some(w) = &l.post_attn_norm {
                 rms_norm_inplace(&mut s.o, w, c.rms_eps, 0.0);
             }
@@ -218,7 +293,14 @@ impl Model {
                 Activation::Silu => swiglu(&mut s.gate, &s.up),
                 Activation::GeluTanh => geglu(&mut s.gate, &s.up),
             }
-            matmul(pool, l.down.view(f), &s.gate, n, fit(&mut s.o, n * e), &mut s.acts);
+            matmul(
+                pool,
+                l.down.view(f),
+                &s.gate,
+                n,
+                fit(&mut s.o, n * e),
+                &mut s.acts,
+            );
             if let Some(w) = &l.post_ffn_norm {
                 rms_norm_inplace(&mut s.o, w, c.rms_eps, 0.0);
             }
@@ -229,7 +311,13 @@ impl Model {
         // which is the largest matrix of a small model.
         let first = if all_logits { 0 } else { n - 1 };
         let rows = n - first;
-        rms_norm(&s.x[first * e..], &self.output_norm, c.rms_eps, 0.0, fit(&mut s.h, rows * e));
+        rms_norm(
+            &s.x[first * e..],
+            &self.output_norm,
+            c.rms_eps,
+            0.0,
+            fit(&mut s.h, rows * e),
+        );
         logits.resize(rows * c.n_vocab, 0.0);
         matmul(pool, self.output.view(f), &s.h, rows, logits, &mut s.acts);
         Ok(())

@@ -76,12 +76,16 @@ impl Session {
             )));
         }
         let chunk = self.prefill_chunk.max(1);
-        let mut out = Vec::with_capacity(if all_logits { tokens.len() * n_vocab } else { n_vocab });
+        let mut out = Vec::with_capacity(if all_logits {
+            tokens.len() * n_vocab
+        } else {
+            n_vocab
+        });
         let mut logits = Vec::new();
         let n_chunks = tokens.len().div_ceil(chunk);
         for (i, part) in tokens.chunks(chunk).enumerate() {
             let last = i + 1 == n_chunks;
-            if let Err(e) = self.model.forward(
+            self.model.forward(
                 &self.pool,
                 self.vk,
                 &mut self.kv,
@@ -90,9 +94,7 @@ impl Session {
                 all_logits,
                 &mut self.scratch,
                 &mut logits,
-            ) {
-                return Err(e);
-            }
+            )?;
             self.n_past += part.len();
             if all_logits || last {
                 out.extend_from_slice(&logits);
@@ -134,7 +136,10 @@ impl Session {
     /// Restores the position after the KV cache was filled externally (snapshots).
     pub fn set_n_past(&mut self, n: usize) -> Result<()> {
         if n > self.n_ctx() {
-            return Err(Error::invalid(format!("n_past {n} exceeds context size {}", self.n_ctx())));
+            return Err(Error::invalid(format!(
+                "n_past {n} exceeds context size {}",
+                self.n_ctx()
+            )));
         }
         self.n_past = n;
         Ok(())

@@ -31,7 +31,10 @@ pub fn matrix(f: &GgufFile, name: &str, cols: usize, rows: Option<usize>) -> Res
     let t = f
         .tensor(name)
         .ok_or_else(|| Error::load(format!("tensor {name} is missing")))?;
-    if t.dims.len() != 2 || t.dims[0] as usize != cols || rows.is_some_and(|r| t.dims[1] as usize != r) {
+    if t.dims.len() != 2
+        || t.dims[0] as usize != cols
+        || rows.is_some_and(|r| t.dims[1] as usize != r)
+    {
         return Err(Error::load(format!(
             "tensor {name} has shape {:?}, expected [{cols}, {}]",
             t.dims,

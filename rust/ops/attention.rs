@@ -123,8 +123,9 @@ pub fn attention(
         let n_split = want.min(span.div_ceil(KEY_BLOCK)).max(1);
         let per = span.div_ceil(n_split);
         let units = p.n_head_kv * n_split;
-        let partials: Vec<std::sync::Mutex<Vec<Partial>>> =
-            (0..units).map(|_| std::sync::Mutex::new(Vec::new())).collect();
+        let partials: Vec<std::sync::Mutex<Vec<Partial>>> = (0..units)
+            .map(|_| std::sync::Mutex::new(Vec::new()))
+            .collect();
         pool.run(units, |u| {
             let (g, s) = (u / n_split, u % n_split);
             let a = lo + s * per;
@@ -134,9 +135,23 @@ pub fn attention(
             let mut scores = [0f32; KEY_BLOCK];
             let mut res = Vec::with_capacity(group);
             for hq in g * group..(g + 1) * group {
-                let mut st = Partial { max: f32::NEG_INFINITY, sum: 0.0, acc: vec![0.0; p.dim_v] };
+                let mut st = Partial {
+                    max: f32::NEG_INFINITY,
+                    sum: 0.0,
+                    acc: vec![0.0; p.dim_v],
+                };
                 if a < b {
-                    attend(vk, &q[hq * p.dim_k..(hq + 1) * p.dim_k], keys, vals, a, b, p, &mut st, &mut scores);
+                    attend(
+                        vk,
+                        &q[hq * p.dim_k..(hq + 1) * p.dim_k],
+                        keys,
+                        vals,
+                        a,
+                        b,
+                        p,
+                        &mut st,
+                        &mut scores,
+                    );
                 }
                 res.push(st);
             }
@@ -149,14 +164,17 @@ pub fn attention(
         // SAFETY: the pool has finished; this is the only live view.
         let out = unsafe { shared_out.slice(0, o_stride) };
         for g in 0..p.n_head_kv {
+            let splits = &parts[g * n_split..(g + 1) * n_split];
             for gi in 0..group {
                 let hq = g * group + gi;
                 let o = &mut out[hq * p.dim_v..(hq + 1) * p.dim_v];
-                let sts = (0..n_split).map(|s| &parts[g * n_split + s][gi]);
-                let m = sts.clone().fold(f32::NEG_INFINITY, |m, st| m.max(st.max));
+                let m = splits
+                    .iter()
+                    .fold(f32::NEG_INFINITY, |m, sp| m.max(sp[gi].max));
                 o.iter_mut().for_each(|x| *x = 0.0);
                 let mut sum = 0.0;
-                for st in sts {
+                for sp in splits {
+                    let st = &sp[gi];
                     if st.sum == 0.0 {
                         continue;
                     }
@@ -177,7 +195,11 @@ pub fn attention(
         let keys = cache.keys(layer, g, kv_len);
         let vals = cache.values(layer, g, kv_len);
         let mut scores = [0f32; KEY_BLOCK];
-        let mut st = Partial { max: 0.0, sum: 0.0, acc: vec![0.0; p.dim_v] };
+        let mut st = Partial {
+            max: 0.0,
+            sum: 0.0,
+            acc: vec![0.0; p.dim_v],
+        };
         for t in qb * QUERY_BLOCK..((qb + 1) * QUERY_BLOCK).min(n_tok) {
             let (lo, hi) = visible(p, pos0 + t);
             for hq in g * group..(g + 1) * group {
@@ -185,7 +207,17 @@ pub fn attention(
                 st.sum = 0.0;
                 st.acc.iter_mut().for_each(|x| *x = 0.0);
                 let qo = t * q_stride + hq * p.dim_k;
-                attend(vk, &q[qo..qo + p.dim_k], keys, vals, lo, hi, p, &mut st, &mut scores);
+                attend(
+                    vk,
+                    &q[qo..qo + p.dim_k],
+                    keys,
+                    vals,
+                    lo,
+                    hi,
+                    p,
+                    &mut st,
+                    &mut scores,
+                );
                 let inv = if st.sum > 0.0 { 1.0 / st.sum } else { 0.0 };
                 // SAFETY: (t, hq) belongs to exactly one unit (g = hq / group, qb = t / QUERY_BLOCK).
                 let o = unsafe { shared_out.slice(t * o_stride + hq * p.dim_v, p.dim_v) };
@@ -206,7 +238,10 @@ mod tests {
 
     /// Naive softmax attention, the oracle.
     fn reference(q: &[f32], ks: &[Vec<f32>], vs: &[Vec<f32>], scale: f32) -> Vec<f32> {
-        let s: Vec<f32> = ks.iter().map(|k| k.iter().zip(q).map(|(a, b)| a * b).sum::<f32>() * scale).collect();
+        let s: Vec<f32> = ks
+            .iter()
+            .map(|k| k.iter().zip(q).map(|(a, b)| a * b).sum::<f32>() * scale)
+            .collect();
         let m = s.iter().cloned().fold(f32::NEG_INFINITY, f32::max);
         let w: Vec<f32> = s.iter().map(|x| (x - m).exp()).collect();
         let z: f32 = w.iter().sum();
@@ -239,20 +274,53 @@ mod tests {
                         vs[h].push(v[h * d..(h + 1) * d].to_vec());
                     }
                 }
-                let q: Vec<f32> = (0..n * n_head * d).map(|_| rng.random_range(-1.0..1.0)).collect();
-                let p = AttnParams { n_head, n_head_kv: n_kv, dim_k: d, dim_v: d, scale: 0.25, window: None };
+                let q: Vec<f32> = (0..n * n_head * d)
+                    .map(|_| rng.random_range(-1.0..1.0))
+                    .collect();
+                let p = AttnParams {
+                    n_head,
+                    n_head_kv: n_kv,
+                    dim_k: d,
+                    dim_v: d,
+                    scale: 0.25,
+                    window: None,
+                };
                 // Prefill of positions 0..n-1, then a decode at the last position.
                 let mut out = vec![0f32; (n - 1) * n_head * d];
-                attention(&pool, vec::best(), &cache, 0, &q[..(n - 1) * n_head * d], 0, n - 1, &p, &mut out);
+                attention(
+                    &pool,
+                    vec::best(),
+                    &cache,
+                    0,
+                    &q[..(n - 1) * n_head * d],
+                    0,
+                    n - 1,
+                    &p,
+                    &mut out,
+                );
                 let mut dec = vec![0f32; n_head * d];
-                attention(&pool, vec::best(), &cache, 0, &q[(n - 1) * n_head * d..], n - 1, 1, &p, &mut dec);
+                attention(
+                    &pool,
+                    vec::best(),
+                    &cache,
+                    0,
+                    &q[(n - 1) * n_head * d..],
+                    n - 1,
+                    1,
+                    &p,
+                    &mut dec,
+                );
                 let tol = if dtype == KvDtype::F16 { 5e-3 } else { 1e-4 };
                 for t in [0usize, 1, 63, 64, 100, n - 1] {
                     for h in 0..n_head {
                         let g = h / (n_head / n_kv);
                         let qo = (t * n_head + h) * d;
                         let want = reference(&q[qo..qo + d], &ks[g][..=t], &vs[g][..=t], 0.25);
-                        let got = if t == n - 1 { &dec[h * d..(h + 1) * d] } else { &out[qo..qo + d] };
+                        let got = if t == n - 1 {
+                            &dec[h * d..(h + 1) * d]
+                        } else {
+                            &out[qo..qo + d]
+                        };
                         for (a, b) in got.iter().zip(&want) {
                             assert!((a - b).abs() < tol, "t={t} h={h} {a} vs {b}");
                         }

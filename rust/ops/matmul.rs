@@ -22,9 +22,9 @@ pub struct QMatrix<'a> {
 
 impl<'a> QMatrix<'a> {
     pub fn new(ty: GgmlType, rows: usize, cols: usize, data: &'a [u8]) -> Result<Self> {
-        let rb = ty
-            .row_bytes(cols)
-            .ok_or_else(|| Error::load(format!("{} rows of {cols} are not whole blocks", ty.name())))?;
+        let rb = ty.row_bytes(cols).ok_or_else(|| {
+            Error::load(format!("{} rows of {cols} are not whole blocks", ty.name()))
+        })?;
         if rb.checked_mul(rows) != Some(data.len()) {
             return Err(Error::load(format!(
                 "{} matrix {rows}x{cols} needs {} bytes, has {}",
@@ -34,9 +34,17 @@ impl<'a> QMatrix<'a> {
             )));
         }
         if kernels(ty).is_none() {
-            return Err(Error::load(format!("no matrix kernel for {} weights", ty.name())));
+            return Err(Error::load(format!(
+                "no matrix kernel for {} weights",
+                ty.name()
+            )));
         }
-        Ok(QMatrix { ty, rows, cols, data })
+        Ok(QMatrix {
+            ty,
+            rows,
+            cols,
+            data,
+        })
     }
 
     pub fn row_bytes(&self) -> usize {
@@ -166,8 +174,13 @@ pub fn matmul_multi(
         let mut t0 = 0;
         while t0 < n_tok {
             let t1 = (t0 + TOKEN_TILE).min(n_tok);
-            let act_rows: [&[u8]; TOKEN_TILE] =
-                std::array::from_fn(|i| if t0 + i < t1 { &acts[(t0 + i) * arb..(t0 + i + 1) * arb] } else { &[] });
+            let act_rows: [&[u8]; TOKEN_TILE] = std::array::from_fn(|i| {
+                if t0 + i < t1 {
+                    &acts[(t0 + i) * arb..(t0 + i + 1) * arb]
+                } else {
+                    &[]
+                }
+            });
             let act_rows = &act_rows[..t1 - t0];
             let mut r = r0;
             while r < r1 {

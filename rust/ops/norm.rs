@@ -6,7 +6,7 @@ pub fn rms_norm(x: &[f32], weight: &[f32], eps: f32, weight_offset: f32, out: &m
     let dim = weight.len();
     for (xr, or) in x.chunks_exact(dim).zip(out.chunks_exact_mut(dim)) {
         let ss: f64 = xr.iter().map(|&v| (v as f64) * (v as f64)).sum();
-        let scale = (1.0 / ((ss / dim as f64) as f32 + eps).sqrt()) as f32;
+        let scale = 1.0 / ((ss / dim as f64) as f32 + eps).sqrt();
         for ((o, &v), &w) in or.iter_mut().zip(xr).zip(weight) {
             *o = v * scale * (w + weight_offset);
         }

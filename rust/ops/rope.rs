@@ -13,8 +13,16 @@ pub enum RopeOrder {
 #[derive(Debug, Clone, PartialEq)]
 pub enum RopeScaling {
     None,
-    Linear { factor: f32 },
-    Yarn { factor: f32, original_ctx: u32, beta_fast: f32, beta_slow: f32, attn_factor: f32 },
+    Linear {
+        factor: f32,
+    },
+    Yarn {
+        factor: f32,
+        original_ctx: u32,
+        beta_fast: f32,
+        beta_slow: f32,
+        attn_factor: f32,
+    },
 }
 
 /// Per-model rotary tables: inverse frequencies and YaRN ramp, computed once.
@@ -39,7 +47,13 @@ impl Rope {
         let (freq_scale, ramp, mscale) = match *scaling {
             RopeScaling::None => (1.0, Vec::new(), 1.0),
             RopeScaling::Linear { factor } => (1.0 / factor.max(1e-6), Vec::new(), 1.0),
-            RopeScaling::Yarn { factor, original_ctx, beta_fast, beta_slow, attn_factor } => {
+            RopeScaling::Yarn {
+                factor,
+                original_ctx,
+                beta_fast,
+                beta_slow,
+                attn_factor,
+            } => {
                 let fs = 1.0 / factor.max(1e-6);
                 let corr = |n_rot: f32| {
                     n_dims as f32
@@ -58,7 +72,14 @@ impl Rope {
                 (fs, ramp, m)
             }
         };
-        Rope { order, n_dims, inv_freq, ramp, freq_scale, mscale }
+        Rope {
+            order,
+            n_dims,
+            inv_freq,
+            ramp,
+            freq_scale,
+            mscale,
+        }
     }
 
     /// Cos/sin for every rotating pair at position `pos`, into `cs`
@@ -127,7 +148,12 @@ mod tests {
     #[test]
     fn linear_scaling_halves_angles() {
         let plain = Rope::new(RopeOrder::Normal, 4, 10000.0, &RopeScaling::None);
-        let lin = Rope::new(RopeOrder::Normal, 4, 10000.0, &RopeScaling::Linear { factor: 2.0 });
+        let lin = Rope::new(
+            RopeOrder::Normal,
+            4,
+            10000.0,
+            &RopeScaling::Linear { factor: 2.0 },
+        );
         let (mut a, mut b) = (vec![0f32; 4], vec![0f32; 4]);
         plain.angles(10, &mut a);
         lin.angles(20, &mut b);

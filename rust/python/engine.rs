@@ -69,11 +69,18 @@ pub struct PySession {
 impl PySession {
     #[new]
     #[pyo3(signature = (model, n_ctx, threads=None, kv_dtype="f16"))]
-    fn new(model: &PyModel, n_ctx: usize, threads: Option<usize>, kv_dtype: &str) -> PyResult<Self> {
+    fn new(
+        model: &PyModel,
+        n_ctx: usize,
+        threads: Option<usize>,
+        kv_dtype: &str,
+    ) -> PyResult<Self> {
         let dtype = KvDtype::parse(kv_dtype).py_err()?;
         let threads = threads.unwrap_or_else(physical_cores);
         if threads == 0 {
-            return Err(pyo3::exceptions::PyValueError::new_err("threads must be at least 1"));
+            return Err(pyo3::exceptions::PyValueError::new_err(
+                "threads must be at least 1",
+            ));
         }
         let s = Session::new(Arc::clone(&model.inner), n_ctx, threads, dtype).py_err()?;
         Ok(PySession { inner: s })
@@ -124,7 +131,9 @@ impl PySession {
     #[setter]
     fn set_threads(&mut self, n: usize) -> PyResult<()> {
         if n == 0 {
-            return Err(pyo3::exceptions::PyValueError::new_err("threads must be at least 1"));
+            return Err(pyo3::exceptions::PyValueError::new_err(
+                "threads must be at least 1",
+            ));
         }
         self.inner.set_threads(n);
         Ok(())
@@ -136,7 +145,9 @@ impl PySession {
     #[setter]
     fn set_prefill_chunk(&mut self, n: usize) -> PyResult<()> {
         if n == 0 {
-            return Err(pyo3::exceptions::PyValueError::new_err("prefill_chunk must be at least 1"));
+            return Err(pyo3::exceptions::PyValueError::new_err(
+                "prefill_chunk must be at least 1",
+            ));
         }
         self.inner.prefill_chunk = n;
         Ok(())
@@ -179,4 +190,3 @@ pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(blake3_digest, m)?)?;
     Ok(())
 }
-

@@ -8,10 +8,7 @@ use pyo3::prelude::*;
 use crate::Error;
 
 fn raise(py: Python<'_>, class: &str, msg: String) -> PyErr {
-    match py
-        .import("oxillama.errors")
-        .and_then(|m| m.getattr(class))
-    {
+    match py.import("oxillama.errors").and_then(|m| m.getattr(class)) {
         Ok(cls) => PyErr::from_type(cls.cast_into().expect("errors.py classes are types"), msg),
         Err(e) => e,
     }

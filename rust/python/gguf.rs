@@ -29,7 +29,10 @@ fn array_to_py<'py>(py: Python<'py>, a: &Array) -> PyResult<Bound<'py, PyAny>> {
         Array::I64(v) => PyList::new(py, v)?.into_any(),
         Array::F64(v) => PyList::new(py, v)?.into_any(),
         Array::Array(v) => {
-            let items = v.iter().map(|x| array_to_py(py, x)).collect::<PyResult<Vec<_>>>()?;
+            let items = v
+                .iter()
+                .map(|x| array_to_py(py, x))
+                .collect::<PyResult<Vec<_>>>()?;
             PyList::new(py, items)?.into_any()
         }
     })
@@ -105,7 +108,15 @@ impl PyGgufFile {
         self.inner
             .tensors()
             .iter()
-            .map(|t| (t.name.clone(), t.ty.name(), t.dims.clone(), t.offset, t.nbytes))
+            .map(|t| {
+                (
+                    t.name.clone(),
+                    t.ty.name(),
+                    t.dims.clone(),
+                    t.offset,
+                    t.nbytes,
+                )
+            })
             .collect()
     }
 
