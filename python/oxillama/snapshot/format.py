@@ -1,0 +1,111 @@
+"""The OXISNAP1 container: magic, version, checksum, tagged sections.
+
+Layout (all integers little-endian)::
+
+    offset  size  field
+    0       8     magic  b"OXISNAP1"
+    8       4     u32    format version
+    12      8     u64    payload length P
+    20      32    blake3 digest of the payload
+    52      P     payload: a sequence of sections
+
+    section := u32 tag | u64 length L | L bytes
+
+Readers skip sections whose tag they do not know, so later versions can add
+sections without breaking older readers. Nothing in the payload is used
+before the checksum has been verified.
+"""
+
+from __future__ import annotations
+
+import struct
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
+
+from .. import _native
+from .errors import SnapshotFormatError
+
+MAGIC = b"OXISNAP1"
+VERSION = 1
+#: Versions this reader accepts (every version it has shipped).
+SUPPORTED_VERSIONS = frozenset({1})
+HEADER = struct.Struct("<8sIQ32s")
+SECTION = struct.Struct("<IQ")
+
+
+@dataclass(frozen=True)
+class Section:
+    tag: int
+    data: bytes | memoryview
+
+
+def encode(sections: Iterable[Section], *, magic: bytes = MAGIC, version: int = VERSION) -> bytes:
+    """Serializes sections into one container (header + checksummed payload)."""
+    parts: list[bytes | memoryview] = []
+    for s in sections:
+        parts.append(SECTION.pack(s.tag, len(s.data)))
+        parts.append(s.data)
+    payload = b"".join(parts)
+    return HEADER.pack(magic, version, len(payload), _native.blake3(payload)) + payload
+
+
+def read_header(blob: bytes | memoryview, *, magic: bytes = MAGIC) -> tuple[int, int]:
+    """Checks magic and version; returns ``(version, payload_length)``."""
+    name = magic.decode()
+    if len(blob) < len(magic):
+        raise SnapshotFormatError(f"truncated: {len(blob)} bytes is shorter than the {name} magic")
+    if bytes(blob[: len(magic)]) != magic:
+        raise SnapshotFormatError(
+            f"bad magic {bytes(blob[: len(magic)])!r}: not an {name} snapshot"
+        )
+    if len(blob) < HEADER.size:
+        raise SnapshotFormatError(
+            f"truncated: {len(blob)} bytes is shorter than the {HEADER.size}-byte header"
+        )
+    _, version, length, _ = HEADER.unpack_from(blob)
+    if version not in SUPPORTED_VERSIONS:
+        newest = max(SUPPORTED_VERSIONS)
+        raise SnapshotFormatError(
+            f"unsupported {name} version {version}: this reader knows versions up to {newest}"
+            + ("; upgrade oxillama to read it" if version > newest else "")
+        )
+    return version, length
+
+
+def decode(blob: bytes | memoryview, *, magic: bytes = MAGIC) -> tuple[int, dict[int, memoryview]]:
+    """Verifies a container and returns ``(version, {tag: section data})``."""
+    view = memoryview(blob)
+    version, length = read_header(view, magic=magic)
+    end = HEADER.size + length
+    if len(view) < end:
+        raise SnapshotFormatError(
+            f"truncated: header announces a {length}-byte payload, "
+            f"only {len(view) - HEADER.size} bytes follow"
+        )
+    if len(view) > end:
+        raise SnapshotFormatError(f"{len(view) - end} unexpected bytes after the payload")
+    payload = view[HEADER.size : end]
+    digest = bytes(view[20:52])
+    if _native.blake3(payload) != digest:
+        raise SnapshotFormatError("checksum mismatch: the snapshot is corrupt")
+    return version, dict(_sections(payload))
+
+
+def _sections(payload: memoryview) -> Iterator[tuple[int, memoryview]]:
+    pos = 0
+    seen: set[int] = set()
+    while pos < len(payload):
+        if len(payload) - pos < SECTION.size:
+            raise SnapshotFormatError(f"truncated section header at payload offset {pos}")
+        tag, length = SECTION.unpack_from(payload, pos)
+        pos += SECTION.size
+        if length > len(payload) - pos:
+            raise SnapshotFormatError(
+                f"section {tag} at payload offset {pos} claims {length} bytes, "
+                f"only {len(payload) - pos} remain"
+            )
+        if tag in seen:
+            raise SnapshotFormatError(f"section {tag} appears twice")
+        seen.add(tag)
+        yield tag, payload[pos : pos + length]
+        pos += length
