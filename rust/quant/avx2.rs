@@ -1,0 +1,153 @@
+//! AVX2 + FMA + F16C dot products. Installed by `mod.rs` only after run-time
+//! detection, so a baseline x86-64 build still takes this path where it can.
+
+use std::arch::x86_64::*;
+
+use super::block::f16_at;
+use super::{q4_1, q8_0, q8_1};
+
+pub fn available() -> bool {
+    is_x86_feature_detected!("avx2")
+        && is_x86_feature_detected!("fma")
+        && is_x86_feature_detected!("f16c")
+}
+
+#[target_feature(enable = "avx2,fma")]
+unsafe fn hsum(v: __m256) -> f32 {
+    let s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+    let s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+    let s = _mm_add_ss(s, _mm_shuffle_ps(s, s, 1));
+    _mm_cvtss_f32(s)
+}
+
+/// Eight i32 lane sums of unsigned(x) * signed(y) byte products, as f32.
+#[target_feature(enable = "avx2,fma")]
+unsafe fn mul_sum_us8(x: __m256i, y: __m256i) -> __m256 {
+    let p16 = _mm256_maddubs_epi16(x, y);
+    _mm256_cvtepi32_ps(_mm256_madd_epi16(p16, _mm256_set1_epi16(1)))
+}
+
+/// The same for two signed operands: move x's sign onto y so x can be unsigned.
+#[target_feature(enable = "avx2,fma")]
+unsafe fn mul_sum_i8(x: __m256i, y: __m256i) -> __m256 {
+    mul_sum_us8(_mm256_sign_epi8(x, x), _mm256_sign_epi8(y, x))
+}
+
+/// Expands 16 bytes of nibbles into 32 bytes: low nibbles then high nibbles.
+#[target_feature(enable = "avx2,fma")]
+unsafe fn nibbles(p: *const u8) -> __m256i {
+    // SAFETY: callers pass a pointer to 16 readable bytes.
+    let raw = unsafe { _mm_loadu_si128(p as *const __m128i) };
+    let m = _mm_set1_epi8(0x0f);
+    let lo = _mm_and_si128(raw, m);
+    let hi = _mm_and_si128(_mm_srli_epi16(raw, 4), m);
+    _mm256_set_m128i(hi, lo)
+}
+
+pub fn vec_dot_q4_1(n: usize, w: &[u8], a: &[u8]) -> f32 {
+    let nb = n / q4_1::QK;
+    assert!(w.len() >= nb * q4_1::BLOCK && a.len() >= nb * q8_1::BLOCK);
+    // SAFETY: AVX2/FMA/F16C were detected before this table was installed,
+    // and the assert above bounds every block access below.
+    unsafe { q4_1_impl(nb, w, a) }
+}
+
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn q4_1_impl(nb: usize, w: &[u8], a: &[u8]) -> f32 {
+    let mut acc = _mm256_setzero_ps();
+    let mut mins = 0f32;
+    for i in 0..nb {
+        let bw = &w[i * q4_1::BLOCK..(i + 1) * q4_1::BLOCK];
+        let ba = &a[i * q8_1::BLOCK..(i + 1) * q8_1::BLOCK];
+        // SAFETY: bw has 20 bytes (16 nibble bytes from offset 4); ba has 36 (32 from offset 4).
+        let (qw, qa) = unsafe {
+            (
+                nibbles(bw.as_ptr().add(4)),
+                _mm256_loadu_si256(ba.as_ptr().add(4) as *const __m256i),
+            )
+        };
+        let d = _mm256_set1_ps(f16_at(bw, 0) * f16_at(ba, 0));
+        acc = _mm256_fmadd_ps(d, mul_sum_us8(qw, qa), acc);
+        mins += f16_at(bw, 2) * f16_at(ba, 2);
+    }
+    hsum(acc) + mins
+}
+
+pub fn vec_dot_q8_0(n: usize, w: &[u8], a: &[u8]) -> f32 {
+    let nb = n / q8_0::QK;
+    assert!(w.len() >= nb * q8_0::BLOCK && a.len() >= nb * q8_0::BLOCK);
+    // SAFETY: features detected at install time; the assert bounds all blocks.
+    unsafe { q8_0_impl(nb, w, a) }
+}
+
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn q8_0_impl(nb: usize, w: &[u8], a: &[u8]) -> f32 {
+    let mut acc = _mm256_setzero_ps();
+    for i in 0..nb {
+        let (bw, ba) = (&w[i * q8_0::BLOCK..], &a[i * q8_0::BLOCK..]);
+        // SAFETY: each block holds 32 quant bytes from offset 2.
+        let (x, y) = unsafe {
+            (
+                _mm256_loadu_si256(bw.as_ptr().add(2) as *const __m256i),
+                _mm256_loadu_si256(ba.as_ptr().add(2) as *const __m256i),
+            )
+        };
+        let d = _mm256_set1_ps(f16_at(bw, 0) * f16_at(ba, 0));
+        acc = _mm256_fmadd_ps(d, mul_sum_i8(x, y), acc);
+    }
+    hsum(acc)
+}
+
+pub fn vec_dot_f32(n: usize, w: &[u8], a: &[u8]) -> f32 {
+    assert!(w.len() >= n * 4 && a.len() >= n * 4);
+    // SAFETY: features detected at install time; lengths asserted above.
+    unsafe { f32_impl(n, w.as_ptr() as *const f32, a.as_ptr() as *const f32) }
+}
+
+#[target_feature(enable = "avx2,fma")]
+unsafe fn f32_impl(n: usize, w: *const f32, a: *const f32) -> f32 {
+    let mut acc = _mm256_setzero_ps();
+    let mut i = 0;
+    // SAFETY: i + 8 <= n keeps the unaligned loads within the n elements.
+    while i + 8 <= n {
+        unsafe { acc = _mm256_fmadd_ps(_mm256_loadu_ps(w.add(i)), _mm256_loadu_ps(a.add(i)), acc) };
+        i += 8;
+    }
+    let mut s = hsum(acc);
+    while i < n {
+        // SAFETY: i < n.
+        unsafe { s += w.add(i).read_unaligned() * a.add(i).read_unaligned() };
+        i += 1;
+    }
+    s
+}
+
+pub fn vec_dot_f16(n: usize, w: &[u8], a: &[u8]) -> f32 {
+    assert!(w.len() >= n * 2 && a.len() >= n * 4);
+    // SAFETY: features detected at install time; lengths asserted above.
+    unsafe { f16_impl(n, w.as_ptr() as *const u16, a.as_ptr() as *const f32) }
+}
+
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn f16_impl(n: usize, w: *const u16, a: *const f32) -> f32 {
+    let mut acc = _mm256_setzero_ps();
+    let mut i = 0;
+    // SAFETY: i + 8 <= n keeps both loads within bounds.
+    while i + 8 <= n {
+        unsafe {
+            let wv = _mm256_cvtph_ps(_mm_loadu_si128(w.add(i) as *const __m128i));
+            acc = _mm256_fmadd_ps(wv, _mm256_loadu_ps(a.add(i)), acc);
+        }
+        i += 8;
+    }
+    let mut s = hsum(acc);
+    while i < n {
+        // SAFETY: i < n.
+        unsafe {
+            s +=
+                half::f16::from_bits(w.add(i).read_unaligned()).to_f32() * a.add(i).read_unaligned()
+        };
+        i += 1;
+    }
+    s
+}
