@@ -80,7 +80,7 @@ def test_absurd_counts_are_rejected_before_allocation() -> None:
     expect_error(header(0, 2**64 - 1), "metadata count")
     big_array = GGUF(kvs=[("x", STRING, "y")]).build()
     # String length claiming more bytes than exist.
-    bad = header(0, 1) + struct.pack("<Q", 2**62) + b"key"
+    bad = header(0, 1) + struct.pack("<Q", 2**62) + b"key" + bytes(32)
     expect_error(bad, "metadata key #0")
     # Array length far beyond the file.
     arr = header(0, 1) + struct.pack("<Q", 1) + b"k" + struct.pack("<IIQ", ARRAY, U32, 2**60)

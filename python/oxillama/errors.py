@@ -6,7 +6,7 @@ there is exactly one definition of each.
 
 from __future__ import annotations
 
-__all__ = ["GenerateError", "GrammarError", "LoadError", "OxiLlamaError"]
+__all__ = ["GenerateError", "GrammarError", "LoadError", "OxiLlamaError", "TemplateError"]
 
 
 class OxiLlamaError(Exception):
@@ -23,3 +23,7 @@ class GenerateError(OxiLlamaError):
 
 class GrammarError(OxiLlamaError, ValueError):
     """A grammar or JSON Schema is invalid (message carries line and column)."""
+
+
+class TemplateError(OxiLlamaError):
+    """A chat template is invalid or failed to render (e.g. raise_exception)."""

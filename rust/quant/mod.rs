@@ -10,6 +10,7 @@
 //!   already quantized by `quantize_act`.
 //! - `vec_dot_tile(n, w_rows, acts, out)`: `out[r * acts.len() + c]` is the
 //!   dot of weight row `r` with activation row `c`.
+//!
 //! Callers check lengths.
 
 mod block;

@@ -94,6 +94,6 @@ mod tests {
             breakers: &[vec![2]],
             ..d
         };
-        assert!(with_breaker.penalties(&h).get(&4).is_none());
+        assert!(!with_breaker.penalties(&h).contains_key(&4));
     }
 }

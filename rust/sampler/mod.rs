@@ -8,6 +8,7 @@
 //! 5. otherwise top-k (cheap, shrinks the set) → typical → top-p → min-p →
 //!    top-a → eta/epsilon → XTC, then temperature, then a draw from the
 //!    softmax with the seeded RNG.
+//!
 //! Every truncation keeps at least one candidate.
 
 mod candidates;

@@ -14,15 +14,6 @@ QWEN2 = (
     r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}"
     r"| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+"
 )
-DEEPSEEK_LLM = (
-    r"[\r\n]",
-    r"\s?[A-Za-zµÀ-ÖØ-öø-ƺƼ-ƿǄ-ʓʕ-ʯͰ-ͳͶͷͻ-ͽͿΆΈ-ΊΌΎ-ΡΣ-ϵϷ-ҁҊ-ԯԱ-ՖႠ-ჅᎠ-Ᏽᏸ-ᏽᲐ-ᲺᲽ-Ჿᴀ-ᴫᵫ-ᵷᵹ-ᶚḀ-ἕἘ-Ἕἠ-ὅὈ-Ὅὐ-ὗὙὛὝὟ-ώᾀ-ᾴᾶ-ᾼιῂ-ῄῆ-ῌῐ-ΐῖ-Ίῠ-Ῥῲ-ῴῶ-ῼℂℇℊ-ℓℕℙ-ℝℤΩℨK-ℭℯ-ℴℹℼ-ℿⅅ-ⅉⅎↃↄⰀ-ⱻⱾ-ⳤⳫ-ⳮⳲⳳꙀ-ꙭꚀ-ꚛꜢ-ꝯꝱ-ꞇꞋ-ꞎꭰ-ꮿﬀ-ﬆﬓ-ﬗＡ-Ｚａ-ｚ𐐀-𐑏𐒰-𐓓𐓘-𐓻𐲀-𐲲𐳀-𐳲𑢠-𑣟𞤀-𞥃]+",
-    r"\s?[!-/:-~！-／：-～‘-‟　-。]+",
-    r"\s+$",
-    r"[一-龥ࠀ-一가-퟿]+",
-    r"\p{N}+",
-)
-
 # Each entry is the list of regexes applied in sequence (each splits the
 # pieces the previous one produced, keeping the matches as pieces).
 PRETOKENIZERS: dict[str, tuple[str, ...]] = {
@@ -35,7 +26,6 @@ PRETOKENIZERS: dict[str, tuple[str, ...]] = {
     "smaug-bpe": (LLAMA3,),
     "qwen2": (QWEN2,),
     "deepseek-r1-qwen": (QWEN2,),
-    "deepseek-llm": DEEPSEEK_LLM,
     # Digits one by one, then GPT-2 rules (StarCoder family, SmolLM).
     "smollm": (r"\p{N}", GPT2),
     "starcoder": (r"\p{N}", GPT2),
@@ -52,4 +42,6 @@ def pretokenizer_regexes(name: str) -> tuple[str, ...]:
         return PRETOKENIZERS[name]
     except KeyError:
         known = ", ".join(sorted(PRETOKENIZERS))
-        raise LoadError(f"unsupported pre-tokenizer {name!r} (tokenizer.ggml.pre); known: {known}") from None
+        raise LoadError(
+            f"unsupported pre-tokenizer {name!r} (tokenizer.ggml.pre); known: {known}"
+        ) from None

@@ -30,7 +30,10 @@ class Tokenizer:
         self._vocab = vocab
         specials = [vocab.tokens[i] for i in vocab.special_ids()]
         hf.add_special_tokens(
-            [AddedToken(s, special=True, normalized=False, lstrip=False, rstrip=False) for s in specials]
+            [
+                AddedToken(s, special=True, normalized=False, lstrip=False, rstrip=False)
+                for s in specials
+            ]
         )
         # A twin that treats special-token text as plain text.
         self._plain = HFTokenizer.from_str(hf.to_str())
@@ -103,7 +106,9 @@ class Tokenizer:
 
     # ------------------------------------------------------------ transform
 
-    def encode(self, text: str, *, add_special: bool = False, parse_special: bool = True) -> list[int]:
+    def encode(
+        self, text: str, *, add_special: bool = False, parse_special: bool = True
+    ) -> list[int]:
         if not isinstance(text, str):
             raise TypeError(f"text must be str, not {type(text).__name__}")
         tok = self.hf if parse_special else self._plain
