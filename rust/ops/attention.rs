@@ -1,21 +1,31 @@
 //! Causal grouped-query attention over the KV cache.
 //!
 //! The unit of work is one KV head with the group of query heads that share
-//! it, so each key and value row is loaded once for the whole group. Keys
-//! are visited in blocks with an online softmax (running max and sum), so
-//! no score matrix is materialized. Prefill splits work by KV head and query
-//! block; decode (one query) splits the key range across threads instead and
-//! merges the partial softmax states, so two threads stay busy even when a
-//! model has fewer KV heads than cores.
+//! it, so each key and value row is loaded once per query for the whole
+//! group. Scores are computed tile by tile into one row per query (never a
+//! score matrix), then normalized, and the values are summed with the
+//! normalized weights. Normalizing before the value product, rather than
+//! rescaling a running sum, is what lets us round the weights to f16 exactly
+//! where llama.cpp does with an f16 cache, so our logits match it to the
+//! bit wherever its arithmetic is defined.
+//!
+//! Prefill splits work by KV head and query block. Decode (one query)
+//! splits the key range across units in two dispatches (scores, then
+//! values), so both threads stay busy even with fewer KV heads than cores.
+//! The split depends on the model and context only, never on the thread
+//! count, so results are identical for any number of threads.
+
+use half::f16;
 
 use crate::model::kv_cache::{KvCache, KvView};
 use crate::ops::vec::VecKernels;
 use crate::threadpool::{SharedMut, ThreadPool};
 
-const KEY_BLOCK: usize = 64;
 const QUERY_BLOCK: usize = 8;
 /// Decode work units to aim for (KV heads x key splits).
 const DECODE_UNITS: usize = 16;
+/// Fewest keys worth a decode split of their own.
+const MIN_SPLIT: usize = 64;
 
 pub struct AttnParams {
     pub n_head: usize,
@@ -27,69 +37,91 @@ pub struct AttnParams {
     pub window: Option<usize>,
 }
 
-/// Running softmax state for one query head.
-struct Partial {
-    max: f32,
-    sum: f32,
-    acc: Vec<f32>,
+/// With an f16 cache, q is rounded to f16 before the q.k products and the
+/// softmax weights before the value product, as llama.cpp's f16 matrix
+/// products do.
+fn rounds(keys: KvView<'_>) -> bool {
+    matches!(keys, KvView::F16(_))
 }
 
-fn dot(vk: &VecKernels, q: &[f32], keys: KvView<'_>, j: usize, d: usize) -> f32 {
-    match keys {
-        KvView::F16(k) => (vk.dot_f16)(q, &k[j * d..(j + 1) * d]),
-        KvView::F32(k) => (vk.dot)(q, &k[j * d..(j + 1) * d]),
-    }
+fn round16(x: f32) -> f32 {
+    f16::from_f32(x).to_f32()
 }
 
-fn axpy(vk: &VecKernels, acc: &mut [f32], a: f32, vals: KvView<'_>, j: usize, d: usize) {
-    match vals {
-        KvView::F16(v) => (vk.axpy_f16)(acc, a, &v[j * d..(j + 1) * d]),
-        KvView::F32(v) => (vk.axpy)(acc, a, &v[j * d..(j + 1) * d]),
-    }
-}
-
-/// Folds keys `lo..hi` into `st` for query `q`.
+/// `out[j - lo] = scale * q . k_j` for keys `lo..hi`; returns the maximum.
 #[allow(clippy::too_many_arguments)]
-fn attend(
+fn scores(
     vk: &VecKernels,
     q: &[f32],
     keys: KvView<'_>,
-    vals: KvView<'_>,
     lo: usize,
     hi: usize,
-    p: &AttnParams,
-    st: &mut Partial,
-    scores: &mut [f32; KEY_BLOCK],
-) {
-    let mut b = lo;
-    while b < hi {
-        let e = (b + KEY_BLOCK).min(hi);
-        let mut bmax = f32::NEG_INFINITY;
-        for j in b..e {
-            let s = dot(vk, q, keys, j, p.dim_k) * p.scale;
-            scores[j - b] = s;
-            bmax = bmax.max(s);
-        }
-        let new_max = st.max.max(bmax);
-        if new_max > st.max {
-            let r = (st.max - new_max).exp();
-            st.sum *= r;
-            st.acc.iter_mut().for_each(|a| *a *= r);
-            st.max = new_max;
-        }
-        for j in b..e {
-            let w = (scores[j - b] - st.max).exp();
-            st.sum += w;
-            axpy(vk, &mut st.acc, w, vals, j, p.dim_v);
-        }
-        b = e;
+    d: usize,
+    scale: f32,
+    out: &mut [f32],
+) -> f32 {
+    let mut m = f32::NEG_INFINITY;
+    for (j, o) in (lo..hi).zip(out.iter_mut()) {
+        let s = match keys {
+            KvView::F16(k) => (vk.dot_f16)(q, &k[j * d..(j + 1) * d]),
+            KvView::F32(k) => (vk.dot)(q, &k[j * d..(j + 1) * d]),
+        } * scale;
+        *o = s;
+        m = m.max(s);
     }
+    m
+}
+
+/// `acc += sum_j w[j - lo] * v_j` for keys `lo..lo + w.len()`.
+fn weighted_values(
+    vk: &VecKernels,
+    vals: KvView<'_>,
+    lo: usize,
+    w: &[f32],
+    d: usize,
+    acc: &mut [f32],
+) {
+    for (j, &wj) in (lo..).zip(w) {
+        match vals {
+            KvView::F16(v) => (vk.axpy_f16)(acc, wj, &v[j * d..(j + 1) * d]),
+            KvView::F32(v) => (vk.axpy)(acc, wj, &v[j * d..(j + 1) * d]),
+        }
+    }
+}
+
+/// Turns scores into normalized weights in place (`exp(s - max) / sum`,
+/// the sum accumulated in f64 as ggml does), rounded to f16 when asked.
+fn normalize(s: &mut [f32], sum: f64, round: bool) {
+    let inv = (1.0 / sum) as f32;
+    for x in s.iter_mut() {
+        let w = *x * inv;
+        *x = if round { round16(w) } else { w };
+    }
+}
+
+fn exp_sum(s: &mut [f32], max: f32) -> f64 {
+    let mut sum = 0f64;
+    for x in s.iter_mut() {
+        *x = (*x - max).exp();
+        sum += *x as f64;
+    }
+    sum
 }
 
 fn visible(p: &AttnParams, pos: usize) -> (usize, usize) {
     let hi = pos + 1;
     let lo = p.window.map_or(0, |w| hi.saturating_sub(w));
     (lo, hi)
+}
+
+fn query<'a>(q: &'a [f32], round: bool, buf: &'a mut Vec<f32>) -> &'a [f32] {
+    if round {
+        buf.clear();
+        buf.extend(q.iter().map(|&x| round16(x)));
+        buf
+    } else {
+        q
+    }
 }
 
 /// `q`: `n_tok x n_head x dim_k` (post-RoPE), tokens at positions
@@ -107,126 +139,136 @@ pub fn attention(
     p: &AttnParams,
     out: &mut [f32],
 ) {
+    if n_tok == 1 {
+        decode(pool, vk, cache, layer, q, pos0, p, out);
+        return;
+    }
     let group = p.n_head / p.n_head_kv;
     let kv_len = pos0 + n_tok;
     let q_stride = p.n_head * p.dim_k;
     let o_stride = p.n_head * p.dim_v;
     let shared_out = SharedMut::new(out);
-
-    if n_tok == 1 {
-        // Decode: split the key range so every thread has work.
-        let (lo, hi) = visible(p, pos0);
-        let span = hi - lo;
-        // The split depends on the model and context only, never on the
-        // thread count, so results are bit-identical for any thread count.
-        let want = DECODE_UNITS.div_ceil(p.n_head_kv).max(1);
-        let n_split = want.min(span.div_ceil(KEY_BLOCK)).max(1);
-        let per = span.div_ceil(n_split);
-        let units = p.n_head_kv * n_split;
-        let partials: Vec<std::sync::Mutex<Vec<Partial>>> = (0..units)
-            .map(|_| std::sync::Mutex::new(Vec::new()))
-            .collect();
-        pool.run(units, |u| {
-            let (g, s) = (u / n_split, u % n_split);
-            let a = lo + s * per;
-            let b = (a + per).min(hi);
-            let keys = cache.keys(layer, g, kv_len);
-            let vals = cache.values(layer, g, kv_len);
-            let mut scores = [0f32; KEY_BLOCK];
-            let mut res = Vec::with_capacity(group);
-            for hq in g * group..(g + 1) * group {
-                let mut st = Partial {
-                    max: f32::NEG_INFINITY,
-                    sum: 0.0,
-                    acc: vec![0.0; p.dim_v],
-                };
-                if a < b {
-                    attend(
-                        vk,
-                        &q[hq * p.dim_k..(hq + 1) * p.dim_k],
-                        keys,
-                        vals,
-                        a,
-                        b,
-                        p,
-                        &mut st,
-                        &mut scores,
-                    );
-                }
-                res.push(st);
-            }
-            *partials[u].lock().unwrap_or_else(|e| e.into_inner()) = res;
-        });
-        let parts: Vec<Vec<Partial>> = partials
-            .into_iter()
-            .map(|m| m.into_inner().unwrap_or_else(|e| e.into_inner()))
-            .collect();
-        // SAFETY: the pool has finished; this is the only live view.
-        let out = unsafe { shared_out.slice(0, o_stride) };
-        for g in 0..p.n_head_kv {
-            let splits = &parts[g * n_split..(g + 1) * n_split];
-            for gi in 0..group {
-                let hq = g * group + gi;
-                let o = &mut out[hq * p.dim_v..(hq + 1) * p.dim_v];
-                let m = splits
-                    .iter()
-                    .fold(f32::NEG_INFINITY, |m, sp| m.max(sp[gi].max));
-                o.iter_mut().for_each(|x| *x = 0.0);
-                let mut sum = 0.0;
-                for sp in splits {
-                    let st = &sp[gi];
-                    if st.sum == 0.0 {
-                        continue;
-                    }
-                    let r = (st.max - m).exp();
-                    sum += st.sum * r;
-                    (vk.axpy)(o, r, &st.acc);
-                }
-                let inv = if sum > 0.0 { 1.0 / sum } else { 0.0 };
-                o.iter_mut().for_each(|x| *x *= inv);
-            }
-        }
-        return;
-    }
-
     let n_qblk = n_tok.div_ceil(QUERY_BLOCK);
     pool.run(p.n_head_kv * n_qblk, |u| {
         let (g, qb) = (u / n_qblk, u % n_qblk);
         let keys = cache.keys(layer, g, kv_len);
         let vals = cache.values(layer, g, kv_len);
-        let mut scores = [0f32; KEY_BLOCK];
-        let mut st = Partial {
-            max: 0.0,
-            sum: 0.0,
-            acc: vec![0.0; p.dim_v],
-        };
+        let round = rounds(keys);
+        let mut row = vec![0f32; kv_len];
+        let mut qbuf = Vec::with_capacity(p.dim_k);
         for t in qb * QUERY_BLOCK..((qb + 1) * QUERY_BLOCK).min(n_tok) {
             let (lo, hi) = visible(p, pos0 + t);
             for hq in g * group..(g + 1) * group {
-                st.max = f32::NEG_INFINITY;
-                st.sum = 0.0;
-                st.acc.iter_mut().for_each(|x| *x = 0.0);
                 let qo = t * q_stride + hq * p.dim_k;
-                attend(
-                    vk,
-                    &q[qo..qo + p.dim_k],
-                    keys,
-                    vals,
-                    lo,
-                    hi,
-                    p,
-                    &mut st,
-                    &mut scores,
-                );
-                let inv = if st.sum > 0.0 { 1.0 / st.sum } else { 0.0 };
+                let qh = query(&q[qo..qo + p.dim_k], round, &mut qbuf);
+                let s = &mut row[..hi - lo];
+                let m = scores(vk, qh, keys, lo, hi, p.dim_k, p.scale, s);
+                let sum = exp_sum(s, m);
+                normalize(s, sum, round);
                 // SAFETY: (t, hq) belongs to exactly one unit (g = hq / group, qb = t / QUERY_BLOCK).
                 let o = unsafe { shared_out.slice(t * o_stride + hq * p.dim_v, p.dim_v) };
-                for (x, a) in o.iter_mut().zip(&st.acc) {
-                    *x = a * inv;
-                }
+                o.iter_mut().for_each(|x| *x = 0.0);
+                weighted_values(vk, vals, lo, s, p.dim_v, o);
             }
         }
     });
+}
+
+#[allow(clippy::too_many_arguments)]
+fn decode(
+    pool: &ThreadPool,
+    vk: &VecKernels,
+    cache: &KvCache,
+    layer: usize,
+    q: &[f32],
+    pos: usize,
+    p: &AttnParams,
+    out: &mut [f32],
+) {
+    let group = p.n_head / p.n_head_kv;
+    let kv_len = pos + 1;
+    let (lo, hi) = visible(p, pos);
+    let span = hi - lo;
+    let n_split = DECODE_UNITS
+        .div_ceil(p.n_head_kv)
+        .min(span.div_ceil(MIN_SPLIT))
+        .max(1);
+    let per = span.div_ceil(n_split);
+    let units = p.n_head_kv * n_split;
+    let range = |s: usize| (lo + s * per, (lo + (s + 1) * per).min(hi));
+
+    // Phase 1: scores of every query head against its split of the keys.
+    let mut all = vec![0f32; p.n_head * span];
+    let mut maxes = vec![f32::NEG_INFINITY; p.n_head * n_split];
+    {
+        let sh = SharedMut::new(&mut all);
+        let mx = SharedMut::new(&mut maxes);
+        pool.run(units, |u| {
+            let (g, s) = (u / n_split, u % n_split);
+            let (a, b) = range(s);
+            if a >= b {
+                return;
+            }
+            let keys = cache.keys(layer, g, kv_len);
+            let mut qbuf = Vec::with_capacity(p.dim_k);
+            for hq in g * group..(g + 1) * group {
+                let qh = query(
+                    &q[hq * p.dim_k..(hq + 1) * p.dim_k],
+                    rounds(keys),
+                    &mut qbuf,
+                );
+                // SAFETY: unit (g, s) owns keys a..b of the heads of group g,
+                // and slot (hq, s) of the maxima.
+                let row = unsafe { sh.slice(hq * span + (a - lo), b - a) };
+                let m = scores(vk, qh, keys, a, b, p.dim_k, p.scale, row);
+                // SAFETY: as above.
+                unsafe { mx.slice(hq * n_split + s, 1)[0] = m };
+            }
+        });
+    }
+    // Normalize each head's row (cheap: one exp per key).
+    let round = rounds(cache.keys(layer, 0, kv_len));
+    for hq in 0..p.n_head {
+        let m = maxes[hq * n_split..(hq + 1) * n_split]
+            .iter()
+            .fold(f32::NEG_INFINITY, |a, &b| a.max(b));
+        let row = &mut all[hq * span..(hq + 1) * span];
+        let sum = exp_sum(row, m);
+        normalize(row, sum, round);
+    }
+    // Phase 2: weighted values per split, then a fixed-order sum of splits.
+    let mut partial = vec![0f32; units * group * p.dim_v];
+    {
+        let ps = SharedMut::new(&mut partial);
+        let all = &all;
+        pool.run(units, |u| {
+            let (g, s) = (u / n_split, u % n_split);
+            let (a, b) = range(s);
+            if a >= b {
+                return;
+            }
+            let vals = cache.values(layer, g, kv_len);
+            for gi in 0..group {
+                let hq = g * group + gi;
+                let w = &all[hq * span + (a - lo)..hq * span + (b - lo)];
+                // SAFETY: unit u owns its own slice of `partial`.
+                let acc = unsafe { ps.slice((u * group + gi) * p.dim_v, p.dim_v) };
+                weighted_values(vk, vals, a, w, p.dim_v, acc);
+            }
+        });
+    }
+    for g in 0..p.n_head_kv {
+        for gi in 0..group {
+            let hq = g * group + gi;
+            let o = &mut out[hq * p.dim_v..(hq + 1) * p.dim_v];
+            o.iter_mut().for_each(|x| *x = 0.0);
+            for s in 0..n_split {
+                let u = g * n_split + s;
+                let src = &partial[(u * group + gi) * p.dim_v..(u * group + gi + 1) * p.dim_v];
+                o.iter_mut().zip(src).for_each(|(x, y)| *x += y);
+            }
+        }
+    }
 }
 
 #[cfg(test)]

@@ -1,7 +1,7 @@
 //! Q8_0: blocks of 32 int8 with one f16 scale (34 bytes). Also the
 //! activation format for Q4_0, Q5_0 and Q8_0 weights.
 
-use super::block::{f16_at, put_f16, round_i8};
+use super::block::{f16_at, put_f16, q8_scales, round_i8};
 
 pub const QK: usize = 32;
 pub const BLOCK: usize = 34;
@@ -18,8 +18,7 @@ pub fn dequantize(src: &[u8], dst: &mut [f32]) {
 pub fn quantize(src: &[f32], dst: &mut [u8]) {
     for (x, b) in src.chunks_exact(QK).zip(dst.chunks_exact_mut(BLOCK)) {
         let amax = x.iter().fold(0f32, |m, v| m.max(v.abs()));
-        let d = amax / 127.0;
-        let id = if d != 0.0 { 1.0 / d } else { 0.0 };
+        let (d, id) = q8_scales(amax);
         put_f16(b, 0, d);
         for (q, &v) in b[2..].iter_mut().zip(x) {
             *q = round_i8(v * id) as u8;

@@ -1,0 +1,100 @@
+"""oxillama against llama.cpp on the real SmolLM2 model.
+
+The reference files come from tests/reference/make_reference.py (llama.cpp
+through llama-cpp-python; provenance in tests/reference/meta.json).
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from oxillama import Engine
+
+REF = Path(__file__).parent / "reference"
+
+
+def load_json(name: str) -> list[dict[str, object]]:
+    return json.loads((REF / name).read_text())  # type: ignore[no-any-return]
+
+
+TOKEN_CASES = load_json("tokens_smollm2.json")
+
+
+@pytest.mark.parametrize(
+    "case", TOKEN_CASES, ids=lambda c: repr(c["text"])[:30] + str(c["parse_special"])
+)
+def test_token_ids_equal_llama_cpp(shared_engine: Engine, case: dict[str, object]) -> None:
+    text, special, want = case["text"], case["parse_special"], case["ids"]
+    assert isinstance(text, str) and isinstance(special, bool)
+    assert shared_engine.tokenize(text, parse_special=special) == want
+
+
+def test_token_corpus_is_large_and_varied() -> None:
+    assert len({c["text"] for c in TOKEN_CASES}) >= 20
+
+
+@pytest.fixture(scope="module")
+def teacher_forced(shared_engine: Engine) -> tuple[np.ndarray, dict[str, np.ndarray]]:
+    ref = dict(np.load(REF / "logits_smollm2.npz"))
+    shared_engine.reset()
+    ours = shared_engine.eval(ref["tokens"].tolist(), all_logits=True)
+    shared_engine.reset()
+    return ours, ref
+
+
+def _closeness(ours: np.ndarray, ids: np.ndarray, logits: np.ndarray) -> tuple[float, float]:
+    mine = np.take_along_axis(ours, ids, axis=1)
+    corr = np.mean([np.corrcoef(a, b)[0, 1] for a, b in zip(mine, logits, strict=True)])
+    return float(np.abs(mine - logits).mean()), float(corr)
+
+
+def test_argmax_agrees_with_llama_cpp_decode_path(
+    teacher_forced: tuple[np.ndarray, dict[str, np.ndarray]],
+) -> None:
+    """llama.cpp evaluating one token at a time, the path its decoding uses."""
+    ours, ref = teacher_forced
+    assert len(ref["tokens"]) >= 50
+    agree = float((ours.argmax(axis=1) == ref["seq_argmax"]).mean())
+    assert agree >= 0.95, f"argmax agreement {agree:.3f}"
+    delta, corr = _closeness(ours, ref["seq_top_ids"], ref["seq_top_logits"])
+    assert delta < 0.35 and corr > 0.97, (delta, corr)
+
+
+def test_decisive_positions_agree_with_llama_cpp_batched_path(
+    teacher_forced: tuple[np.ndarray, dict[str, np.ndarray]],
+) -> None:
+    """llama.cpp's batched prefill differs from its own token-by-token path
+    by rounding (they agree on only ~93% of argmaxes here, mean |delta| 0.15).
+    Wherever it picks its top token by a clear margin, we must agree."""
+    ours, ref = teacher_forced
+    top = ref["batch_top_logits"]
+    decisive = (top[:, 0] - top[:, 1]) >= 0.25
+    assert decisive.sum() >= 2 * len(decisive) // 3
+    agree = ours.argmax(axis=1) == ref["batch_argmax"]
+    assert agree[decisive].all(), np.nonzero(decisive & ~agree)
+    delta, corr = _closeness(ours, ref["batch_top_ids"], top)
+    assert delta < 0.35 and corr > 0.97, (delta, corr)
+
+
+def test_llama_cpp_paths_disagree_with_each_other_too() -> None:
+    """Documents the noise floor the bars above are measured against."""
+    ref = np.load(REF / "logits_smollm2.npz")
+    own = float((ref["batch_argmax"] == ref["seq_argmax"]).mean())
+    assert own < 1.0
+
+
+def test_greedy_continuations_match(engine: Engine) -> None:
+    cases = load_json("greedy_smollm2.json")
+    assert len(cases) >= 8
+    matches = 0
+    for c in cases:
+        engine.reset()
+        assert engine.tokenize(str(c["prompt"])) == c["prompt_ids"]
+        out = engine.generate(list(c["prompt_ids"]), 16, ignore_eos=True).tokens  # type: ignore[call-overload]
+        matches += out == list(c["greedy_ids"])[:16]  # type: ignore[call-overload]
+    # The issue's bar: 16-token greedy continuations of >= 8 prompts match for >= 6.
+    assert matches >= 6, f"{matches} of {len(cases)} greedy continuations match llama.cpp"
