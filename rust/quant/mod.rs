@@ -15,9 +15,19 @@
 
 mod block;
 mod float;
+mod kquant_scales;
+mod q2_k;
+mod q3_k;
+mod q4_0;
 mod q4_1;
+mod q4_k;
+mod q5_0;
+mod q5_1;
+mod q5_k;
+mod q6_k;
 mod q8_0;
 mod q8_1;
+mod q8_k;
 pub mod types;
 
 #[cfg(target_arch = "x86_64")]
@@ -70,12 +80,95 @@ macro_rules! table {
     };
 }
 
+/// Dot product by dequantizing one block of each side at a time: exact in
+/// f32 and format-agnostic; used where no integer kernel exists yet.
+macro_rules! dequant_dot {
+    ($name:ident, $qk:expr, $wb:expr, $ab:expr, $dw:path, $da:path) => {
+        fn $name(n: usize, w: &[u8], a: &[u8]) -> f32 {
+            let mut x = [0f32; $qk];
+            let mut y = [0f32; $qk];
+            let mut sum = 0f32;
+            for (bw, ba) in w.chunks_exact($wb).zip(a.chunks_exact($ab)).take(n / $qk) {
+                $dw(bw, &mut x);
+                $da(ba, &mut y);
+                sum += x.iter().zip(&y).map(|(p, q)| p * q).sum::<f32>();
+            }
+            sum
+        }
+    };
+}
+
+dequant_dot!(
+    dot_q4_0,
+    32,
+    q4_0::BLOCK,
+    q8_0::BLOCK,
+    q4_0::dequantize,
+    q8_0::dequantize
+);
+dequant_dot!(
+    dot_q5_0,
+    32,
+    q5_0::BLOCK,
+    q8_0::BLOCK,
+    q5_0::dequantize,
+    q8_0::dequantize
+);
+dequant_dot!(
+    dot_q5_1,
+    32,
+    q5_1::BLOCK,
+    q8_1::BLOCK,
+    q5_1::dequantize,
+    q8_1::dequantize
+);
+dequant_dot!(
+    dot_q2_k,
+    256,
+    q2_k::BLOCK,
+    q8_k::BLOCK,
+    q2_k::dequantize,
+    q8_k::dequantize
+);
+dequant_dot!(
+    dot_q3_k,
+    256,
+    q3_k::BLOCK,
+    q8_k::BLOCK,
+    q3_k::dequantize,
+    q8_k::dequantize
+);
+dequant_dot!(
+    dot_q4_k,
+    256,
+    q4_k::BLOCK,
+    q8_k::BLOCK,
+    q4_k::dequantize,
+    q8_k::dequantize
+);
+dequant_dot!(
+    dot_q5_k,
+    256,
+    q5_k::BLOCK,
+    q8_k::BLOCK,
+    q5_k::dequantize,
+    q8_k::dequantize
+);
+dequant_dot!(
+    dot_q6_k,
+    256,
+    q6_k::BLOCK,
+    q8_k::BLOCK,
+    q6_k::dequantize,
+    q8_k::dequantize
+);
+
 fn no_quantize(_: &[f32], _: &mut [u8]) {}
 fn no_dot(_: usize, _: &[u8], _: &[u8]) -> f32 {
     0.0
 }
 
-static SCALAR: [QuantKernels; 5] = [
+static SCALAR: [QuantKernels; 13] = [
     table!(
         GgmlType::F32,
         GgmlType::F32,
@@ -111,19 +204,84 @@ static SCALAR: [QuantKernels; 5] = [
         q8_1::quantize,
         q4_1::vec_dot
     ),
+    table!(
+        GgmlType::Q4_0,
+        GgmlType::Q8_0,
+        q4_0::dequantize,
+        q8_0::quantize,
+        dot_q4_0
+    ),
+    table!(
+        GgmlType::Q5_0,
+        GgmlType::Q8_0,
+        q5_0::dequantize,
+        q8_0::quantize,
+        dot_q5_0
+    ),
+    table!(
+        GgmlType::Q5_1,
+        GgmlType::Q8_1,
+        q5_1::dequantize,
+        q8_1::quantize,
+        dot_q5_1
+    ),
+    table!(
+        GgmlType::Q2K,
+        GgmlType::Q8K,
+        q2_k::dequantize,
+        q8_k::quantize,
+        dot_q2_k
+    ),
+    table!(
+        GgmlType::Q3K,
+        GgmlType::Q8K,
+        q3_k::dequantize,
+        q8_k::quantize,
+        dot_q3_k
+    ),
+    table!(
+        GgmlType::Q4K,
+        GgmlType::Q8K,
+        q4_k::dequantize,
+        q8_k::quantize,
+        dot_q4_k
+    ),
+    table!(
+        GgmlType::Q5K,
+        GgmlType::Q8K,
+        q5_k::dequantize,
+        q8_k::quantize,
+        dot_q5_k
+    ),
+    table!(
+        GgmlType::Q6K,
+        GgmlType::Q8K,
+        q6_k::dequantize,
+        q8_k::quantize,
+        dot_q6_k
+    ),
 ];
 
 /// Formats that can be dequantized but not multiplied as weights.
-static DEQUANT_ONLY: [QuantKernels; 1] = [table!(
-    GgmlType::Q8_1,
-    GgmlType::Q8_1,
-    q8_1::dequantize,
-    no_quantize,
-    no_dot
-)];
+static DEQUANT_ONLY: [QuantKernels; 2] = [
+    table!(
+        GgmlType::Q8_1,
+        GgmlType::Q8_1,
+        q8_1::dequantize,
+        no_quantize,
+        no_dot
+    ),
+    table!(
+        GgmlType::Q8K,
+        GgmlType::Q8K,
+        q8_k::dequantize,
+        no_quantize,
+        no_dot
+    ),
+];
 
 #[cfg(target_arch = "x86_64")]
-static AVX2: [QuantKernels; 5] = [
+static AVX2: [QuantKernels; 13] = [
     table!(
         GgmlType::F32,
         GgmlType::F32,
@@ -158,6 +316,62 @@ static AVX2: [QuantKernels; 5] = [
         q4_1::dequantize,
         q8_1::quantize,
         avx2::vec_dot_q4_1
+    ),
+    table!(
+        GgmlType::Q4_0,
+        GgmlType::Q8_0,
+        q4_0::dequantize,
+        q8_0::quantize,
+        dot_q4_0
+    ),
+    table!(
+        GgmlType::Q5_0,
+        GgmlType::Q8_0,
+        q5_0::dequantize,
+        q8_0::quantize,
+        dot_q5_0
+    ),
+    table!(
+        GgmlType::Q5_1,
+        GgmlType::Q8_1,
+        q5_1::dequantize,
+        q8_1::quantize,
+        dot_q5_1
+    ),
+    table!(
+        GgmlType::Q2K,
+        GgmlType::Q8K,
+        q2_k::dequantize,
+        q8_k::quantize,
+        dot_q2_k
+    ),
+    table!(
+        GgmlType::Q3K,
+        GgmlType::Q8K,
+        q3_k::dequantize,
+        q8_k::quantize,
+        dot_q3_k
+    ),
+    table!(
+        GgmlType::Q4K,
+        GgmlType::Q8K,
+        q4_k::dequantize,
+        q8_k::quantize,
+        dot_q4_k
+    ),
+    table!(
+        GgmlType::Q5K,
+        GgmlType::Q8K,
+        q5_k::dequantize,
+        q8_k::quantize,
+        dot_q5_k
+    ),
+    table!(
+        GgmlType::Q6K,
+        GgmlType::Q8K,
+        q6_k::dequantize,
+        q8_k::quantize,
+        dot_q6_k
     ),
 ];
 
@@ -218,7 +432,7 @@ mod tests {
     #[test]
     fn best_matches_scalar() {
         let mut rng = rand::rngs::StdRng::seed_from_u64(11);
-        for k in SCALAR.iter() {
+        for k in SCALAR.iter().filter(|k| ENCODABLE.contains(&k.weight)) {
             let fast = kernels(k.weight).unwrap();
             for blocks in [1usize, 3, 18, 48] {
                 let n = blocks * 32;
@@ -252,6 +466,14 @@ mod tests {
             }
         }
     }
+
+    const ENCODABLE: [GgmlType; 5] = [
+        GgmlType::F32,
+        GgmlType::F16,
+        GgmlType::BF16,
+        GgmlType::Q8_0,
+        GgmlType::Q4_1,
+    ];
 
     /// Test-only weight encoders for the formats above.
     fn quantize_weights(ty: GgmlType, x: &[f32]) -> Vec<u8> {
@@ -294,6 +516,6 @@ mod tests {
         let mut d = vec![0f32; 32];
         assert!(dequantize_row(GgmlType::Q4_1, &[0u8; 19], &mut d).is_err());
         assert!(dequantize_row(GgmlType::Q4_1, &[0u8; 20], &mut d).is_ok());
-        assert!(dequantize_row(GgmlType::Q6K, &[0u8; 210], &mut vec![0f32; 256]).is_err());
+        assert!(dequantize_row(GgmlType::Q6K, &[0u8; 209], &mut [0f32; 256]).is_err());
     }
 }
