@@ -53,7 +53,7 @@ def reference(data: bytes, t: T) -> np.ndarray:
 
 
 def random_blocks(t: T, n_blocks: int, rng: np.random.Generator) -> bytes:
-    qk, size = BLOCK[t]
+    _qk, size = BLOCK[t]
     raw = rng.integers(0, 256, size=(n_blocks, size), dtype=np.uint8)
     for off in F16_FIELDS.get(t, ()):
         vals = rng.uniform(-2, 2, n_blocks).astype(np.float16)

@@ -51,6 +51,12 @@ class SamplerConfig:
     epsilon_cutoff: float = 0.0
 
     def __post_init__(self) -> None:
+        # Normalize containers so equal configs compare equal and the
+        # dataclass stays immutable in practice.
+        object.__setattr__(self, "logit_bias", dict(self.logit_bias))
+        object.__setattr__(self, "banned_tokens", tuple(self.banned_tokens))
+        if not isinstance(self.dry_sequence_breakers, str):
+            object.__setattr__(self, "dry_sequence_breakers", tuple(self.dry_sequence_breakers))
         for f in fields(self):
             v = getattr(self, f.name)
             if isinstance(v, float) and math.isnan(v):
