@@ -13,5 +13,13 @@ PY=${PYTHON:-python3}
 # its test extras.
 "$PY" -m pip install --quiet --disable-pip-version-check -e ".[test]"
 
+# Static checks first: they are fast and their failures are the clearest.
+cargo fmt --check
+cargo clippy --quiet --all-targets --features python -- -D warnings
+"$PY" -m ruff check python tests benches
+"$PY" -m ruff format --check python tests benches
+"$PY" -m mypy
+"$PY" -m mypy.stubtest oxillama._native
+
 cargo test --release --quiet
 "$PY" -m pytest -q "$@"
