@@ -9,12 +9,18 @@ use super::errors::IntoPyResult;
 use crate::quant::{dequantize_row, kernels, scalar_kernels, simd_level, GgmlType};
 
 fn ty(type_id: u32) -> PyResult<GgmlType> {
-    GgmlType::from_u32(type_id).ok_or_else(|| PyValueError::new_err(format!("unknown GGML type id {type_id}")))
+    GgmlType::from_u32(type_id)
+        .ok_or_else(|| PyValueError::new_err(format!("unknown GGML type id {type_id}")))
 }
 
 /// Dequantizes `n` elements of `type_id` from raw block bytes.
 #[pyfunction]
-fn dequantize<'py>(py: Python<'py>, type_id: u32, data: &[u8], n: usize) -> PyResult<Bound<'py, PyArray1<f32>>> {
+fn dequantize<'py>(
+    py: Python<'py>,
+    type_id: u32,
+    data: &[u8],
+    n: usize,
+) -> PyResult<Bound<'py, PyArray1<f32>>> {
     let t = ty(type_id)?;
     let mut out = vec![0f32; n];
     py.detach(|| dequantize_row(t, data, &mut out)).py_err()?;
@@ -23,14 +29,22 @@ fn dequantize<'py>(py: Python<'py>, type_id: u32, data: &[u8], n: usize) -> PyRe
 
 /// Quantizes activations into the partner format of weight type `type_id`.
 #[pyfunction]
-fn quantize_act<'py>(py: Python<'py>, type_id: u32, x: PyReadonlyArray1<'_, f32>) -> PyResult<Bound<'py, PyBytes>> {
+fn quantize_act<'py>(
+    py: Python<'py>,
+    type_id: u32,
+    x: PyReadonlyArray1<'_, f32>,
+) -> PyResult<Bound<'py, PyBytes>> {
     let t = ty(type_id)?;
-    let k = kernels(t).ok_or_else(|| PyValueError::new_err(format!("no kernel for {}", t.name())))?;
+    let k =
+        kernels(t).ok_or_else(|| PyValueError::new_err(format!("no kernel for {}", t.name())))?;
     let x = x.as_slice()?;
-    let len = k
-        .act
-        .row_bytes(x.len())
-        .ok_or_else(|| PyValueError::new_err(format!("{} elements are not whole {} blocks", x.len(), k.act.name())))?;
+    let len = k.act.row_bytes(x.len()).ok_or_else(|| {
+        PyValueError::new_err(format!(
+            "{} elements are not whole {} blocks",
+            x.len(),
+            k.act.name()
+        ))
+    })?;
     let mut out = vec![0u8; len];
     (k.quantize_act)(x, &mut out);
     Ok(PyBytes::new(py, &out))
@@ -42,8 +56,12 @@ fn quantize_act<'py>(py: Python<'py>, type_id: u32, x: PyReadonlyArray1<'_, f32>
 #[pyo3(signature = (type_id, w, a, n, scalar=false))]
 fn vec_dot(type_id: u32, w: &[u8], a: &[u8], n: usize, scalar: bool) -> PyResult<f32> {
     let t = ty(type_id)?;
-    let k = if scalar { scalar_kernels(t) } else { kernels(t) }
-        .ok_or_else(|| PyValueError::new_err(format!("no kernel for {}", t.name())))?;
+    let k = if scalar {
+        scalar_kernels(t)
+    } else {
+        kernels(t)
+    }
+    .ok_or_else(|| PyValueError::new_err(format!("no kernel for {}", t.name())))?;
     let ok = t.row_bytes(n) == Some(w.len()) && k.act.row_bytes(n) == Some(a.len());
     if !ok {
         return Err(PyValueError::new_err("buffer sizes do not match n"));
