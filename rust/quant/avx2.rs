@@ -3,8 +3,16 @@
 
 use std::arch::x86_64::*;
 
-use super::block::f16_at;
 use super::{q4_1, q8_0, q8_1};
+
+/// f16 at byte `i` of a block, converted by the F16C instruction (the `half`
+/// crate's portable conversion costs more than the block's integer math).
+#[inline]
+#[target_feature(enable = "f16c")]
+unsafe fn f16_at(b: &[u8], i: usize) -> f32 {
+    let bits = u16::from_le_bytes([b[i], b[i + 1]]);
+    _mm_cvtss_f32(_mm_cvtph_ps(_mm_cvtsi32_si128(bits as i32)))
+}
 
 pub fn available() -> bool {
     is_x86_feature_detected!("avx2")
