@@ -159,3 +159,82 @@ unsafe fn f16_impl(n: usize, w: *const u16, a: *const f32) -> f32 {
     }
     s
 }
+
+/// Four Q4_1 rows against one Q8_1 activation row: the activation block is
+/// loaded once per four rows and the four accumulators are independent, so
+/// the FMA latency chain no longer bounds the loop.
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn q4_1_x4(nb: usize, w: [&[u8]; 4], a: &[u8]) -> [f32; 4] {
+    let mut acc = [_mm256_setzero_ps(); 4];
+    let mut mins = [0f32; 4];
+    for i in 0..nb {
+        let ba = &a[i * q8_1::BLOCK..(i + 1) * q8_1::BLOCK];
+        // SAFETY: a Q8_1 block has 32 quant bytes from offset 4.
+        let qa = unsafe { _mm256_loadu_si256(ba.as_ptr().add(4) as *const __m256i) };
+        let (da, sa) = (f16_at(ba, 0), f16_at(ba, 2));
+        for r in 0..4 {
+            let bw = &w[r][i * q4_1::BLOCK..(i + 1) * q4_1::BLOCK];
+            // SAFETY: a Q4_1 block has 16 nibble bytes from offset 4.
+            let qw = unsafe { nibbles(bw.as_ptr().add(4)) };
+            let d = _mm256_set1_ps(f16_at(bw, 0) * da);
+            acc[r] = _mm256_fmadd_ps(d, mul_sum_us8(qw, qa), acc[r]);
+            mins[r] += f16_at(bw, 2) * sa;
+        }
+    }
+    [
+        hsum(acc[0]) + mins[0],
+        hsum(acc[1]) + mins[1],
+        hsum(acc[2]) + mins[2],
+        hsum(acc[3]) + mins[3],
+    ]
+}
+
+/// Four Q8_0 rows against one Q8_0 activation row (see `q4_1_x4`).
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn q8_0_x4(nb: usize, w: [&[u8]; 4], a: &[u8]) -> [f32; 4] {
+    let mut acc = [_mm256_setzero_ps(); 4];
+    for i in 0..nb {
+        let ba = &a[i * q8_0::BLOCK..(i + 1) * q8_0::BLOCK];
+        // SAFETY: a Q8_0 block has 32 quant bytes from offset 2.
+        let y = unsafe { _mm256_loadu_si256(ba.as_ptr().add(2) as *const __m256i) };
+        let da = f16_at(ba, 0);
+        for r in 0..4 {
+            let bw = &w[r][i * q8_0::BLOCK..(i + 1) * q8_0::BLOCK];
+            // SAFETY: as above for the weight block.
+            let x = unsafe { _mm256_loadu_si256(bw.as_ptr().add(2) as *const __m256i) };
+            let d = _mm256_set1_ps(f16_at(bw, 0) * da);
+            acc[r] = _mm256_fmadd_ps(d, mul_sum_i8(x, y), acc[r]);
+        }
+    }
+    [hsum(acc[0]), hsum(acc[1]), hsum(acc[2]), hsum(acc[3])]
+}
+
+macro_rules! tile_x4 {
+    ($name:ident, $x4:ident, $one:ident, $wblock:expr, $ablock:expr) => {
+        /// `out[r * cols + c]`: four-row kernel where it fits, single rows otherwise.
+        pub fn $name(n: usize, w_rows: &[&[u8]], acts: &[&[u8]], out: &mut [f32]) {
+            let nb = n / 32;
+            let nc = acts.len();
+            assert!(out.len() >= w_rows.len() * nc);
+            assert!(w_rows.iter().all(|w| w.len() >= nb * $wblock));
+            assert!(acts.iter().all(|a| a.len() >= nb * $ablock));
+            for (c, a) in acts.iter().enumerate() {
+                if let [w0, w1, w2, w3] = w_rows {
+                    // SAFETY: features detected at install time; sizes asserted above.
+                    let r = unsafe { $x4(nb, [w0, w1, w2, w3], a) };
+                    for (k, v) in r.iter().enumerate() {
+                        out[k * nc + c] = *v;
+                    }
+                } else {
+                    for (k, w) in w_rows.iter().enumerate() {
+                        // SAFETY: as above.
+                        out[k * nc + c] = unsafe { $one(nb, w, a) };
+                    }
+                }
+            }
+        }
+    };
+}
+
+tile_x4!(tile_q4_1, q4_1_x4, q4_1_impl, q4_1::BLOCK, q8_1::BLOCK);
+tile_x4!(tile_q8_0, q8_0_x4, q8_0_impl, q8_0::BLOCK, q8_0::BLOCK);

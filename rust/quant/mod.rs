@@ -67,6 +67,19 @@ macro_rules! tile_of {
     }};
 }
 
+macro_rules! table_tiled {
+    ($w:expr, $act:expr, $deq:path, $qa:path, $dot:path, $tile:path) => {
+        QuantKernels {
+            weight: $w,
+            act: $act,
+            dequantize: $deq,
+            quantize_act: $qa,
+            vec_dot: $dot,
+            vec_dot_tile: $tile,
+        }
+    };
+}
+
 macro_rules! table {
     ($w:expr, $act:expr, $deq:path, $qa:path, $dot:path) => {
         QuantKernels {
@@ -303,19 +316,21 @@ static AVX2: [QuantKernels; 13] = [
         float::quantize_act_f32,
         float::vec_dot_bf16
     ),
-    table!(
+    table_tiled!(
         GgmlType::Q8_0,
         GgmlType::Q8_0,
         q8_0::dequantize,
         q8_0::quantize,
-        avx2::vec_dot_q8_0
+        avx2::vec_dot_q8_0,
+        avx2::tile_q8_0
     ),
-    table!(
+    table_tiled!(
         GgmlType::Q4_1,
         GgmlType::Q8_1,
         q4_1::dequantize,
         q8_1::quantize,
-        avx2::vec_dot_q4_1
+        avx2::vec_dot_q4_1,
+        avx2::tile_q4_1
     ),
     table!(
         GgmlType::Q4_0,
@@ -509,6 +524,41 @@ mod tests {
             _ => unreachable!(),
         }
         out
+    }
+
+    #[test]
+    fn tiles_equal_single_dots_for_odd_shapes() {
+        let mut rng = rand::rngs::StdRng::seed_from_u64(12);
+        for ty in [GgmlType::Q4_1, GgmlType::Q8_0, GgmlType::F32] {
+            let (k, s) = (kernels(ty).unwrap(), scalar_kernels(ty).unwrap());
+            let n = 96;
+            for (rows, cols) in [(1, 1), (3, 2), (4, 1), (4, 3), (2, 4)] {
+                let ws: Vec<Vec<u8>> = (0..rows)
+                    .map(|_| {
+                        let x: Vec<f32> = (0..n).map(|_| rng.random_range(-1.0f32..1.0)).collect();
+                        quantize_weights(ty, &x)
+                    })
+                    .collect();
+                let acts: Vec<Vec<u8>> = (0..cols)
+                    .map(|_| {
+                        let x: Vec<f32> = (0..n).map(|_| rng.random_range(-1.0f32..1.0)).collect();
+                        let mut a = vec![0u8; k.act.row_bytes(n).unwrap()];
+                        (k.quantize_act)(&x, &mut a);
+                        a
+                    })
+                    .collect();
+                let wr: Vec<&[u8]> = ws.iter().map(|v| v.as_slice()).collect();
+                let ar: Vec<&[u8]> = acts.iter().map(|v| v.as_slice()).collect();
+                let mut out = vec![0f32; rows * cols];
+                (k.vec_dot_tile)(n, &wr, &ar, &mut out);
+                for r in 0..rows {
+                    for c in 0..cols {
+                        let want = (s.vec_dot)(n, wr[r], ar[c]);
+                        assert!((out[r * cols + c] - want).abs() <= 1e-4 * (1.0 + want.abs()));
+                    }
+                }
+            }
+        }
     }
 
     #[test]
