@@ -5,13 +5,15 @@ use std::arch::x86_64::*;
 
 use super::{q4_1, q8_0, q8_1};
 
-/// f16 at byte `i` of a block, converted by the F16C instruction (the `half`
-/// crate's portable conversion costs more than the block's integer math).
+/// The two f16 fields at the start of a block (scale and min/sum) as lanes
+/// 0 and 1. One 32-bit move, not two 16-bit lane inserts: `vpinsrw` merges
+/// into a register, which the compiler may share with an accumulator and so
+/// chain every block's scale load behind the previous block's FMA.
 #[inline]
-#[target_feature(enable = "f16c")]
-unsafe fn f16_at(b: &[u8], i: usize) -> f32 {
-    let bits = u16::from_le_bytes([b[i], b[i + 1]]);
-    _mm_cvtss_f32(_mm_cvtph_ps(_mm_cvtsi32_si128(bits as i32)))
+#[target_feature(enable = "avx2,f16c")]
+unsafe fn f16_pair(b: &[u8]) -> __m128 {
+    let bits = u32::from_le_bytes([b[0], b[1], b[2], b[3]]);
+    _mm_cvtph_ps(_mm_cvtsi32_si128(bits as i32))
 }
 
 pub fn available() -> bool {
@@ -63,7 +65,7 @@ pub fn vec_dot_q4_1(n: usize, w: &[u8], a: &[u8]) -> f32 {
 #[target_feature(enable = "avx2,fma,f16c")]
 unsafe fn q4_1_impl(nb: usize, w: &[u8], a: &[u8]) -> f32 {
     let mut acc = _mm256_setzero_ps();
-    let mut mins = 0f32;
+    let mut mins = _mm_setzero_ps();
     for i in 0..nb {
         let bw = &w[i * q4_1::BLOCK..(i + 1) * q4_1::BLOCK];
         let ba = &a[i * q8_1::BLOCK..(i + 1) * q8_1::BLOCK];
@@ -74,11 +76,12 @@ unsafe fn q4_1_impl(nb: usize, w: &[u8], a: &[u8]) -> f32 {
                 _mm256_loadu_si256(ba.as_ptr().add(4) as *const __m256i),
             )
         };
-        let d = _mm256_set1_ps(f16_at(bw, 0) * f16_at(ba, 0));
-        acc = _mm256_fmadd_ps(d, mul_sum_us8(qw, qa), acc);
-        mins += f16_at(bw, 2) * f16_at(ba, 2);
+        // lane 0: d_w * d_a, lane 1: m_w * s_a
+        let prod = _mm_mul_ps(f16_pair(bw), f16_pair(ba));
+        acc = _mm256_fmadd_ps(_mm256_broadcastss_ps(prod), mul_sum_us8(qw, qa), acc);
+        mins = _mm_add_ps(mins, prod);
     }
-    hsum(acc) + mins
+    hsum(acc) + _mm_cvtss_f32(_mm_shuffle_ps(mins, mins, 1))
 }
 
 pub fn vec_dot_q8_0(n: usize, w: &[u8], a: &[u8]) -> f32 {
@@ -100,7 +103,7 @@ unsafe fn q8_0_impl(nb: usize, w: &[u8], a: &[u8]) -> f32 {
                 _mm256_loadu_si256(ba.as_ptr().add(2) as *const __m256i),
             )
         };
-        let d = _mm256_set1_ps(f16_at(bw, 0) * f16_at(ba, 0));
+        let d = _mm256_broadcastss_ps(_mm_mul_ps(f16_pair(bw), f16_pair(ba)));
         acc = _mm256_fmadd_ps(d, mul_sum_i8(x, y), acc);
     }
     hsum(acc)
@@ -166,26 +169,27 @@ unsafe fn f16_impl(n: usize, w: *const u16, a: *const f32) -> f32 {
 #[target_feature(enable = "avx2,fma,f16c")]
 unsafe fn q4_1_x4(nb: usize, w: [&[u8]; 4], a: &[u8]) -> [f32; 4] {
     let mut acc = [_mm256_setzero_ps(); 4];
-    let mut mins = [0f32; 4];
+    let mut mins = [_mm_setzero_ps(); 4];
     for i in 0..nb {
         let ba = &a[i * q8_1::BLOCK..(i + 1) * q8_1::BLOCK];
         // SAFETY: a Q8_1 block has 32 quant bytes from offset 4.
         let qa = unsafe { _mm256_loadu_si256(ba.as_ptr().add(4) as *const __m256i) };
-        let (da, sa) = (f16_at(ba, 0), f16_at(ba, 2));
+        let dsa = f16_pair(ba);
         for r in 0..4 {
             let bw = &w[r][i * q4_1::BLOCK..(i + 1) * q4_1::BLOCK];
             // SAFETY: a Q4_1 block has 16 nibble bytes from offset 4.
             let qw = unsafe { nibbles(bw.as_ptr().add(4)) };
-            let d = _mm256_set1_ps(f16_at(bw, 0) * da);
-            acc[r] = _mm256_fmadd_ps(d, mul_sum_us8(qw, qa), acc[r]);
-            mins[r] += f16_at(bw, 2) * sa;
+            let prod = _mm_mul_ps(f16_pair(bw), dsa);
+            acc[r] = _mm256_fmadd_ps(_mm256_broadcastss_ps(prod), mul_sum_us8(qw, qa), acc[r]);
+            mins[r] = _mm_add_ps(mins[r], prod);
         }
     }
+    let m = |v: __m128| _mm_cvtss_f32(_mm_shuffle_ps(v, v, 1));
     [
-        hsum(acc[0]) + mins[0],
-        hsum(acc[1]) + mins[1],
-        hsum(acc[2]) + mins[2],
-        hsum(acc[3]) + mins[3],
+        hsum(acc[0]) + m(mins[0]),
+        hsum(acc[1]) + m(mins[1]),
+        hsum(acc[2]) + m(mins[2]),
+        hsum(acc[3]) + m(mins[3]),
     ]
 }
 
@@ -197,12 +201,12 @@ unsafe fn q8_0_x4(nb: usize, w: [&[u8]; 4], a: &[u8]) -> [f32; 4] {
         let ba = &a[i * q8_0::BLOCK..(i + 1) * q8_0::BLOCK];
         // SAFETY: a Q8_0 block has 32 quant bytes from offset 2.
         let y = unsafe { _mm256_loadu_si256(ba.as_ptr().add(2) as *const __m256i) };
-        let da = f16_at(ba, 0);
+        let da = f16_pair(ba);
         for r in 0..4 {
             let bw = &w[r][i * q8_0::BLOCK..(i + 1) * q8_0::BLOCK];
             // SAFETY: as above for the weight block.
             let x = unsafe { _mm256_loadu_si256(bw.as_ptr().add(2) as *const __m256i) };
-            let d = _mm256_set1_ps(f16_at(bw, 0) * da);
+            let d = _mm256_broadcastss_ps(_mm_mul_ps(f16_pair(bw), da));
             acc[r] = _mm256_fmadd_ps(d, mul_sum_i8(x, y), acc[r]);
         }
     }
