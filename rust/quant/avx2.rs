@@ -240,5 +240,76 @@ macro_rules! tile_x4 {
     };
 }
 
-tile_x4!(tile_q4_1, q4_1_x4, q4_1_impl, q4_1::BLOCK, q8_1::BLOCK);
+tile_x4!(tile_q4_1_x1, q4_1_x4, q4_1_impl, q4_1::BLOCK, q8_1::BLOCK);
+
+/// Four Q4_1 rows against two activation rows (prefill): each weight
+/// block's nibbles are expanded once and used for both tokens.
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn q4_1_x4x2(nb: usize, w: [&[u8]; 4], a: [&[u8]; 2]) -> [[f32; 2]; 4] {
+    let mut acc = [[_mm256_setzero_ps(); 2]; 4];
+    let mut mins = [[_mm_setzero_ps(); 2]; 4];
+    for i in 0..nb {
+        let ba0 = &a[0][i * q8_1::BLOCK..(i + 1) * q8_1::BLOCK];
+        let ba1 = &a[1][i * q8_1::BLOCK..(i + 1) * q8_1::BLOCK];
+        // SAFETY: Q8_1 blocks hold 32 quant bytes from offset 4.
+        let (qa0, qa1) = unsafe {
+            (
+                _mm256_loadu_si256(ba0.as_ptr().add(4) as *const __m256i),
+                _mm256_loadu_si256(ba1.as_ptr().add(4) as *const __m256i),
+            )
+        };
+        let (ds0, ds1) = (f16_pair(ba0), f16_pair(ba1));
+        for r in 0..4 {
+            let bw = &w[r][i * q4_1::BLOCK..(i + 1) * q4_1::BLOCK];
+            // SAFETY: a Q4_1 block has 16 nibble bytes from offset 4.
+            let qw = unsafe { nibbles(bw.as_ptr().add(4)) };
+            let dm = f16_pair(bw);
+            let (p0, p1) = (_mm_mul_ps(dm, ds0), _mm_mul_ps(dm, ds1));
+            acc[r][0] = _mm256_fmadd_ps(_mm256_broadcastss_ps(p0), mul_sum_us8(qw, qa0), acc[r][0]);
+            acc[r][1] = _mm256_fmadd_ps(_mm256_broadcastss_ps(p1), mul_sum_us8(qw, qa1), acc[r][1]);
+            mins[r][0] = _mm_add_ps(mins[r][0], p0);
+            mins[r][1] = _mm_add_ps(mins[r][1], p1);
+        }
+    }
+    let m = |v: __m128| _mm_cvtss_f32(_mm_shuffle_ps(v, v, 1));
+    let mut out = [[0f32; 2]; 4];
+    for r in 0..4 {
+        for c in 0..2 {
+            out[r][c] = hsum(acc[r][c]) + m(mins[r][c]);
+        }
+    }
+    out
+}
+
+/// Q4_1 tile: pairs of tokens through the 4x2 kernel, the rest through 4x1.
+pub fn tile_q4_1(n: usize, w_rows: &[&[u8]], acts: &[&[u8]], out: &mut [f32]) {
+    let nb = n / 32;
+    let nc = acts.len();
+    let full = w_rows.len() == 4
+        && w_rows.iter().all(|w| w.len() >= nb * q4_1::BLOCK)
+        && acts.iter().all(|a| a.len() >= nb * q8_1::BLOCK)
+        && out.len() >= 4 * nc;
+    if !full || nc < 2 {
+        tile_q4_1_x1(n, w_rows, acts, out);
+        return;
+    }
+    let w = [w_rows[0], w_rows[1], w_rows[2], w_rows[3]];
+    let mut c = 0;
+    while c + 2 <= nc {
+        // SAFETY: features detected at install time; sizes checked above.
+        let r = unsafe { q4_1_x4x2(nb, w, [acts[c], acts[c + 1]]) };
+        for (k, pair) in r.iter().enumerate() {
+            out[k * nc + c] = pair[0];
+            out[k * nc + c + 1] = pair[1];
+        }
+        c += 2;
+    }
+    if c < nc {
+        // SAFETY: as above.
+        let r = unsafe { q4_1_x4(nb, w, acts[c]) };
+        for (k, v) in r.iter().enumerate() {
+            out[k * nc + c] = *v;
+        }
+    }
+}
 tile_x4!(tile_q8_0, q8_0_x4, q8_0_impl, q8_0::BLOCK, q8_0::BLOCK);
