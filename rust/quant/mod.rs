@@ -293,8 +293,9 @@ static DEQUANT_ONLY: [QuantKernels; 2] = [
     ),
 ];
 
+/// Only the formats with a SIMD kernel; `kernels` falls back to `SCALAR`.
 #[cfg(target_arch = "x86_64")]
-static AVX2: [QuantKernels; 13] = [
+static AVX2: [QuantKernels; 4] = [
     table!(
         GgmlType::F32,
         GgmlType::F32,
@@ -308,13 +309,6 @@ static AVX2: [QuantKernels; 13] = [
         float::dequantize_f16,
         float::quantize_act_f32,
         avx2::vec_dot_f16
-    ),
-    table!(
-        GgmlType::BF16,
-        GgmlType::F32,
-        float::dequantize_bf16,
-        float::quantize_act_f32,
-        float::vec_dot_bf16
     ),
     table_tiled!(
         GgmlType::Q8_0,
@@ -331,62 +325,6 @@ static AVX2: [QuantKernels; 13] = [
         q8_1::quantize,
         avx2::vec_dot_q4_1,
         avx2::tile_q4_1
-    ),
-    table!(
-        GgmlType::Q4_0,
-        GgmlType::Q8_0,
-        q4_0::dequantize,
-        q8_0::quantize,
-        dot_q4_0
-    ),
-    table!(
-        GgmlType::Q5_0,
-        GgmlType::Q8_0,
-        q5_0::dequantize,
-        q8_0::quantize,
-        dot_q5_0
-    ),
-    table!(
-        GgmlType::Q5_1,
-        GgmlType::Q8_1,
-        q5_1::dequantize,
-        q8_1::quantize,
-        dot_q5_1
-    ),
-    table!(
-        GgmlType::Q2K,
-        GgmlType::Q8K,
-        q2_k::dequantize,
-        q8_k::quantize,
-        dot_q2_k
-    ),
-    table!(
-        GgmlType::Q3K,
-        GgmlType::Q8K,
-        q3_k::dequantize,
-        q8_k::quantize,
-        dot_q3_k
-    ),
-    table!(
-        GgmlType::Q4K,
-        GgmlType::Q8K,
-        q4_k::dequantize,
-        q8_k::quantize,
-        dot_q4_k
-    ),
-    table!(
-        GgmlType::Q5K,
-        GgmlType::Q8K,
-        q5_k::dequantize,
-        q8_k::quantize,
-        dot_q5_k
-    ),
-    table!(
-        GgmlType::Q6K,
-        GgmlType::Q8K,
-        q6_k::dequantize,
-        q8_k::quantize,
-        dot_q6_k
     ),
 ];
 
@@ -411,7 +349,9 @@ pub fn scalar_kernels(ty: GgmlType) -> Option<&'static QuantKernels> {
 pub fn kernels(ty: GgmlType) -> Option<&'static QuantKernels> {
     #[cfg(target_arch = "x86_64")]
     if simd_level() == "avx2" {
-        return AVX2.iter().find(|k| k.weight == ty);
+        if let Some(k) = AVX2.iter().find(|k| k.weight == ty) {
+            return Some(k);
+        }
     }
     scalar_kernels(ty)
 }

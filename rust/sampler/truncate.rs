@@ -2,6 +2,14 @@
 
 use super::candidates::Candidates;
 
+/// Shannon entropy (nats) of the candidates' probabilities.
+fn entropy(c: &Candidates) -> f32 {
+    c.c.iter()
+        .filter(|x| x.p > 0.0)
+        .map(|x| -x.p * x.p.ln())
+        .sum()
+}
+
 pub fn top_k(c: &mut Candidates, k: i32) {
     if k > 0 {
         c.keep_top(k as usize);
@@ -44,11 +52,7 @@ pub fn typical(c: &mut Candidates, typical_p: f32) {
         return;
     }
     c.softmax();
-    let h: f32 =
-        c.c.iter()
-            .filter(|x| x.p > 0.0)
-            .map(|x| -x.p * x.p.ln())
-            .sum();
+    let h = entropy(c);
     let mut idx: Vec<usize> = (0..c.c.len()).collect();
     let dev = |x: f32| {
         if x > 0.0 {
@@ -91,11 +95,7 @@ pub fn eta_epsilon(c: &mut Candidates, eta: f32, epsilon: f32) {
     }
     if eta > 0.0 {
         c.softmax();
-        let h: f32 =
-            c.c.iter()
-                .filter(|x| x.p > 0.0)
-                .map(|x| -x.p * x.p.ln())
-                .sum();
+        let h = entropy(c);
         let cut = eta.min(eta.sqrt() * (-h).exp());
         c.retain_p(|p| p >= cut);
     }
