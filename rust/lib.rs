@@ -8,6 +8,7 @@ pub mod model;
 pub mod ops;
 pub mod quant;
 pub mod sampler;
+mod simd;
 pub mod threadpool;
 
 #[cfg(feature = "python")]

@@ -90,6 +90,8 @@ mod avx2 {
     use super::VecKernels;
     use std::arch::x86_64::*;
 
+    use crate::simd::x86::hsum;
+
     pub static KERNELS: VecKernels = VecKernels {
         dot,
         dot_f16,
@@ -102,16 +104,6 @@ mod avx2 {
         is_x86_feature_detected!("avx2")
             && is_x86_feature_detected!("fma")
             && is_x86_feature_detected!("f16c")
-    }
-
-    #[target_feature(enable = "avx2,fma")]
-    unsafe fn hsum(v: __m256) -> f32 {
-        let lo = _mm256_castps256_ps128(v);
-        let hi = _mm256_extractf128_ps(v, 1);
-        let s = _mm_add_ps(lo, hi);
-        let s = _mm_add_ps(s, _mm_movehl_ps(s, s));
-        let s = _mm_add_ss(s, _mm_shuffle_ps(s, s, 1));
-        _mm_cvtss_f32(s)
     }
 
     fn dot(a: &[f32], b: &[f32]) -> f32 {

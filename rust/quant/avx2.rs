@@ -3,6 +3,8 @@
 
 use std::arch::x86_64::*;
 
+use crate::simd::x86::hsum;
+
 use super::{q4_1, q8_0, q8_1};
 
 /// The two f16 fields at the start of a block (scale and min/sum) as lanes
@@ -20,14 +22,6 @@ pub fn available() -> bool {
     is_x86_feature_detected!("avx2")
         && is_x86_feature_detected!("fma")
         && is_x86_feature_detected!("f16c")
-}
-
-#[target_feature(enable = "avx2,fma")]
-unsafe fn hsum(v: __m256) -> f32 {
-    let s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
-    let s = _mm_add_ps(s, _mm_movehl_ps(s, s));
-    let s = _mm_add_ss(s, _mm_shuffle_ps(s, s, 1));
-    _mm_cvtss_f32(s)
 }
 
 /// Eight i32 lane sums of unsigned(x) * signed(y) byte products, as f32.

@@ -68,7 +68,7 @@ macro_rules! tile_of {
 }
 
 macro_rules! table_tiled {
-    ($w:expr, $act:expr, $deq:path, $qa:path, $dot:path, $tile:path) => {
+    ($w:expr, $act:expr, $deq:path, $qa:path, $dot:path, $tile:expr) => {
         QuantKernels {
             weight: $w,
             act: $act,
@@ -82,14 +82,7 @@ macro_rules! table_tiled {
 
 macro_rules! table {
     ($w:expr, $act:expr, $deq:path, $qa:path, $dot:path) => {
-        QuantKernels {
-            weight: $w,
-            act: $act,
-            dequantize: $deq,
-            quantize_act: $qa,
-            vec_dot: $dot,
-            vec_dot_tile: tile_of!($dot),
-        }
+        table_tiled!($w, $act, $deq, $qa, $dot, tile_of!($dot))
     };
 }
 
