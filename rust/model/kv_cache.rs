@@ -6,6 +6,8 @@
 //! the OS commits pages only as positions are written: a large context costs
 //! address space, not resident memory, until it is used.
 
+use std::alloc::{alloc_zeroed, Layout};
+
 use crate::ops::vec::f32_to_f16_bits;
 use crate::{Error, Result};
 
@@ -54,20 +56,9 @@ pub enum KvView<'a> {
 
 impl KvBuf {
     fn zeroed(dtype: KvDtype, n: usize) -> Result<Self> {
-        // try_reserve keeps an absurd context size a clean error, not an abort.
         Ok(match dtype {
-            KvDtype::F16 => {
-                let mut v = Vec::new();
-                v.try_reserve_exact(n).map_err(|_| oom(n * 2))?;
-                v.resize(n, 0u16);
-                KvBuf::F16(v)
-            }
-            KvDtype::F32 => {
-                let mut v = Vec::new();
-                v.try_reserve_exact(n).map_err(|_| oom(n * 4))?;
-                v.resize(n, 0f32);
-                KvBuf::F32(v)
-            }
+            KvDtype::F16 => KvBuf::F16(zeroed_vec::<u16>(n)?),
+            KvDtype::F32 => KvBuf::F32(zeroed_vec::<f32>(n)?),
         })
     }
 
@@ -141,6 +132,24 @@ fn append_f32(src: &[f32], out: &mut Vec<u8>) {
 fn append_f32(src: &[f32], out: &mut Vec<u8>) {
     src.iter()
         .for_each(|x| out.extend_from_slice(&x.to_le_bytes()));
+}
+
+/// A zero-filled vector from `alloc_zeroed`: large requests come straight
+/// from fresh zero pages that the OS commits only when first written, so an
+/// unused context costs no resident memory. Failure is an error, not an abort.
+fn zeroed_vec<T: Copy>(n: usize) -> Result<Vec<T>> {
+    if n == 0 {
+        return Ok(Vec::new());
+    }
+    let layout = Layout::array::<T>(n).map_err(|_| oom(usize::MAX))?;
+    // SAFETY: the layout has non-zero size (n > 0 and T is u16 or f32).
+    let ptr = unsafe { alloc_zeroed(layout) };
+    if ptr.is_null() {
+        return Err(oom(layout.size()));
+    }
+    // SAFETY: `ptr` was allocated by the global allocator with the layout of
+    // exactly `n` T's, and all-zero bits are a valid u16 / f32 (0.0).
+    Ok(unsafe { Vec::from_raw_parts(ptr.cast::<T>(), n, n) })
 }
 
 fn oom(bytes: usize) -> Error {
