@@ -182,20 +182,24 @@ pub fn matmul_multi(
                 }
             });
             let act_rows = &act_rows[..t1 - t0];
+            let nt = t1 - t0;
+            // This chunk's output segment (rows r0..r1) for each token in the tile.
+            let mut outs: [&mut [f32]; TOKEN_TILE] = Default::default();
+            for (ti, o) in outs.iter_mut().enumerate().take(nt) {
+                // SAFETY: chunk c alone owns rows r0..r1 of matrix j, and each
+                // token's segment is a distinct range of the output.
+                *o = unsafe { shared[j].slice((t0 + ti) * rows + r0, r1 - r0) };
+            }
             let mut r = r0;
             while r < r1 {
                 let re = (r + ROW_TILE).min(r1);
                 let w_rows: [&[u8]; ROW_TILE] =
                     std::array::from_fn(|i| if r + i < re { w.row(r + i) } else { &[] });
                 let w_rows = &w_rows[..re - r];
-                let nt = t1 - t0;
                 (k.vec_dot_tile)(w.cols, w_rows, act_rows, &mut tile[..w_rows.len() * nt]);
-                for (ri, row) in (r..re).enumerate() {
-                    for ti in 0..nt {
-                        // SAFETY: chunk c owns rows r0..r1 of matrix j; element
-                        // (t, row) is written by this chunk only.
-                        let o = unsafe { shared[j].slice((t0 + ti) * rows + row, 1) };
-                        o[0] = tile[ri * nt + ti];
+                for ri in 0..re - r {
+                    for (ti, o) in outs.iter_mut().enumerate().take(nt) {
+                        o[r - r0 + ri] = tile[ri * nt + ti];
                     }
                 }
                 r = re;
