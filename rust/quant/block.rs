@@ -7,6 +7,44 @@ pub fn f16_at(b: &[u8], i: usize) -> f32 {
     f16::from_bits(u16::from_le_bytes([b[i], b[i + 1]])).to_f32()
 }
 
+/// Little-endian f32 at byte `i`.
+#[inline]
+pub fn f32_at(b: &[u8], i: usize) -> f32 {
+    f32::from_le_bytes([b[i], b[i + 1], b[i + 2], b[i + 3]])
+}
+
+/// Little-endian u32 at byte `i`.
+#[inline]
+pub fn u32_at(b: &[u8], i: usize) -> u32 {
+    u32::from_le_bytes([b[i], b[i + 1], b[i + 2], b[i + 3]])
+}
+
+/// Sum of `q[k] * a[k]` over two signed 8-bit slices.
+#[inline]
+pub fn dot_i8(q: &[i8], a: &[u8]) -> i32 {
+    q.iter()
+        .zip(a)
+        .map(|(&x, &y)| x as i32 * (y as i8) as i32)
+        .sum()
+}
+
+/// The K-quant integer kernel: `sum_g scales[g] * dot(q[16g..], a[16g..])`
+/// over the sixteen groups of sixteen in one super-block.
+#[inline]
+pub fn dot_groups16(q: &[i8; 256], a: &[u8], scales: &[i32; 16]) -> i32 {
+    let mut s = 0i32;
+    for (g, sc) in scales.iter().enumerate() {
+        s += sc * dot_i8(&q[16 * g..16 * g + 16], &a[16 * g..16 * g + 16]);
+    }
+    s
+}
+
+/// The sixteen little-endian i16 group sums of a Q8_K block.
+#[inline]
+pub fn q8k_bsums(b: &[u8]) -> [i32; 16] {
+    std::array::from_fn(|g| i16::from_le_bytes([b[260 + 2 * g], b[261 + 2 * g]]) as i32)
+}
+
 #[inline]
 pub fn put_f16(b: &mut [u8], i: usize, v: f32) {
     b[i..i + 2].copy_from_slice(&f16::from_f32(v).to_bits().to_le_bytes());

@@ -1,27 +1,30 @@
-//! F32, F16 and BF16 weights. Activations stay f32 for these formats: the
-//! weights were not quantized, so neither are the inputs.
+//! F32 weights and the helpers the float formats share. Activations stay
+//! f32 for every float format: the weights were not quantized, so neither
+//! are the inputs (`quantize_act` writes their little-endian bytes).
 
 use half::{bf16, f16};
 
-fn rd_f32(b: &[u8], i: usize) -> f32 {
+/// Element `i` of a little-endian f32 array.
+#[inline]
+pub fn f32_elem(b: &[u8], i: usize) -> f32 {
     f32::from_le_bytes([b[4 * i], b[4 * i + 1], b[4 * i + 2], b[4 * i + 3]])
 }
 
+/// IEEE half bits to f32 (exact).
+#[inline]
+pub fn f16_to_f32(bits: u16) -> f32 {
+    f16::from_bits(bits).to_f32()
+}
+
+/// bfloat16 bits to f32 (exact: the high half of an f32).
+#[inline]
+pub fn bf16_to_f32(bits: u16) -> f32 {
+    bf16::from_bits(bits).to_f32()
+}
+
 pub fn dequantize_f32(src: &[u8], dst: &mut [f32]) {
-    for (i, d) in dst.iter_mut().enumerate() {
-        *d = rd_f32(src, i);
-    }
-}
-
-pub fn dequantize_f16(src: &[u8], dst: &mut [f32]) {
-    for (d, c) in dst.iter_mut().zip(src.chunks_exact(2)) {
-        *d = f16::from_bits(u16::from_le_bytes([c[0], c[1]])).to_f32();
-    }
-}
-
-pub fn dequantize_bf16(src: &[u8], dst: &mut [f32]) {
-    for (d, c) in dst.iter_mut().zip(src.chunks_exact(2)) {
-        *d = bf16::from_bits(u16::from_le_bytes([c[0], c[1]])).to_f32();
+    for (d, c) in dst.iter_mut().zip(src.chunks_exact(4)) {
+        *d = f32::from_le_bytes([c[0], c[1], c[2], c[3]]);
     }
 }
 
@@ -33,21 +36,5 @@ pub fn quantize_act_f32(src: &[f32], dst: &mut [u8]) {
 }
 
 pub fn vec_dot_f32(n: usize, w: &[u8], a: &[u8]) -> f32 {
-    (0..n).map(|i| rd_f32(w, i) * rd_f32(a, i)).sum()
-}
-
-pub fn vec_dot_f16(n: usize, w: &[u8], a: &[u8]) -> f32 {
-    (0..n)
-        .map(|i| {
-            f16::from_bits(u16::from_le_bytes([w[2 * i], w[2 * i + 1]])).to_f32() * rd_f32(a, i)
-        })
-        .sum()
-}
-
-pub fn vec_dot_bf16(n: usize, w: &[u8], a: &[u8]) -> f32 {
-    (0..n)
-        .map(|i| {
-            bf16::from_bits(u16::from_le_bytes([w[2 * i], w[2 * i + 1]])).to_f32() * rd_f32(a, i)
-        })
-        .sum()
+    (0..n).map(|i| f32_elem(w, i) * f32_elem(a, i)).sum()
 }

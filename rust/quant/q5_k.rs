@@ -1,12 +1,28 @@
-//! Q5_K: Q4_K plus a fifth bit per weight in a 32-byte mask (176 bytes).
+//! Q5_K: Q4_K plus a fifth bit per weight in a 32-byte mask (176 bytes):
+//! d, dmin, scales[12], qh[32], qs[128]. Element `64g + 32j + l` takes bit
+//! `2g + j` of `qh[l]`. Dot products pair it with Q8_K.
 
 use super::block::f16_at;
 use super::kquant_scales::scale_min_k4;
+use super::{q4_k, q8_k, QK_K};
 
 pub const BLOCK: usize = 176;
 
+/// The 256 unsigned 5-bit values of one block, in element order.
+#[inline]
+pub fn values(b: &[u8]) -> [i8; QK_K] {
+    let mut q = [0i8; QK_K];
+    for (e, v) in q.iter_mut().enumerate() {
+        let (g, hi, l) = (e / 64, (e / 32) % 2, e % 32);
+        let low = (b[48 + 32 * g + l] >> (4 * hi)) & 0x0f;
+        let high = (b[16 + l] >> (2 * g + hi)) & 1;
+        *v = (low | (high << 4)) as i8;
+    }
+    q
+}
+
 pub fn dequantize(src: &[u8], dst: &mut [f32]) {
-    for (b, y) in src.chunks_exact(BLOCK).zip(dst.chunks_exact_mut(256)) {
+    for (b, y) in src.chunks_exact(BLOCK).zip(dst.chunks_exact_mut(QK_K)) {
         let (d, dmin) = (f16_at(b, 0), f16_at(b, 2));
         let (scales, qh, qs) = (&b[4..16], &b[16..48], &b[48..176]);
         for g in 0..4 {
@@ -28,4 +44,12 @@ pub fn dequantize(src: &[u8], dst: &mut [f32]) {
             }
         }
     }
+}
+
+pub fn vec_dot(n: usize, w: &[u8], a: &[u8]) -> f32 {
+    w.chunks_exact(BLOCK)
+        .zip(a.chunks_exact(q8_k::BLOCK))
+        .take(n / QK_K)
+        .map(|(bw, ba)| q4_k::dot_block(&values(bw), bw, ba))
+        .sum()
 }

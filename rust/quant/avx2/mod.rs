@@ -1,0 +1,457 @@
+//! AVX2 + FMA + F16C kernels. `mod.rs` installs them only after run-time
+//! detection, so a baseline x86-64 build still takes these paths where it can.
+//!
+//! Every public function here is safe to call once `available()` returned
+//! true: it checks the buffer lengths it reads (panicking, never reading out
+//! of bounds, on a caller's broken contract) before entering the
+//! `#[target_feature]` code.
+//!
+//! Integer technique (as in ggml): `maddubs` multiplies unsigned weight bytes
+//! by signed activation bytes into i16 pairs, `madd` by ones (or by the
+//! group's scale) widens to i32. Signed weights move their sign onto the
+//! activation first (`sign_epi8`). Formats with an offset (Q6_K's -32,
+//! Q3_K's -4) multiply the unsigned value and subtract the offset times
+//! Q8_K's precomputed group sums.
+
+use std::arch::x86_64::*;
+
+pub use crate::simd::x86::hsum;
+
+mod float;
+mod q2_k;
+mod q3_k;
+mod q4_0;
+mod q4_1;
+mod q4_k;
+mod q5_0;
+mod q5_1;
+mod q5_k;
+mod q6_k;
+mod q8_0;
+mod quantize;
+
+pub use float::{vec_dot_bf16, vec_dot_f16, vec_dot_f32};
+pub use q2_k::{tile_q2_k, vec_dot_q2_k};
+pub use q3_k::{tile_q3_k, vec_dot_q3_k};
+pub use q4_0::{tile_q4_0, vec_dot_q4_0};
+pub use q4_1::{tile_q4_1, vec_dot_q4_1};
+pub use q4_k::{tile_q4_k, vec_dot_q4_k};
+pub use q5_0::{tile_q5_0, vec_dot_q5_0};
+pub use q5_1::{tile_q5_1, vec_dot_q5_1};
+pub use q5_k::{tile_q5_k, vec_dot_q5_k};
+pub use q6_k::{tile_q6_k, vec_dot_q6_k};
+pub use q8_0::{tile_q8_0, vec_dot_q8_0};
+pub use quantize::{quantize_q8_0, quantize_q8_1, quantize_q8_k};
+
+use super::q8_k;
+
+pub fn available() -> bool {
+    is_x86_feature_detected!("avx2")
+        && is_x86_feature_detected!("fma")
+        && is_x86_feature_detected!("f16c")
+}
+
+/// 32 bytes from `p`, unaligned.
+#[inline]
+#[target_feature(enable = "avx2")]
+unsafe fn load(p: *const u8) -> __m256i {
+    // SAFETY: callers pass a pointer to 32 readable bytes.
+    unsafe { _mm256_loadu_si256(p as *const __m256i) }
+}
+
+/// 16 bytes from `p`, unaligned.
+#[inline]
+#[target_feature(enable = "avx2")]
+unsafe fn load128(p: *const u8) -> __m128i {
+    // SAFETY: callers pass a pointer to 16 readable bytes.
+    unsafe { _mm_loadu_si128(p as *const __m128i) }
+}
+
+/// Little-endian u32 at `p`, unaligned.
+#[inline]
+unsafe fn read_u32(p: *const u8) -> u32 {
+    // SAFETY: callers pass a pointer to 4 readable bytes.
+    u32::from_le(unsafe { (p as *const u32).read_unaligned() })
+}
+
+/// Little-endian f32 at `p`, unaligned.
+#[inline]
+unsafe fn read_f32(p: *const u8) -> f32 {
+    // SAFETY: callers pass a pointer to 4 readable bytes.
+    f32::from_bits(unsafe { read_u32(p) })
+}
+
+/// The two f16 values at `p` (a block's scale and min/sum) as lanes 0 and 1.
+/// One 32-bit move, not two 16-bit lane inserts: `vpinsrw` merges into a
+/// register, which the compiler may share with an accumulator and so chain
+/// every block's scale load behind the previous block's FMA.
+#[inline]
+#[target_feature(enable = "avx2,f16c")]
+unsafe fn f16_pair(p: *const u8) -> __m128 {
+    // SAFETY: callers pass a pointer to 4 readable bytes.
+    let bits = unsafe { read_u32(p) };
+    _mm_cvtph_ps(_mm_cvtsi32_si128(bits as i32))
+}
+
+/// The f16 at `p` as f32.
+#[inline]
+#[target_feature(enable = "avx2,f16c")]
+unsafe fn f16_at(p: *const u8) -> f32 {
+    // SAFETY: callers pass a pointer to 2 readable bytes.
+    let bits = unsafe { u16::from_le_bytes([*p, *p.add(1)]) };
+    _mm_cvtss_f32(_mm_cvtph_ps(_mm_cvtsi32_si128(bits as i32)))
+}
+
+/// Eight i32 lane sums of unsigned(x) * signed(y) byte products, as f32.
+#[inline]
+#[target_feature(enable = "avx2,fma")]
+unsafe fn mul_sum_us8(x: __m256i, y: __m256i) -> __m256 {
+    let p16 = _mm256_maddubs_epi16(x, y);
+    _mm256_cvtepi32_ps(_mm256_madd_epi16(p16, _mm256_set1_epi16(1)))
+}
+
+/// The same for two signed operands: move x's sign onto y so x can be unsigned.
+#[inline]
+#[target_feature(enable = "avx2,fma")]
+unsafe fn mul_sum_i8(x: __m256i, y: __m256i) -> __m256 {
+    mul_sum_us8(_mm256_sign_epi8(x, x), _mm256_sign_epi8(y, x))
+}
+
+/// Expands 16 bytes of nibbles into 32 bytes: low nibbles then high nibbles.
+#[inline]
+#[target_feature(enable = "avx2")]
+unsafe fn nibbles(p: *const u8) -> __m256i {
+    // SAFETY: callers pass a pointer to 16 readable bytes.
+    let raw = unsafe { load128(p) };
+    let m = _mm_set1_epi8(0x0f);
+    let lo = _mm_and_si128(raw, m);
+    let hi = _mm_and_si128(_mm_srli_epi16(raw, 4), m);
+    _mm256_set_m128i(hi, lo)
+}
+
+/// Byte k is 0xFF where bit k of `bits` is set, 0 elsewhere.
+#[inline]
+#[target_feature(enable = "avx2")]
+unsafe fn bit_bytes(bits: u32) -> __m256i {
+    // Byte k takes byte k / 8 of the word, then keeps only bit k % 8.
+    let spread = _mm256_shuffle_epi8(
+        _mm256_set1_epi32(bits as i32),
+        _mm256_set_epi64x(
+            0x0303_0303_0303_0303,
+            0x0202_0202_0202_0202,
+            0x0101_0101_0101_0101,
+            0,
+        ),
+    );
+    let select = _mm256_set1_epi64x(0x8040_2010_0804_0201u64 as i64);
+    _mm256_cmpeq_epi8(_mm256_and_si256(spread, select), select)
+}
+
+/// Sum of the eight i32 lanes.
+#[inline]
+#[target_feature(enable = "avx2")]
+unsafe fn hsum_i32(v: __m256i) -> i32 {
+    hsum_i32x4(_mm_add_epi32(
+        _mm256_castsi256_si128(v),
+        _mm256_extracti128_si256(v, 1),
+    ))
+}
+
+/// Sum of the four i32 lanes.
+#[inline]
+#[target_feature(enable = "avx2")]
+unsafe fn hsum_i32x4(v: __m128i) -> i32 {
+    let s = _mm_add_epi32(v, _mm_unpackhi_epi64(v, v));
+    let s = _mm_add_epi32(s, _mm_shuffle_epi32(s, 0b01));
+    _mm_cvtsi128_si32(s)
+}
+
+/// Shuffle control that turns 16 i8 group scales into pair `p`: eight
+/// copies of scale `2p` then eight of scale `2p + 1` (for `cvtepi8_epi16`,
+/// giving the i16 multipliers of one 32-byte run: two groups of 16).
+#[inline]
+#[target_feature(enable = "avx2")]
+unsafe fn scale_pair_mask(p: usize) -> __m128i {
+    const ONES: i64 = 0x0101_0101_0101_0101;
+    _mm_set_epi64x((2 * p as i64 + 1) * ONES, 2 * p as i64 * ONES)
+}
+
+/// The i16 multipliers for the 32 elements of run `p` (groups 2p, 2p+1).
+#[inline]
+#[target_feature(enable = "avx2")]
+unsafe fn scale_pair(scales8: __m128i, p: usize) -> __m256i {
+    _mm256_cvtepi8_epi16(_mm_shuffle_epi8(scales8, scale_pair_mask(p)))
+}
+
+// ---------------------------------------------------------------------------
+// 32-element block formats (Q4_0, Q4_1, Q5_0, Q5_1, Q8_0) share one driver.
+
+/// One 32-element block format paired with Q8_0 or Q8_1 activations.
+trait Block32 {
+    /// Weight block bytes.
+    const W: usize;
+    /// Activation block bytes: 34 (Q8_0) or 36 (Q8_1, quants from byte 4).
+    const A: usize;
+    /// The weight values are unsigned (else signed, via `mul_sum_i8`).
+    const UNSIGNED: bool;
+    /// The weight has a minimum, multiplied by Q8_1's `s` (lane 1 below).
+    const MIN: bool;
+    /// The 32 weight values of the block at `p`, in element order.
+    unsafe fn quants(p: *const u8) -> __m256i;
+    /// Lane 0: the block's scale; lane 1: its minimum when `MIN`.
+    unsafe fn scales(p: *const u8) -> __m128;
+}
+
+/// Integer block sum of weights against activations, as f32 lanes.
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn block_sum<F: Block32>(qw: __m256i, qa: __m256i) -> __m256 {
+    if F::UNSIGNED {
+        mul_sum_us8(qw, qa)
+    } else {
+        mul_sum_i8(qw, qa)
+    }
+}
+
+/// One row: blocks alternate between two accumulators so consecutive FMAs
+/// do not wait on each other.
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn dot1<F: Block32>(nb: usize, w: *const u8, a: *const u8) -> f32 {
+    let mut acc = [_mm256_setzero_ps(); 2];
+    let mut mins = _mm_setzero_ps();
+    for i in 0..nb {
+        // SAFETY: the caller guarantees nb whole blocks on both sides.
+        let (bw, ba) = unsafe { (w.add(i * F::W), a.add(i * F::A)) };
+        // SAFETY: each block holds its fields and 32 activation quants.
+        let (qw, qa, dw, da) = unsafe {
+            (
+                F::quants(bw),
+                load(ba.add(F::A - 32)),
+                F::scales(bw),
+                f16_pair(ba),
+            )
+        };
+        let prod = _mm_mul_ps(dw, da);
+        let u = i & 1;
+        acc[u] = _mm256_fmadd_ps(_mm256_broadcastss_ps(prod), block_sum::<F>(qw, qa), acc[u]);
+        if F::MIN {
+            mins = _mm_add_ps(mins, prod);
+        }
+    }
+    let mut s = hsum(_mm256_add_ps(acc[0], acc[1]));
+    if F::MIN {
+        s += _mm_cvtss_f32(_mm_shuffle_ps(mins, mins, 1));
+    }
+    s
+}
+
+/// R weight rows against C activation rows: each activation block is loaded
+/// once per R rows and each weight block decoded once per C columns, with
+/// R * C independent accumulators.
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn dot_rc<F: Block32, const R: usize, const C: usize>(
+    nb: usize,
+    w: [*const u8; R],
+    a: [*const u8; C],
+) -> [[f32; C]; R] {
+    let mut acc = [[_mm256_setzero_ps(); C]; R];
+    let mut mins = [[_mm_setzero_ps(); C]; R];
+    for i in 0..nb {
+        let mut qa = [_mm256_setzero_si256(); C];
+        let mut da = [_mm_setzero_ps(); C];
+        for c in 0..C {
+            // SAFETY: the caller guarantees nb whole activation blocks.
+            let ba = unsafe { a[c].add(i * F::A) };
+            // SAFETY: a block holds its scale and 32 quants.
+            unsafe {
+                qa[c] = load(ba.add(F::A - 32));
+                da[c] = f16_pair(ba);
+            }
+        }
+        for r in 0..R {
+            // SAFETY: the caller guarantees nb whole weight blocks per row.
+            let bw = unsafe { w[r].add(i * F::W) };
+            // SAFETY: as above.
+            let (qw, dw) = unsafe { (F::quants(bw), F::scales(bw)) };
+            for c in 0..C {
+                let prod = _mm_mul_ps(dw, da[c]);
+                acc[r][c] = _mm256_fmadd_ps(
+                    _mm256_broadcastss_ps(prod),
+                    block_sum::<F>(qw, qa[c]),
+                    acc[r][c],
+                );
+                if F::MIN {
+                    mins[r][c] = _mm_add_ps(mins[r][c], prod);
+                }
+            }
+        }
+    }
+    let mut out = [[0f32; C]; R];
+    for r in 0..R {
+        for c in 0..C {
+            out[r][c] = hsum(acc[r][c]);
+            if F::MIN {
+                out[r][c] += _mm_cvtss_f32(_mm_shuffle_ps(mins[r][c], mins[r][c], 1));
+            }
+        }
+    }
+    out
+}
+
+/// Checks that every row holds `nb` blocks of `bytes` and `out` the product.
+fn check_tile(nb: usize, wb: usize, ab: usize, w_rows: &[&[u8]], acts: &[&[u8]], out: &[f32]) {
+    assert!(
+        out.len() >= w_rows.len() * acts.len(),
+        "tile output too short"
+    );
+    assert!(
+        w_rows.iter().all(|w| w.len() >= nb * wb),
+        "weight row too short"
+    );
+    assert!(
+        acts.iter().all(|a| a.len() >= nb * ab),
+        "activation row too short"
+    );
+}
+
+/// `out[r * cols + c]` through 4x2 and 4x1 kernels, then 1x2 and 1x1 ones.
+fn tile32<F: Block32>(n: usize, w_rows: &[&[u8]], acts: &[&[u8]], out: &mut [f32]) {
+    let nb = n / 32;
+    let nc = acts.len();
+    check_tile(nb, F::W, F::A, w_rows, acts, out);
+    let mut r = 0;
+    while r < w_rows.len() {
+        let four = r + 4 <= w_rows.len();
+        let mut c = 0;
+        while c < nc {
+            let two = c + 2 <= nc;
+            let (a0, a1) = (acts[c].as_ptr(), acts[if two { c + 1 } else { c }].as_ptr());
+            // SAFETY: AVX2/FMA/F16C were detected before the table holding
+            // this function was installed; check_tile bounds every block.
+            unsafe {
+                if four {
+                    let w4 = std::array::from_fn(|k| w_rows[r + k].as_ptr());
+                    if two {
+                        let v = dot_rc::<F, 4, 2>(nb, w4, [a0, a1]);
+                        for (k, row) in v.iter().enumerate() {
+                            out[(r + k) * nc + c..(r + k) * nc + c + 2].copy_from_slice(row);
+                        }
+                    } else {
+                        let v = dot_rc::<F, 4, 1>(nb, w4, [a0]);
+                        for (k, row) in v.iter().enumerate() {
+                            out[(r + k) * nc + c] = row[0];
+                        }
+                    }
+                } else if two {
+                    let v = dot_rc::<F, 1, 2>(nb, [w_rows[r].as_ptr()], [a0, a1]);
+                    out[r * nc + c..r * nc + c + 2].copy_from_slice(&v[0]);
+                } else {
+                    out[r * nc + c] = dot1::<F>(nb, w_rows[r].as_ptr(), a0);
+                }
+            }
+            c += if two { 2 } else { 1 };
+        }
+        r += if four { 4 } else { 1 };
+    }
+}
+
+/// Public single-row entry point of a `Block32` format.
+fn dot32<F: Block32>(n: usize, w: &[u8], a: &[u8]) -> f32 {
+    let nb = n / 32;
+    assert!(
+        w.len() >= nb * F::W && a.len() >= nb * F::A,
+        "row too short"
+    );
+    // SAFETY: features detected at install time; the assert bounds all blocks.
+    unsafe { dot1::<F>(nb, w.as_ptr(), a.as_ptr()) }
+}
+
+// ---------------------------------------------------------------------------
+// K-quants: one weight super-block decoded once for up to KCOLS activations.
+
+/// Activation rows handled together by the K-quant tiles.
+const KCOLS: usize = 4;
+
+/// A K-quant kernel: one weight row of `nb` super-blocks against C Q8_K rows.
+type KDot<const C: usize> = unsafe fn(usize, *const u8, [*const u8; C]) -> [f32; C];
+
+/// `out[r * cols + c]`, with each weight row against KCOLS, 2 or 1 columns.
+fn tile_k(
+    n: usize,
+    wb: usize,
+    w_rows: &[&[u8]],
+    acts: &[&[u8]],
+    out: &mut [f32],
+    (d4, d2, d1): (KDot<KCOLS>, KDot<2>, KDot<1>),
+) {
+    let nb = n / super::QK_K;
+    let nc = acts.len();
+    check_tile(nb, wb, q8_k::BLOCK, w_rows, acts, out);
+    for (r, w) in w_rows.iter().enumerate() {
+        let o = &mut out[r * nc..(r + 1) * nc];
+        let mut c = 0;
+        // SAFETY (all three calls): features detected when the table was
+        // installed; check_tile bounds every block read.
+        while c + KCOLS <= nc {
+            let v = unsafe {
+                d4(
+                    nb,
+                    w.as_ptr(),
+                    std::array::from_fn(|k| acts[c + k].as_ptr()),
+                )
+            };
+            o[c..c + KCOLS].copy_from_slice(&v);
+            c += KCOLS;
+        }
+        while c + 2 <= nc {
+            let v = unsafe { d2(nb, w.as_ptr(), [acts[c].as_ptr(), acts[c + 1].as_ptr()]) };
+            o[c..c + 2].copy_from_slice(&v);
+            c += 2;
+        }
+        if c < nc {
+            o[c] = unsafe { d1(nb, w.as_ptr(), [acts[c].as_ptr()])[0] };
+        }
+    }
+}
+
+/// Declares `vec_dot_*` and `tile_*` for a K-quant whose kernel is
+/// `dot::<C>` in the current module.
+macro_rules! kquant_entries {
+    ($vec_dot:ident, $tile:ident, $wb:expr) => {
+        pub fn $vec_dot(n: usize, w: &[u8], a: &[u8]) -> f32 {
+            let nb = n / crate::quant::QK_K;
+            assert!(
+                w.len() >= nb * $wb && a.len() >= nb * crate::quant::q8_k::BLOCK,
+                "row too short"
+            );
+            // SAFETY: features detected at install time; the assert bounds all blocks.
+            unsafe { dot::<1>(nb, w.as_ptr(), [a.as_ptr()])[0] }
+        }
+
+        pub fn $tile(n: usize, w_rows: &[&[u8]], acts: &[&[u8]], out: &mut [f32]) {
+            super::tile_k(
+                n,
+                $wb,
+                w_rows,
+                acts,
+                out,
+                (dot::<{ super::KCOLS }>, dot::<2>, dot::<1>),
+            )
+        }
+    };
+}
+use kquant_entries;
+
+/// Declares `vec_dot_*` and `tile_*` for a `Block32` format.
+macro_rules! block32_entries {
+    ($vec_dot:ident, $tile:ident, $fmt:ty) => {
+        pub fn $vec_dot(n: usize, w: &[u8], a: &[u8]) -> f32 {
+            super::dot32::<$fmt>(n, w, a)
+        }
+
+        pub fn $tile(n: usize, w_rows: &[&[u8]], acts: &[&[u8]], out: &mut [f32]) {
+            super::tile32::<$fmt>(n, w_rows, acts, out)
+        }
+    };
+}
+use block32_entries;

@@ -1,0 +1,327 @@
+//! Cross-format tests: SIMD kernels against their scalar twins, tiles
+//! against single dots, dots against dequantize-then-multiply, and
+//! activation quantization round trips.
+
+use rand::rngs::StdRng;
+use rand::{Rng, SeedableRng};
+
+use super::block::put_f16;
+use super::*;
+
+const WEIGHTS: [GgmlType; 13] = [
+    T::F32,
+    T::F16,
+    T::BF16,
+    T::Q4_0,
+    T::Q4_1,
+    T::Q5_0,
+    T::Q5_1,
+    T::Q8_0,
+    T::Q2K,
+    T::Q3K,
+    T::Q4K,
+    T::Q5K,
+    T::Q6K,
+];
+
+/// Byte offsets of the f16 fields in a block: random bytes there could be
+/// NaN or infinite, so tests write finite scales.
+fn f16_fields(ty: GgmlType) -> &'static [usize] {
+    match ty {
+        T::Q4_0 | T::Q5_0 | T::Q8_0 => &[0],
+        T::Q4_1 | T::Q5_1 | T::Q4K | T::Q5K => &[0, 2],
+        T::Q2K => &[80, 82],
+        T::Q3K => &[108],
+        T::Q6K => &[208],
+        _ => &[],
+    }
+}
+
+/// A random valid row of `n` weights of type `ty`.
+fn random_row(ty: GgmlType, n: usize, rng: &mut StdRng) -> Vec<u8> {
+    let len = ty.row_bytes(n).unwrap();
+    match ty {
+        T::F32 | T::F16 | T::BF16 => {
+            let mut out = Vec::with_capacity(len);
+            for _ in 0..n {
+                let v: f32 = rng.random_range(-1.0..1.0);
+                match ty {
+                    T::F32 => out.extend_from_slice(&v.to_le_bytes()),
+                    T::F16 => {
+                        out.extend_from_slice(&half::f16::from_f32(v).to_bits().to_le_bytes())
+                    }
+                    _ => out.extend_from_slice(&half::bf16::from_f32(v).to_bits().to_le_bytes()),
+                }
+            }
+            out
+        }
+        _ => {
+            let mut out: Vec<u8> = (0..len).map(|_| rng.random()).collect();
+            for b in out.chunks_exact_mut(ty.type_size()) {
+                for &off in f16_fields(ty) {
+                    put_f16(b, off, rng.random_range(-0.5f32..0.5));
+                }
+            }
+            out
+        }
+    }
+}
+
+fn random_f32(n: usize, scale: f32, rng: &mut StdRng) -> Vec<f32> {
+    (0..n).map(|_| rng.random_range(-scale..scale)).collect()
+}
+
+fn dequant(ty: GgmlType, b: &[u8], n: usize) -> Vec<f32> {
+    let mut out = vec![0f32; n];
+    dequantize_row(ty, b, &mut out).unwrap();
+    out
+}
+
+fn quantize_act(k: &QuantKernels, x: &[f32]) -> Vec<u8> {
+    let mut a = vec![0u8; k.act.row_bytes(x.len()).unwrap()];
+    (k.quantize_act)(x, &mut a);
+    a
+}
+
+/// The dequantized dot, the sum of |w_i a_i| (the scale for rounding
+/// tolerances), and the slack Q8_1's separately rounded sum field allows.
+fn magnitude(ty: GgmlType, act: GgmlType, w: &[u8], a: &[u8], n: usize) -> (f64, f64, f64) {
+    let (wd, ad) = (dequant(ty, w, n), dequant(act, a, n));
+    let exact: f64 = wd.iter().zip(&ad).map(|(p, q)| *p as f64 * *q as f64).sum();
+    let mag: f64 = wd
+        .iter()
+        .zip(&ad)
+        .map(|(p, q)| (*p as f64 * *q as f64).abs())
+        .sum();
+    let mut slack = 0.0;
+    if act == T::Q8_1 {
+        // The minimum meets s = f16(d * sum q), rounded apart from the
+        // quants (as in ggml): allow its f16 error.
+        for (bw, ba) in w.chunks_exact(ty.type_size()).zip(a.chunks_exact(36)) {
+            slack += (block::f16_at(bw, 2) as f64 * block::f16_at(ba, 2) as f64).abs() * 1e-3;
+        }
+    }
+    (exact, mag, slack)
+}
+
+/// Block counts with odd and even values, in elements for `ty`.
+fn sizes(ty: GgmlType) -> Vec<usize> {
+    let qk = match ty.block_size() {
+        1 => 32,
+        b => b,
+    };
+    let mut v: Vec<usize> = [1, 2, 3, 5, 7, 18].iter().map(|b| b * qk).collect();
+    if ty.block_size() == 1 {
+        v.extend([1, 7, 9, 33, 577]);
+    }
+    v
+}
+
+#[test]
+fn every_weight_format_has_both_kernels() {
+    for ty in WEIGHTS {
+        let (s, k) = (scalar_kernels(ty).unwrap(), kernels(ty).unwrap());
+        assert_eq!((s.weight, s.act), (ty, ty.vec_dot_type()));
+        assert_eq!((k.weight, k.act), (ty, ty.vec_dot_type()));
+    }
+    assert!(kernels(T::Q8_1).is_none() && kernels(T::Q8K).is_none());
+    for ty in GgmlType::ALL {
+        assert!(dequantize_row(
+            ty,
+            &vec![0u8; ty.type_size()],
+            &mut vec![0f32; ty.block_size()]
+        )
+        .is_ok());
+    }
+}
+
+#[test]
+fn simd_dots_equal_scalar_and_dequantized_reference() {
+    let mut rng = StdRng::seed_from_u64(11);
+    for ty in WEIGHTS {
+        let (s, k) = (scalar_kernels(ty).unwrap(), kernels(ty).unwrap());
+        for n in sizes(ty) {
+            for _ in 0..4 {
+                let w = random_row(ty, n, &mut rng);
+                let x = random_f32(n, 3.0, &mut rng);
+                let a = quantize_act(s, &x);
+                let (exact, mag, slack) = magnitude(ty, s.act, &w, &a, n);
+                let (slow, fast) = ((s.vec_dot)(n, &w, &a), (k.vec_dot)(n, &w, &a));
+                let tol = 2e-6 * mag + 1e-6;
+                assert!(
+                    (slow as f64 - fast as f64).abs() <= tol,
+                    "{} n={n}: scalar {slow} simd {fast}",
+                    ty.name()
+                );
+                assert!(
+                    (slow as f64 - exact).abs() <= 1e-5 * mag + slack + 1e-6,
+                    "{} n={n}: scalar {slow} reference {exact}",
+                    ty.name()
+                );
+            }
+        }
+    }
+}
+
+#[test]
+fn simd_activation_quantizers_are_bit_equal() {
+    let mut rng = StdRng::seed_from_u64(12);
+    for ty in WEIGHTS {
+        let (s, k) = (scalar_kernels(ty).unwrap(), kernels(ty).unwrap());
+        for n in sizes(ty) {
+            let mut x = random_f32(n, 10.0, &mut rng);
+            // Halfway cases, an all-zero block and a negative extreme.
+            let step = x[0].abs() / 127.0;
+            for (i, v) in x.iter_mut().enumerate().skip(1).step_by(5) {
+                *v = (i as f32 % 40.0 - 20.0 + 0.5) * step;
+            }
+            let qk = ty.vec_dot_type().block_size();
+            if n >= 2 * qk && qk > 1 {
+                x[..qk].fill(0.0);
+                x[qk + 3] = -50.0;
+                x[qk + 7] = 50.0;
+            }
+            assert_eq!(
+                quantize_act(s, &x),
+                quantize_act(k, &x),
+                "{} n={n}",
+                ty.name()
+            );
+        }
+    }
+}
+
+#[test]
+fn tiles_equal_single_dots_for_odd_shapes() {
+    let mut rng = StdRng::seed_from_u64(13);
+    for ty in WEIGHTS {
+        let (s, k) = (scalar_kernels(ty).unwrap(), kernels(ty).unwrap());
+        let n = 3 * ty.block_size().max(32);
+        for (rows, cols) in [
+            (1, 1),
+            (3, 2),
+            (4, 1),
+            (4, 3),
+            (5, 5),
+            (8, 4),
+            (9, 7),
+            (2, 6),
+        ] {
+            let ws: Vec<Vec<u8>> = (0..rows).map(|_| random_row(ty, n, &mut rng)).collect();
+            let acts: Vec<Vec<u8>> = (0..cols)
+                .map(|_| quantize_act(s, &random_f32(n, 2.0, &mut rng)))
+                .collect();
+            let wr: Vec<&[u8]> = ws.iter().map(|v| v.as_slice()).collect();
+            let ar: Vec<&[u8]> = acts.iter().map(|v| v.as_slice()).collect();
+            for kern in [s, k] {
+                let mut out = vec![f32::NAN; rows * cols];
+                (kern.vec_dot_tile)(n, &wr, &ar, &mut out);
+                for r in 0..rows {
+                    for c in 0..cols {
+                        let want = (k.vec_dot)(n, wr[r], ar[c]);
+                        let (_, mag, _) = magnitude(ty, s.act, wr[r], ar[c], n);
+                        let got = out[r * cols + c];
+                        assert!(
+                            (got as f64 - want as f64).abs() <= 2e-6 * mag + 1e-6,
+                            "{} {rows}x{cols} [{r},{c}]: {got} vs {want}",
+                            ty.name()
+                        );
+                    }
+                }
+            }
+        }
+    }
+}
+
+#[test]
+fn activation_round_trip_error_is_half_a_step() {
+    let mut rng = StdRng::seed_from_u64(14);
+    for act in [T::Q8_0, T::Q8_1, T::Q8K] {
+        let k = dequantizer(act).unwrap();
+        let qk = act.block_size();
+        let x = random_f32(qk * 9, 4.0, &mut rng);
+        let mut q = vec![0u8; act.row_bytes(x.len()).unwrap()];
+        (k.quantize_act)(&x, &mut q);
+        let y = dequant(act, &q, x.len());
+        for (xb, yb) in x.chunks(qk).zip(y.chunks(qk)) {
+            let amax = xb.iter().fold(0f32, |m, v| m.max(v.abs()));
+            // Half a quantization step, plus the f16 rounding of the scale.
+            let bound = amax / 127.0 * (0.5 + 127.0 * 1e-3) + 1e-6;
+            for (a, b) in xb.iter().zip(yb) {
+                assert!((a - b).abs() <= bound, "{}: {a} -> {b}", act.name());
+            }
+        }
+    }
+}
+
+#[test]
+fn q8_1_sum_field_is_scale_times_quant_sum() {
+    let mut rng = StdRng::seed_from_u64(15);
+    let x = random_f32(32 * 5, 1.0, &mut rng);
+    let k = kernels(T::Q4_1).unwrap();
+    let a = quantize_act(k, &x);
+    for (b, xb) in a.chunks_exact(36).zip(x.chunks_exact(32)) {
+        let d = xb.iter().fold(0f32, |m, v| m.max(v.abs())) / 127.0;
+        let sum: i32 = b[4..].iter().map(|&q| q as i8 as i32).sum();
+        assert_eq!(block::f16_at(b, 0), half::f16::from_f32(d).to_f32());
+        assert_eq!(
+            block::f16_at(b, 2),
+            half::f16::from_f32(d * sum as f32).to_f32()
+        );
+    }
+}
+
+#[test]
+fn q8_k_maps_the_signed_extreme_to_minus_127() {
+    let mut x = vec![0.25f32; 256];
+    x[17] = -2.0;
+    x[99] = 2.0; // same magnitude later: the first one wins
+    for k in [scalar_kernels(T::Q4K).unwrap(), kernels(T::Q4K).unwrap()] {
+        let b = quantize_act(k, &x);
+        assert_eq!(b[4 + 17] as i8, -127);
+        assert_eq!(b[4 + 99] as i8, 127);
+        assert_eq!(block::f32_at(&b, 0), 1.0 / (-127.0 / -2.0));
+        let bsum0 = i16::from_le_bytes([b[260], b[261]]);
+        assert_eq!(
+            bsum0 as i32,
+            (0..16).map(|i| b[4 + i] as i8 as i32).sum::<i32>()
+        );
+    }
+}
+
+#[test]
+fn dequantize_row_checks_lengths() {
+    let mut d = vec![0f32; 32];
+    assert!(dequantize_row(T::Q4_1, &[0u8; 19], &mut d).is_err());
+    assert!(dequantize_row(T::Q4_1, &[0u8; 20], &mut d).is_ok());
+    assert!(dequantize_row(T::Q6K, &[0u8; 209], &mut [0f32; 256]).is_err());
+    assert!(dequantize_row(T::Q6K, &[0u8; 210], &mut [0f32; 255]).is_err());
+    assert!(dequantize_row(T::F16, &[0u8; 3], &mut [0f32; 2]).is_err());
+}
+
+#[test]
+fn known_blocks_dequantize_to_known_values() {
+    // Q4_1: d = 0.5, m = -1, nibbles j | (15 - j) << 4.
+    let mut b = [0u8; 20];
+    put_f16(&mut b, 0, 0.5);
+    put_f16(&mut b, 2, -1.0);
+    for j in 0..16 {
+        b[4 + j] = j as u8 | ((15 - j as u8) << 4);
+    }
+    let y = dequant(T::Q4_1, &b, 32);
+    for j in 0..16 {
+        assert_eq!(y[j], 0.5 * j as f32 - 1.0);
+        assert_eq!(y[j + 16], 0.5 * (15 - j) as f32 - 1.0);
+    }
+    // Q5_0: fifth bit set for even elements only.
+    let mut b = [0u8; 22];
+    put_f16(&mut b, 0, 2.0);
+    b[2..6].copy_from_slice(&0x5555_5555u32.to_le_bytes());
+    b[6..22].fill(0x31);
+    let y = dequant(T::Q5_0, &b, 32);
+    for (e, v) in y.iter().enumerate() {
+        let low = if e < 16 { 1 } else { 3 };
+        let high = if e % 2 == 0 { 16 } else { 0 };
+        assert_eq!(*v, 2.0 * (low + high - 16) as f32, "element {e}");
+    }
+}
