@@ -3,27 +3,93 @@
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping, Sequence
-from dataclasses import asdict, dataclass, field, fields
+import numbers
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field, fields
 from typing import Any
 
 __all__ = ["SamplerConfig"]
+
+_INT_FIELDS = (
+    "top_k",
+    "repetition_penalty_window",
+    "seed",
+    "mirostat",
+    "dry_allowed_length",
+    "dry_penalty_last_n",
+)
+_FLOAT_FIELDS = (
+    "temperature",
+    "top_p",
+    "min_p",
+    "repetition_penalty",
+    "mirostat_tau",
+    "mirostat_eta",
+    "dry_multiplier",
+    "dry_base",
+    "xtc_threshold",
+    "xtc_probability",
+    "typical_p",
+    "top_a",
+    "eta_cutoff",
+    "epsilon_cutoff",
+)
+_UNIT_FIELDS = (
+    "min_p",
+    "xtc_threshold",
+    "xtc_probability",
+    "top_a",
+    "eta_cutoff",
+    "epsilon_cutoff",
+)
 
 
 def _bad(name: str, rule: str, value: object) -> ValueError:
     return ValueError(f"{name} must be {rule}, got {value!r}")
 
 
+def _int(name: str, v: object, what: str = "an integer") -> int:
+    if isinstance(v, bool) or not isinstance(v, numbers.Integral):
+        raise _bad(name, what, v)
+    return int(v)
+
+
+def _float(name: str, v: object) -> float:
+    if isinstance(v, bool) or not isinstance(v, numbers.Real):
+        raise _bad(name, "a number", v)
+    f = float(v)
+    if math.isnan(f):
+        raise _bad(name, "a number", v)
+    return f
+
+
+def _bias(items: Iterable[tuple[Any, Any]]) -> dict[int, float]:
+    out: dict[int, float] = {}
+    for k, v in items:
+        if isinstance(k, str) and k.strip().lstrip("-").isdigit():
+            k = int(k)  # JSON object keys are strings
+        out[_int("logit_bias", k, "keyed by token ids")] = _float("logit_bias", v)
+    return out
+
+
 @dataclass(frozen=True)
 class SamplerConfig:
     """Every stage of the sampler chain, with llama.cpp-like defaults.
 
-    Stages run in this order: logit bias and banned tokens, repetition
-    penalty (last ``repetition_penalty_window`` tokens), DRY; then greedy when
-    ``temperature == 0``; otherwise top-k, typical-p, top-p, min-p, top-a,
-    eta/epsilon cutoffs, XTC, temperature and a seeded draw. ``mirostat=2``
-    replaces the truncation stages with Mirostat v2. A stage at its neutral
-    value (top_k=0, top_p=1, min_p=0, ...) is off.
+    Stages run in this order: logit bias and banned tokens; the repetition
+    penalty over the last ``repetition_penalty_window`` accepted tokens; DRY;
+    then the argmax when ``temperature == 0``; otherwise top-k, typical-p,
+    top-p, min-p, top-a, epsilon and eta cutoffs, XTC, temperature and a
+    draw from the seeded RNG. ``mirostat=2`` replaces everything after DRY
+    with temperature and Mirostat v2. A stage at its neutral value is off:
+    ``top_k=0``, ``top_p=1``, ``min_p=0``, ``repetition_penalty=1``,
+    ``dry_multiplier=0``, ``xtc_probability=0``, ``typical_p=1``,
+    ``top_a=0``, ``eta_cutoff=0``, ``epsilon_cutoff=0``.
+
+    ``dry_penalty_last_n=-1`` lets DRY see the whole (bounded) history, ``0``
+    turns it off. ``dry_sequence_breakers`` are strings; the engine turns
+    them into token ids with :meth:`dry_breaker_ids`. Checks that need the
+    vocabulary size are in :meth:`validate`.
     """
 
     temperature: float = 0.8
@@ -51,37 +117,38 @@ class SamplerConfig:
     epsilon_cutoff: float = 0.0
 
     def __post_init__(self) -> None:
-        # Normalize containers so equal configs compare equal and the
-        # dataclass stays immutable in practice.
-        object.__setattr__(self, "logit_bias", dict(self.logit_bias))
-        object.__setattr__(self, "banned_tokens", tuple(self.banned_tokens))
-        if not isinstance(self.dry_sequence_breakers, str):
-            object.__setattr__(self, "dry_sequence_breakers", tuple(self.dry_sequence_breakers))
-        for f in fields(self):
-            v = getattr(self, f.name)
-            if isinstance(v, float) and math.isnan(v):
-                raise _bad(f.name, "a number", v)
-        for name in (
-            "top_k",
-            "repetition_penalty_window",
-            "seed",
-            "mirostat",
-            "dry_allowed_length",
-            "dry_penalty_last_n",
+        # Normalize values (numpy scalars, ints for floats, containers) so
+        # equal configs compare equal, to_dict() is plain JSON-able data and
+        # the frozen dataclass stays immutable in practice.
+        def put(name: str, value: object) -> None:
+            object.__setattr__(self, name, value)
+
+        for name in _INT_FIELDS:
+            put(name, _int(name, getattr(self, name)))
+        for name in _FLOAT_FIELDS:
+            put(name, _float(name, getattr(self, name)))
+        lb = self.logit_bias
+        if not isinstance(lb, Mapping):
+            raise _bad("logit_bias", "a mapping of token id to bias", lb)
+        put("logit_bias", _bias(lb.items()))
+        if isinstance(self.banned_tokens, (str, bytes)) or not isinstance(
+            self.banned_tokens, Iterable
         ):
-            v = getattr(self, name)
-            if not isinstance(v, int) or isinstance(v, bool):
-                raise _bad(name, "an integer", v)
-        unit = (
-            "min_p",
-            "xtc_threshold",
-            "xtc_probability",
-            "top_a",
-            "eta_cutoff",
-            "epsilon_cutoff",
+            raise _bad("banned_tokens", "a sequence of token ids", self.banned_tokens)
+        put(
+            "banned_tokens",
+            tuple(_int("banned_tokens", t, "token ids") for t in self.banned_tokens),
         )
+        br = self.dry_sequence_breakers
+        if isinstance(br, (str, bytes)) or not isinstance(br, Iterable):
+            raise _bad("dry_sequence_breakers", "a sequence of strings", br)
+        put("dry_sequence_breakers", tuple(br))
+        for s in self.dry_sequence_breakers:
+            if not isinstance(s, str) or not s:
+                raise _bad("dry_sequence_breakers", "non-empty strings", s)
+
         checks: list[tuple[str, bool, str]] = [
-            ("temperature", self.temperature >= 0 and math.isfinite(self.temperature), ">= 0"),
+            ("temperature", 0 <= self.temperature < math.inf, ">= 0"),
             ("top_k", self.top_k >= 0, ">= 0 (0 disables it)"),
             ("top_p", 0 < self.top_p <= 1, "in (0, 1]"),
             ("typical_p", 0 < self.typical_p <= 1, "in (0, 1]"),
@@ -99,29 +166,27 @@ class SamplerConfig:
                 self.dry_penalty_last_n >= -1,
                 ">= -1 (-1 means the whole history)",
             ),
-            *((n, 0 <= getattr(self, n) <= 1, "in [0, 1]") for n in unit),
+            *((n, 0 <= getattr(self, n) <= 1, "in [0, 1]") for n in _UNIT_FIELDS),
         ]
         for name, ok, rule in checks:
             if not ok:
                 raise _bad(name, rule, getattr(self, name))
-        for k, v in dict(self.logit_bias).items():
-            if not isinstance(k, int) or k < 0:
+        for k in self.logit_bias:
+            if k < 0:
                 raise _bad("logit_bias", "keyed by non-negative token ids", k)
-            if not isinstance(v, (int, float)) or math.isnan(v):
-                raise _bad("logit_bias", "valued by numbers", v)
         for t in self.banned_tokens:
-            if not isinstance(t, int) or t < 0:
+            if t < 0:
                 raise _bad("banned_tokens", "non-negative token ids", t)
-        if isinstance(self.dry_sequence_breakers, str):
-            raise _bad("dry_sequence_breakers", "a sequence of strings", self.dry_sequence_breakers)
 
     @classmethod
     def greedy(cls) -> SamplerConfig:
-        """Temperature 0: always the most likely token."""
+        """Temperature 0: always the most likely token (after bias, bans and penalties)."""
         return cls(temperature=0.0)
 
     def validate(self, vocab_size: int) -> None:
-        """Checks the token ids against a vocabulary size."""
+        """Checks the token ids against a vocabulary of ``vocab_size`` tokens."""
+        if isinstance(vocab_size, bool) or not isinstance(vocab_size, int) or vocab_size <= 0:
+            raise _bad("vocab_size", "a positive integer", vocab_size)
         for k in self.logit_bias:
             if k >= vocab_size:
                 raise _bad("logit_bias", f"keyed by token ids < {vocab_size}", k)
@@ -129,15 +194,46 @@ class SamplerConfig:
             if t >= vocab_size:
                 raise _bad("banned_tokens", f"token ids < {vocab_size}", t)
 
+    def dry_breaker_ids(
+        self,
+        encode: Callable[[str], Sequence[int]],
+        pieces: Sequence[str] | None = None,
+    ) -> list[list[int]]:
+        """The DRY sequence breakers as token-id sequences for ``_native.Sampler``.
+
+        ``encode`` tokenizes one string (without special tokens). Given
+        ``pieces`` (each token's decoded text, indexed by id), every token
+        whose text contains a breaker is a breaker on its own too, so that,
+        e.g., ``".\\n"`` breaks like ``"\\n"`` does, as in llama.cpp.
+        """
+        out: list[list[int]] = []
+        seen: set[tuple[int, ...]] = set()
+
+        def add(seq: Sequence[int]) -> None:
+            key = tuple(int(t) for t in seq)
+            if key and key not in seen:
+                seen.add(key)
+                out.append(list(key))
+
+        for s in self.dry_sequence_breakers:
+            add(encode(s))
+        if pieces is not None and self.dry_sequence_breakers:
+            for tid, text in enumerate(pieces):
+                if any(b in text for b in self.dry_sequence_breakers):
+                    add((tid,))
+        return out
+
     def to_dict(self) -> dict[str, Any]:
-        d = asdict(self)
-        d["logit_bias"] = sorted((int(k), float(v)) for k, v in dict(self.logit_bias).items())
-        d["banned_tokens"] = [int(t) for t in self.banned_tokens]
+        """Plain data (JSON-able) that :meth:`from_dict` and ``_native.Sampler`` accept."""
+        d = {f.name: getattr(self, f.name) for f in fields(self)}
+        d["logit_bias"] = sorted(self.logit_bias.items())
+        d["banned_tokens"] = list(self.banned_tokens)
         d["dry_sequence_breakers"] = list(self.dry_sequence_breakers)
         return d
 
     @classmethod
     def from_dict(cls, d: Mapping[str, Any]) -> SamplerConfig:
+        """Inverse of :meth:`to_dict`; also takes JSON-decoded data. Missing keys keep defaults."""
         known = {f.name for f in fields(cls)}
         unknown = set(d) - known
         if unknown:
@@ -145,10 +241,11 @@ class SamplerConfig:
         kw = dict(d)
         if "logit_bias" in kw:
             lb = kw["logit_bias"]
-            kw["logit_bias"] = dict(
-                lb.items() if isinstance(lb, Mapping) else ((int(k), float(v)) for k, v in lb)
-            )
-        for key in ("banned_tokens", "dry_sequence_breakers"):
-            if key in kw:
-                kw[key] = tuple(kw[key])
+            if isinstance(lb, Mapping):
+                kw["logit_bias"] = _bias(lb.items())
+            else:
+                pairs = list(lb) if isinstance(lb, Iterable) else [lb]
+                if not all(isinstance(p, Sequence) and len(p) == 2 for p in pairs):
+                    raise _bad("logit_bias", "(token id, bias) pairs", lb)
+                kw["logit_bias"] = _bias((p[0], p[1]) for p in pairs)
         return cls(**kw)

@@ -1,4 +1,7 @@
-//! `Sampler`: the live sampler chain, configured from a Python dict.
+//! `Sampler`: the live sampler chain, configured from a Python dict (the
+//! output of `SamplerConfig.to_dict()`).
+
+use std::collections::BTreeMap;
 
 use numpy::PyReadonlyArray1;
 use pyo3::exceptions::{PyKeyError, PyValueError};
@@ -11,26 +14,48 @@ use crate::sampler::{Sampler, SamplerConfig, SamplerState};
 #[pyclass(name = "Sampler", module = "oxillama._native")]
 pub struct PySampler {
     inner: Sampler,
+    /// Reused copies of the last call's logits and mask: the compute runs
+    /// without the GIL, and Python code may write to the caller's array
+    /// meanwhile, so it reads a private copy (a memcpy next to the sampler's
+    /// own passes).
+    logits: Vec<f32>,
+    mask: Vec<u64>,
 }
 
 fn field<'py, T: FromPyObjectOwned<'py>>(d: &Bound<'py, PyDict>, key: &str) -> PyResult<T> {
     d.get_item(key)?
-        .ok_or_else(|| PyKeyError::new_err(format!("sampler config is missing {key}")))?
+        .ok_or_else(|| PyKeyError::new_err(format!("missing key {key}")))?
         .extract::<T>()
-        .map_err(|e| {
-            PyValueError::new_err(format!(
-                "sampler config field {key}: {}",
-                Into::<PyErr>::into(e)
-            ))
-        })
+        .map_err(|e| PyValueError::new_err(format!("{key}: {}", Into::<PyErr>::into(e))))
+}
+
+/// `logit_bias` as `to_dict()` writes it (a list of (id, bias) pairs) or
+/// as a plain {id: bias} dict.
+fn logit_bias(d: &Bound<'_, PyDict>) -> PyResult<Vec<(u32, f32)>> {
+    let v = d
+        .get_item("logit_bias")?
+        .ok_or_else(|| PyKeyError::new_err("missing key logit_bias"))?;
+    if let Ok(m) = v.cast::<PyDict>() {
+        let m: BTreeMap<u32, f32> = m.extract().map_err(|e| {
+            PyValueError::new_err(format!("logit_bias: {}", Into::<PyErr>::into(e)))
+        })?;
+        return Ok(m.into_iter().collect());
+    }
+    field(d, "logit_bias")
 }
 
 fn config_from(d: &Bound<'_, PyDict>, breakers: Vec<Vec<u32>>) -> PyResult<SamplerConfig> {
-    let bias: Vec<(u32, f32)> = field(d, "logit_bias")?;
     let last_n: i64 = field(d, "dry_penalty_last_n")?;
+    if last_n < -1 {
+        return Err(PyValueError::new_err(format!(
+            "dry_penalty_last_n must be >= -1 (-1 means the whole history), got {last_n}"
+        )));
+    }
+    let top_k: i64 = field(d, "top_k")?;
     Ok(SamplerConfig {
         temperature: field(d, "temperature")?,
-        top_k: field(d, "top_k")?,
+        // Beyond i32::MAX top-k keeps everything anyway.
+        top_k: top_k.clamp(i64::from(i32::MIN), i64::from(i32::MAX)) as i32,
         top_p: field(d, "top_p")?,
         min_p: field(d, "min_p")?,
         repetition_penalty: field(d, "repetition_penalty")?,
@@ -39,7 +64,7 @@ fn config_from(d: &Bound<'_, PyDict>, breakers: Vec<Vec<u32>>) -> PyResult<Sampl
         mirostat: field(d, "mirostat")?,
         mirostat_tau: field(d, "mirostat_tau")?,
         mirostat_eta: field(d, "mirostat_eta")?,
-        logit_bias: bias,
+        logit_bias: logit_bias(d)?,
         banned_tokens: field(d, "banned_tokens")?,
         dry_multiplier: field(d, "dry_multiplier")?,
         dry_base: field(d, "dry_base")?,
@@ -57,6 +82,8 @@ fn config_from(d: &Bound<'_, PyDict>, breakers: Vec<Vec<u32>>) -> PyResult<Sampl
 
 #[pymethods]
 impl PySampler {
+    /// `config` is `SamplerConfig.to_dict()`; `dry_breakers` are the DRY
+    /// sequence breakers as token-id sequences.
     #[new]
     #[pyo3(signature = (config, vocab_size, dry_breakers=Vec::new()))]
     fn new(
@@ -67,11 +94,15 @@ impl PySampler {
         let cfg = config_from(config, dry_breakers)?;
         Ok(PySampler {
             inner: Sampler::new(cfg, vocab_size).py_err()?,
+            logits: Vec::new(),
+            mask: Vec::new(),
         })
     }
 
-    /// Samples a token from float32 logits; `allowed` is an optional
-    /// little-endian u64 bitset over the vocabulary.
+    /// Samples a token from 1-D float32 logits; `allowed` is an optional
+    /// bitset over the vocabulary (bit `i % 8` of byte `i // 8` set = token
+    /// `i` allowed, i.e. `numpy.packbits(mask, bitorder="little")`).
+    /// Does not record the token: call `accept`.
     #[pyo3(signature = (logits, allowed=None))]
     fn sample(
         &mut self,
@@ -79,28 +110,60 @@ impl PySampler {
         logits: PyReadonlyArray1<'_, f32>,
         allowed: Option<&[u8]>,
     ) -> PyResult<u32> {
-        let l = logits.as_slice()?;
-        let mask: Option<Vec<u64>> = allowed.map(|b| {
-            b.chunks(8)
-                .map(|c| {
+        let PySampler {
+            inner,
+            logits: buf,
+            mask,
+        } = self;
+        buf.clear();
+        match logits.as_slice() {
+            Ok(s) => buf.extend_from_slice(s),
+            Err(_) => buf.extend(logits.as_array().iter().copied()),
+        }
+        let mask = match allowed {
+            None => None,
+            Some(bytes) => {
+                let need = inner.vocab_size().div_ceil(8);
+                if bytes.len() < need {
+                    return Err(PyValueError::new_err(format!(
+                        "allowed has {} bytes, the vocabulary of {} needs {need}",
+                        bytes.len(),
+                        inner.vocab_size()
+                    )));
+                }
+                mask.clear();
+                mask.extend(bytes.chunks(8).map(|c| {
                     let mut a = [0u8; 8];
                     a[..c.len()].copy_from_slice(c);
                     u64::from_le_bytes(a)
-                })
-                .collect()
-        });
-        let s = &mut self.inner;
-        py.detach(|| s.sample_masked(l, mask.as_deref())).py_err()
+                }));
+                Some(&mask[..])
+            }
+        };
+        let buf = &buf[..];
+        py.detach(|| inner.sample_masked(buf, mask)).py_err()
     }
 
-    fn accept(&mut self, token: u32) {
-        self.inner.accept(token)
+    /// Records a token that entered the context (prompt or generated).
+    fn accept(&mut self, token: i64) -> PyResult<()> {
+        match u32::try_from(token) {
+            Ok(t) if (t as usize) < self.inner.vocab_size() => {
+                self.inner.accept(t);
+                Ok(())
+            }
+            _ => Err(PyValueError::new_err(format!(
+                "token {token} is outside the vocabulary of {}",
+                self.inner.vocab_size()
+            ))),
+        }
     }
 
+    /// Back to the freshly constructed state (RNG from the seed, no history).
     fn reset(&mut self) {
         self.inner.reset()
     }
 
+    /// {"rng": int, "mirostat_mu": float, "history": list[int]}.
     fn get_state<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
         let s = self.inner.state();
         let d = PyDict::new(py);
@@ -110,6 +173,7 @@ impl PySampler {
         Ok(d)
     }
 
+    /// Restores a `get_state()` dict; the stream continues exactly.
     fn set_state(&mut self, state: &Bound<'_, PyDict>) -> PyResult<()> {
         let st = SamplerState {
             rng: field(state, "rng")?,

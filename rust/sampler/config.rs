@@ -2,6 +2,8 @@
 
 use crate::{Error, Result};
 
+/// Every stage's setting; each stage is off at its neutral value (top_k 0,
+/// top_p 1, min_p 0, repetition_penalty 1, dry_multiplier 0, ...).
 #[derive(Debug, Clone, PartialEq)]
 pub struct SamplerConfig {
     pub temperature: f32,
@@ -11,6 +13,7 @@ pub struct SamplerConfig {
     pub repetition_penalty: f32,
     pub repetition_penalty_window: usize,
     pub seed: u64,
+    /// 0 (off) or 2 (Mirostat v2).
     pub mirostat: u8,
     pub mirostat_tau: f32,
     pub mirostat_eta: f32,
@@ -20,6 +23,7 @@ pub struct SamplerConfig {
     pub dry_base: f32,
     pub dry_allowed_length: usize,
     /// Tokens of history DRY looks at; `None` means all of it.
+    /// `Some(0)` disables DRY.
     pub dry_penalty_last_n: Option<usize>,
     /// Token sequences that break DRY matching (each tokenized breaker string).
     pub dry_breakers: Vec<Vec<u32>>,
@@ -61,6 +65,9 @@ impl Default for SamplerConfig {
     }
 }
 
+/// History kept when DRY looks at all of it (`dry_penalty_last_n = None`).
+pub const DEFAULT_HISTORY: usize = 8192;
+
 fn check(ok: bool, field: &str, rule: &str, got: impl std::fmt::Display) -> Result<()> {
     if ok {
         Ok(())
@@ -70,7 +77,23 @@ fn check(ok: bool, field: &str, rule: &str, got: impl std::fmt::Display) -> Resu
 }
 
 impl SamplerConfig {
+    /// How many accepted tokens the penalties can look at; the sampler keeps
+    /// no more history than this.
+    pub fn history_len(&self) -> usize {
+        self.repetition_penalty_window
+            .max(self.dry_penalty_last_n.unwrap_or(DEFAULT_HISTORY))
+    }
+
+    /// Checks every field; token ids must be below `vocab_size`. The error
+    /// names the field: "temperature must be >= 0, got -1".
     pub fn validate(&self, vocab_size: usize) -> Result<()> {
+        check(vocab_size > 0, "vocab_size", "> 0", vocab_size)?;
+        check(
+            u32::try_from(vocab_size).is_ok(),
+            "vocab_size",
+            "< 2^32",
+            vocab_size,
+        )?;
         let unit = |x: f32| (0.0..=1.0).contains(&x);
         check(
             self.temperature >= 0.0 && self.temperature.is_finite(),
@@ -168,14 +191,18 @@ impl SamplerConfig {
             )?;
             check(!b.is_nan(), "logit_bias", "free of NaN", b)?;
         }
-        for &id in self
-            .banned_tokens
-            .iter()
-            .chain(self.dry_breakers.iter().flatten())
-        {
+        for &id in &self.banned_tokens {
             check(
                 (id as usize) < vocab_size,
                 "banned_tokens",
+                &format!("token ids < {vocab_size}"),
+                id,
+            )?;
+        }
+        for &id in self.dry_breakers.iter().flatten() {
+            check(
+                (id as usize) < vocab_size,
+                "dry_breakers",
                 &format!("token ids < {vocab_size}"),
                 id,
             )?;

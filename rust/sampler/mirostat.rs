@@ -1,36 +1,51 @@
-//! Mirostat v2: keeps the surprise of sampled tokens near `tau` by
-//! truncating tokens whose surprise exceeds a running threshold `mu`.
+//! Mirostat v2 (Basu et al.): keeps the surprise of sampled tokens near the
+//! target `tau` (bits). Tokens whose surprise `-log2 p` exceeds the running
+//! threshold `mu` are cut, one token is drawn from the renormalized rest,
+//! and `mu -= eta * (surprise - tau)` with the drawn token's surprise under
+//! that renormalized distribution.
 
 use super::candidates::Candidates;
 use super::rng::Rng;
 
-/// Truncates at `mu`, samples, and returns the token with the updated `mu`.
-pub fn sample(c: &mut Candidates, mu: f32, tau: f32, eta: f32, rng: &mut Rng) -> (u32, f32) {
-    c.sort();
-    c.softmax();
-    let keep = c.c.iter().take_while(|x| -x.p.log2() <= mu).count().max(1);
-    c.c.truncate(keep);
-    c.softmax();
-    let idx = super::draw(c, rng);
-    let observed = -c.c[idx].p.log2();
-    let new_mu = mu - eta * (observed - tau);
-    (c.c[idx].id, new_mu)
+/// Applies temperature, truncates at `mu`, draws. Returns (token, new mu).
+pub fn sample(
+    c: &mut Candidates,
+    temperature: f32,
+    mu: f32,
+    tau: f32,
+    eta: f32,
+    rng: &mut Rng,
+) -> Option<(u32, f32)> {
+    c.softmax(temperature);
+    // -log2(p) <= mu  <=>  p >= 2^-mu; compared once, not a log per token.
+    c.retain_p_at_least((-mu).exp2());
+    let (id, p) = c.draw(rng)?;
+    let surprise = -p.log2();
+    Some((id, mu - eta * (surprise - tau)))
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::sampler::test_util::cands;
 
     #[test]
     fn mu_update_follows_the_rule() {
         let l = [(0.6f32).ln(), (0.3f32).ln(), (0.1f32).ln()];
-        let mut c = Candidates::default();
-        c.fill(&l);
+        // mu = 1.0 keeps only the 0.6 token (surprise 0.737 bits), which
+        // then has p = 1 (surprise 0): mu' = 1 - 0.1 * (0 - 5) = 1.5.
         let mut rng = Rng::new(3);
-        // mu = 1.0 keeps only the 0.6 token (surprise 0.737 bits).
-        let (tok, mu) = sample(&mut c, 1.0, 5.0, 0.1, &mut rng);
+        let (tok, mu) = sample(&mut cands(&l), 1.0, 1.0, 5.0, 0.1, &mut rng).unwrap();
         assert_eq!(tok, 0);
-        // After truncation the kept token has p = 1: surprise 0.
-        assert!((mu - (1.0 - 0.1 * (0.0 - 5.0))).abs() < 1e-6);
+        assert!((mu - 1.5).abs() < 1e-6);
+        // mu = 2.0 keeps 0.6 and 0.3 (1.74 bits) but not 0.1 (3.32 bits):
+        // renormalized 2/3 and 1/3.
+        for seed in 0..20 {
+            let mut rng = Rng::new(seed);
+            let (tok, mu) = sample(&mut cands(&l), 1.0, 2.0, 3.0, 0.5, &mut rng).unwrap();
+            let p: f32 = if tok == 0 { 2.0 / 3.0 } else { 1.0 / 3.0 };
+            assert!(tok < 2);
+            assert!((mu - (2.0 - 0.5 * (-p.log2() - 3.0))).abs() < 1e-5);
+        }
     }
 }

@@ -1,41 +1,61 @@
-//! The sampler chain. Order, and why:
-//! 1. grammar mask, bans and logit bias — hard constraints and user intent
-//!    apply before anything looks at the distribution;
-//! 2. repetition penalty, then DRY — they reshape logits using history;
-//! 3. temperature 0 stops here with the argmax (so penalties still count);
-//! 4. mirostat v2, when on, replaces the truncation stages: temperature,
-//!    then its own surprise-based cut;
-//! 5. otherwise top-k (cheap, shrinks the set) → typical → top-p → min-p →
-//!    top-a → eta/epsilon → XTC, then temperature, then a draw from the
-//!    softmax with the seeded RNG.
+//! The sampler chain: from one step's logits to the next token.
 //!
-//! Every truncation keeps at least one candidate.
+//! Order, and why:
+//! 1. grammar mask, banned tokens (-inf) and logit bias: hard constraints
+//!    and explicit user intent come before anything reads the distribution;
+//! 2. repetition penalty over the last `window` accepted tokens, then DRY:
+//!    both reshape logits from the history, so every later stage (greedy
+//!    included) sees the penalized values;
+//! 3. temperature 0 stops here with the argmax: one pass, no allocation,
+//!    and the truncations below could never change an argmax anyway;
+//! 4. with mirostat v2 on, temperature then its own surprise-based cut
+//!    replace every truncation stage (they would fight its feedback loop);
+//! 5. otherwise the truncations, cheapest and most selective first: top-k
+//!    (streamed off the logits, so the vocabulary is never sorted) shrinks
+//!    the set for everything after it; typical → top-p → min-p → top-a →
+//!    eta/epsilon each renormalize over what survives; XTC comes last among
+//!    them because it removes the *top* choices, which must already be a
+//!    viable set; temperature is applied at the very end (as llama.cpp
+//!    does), so the truncation thresholds mean the same at any temperature;
+//!    then one draw from the softmax with the seeded RNG.
+//!
+//! Every truncation keeps at least one candidate (min_keep = 1).
+//!
+//! Logits are never copied: bias, bans and penalties are sparse edits
+//! ([`edits`]), merged into the dense passes on the fly.
 
 mod candidates;
 pub mod config;
 mod dry;
+mod edits;
+mod eta;
+mod logit_bias;
+mod min_p;
 mod mirostat;
 mod penalties;
 pub mod rng;
-mod truncate;
+mod top_a;
+mod top_k;
+mod top_p;
+mod typical;
+mod xtc;
 
 use std::collections::VecDeque;
 
 use candidates::Candidates;
 pub use config::SamplerConfig;
-use dry::Dry;
+use dry::{Dry, DryScratch};
+use edits::{Edits, View};
 pub use rng::Rng;
 
 use crate::{Error, Result};
-
-/// History kept for penalties beyond the configured windows.
-const HISTORY_CAP: usize = 8192;
 
 /// The live state a snapshot must carry to continue a session exactly.
 #[derive(Debug, Clone, PartialEq)]
 pub struct SamplerState {
     pub rng: u64,
     pub mirostat_mu: f32,
+    /// Accepted tokens, oldest first (at most `SamplerConfig::history_len`).
     pub history: Vec<u32>,
 }
 
@@ -45,21 +65,17 @@ pub struct Sampler {
     rng: Rng,
     mu: f32,
     history: VecDeque<u32>,
+    history_len: usize,
+    // Buffers reused across calls.
+    edits: Edits,
     cands: Candidates,
-    work: Vec<f32>,
+    dry: DryScratch,
+    distinct: Vec<u32>,
+    typical: typical::TypicalScratch,
 }
 
-/// Index of a draw from the candidates' probabilities.
-pub(crate) fn draw(c: &Candidates, rng: &mut Rng) -> usize {
-    let total: f64 = c.c.iter().map(|x| x.p as f64).sum();
-    let mut r = rng.next_f64() * total;
-    for (i, x) in c.c.iter().enumerate() {
-        r -= x.p as f64;
-        if r < 0.0 {
-            return i;
-        }
-    }
-    c.c.len() - 1
+fn nothing_left() -> Error {
+    Error::generate("every token is banned or masked: nothing can be sampled")
 }
 
 impl Sampler {
@@ -69,8 +85,12 @@ impl Sampler {
             rng: Rng::new(cfg.seed),
             mu: 2.0 * cfg.mirostat_tau,
             history: VecDeque::new(),
+            history_len: cfg.history_len(),
+            edits: Edits::new(vocab_size),
             cands: Candidates::default(),
-            work: Vec::new(),
+            dry: DryScratch::default(),
+            distinct: Vec::new(),
+            typical: typical::TypicalScratch::default(),
             vocab_size,
             cfg,
         })
@@ -80,14 +100,24 @@ impl Sampler {
         &self.cfg
     }
 
-    /// Records a token that entered the context (prompt or generated).
+    pub fn vocab_size(&self) -> usize {
+        self.vocab_size
+    }
+
+    /// Records a token that entered the context (prompt or generated); the
+    /// penalties look at these. Ids outside the vocabulary are ignored.
     pub fn accept(&mut self, token: u32) {
-        if self.history.len() == HISTORY_CAP {
+        if token as usize >= self.vocab_size || self.history_len == 0 {
+            return;
+        }
+        if self.history.len() >= self.history_len {
             self.history.pop_front();
         }
         self.history.push_back(token);
     }
 
+    /// Back to the state right after `new`: RNG from the seed, mu = 2 tau,
+    /// no history.
     pub fn reset(&mut self) {
         self.rng = Rng::new(self.cfg.seed);
         self.mu = 2.0 * self.cfg.mirostat_tau;
@@ -102,28 +132,37 @@ impl Sampler {
         }
     }
 
+    /// Restores a snapshot taken with [`Sampler::state`]. History beyond
+    /// what this configuration keeps is dropped from the old end.
     pub fn set_state(&mut self, s: SamplerState) -> Result<()> {
         if let Some(&bad) = s.history.iter().find(|&&t| t as usize >= self.vocab_size) {
             return Err(Error::invalid(format!(
-                "sampler history holds token {bad} outside the vocabulary"
+                "history holds token {bad}, outside the vocabulary of {}",
+                self.vocab_size
             )));
         }
         if !s.mirostat_mu.is_finite() {
-            return Err(Error::invalid("sampler state mirostat_mu is not finite"));
+            return Err(Error::invalid(format!(
+                "mirostat_mu must be finite, got {}",
+                s.mirostat_mu
+            )));
         }
         self.rng = Rng::from_state(s.rng);
         self.mu = s.mirostat_mu;
-        let skip = s.history.len().saturating_sub(HISTORY_CAP);
-        self.history = s.history[skip..].iter().copied().collect();
+        let skip = s.history.len().saturating_sub(self.history_len);
+        self.history.clear();
+        self.history.extend(&s.history[skip..]);
         Ok(())
     }
 
+    /// Samples the next token. Does not record it: call [`Sampler::accept`].
     pub fn sample(&mut self, logits: &[f32]) -> Result<u32> {
         self.sample_masked(logits, None)
     }
 
-    /// Samples the next token. `allowed` is an optional bitset over the
-    /// vocabulary (bit i set = token i allowed), as grammars produce.
+    /// Samples the next token among those allowed by `allowed`, a bitset
+    /// over the vocabulary (bit `i % 64` of word `i / 64` set = token `i`
+    /// allowed), as a grammar produces. NaN logits count as -inf.
     pub fn sample_masked(&mut self, logits: &[f32], allowed: Option<&[u64]>) -> Result<u32> {
         if logits.len() != self.vocab_size {
             return Err(Error::invalid(format!(
@@ -132,99 +171,120 @@ impl Sampler {
                 self.vocab_size
             )));
         }
-        let cfg = &self.cfg;
-        self.work.clear();
-        self.work.extend_from_slice(logits);
-        let w = &mut self.work;
-        for l in w.iter_mut() {
-            if l.is_nan() {
-                *l = f32::NEG_INFINITY;
-            }
-        }
         if let Some(mask) = allowed {
-            if mask.len() * 64 < self.vocab_size {
-                return Err(Error::invalid(
-                    "allowed-token mask is shorter than the vocabulary",
-                ));
-            }
-            for (i, l) in w.iter_mut().enumerate() {
-                if mask[i / 64] >> (i % 64) & 1 == 0 {
-                    *l = f32::NEG_INFINITY;
-                }
+            if mask.len() < self.vocab_size.div_ceil(64) {
+                return Err(Error::invalid(format!(
+                    "allowed mask covers {} tokens, the vocabulary has {}",
+                    mask.len() * 64,
+                    self.vocab_size
+                )));
             }
         }
-        penalties::ban(w, &cfg.banned_tokens);
-        penalties::logit_bias(w, &cfg.logit_bias);
-        let (a, b) = self.history.as_slices();
-        let hist: Vec<u32> = if b.is_empty() {
-            a.to_vec()
-        } else {
-            [a, b].concat()
-        };
+        let cfg = &self.cfg;
+        let raw = logits;
+
+        // 1-2: sparse edits.
+        let edits = &mut self.edits;
+        edits.clear();
+        logit_bias::logit_bias(edits, raw, &cfg.logit_bias);
+        // After the bias, so a ban wins over any bias, however large.
+        logit_bias::ban(edits, raw, &cfg.banned_tokens);
+        let history = self.history.make_contiguous();
         penalties::repetition(
-            w,
-            &hist,
+            edits,
+            raw,
+            history,
             cfg.repetition_penalty_window,
             cfg.repetition_penalty,
+            &mut self.distinct,
         );
-        Dry {
+        let dry = Dry {
             multiplier: cfg.dry_multiplier,
             base: cfg.dry_base,
             allowed_length: cfg.dry_allowed_length,
             last_n: cfg.dry_penalty_last_n,
             breakers: &cfg.dry_breakers,
+        };
+        if dry.enabled() {
+            dry.apply(edits, raw, history, &mut self.dry);
         }
-        .apply(w, &hist);
+        let view = View {
+            raw,
+            allowed,
+            edits: &self.edits,
+        };
 
+        // 3: greedy.
         if cfg.temperature == 0.0 {
-            let mut best: Option<(usize, f32)> = None;
-            for (i, &l) in w.iter().enumerate() {
-                if l > f32::NEG_INFINITY && best.is_none_or(|(_, bl)| l > bl) {
-                    best = Some((i, l));
-                }
-            }
-            return best.map(|(i, _)| i as u32).ok_or_else(|| {
-                Error::generate("every token is banned or masked: nothing can be sampled")
-            });
+            return view.argmax().ok_or_else(nothing_left);
         }
 
         let c = &mut self.cands;
-        c.fill(w);
-        if c.c.is_empty() {
-            return Err(Error::generate(
-                "every token is banned or masked: nothing can be sampled",
-            ));
-        }
+        // 4: mirostat v2.
         if cfg.mirostat == 2 {
-            for x in &mut c.c {
-                x.logit /= cfg.temperature;
-            }
+            c.fill(&view, f32::NEG_INFINITY);
             let (tok, mu) = mirostat::sample(
                 c,
+                cfg.temperature,
                 self.mu,
                 cfg.mirostat_tau,
                 cfg.mirostat_eta,
                 &mut self.rng,
-            );
+            )
+            .ok_or_else(nothing_left)?;
             self.mu = mu;
             return Ok(tok);
         }
-        truncate::top_k(c, cfg.top_k);
-        truncate::typical(c, cfg.typical_p);
-        truncate::top_p(c, cfg.top_p);
-        truncate::min_p(c, cfg.min_p);
-        truncate::top_a(c, cfg.top_a);
-        truncate::eta_epsilon(c, cfg.eta_cutoff, cfg.epsilon_cutoff);
-        if cfg.xtc_probability > 0.0 {
-            let fire = self.rng.next_f64() < cfg.xtc_probability as f64;
-            truncate::xtc(c, cfg.xtc_threshold, fire);
+
+        // 5: truncations, temperature, draw.
+        if cfg.top_k > 0 {
+            top_k::collect(&view, cfg.top_k as usize, c);
+        } else if cfg.min_p > 0.0 && cfg.typical_p >= 1.0 && cfg.top_p >= 1.0 {
+            // Min-p is the first cut: p >= min_p * p_max is exactly
+            // logit >= max + ln(min_p), so the tokens it would drop are never
+            // collected (min_p itself still runs, on the survivors, and
+            // decides the boundary; the margin only absorbs rounding).
+            let floor = view.max_logit().map_or(f32::NEG_INFINITY, |m| {
+                m + cfg.min_p.ln() - 1e-4 * (1.0 + m.abs())
+            });
+            c.fill(&view, floor);
+        } else {
+            c.fill(&view, f32::NEG_INFINITY);
         }
-        for x in &mut c.c {
-            x.logit /= cfg.temperature;
+        if c.len() == 0 {
+            return Err(nothing_left());
         }
-        c.softmax();
-        let i = draw(c, &mut self.rng);
-        Ok(c.c[i].id)
+        typical::typical(c, cfg.typical_p, &mut self.typical);
+        top_p::top_p(c, cfg.top_p);
+        min_p::min_p(c, cfg.min_p);
+        top_a::top_a(c, cfg.top_a);
+        eta::epsilon_cutoff(c, cfg.epsilon_cutoff);
+        eta::eta_cutoff(c, cfg.eta_cutoff);
+        xtc::xtc(c, cfg.xtc_threshold, cfg.xtc_probability, &mut self.rng);
+        c.softmax(cfg.temperature);
+        c.draw(&mut self.rng)
+            .map(|(t, _)| t)
+            .ok_or_else(nothing_left)
+    }
+}
+
+#[cfg(test)]
+pub(crate) mod test_util {
+    use super::candidates::Candidates;
+
+    pub fn cands(logits: &[f32]) -> Candidates {
+        let mut c = Candidates::default();
+        for (i, &l) in logits.iter().enumerate() {
+            c.push(i as u32, l);
+        }
+        c
+    }
+
+    /// The surviving ids, ascending.
+    pub fn ids(c: &Candidates) -> Vec<u32> {
+        let mut v: Vec<u32> = c.as_slice().iter().map(|x| x.id).collect();
+        v.sort_unstable();
+        v
     }
 }
 
@@ -353,5 +413,183 @@ mod tests {
             let e = Sampler::new(cfg, 50).err().unwrap().to_string();
             assert!(e.starts_with(field), "{e}");
         }
+    }
+
+    fn plain() -> SamplerConfig {
+        SamplerConfig {
+            temperature: 1.0,
+            top_k: 0,
+            top_p: 1.0,
+            min_p: 0.0,
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn greedy_sees_bias_bans_and_penalties() {
+        let mut l = vec![0f32; 100];
+        l[10] = 5.0;
+        l[20] = 4.0;
+        l[30] = 3.0;
+        let greedy = |cfg: SamplerConfig| {
+            Sampler::new(
+                SamplerConfig {
+                    temperature: 0.0,
+                    ..cfg
+                },
+                100,
+            )
+            .unwrap()
+        };
+        assert_eq!(greedy(plain()).sample(&l).unwrap(), 10);
+        let mut s = greedy(SamplerConfig {
+            logit_bias: vec![(30, 2.5)],
+            ..plain()
+        });
+        assert_eq!(s.sample(&l).unwrap(), 30);
+        let mut s = greedy(SamplerConfig {
+            banned_tokens: vec![10],
+            ..plain()
+        });
+        assert_eq!(s.sample(&l).unwrap(), 20);
+        let mut s = greedy(SamplerConfig {
+            repetition_penalty: 2.0,
+            ..plain()
+        });
+        s.accept(10);
+        assert_eq!(s.sample(&l).unwrap(), 20); // 5 / 2 < 4
+                                               // The DRY penalty is exactly multiplier * base^(len - allowed):
+                                               // after "1 2 3 10 ... 1 2 3", 10 extends a 3-run: 0.5 * 3^(3-2) = 1.5.
+        for (delta, want) in [(0.01f32, 10u32), (-0.01, 20)] {
+            let mut s = greedy(SamplerConfig {
+                dry_multiplier: 0.5,
+                dry_base: 3.0,
+                dry_allowed_length: 2,
+                ..plain()
+            });
+            for t in [1, 2, 3, 10, 7, 1, 2, 3] {
+                s.accept(t);
+            }
+            let mut l2 = l.clone();
+            l2[10] = 4.0 + 1.5 + delta; // 4.0 + delta after the penalty
+            assert_eq!(s.sample(&l2).unwrap(), want, "delta {delta}");
+        }
+    }
+
+    #[test]
+    fn default_chain_stays_within_top_k_and_handles_infinities() {
+        let l = logits(5000, 4);
+        let mut order: Vec<usize> = (0..l.len()).collect();
+        order.sort_by(|&a, &b| l[b].total_cmp(&l[a]));
+        let top: std::collections::HashSet<u32> = order[..40].iter().map(|&i| i as u32).collect();
+        let mut s = Sampler::new(
+            SamplerConfig {
+                temperature: 3.0,
+                min_p: 0.0,
+                top_p: 1.0,
+                ..Default::default()
+            },
+            5000,
+        )
+        .unwrap();
+        let seen: std::collections::HashSet<u32> =
+            (0..2000).map(|_| s.sample(&l).unwrap()).collect();
+        assert!(seen.is_subset(&top));
+        assert!(seen.len() > 30);
+        let mut inf = vec![0f32; 8];
+        inf[2] = f32::INFINITY;
+        inf[5] = f32::INFINITY;
+        inf[6] = f32::NAN;
+        let mut s = Sampler::new(plain(), 8).unwrap();
+        let seen: std::collections::HashSet<u32> =
+            (0..200).map(|_| s.sample(&inf).unwrap()).collect();
+        assert_eq!(seen, [2, 5].into_iter().collect());
+    }
+
+    #[test]
+    fn bad_inputs_are_errors_not_panics() {
+        let mut s = Sampler::new(plain(), 100).unwrap();
+        assert!(matches!(
+            s.sample(&[0.0; 99]),
+            Err(Error::InvalidArgument(_))
+        ));
+        assert!(matches!(
+            s.sample_masked(&[0.0; 100], Some(&[u64::MAX])),
+            Err(Error::InvalidArgument(_))
+        ));
+        assert!(matches!(
+            s.sample_masked(&[0.0; 100], Some(&[0, 0])),
+            Err(Error::Generate(_))
+        ));
+        assert!(s.sample(&[f32::NAN; 100]).is_err());
+        assert!(Sampler::new(plain(), 0).is_err());
+        s.accept(100); // ignored
+        assert!(s.state().history.is_empty());
+        assert!(s
+            .set_state(SamplerState {
+                rng: 1,
+                mirostat_mu: f32::NAN,
+                history: vec![]
+            })
+            .is_err());
+    }
+
+    #[test]
+    fn history_is_bounded_and_reset_restarts_the_stream() {
+        let cfg = SamplerConfig {
+            repetition_penalty_window: 5,
+            dry_penalty_last_n: Some(3),
+            ..plain()
+        };
+        let mut s = Sampler::new(cfg.clone(), 50).unwrap();
+        for t in 0..20 {
+            s.accept(t);
+        }
+        assert_eq!(s.state().history, vec![15, 16, 17, 18, 19]);
+        let l = logits(50, 3);
+        let first: Vec<u32> = (0..10).map(|_| s.sample(&l).unwrap()).collect();
+        s.reset();
+        assert!(s.state().history.is_empty());
+        let mut fresh = Sampler::new(cfg, 50).unwrap();
+        let again: Vec<u32> = (0..10).map(|_| s.sample(&l).unwrap()).collect();
+        assert_eq!(
+            again,
+            (0..10)
+                .map(|_| fresh.sample(&l).unwrap())
+                .collect::<Vec<_>>()
+        );
+        assert_eq!(first, again);
+    }
+
+    #[test]
+    fn every_stage_at_once_is_reproducible() {
+        let cfg = SamplerConfig {
+            seed: 77,
+            typical_p: 0.9,
+            top_a: 0.1,
+            eta_cutoff: 0.001,
+            epsilon_cutoff: 0.0001,
+            xtc_probability: 0.5,
+            repetition_penalty: 1.3,
+            dry_multiplier: 0.8,
+            dry_breakers: vec![vec![0]],
+            logit_bias: vec![(3, 1.0)],
+            banned_tokens: vec![4],
+            ..Default::default()
+        };
+        let run = || {
+            let mut s = Sampler::new(cfg.clone(), 3000).unwrap();
+            let l = logits(3000, 8);
+            (0..100)
+                .map(|_| {
+                    let t = s.sample(&l).unwrap();
+                    s.accept(t);
+                    t
+                })
+                .collect::<Vec<_>>()
+        };
+        let a = run();
+        assert_eq!(a, run());
+        assert!(!a.contains(&4));
     }
 }
