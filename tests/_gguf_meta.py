@@ -54,9 +54,7 @@ def _field_value(field: Any) -> Any:
     if types[0] == GGUFValueType.ARRAY:
         sub = types[-1]
         if sub == GGUFValueType.STRING:
-            return [
-                bytes(field.parts[i]).decode("utf-8", errors="replace") for i in field.data
-            ]
+            return [bytes(field.parts[i]).decode("utf-8", errors="replace") for i in field.data]
         vals = [field.parts[i].tolist()[0] for i in field.data]
         if sub == GGUFValueType.BOOL:
             return [bool(v) for v in vals]
