@@ -9,7 +9,21 @@ from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers
 from ..errors import LoadError
 from .gguf_vocab import GgufVocab
 
-__all__ = ["BYTE_TO_UNICODE", "UNICODE_TO_BYTE", "bpe_piece", "build_bpe", "split_merges"]
+__all__ = [
+    "BYTE_TO_UNICODE",
+    "DROPPED",
+    "UNICODE_TO_BYTE",
+    "bpe_piece",
+    "build_bpe",
+    "split_merges",
+]
+
+#: A token appended after the GGUF vocabulary as the BPE model's unknown
+#: token. Some vocabularies lack a few byte characters (SmolLM2 has no token
+#: for the bytes 0x04 or 0xF5); llama.cpp keeps such a character in the word,
+#: where it stops merges across it, and then drops it. An unknown token does
+#: the same in HF's BPE, and ``Tokenizer.encode`` removes it afterwards.
+DROPPED = "<|oxillama:dropped|>"
 
 
 def _bytes_to_unicode() -> dict[int, str]:
@@ -50,10 +64,12 @@ def build_bpe(v: GgufVocab) -> Tokenizer:
     assert v.merges is not None  # checked by GgufVocab
     pre = v.pre_tokenizer
     vocab = {tok: i for i, tok in enumerate(v.tokens)}
+    vocab.setdefault(DROPPED, len(v.tokens))
     tok = Tokenizer(
         models.BPE(
             vocab=vocab,
             merges=split_merges(v.merges),
+            unk_token=DROPPED,
             fuse_unk=False,
             ignore_merges=pre.ignore_merges,
         )

@@ -18,6 +18,7 @@ from ..errors import LoadError
 
 __all__ = ["PRETOKENIZERS", "PreTokenizer", "pretokenizer"]
 
+
 #: GPT-2's pattern as llama.cpp writes it (no trailing ``|\s+``: whitespace
 #: the pattern leaves unmatched still becomes a piece of its own).
 GPT2 = r"'s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)"

@@ -14,7 +14,7 @@ from tokenizers import AddedToken
 from tokenizers import Tokenizer as HFTokenizer
 
 from ..errors import LoadError
-from .bpe import UNICODE_TO_BYTE, bpe_piece, build_bpe
+from .bpe import DROPPED, UNICODE_TO_BYTE, bpe_piece, build_bpe
 from .gguf_vocab import A_BYTE, A_NORMAL, A_SPECIAL, A_USER_DEFINED, EOG_TEXTS, GgufVocab
 from .spm import SPACE, build_spm, byte_token_value, spm_piece
 
@@ -68,6 +68,7 @@ class Tokenizer:
         self._manual_special = manual_special
         # encode_special_tokens is a switch on the shared HF object.
         self._lock = threading.Lock()
+        self._dropped = hf.token_to_id(DROPPED)
 
     # ------------------------------------------------------------ building
 
@@ -130,6 +131,8 @@ class Tokenizer:
         except Exception as e:  # tokenizers raises a bare Exception
             raise LoadError(f"cannot load tokenizer {_origin}: {e}") from e
         n = hf.get_vocab_size(with_added_tokens=True)
+        if hf.token_to_id(DROPPED) == n - 1:
+            n -= 1  # our own placeholder (see bpe.DROPPED), not a real token
         added = hf.get_added_tokens_decoder()
         pieces = _hf_pieces(hf, spec, n)
         special = {i for i, t in added.items() if t.special}
@@ -228,6 +231,8 @@ class Tokenizer:
                 ids: list[int] = self._hf.encode(text, add_special_tokens=auto).ids
             finally:
                 self._hf.encode_special_tokens = False
+        if self._dropped is not None and self._dropped in ids:
+            ids = [i for i in ids if i != self._dropped]
         if add_special and self._manual_special:
             if self._add_bos and self._bos is not None:
                 ids.insert(0, self._bos)
