@@ -44,6 +44,7 @@ class Tokenizer:
         *,
         pieces: Sequence[bytes],
         special_ids: Iterable[int],
+        fragment_ids: Iterable[int] = (),
         eog_ids: Iterable[int],
         bos_id: int | None,
         eos_id: int | None,
@@ -56,6 +57,9 @@ class Tokenizer:
         self._hf = hf
         self._pieces = list(pieces)
         self._special = frozenset(special_ids)
+        # Tokens matched whole before the model runs (special and
+        # user-defined): text after them starts a new run.
+        self._fragments = self._special | frozenset(fragment_ids)
         self._eog = frozenset(eog_ids)
         self._bos = bos_id
         self._eos = eos_id
@@ -94,6 +98,7 @@ class Tokenizer:
             hf,
             pieces=pieces,
             special_ids=control,
+            fragment_ids=v.user_defined_ids(),
             eog_ids=v.eog_ids,
             bos_id=v.bos_id,
             eos_id=v.eos_id,
@@ -136,6 +141,8 @@ class Tokenizer:
         added = hf.get_added_tokens_decoder()
         pieces = _hf_pieces(hf, spec, n)
         special = {i for i, t in added.items() if t.special}
+        fragments = set(added)
+        space_prefix = _json_space_prefix(spec)
         ids = hf.get_vocab(with_added_tokens=True)
         if metadata is not None:
             v = GgufVocab.from_metadata(metadata)
@@ -143,12 +150,14 @@ class Tokenizer:
                 hf,
                 pieces=pieces,
                 special_ids=special,
+                fragment_ids=fragments,
                 eog_ids={i for i in v.eog_ids if i < n},
                 bos_id=v.bos_id,
                 eos_id=v.eos_id,
                 eot_id=v.eot_id,
                 add_bos=v.add_bos,
                 add_eos=v.add_eos,
+                add_space_prefix=space_prefix,
             )
         bos = next((ids[t] for t in _BOS_TEXTS if t in ids), None)
         eos = next((ids[t] for t in _EOS_TEXTS if t in ids), None)
@@ -160,11 +169,13 @@ class Tokenizer:
             hf,
             pieces=pieces,
             special_ids=special,
+            fragment_ids=fragments,
             eog_ids=eog,
             bos_id=bos,
             eos_id=eos,
             add_bos=bos is not None and bos in probe[:1],
             add_eos=eos is not None and eos in probe[-1:],
+            add_space_prefix=space_prefix,
             manual_special=False,
         )
 
@@ -243,22 +254,28 @@ class Tokenizer:
     def decode(self, ids: Sequence[int], *, skip_special: bool = False) -> str:
         """The text of ``ids``: the tokens' bytes joined and read as UTF-8
         (invalid sequences become U+FFFD). ``skip_special`` leaves control
-        tokens out. A leading space the SentencePiece ``add_space_prefix``
-        added is removed, as llama.cpp's detokenizer does."""
+        tokens out (user-defined ones stay).
+
+        With SentencePiece's ``add_space_prefix``, encoding puts a space
+        before the text at the start and after every special token; decoding
+        removes exactly those, so ``decode(encode(text)) == text``.
+        (llama.cpp's detokenizer removes only the first, and none after a
+        BOS.)
+        """
         toks = [int(t) for t in ids]
         n = len(self._pieces)
         for t in toks:
             if not 0 <= t < n:
                 raise ValueError(f"token id {t} is outside the vocabulary of {n}")
         strip = self._add_space_prefix
-        if skip_special and toks and self._add_bos and toks[0] == self._bos:
-            toks = toks[1:]
-            strip = False
-        if skip_special and toks and self._add_eos and toks[-1] == self._eos:
-            toks = toks[:-1]
         out = bytearray()
         for t in toks:
-            piece = b"" if skip_special and t in self._special else self._pieces[t]
+            if t in self._fragments:
+                if not (skip_special and t in self._special):
+                    out += self._pieces[t]
+                strip = self._add_space_prefix
+                continue
+            piece = self._pieces[t]
             if strip and piece.startswith(b" "):
                 piece = piece[1:]
             strip = False
@@ -294,6 +311,31 @@ def _decoder_types(dec: Any) -> set[str]:
     for sub in dec.get("decoders") or []:
         types |= _decoder_types(sub)
     return types
+
+
+def _components(node: Any, key: str) -> list[dict[str, Any]]:
+    """A normalizer / pre-tokenizer and, for a Sequence, its members."""
+    if not isinstance(node, dict):
+        return []
+    out = [node]
+    for sub in node.get(key) or []:
+        out += _components(sub, key)
+    return out
+
+
+def _json_space_prefix(spec: Any) -> bool:
+    """Whether a tokenizer.json prefixes text with ``▁`` (SentencePiece's
+    add_space_prefix), by a Prepend normalizer or a Metaspace pre-tokenizer."""
+    if not isinstance(spec, dict):
+        return False
+    for n in _components(spec.get("normalizer"), "normalizers"):
+        if n.get("type") == "Prepend" and n.get("prepend") == SPACE:
+            return True
+    for p in _components(spec.get("pre_tokenizer"), "pretokenizers"):
+        if p.get("type") == "Metaspace":
+            scheme = p.get("prepend_scheme", "always" if p.get("add_prefix_space") else "never")
+            return scheme in ("always", "first")
+    return False
 
 
 def _hf_pieces(hf: HFTokenizer, spec: Any, n: int) -> list[bytes]:
