@@ -10,7 +10,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from tokenizers import AddedToken
+from tokenizers import AddedToken, processors
 from tokenizers import Tokenizer as HFTokenizer
 
 from ..errors import LoadError
@@ -93,6 +93,7 @@ class Tokenizer:
             AddedToken(v.tokens[i], special=False, normalized=False) for i in v.user_defined_ids()
         ]
         hf.add_tokens(added)
+        _set_post_processor(hf, v)
         pieces = [_gguf_piece(t, a, v.kind) for t, a in zip(v.tokens, v.attrs, strict=True)]
         return cls(
             hf,
@@ -288,6 +289,24 @@ class Tokenizer:
         if not 0 <= token < len(self._pieces):
             raise ValueError(f"token id {token} is outside the vocabulary of {len(self._pieces)}")
         return self._pieces[token]
+
+
+def _set_post_processor(hf: HFTokenizer, v: GgufVocab) -> None:
+    """BOS/EOS as the model adds them, so that ``hf.encode(text)`` alone (and
+    a tokenizer.json saved from it) behaves like llama.cpp's add_special."""
+    single, specials = "$A", []
+    if v.add_bos and v.bos_id is not None:
+        single = f"{v.tokens[v.bos_id]} {single}"
+        specials.append((v.tokens[v.bos_id], v.bos_id))
+    if v.add_eos and v.eos_id is not None:
+        single = f"{single} {v.tokens[v.eos_id]}"
+        if v.eos_id != v.bos_id:
+            specials.append((v.tokens[v.eos_id], v.eos_id))
+    if specials:
+        pair = single + " " + single.replace("$A", "$B")
+        hf.post_processor = processors.TemplateProcessing(
+            single=single, pair=pair, special_tokens=specials
+        )
 
 
 def _gguf_piece(token: str, attr: int, kind: str) -> bytes:
