@@ -24,21 +24,24 @@ SPACE = "\u2581"
 
 def spm_merges(v: GgufVocab) -> list[tuple[str, str]]:
     """Every pair of pieces whose concatenation is a piece, best score first
-    (ties: lower token id, then shorter left part)."""
+    (ties: lower token id, then shorter left part). llama.cpp breaks score
+    ties by position instead; no two of Gemma-3's normal pieces share a
+    score."""
     if v.scores is None:
         raise LoadError("SentencePiece vocabulary has no tokenizer.ggml.scores")
     scores = v.scores
-    vocab = set(v.tokens)
-    ranked: list[tuple[float, int, int, str, str]] = []
-    for i, merged in enumerate(v.tokens):
+    tokens = v.tokens
+    vocab = set(tokens)
+    merges: list[tuple[str, str]] = []
+    for i in sorted(range(len(tokens)), key=lambda i: (-scores[i], i)):
+        merged = tokens[i]
         for k in range(1, len(merged)):
             a = merged[:k]
             if a in vocab:
                 b = merged[k:]
                 if b in vocab:
-                    ranked.append((-scores[i], i, k, a, b))
-    ranked.sort()
-    return [(a, b) for _, _, _, a, b in ranked]
+                    merges.append((a, b))
+    return merges
 
 
 def build_spm(v: GgufVocab) -> Tokenizer:
