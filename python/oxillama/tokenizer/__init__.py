@@ -1,5 +1,16 @@
-"""Tokenizers built from GGUF metadata (byte-level BPE and SentencePiece)."""
+"""Tokenizers built from GGUF metadata (byte-level BPE and SentencePiece),
+token for token equal to llama.cpp's."""
 
+from .gguf_vocab import GgufVocab, TokenAttr, TokenType
+from .pretokenizers import PRETOKENIZERS, PreTokenizer, pretokenizer
 from .tokenizer import Tokenizer
 
-__all__ = ["Tokenizer"]
+__all__ = [
+    "PRETOKENIZERS",
+    "GgufVocab",
+    "PreTokenizer",
+    "TokenAttr",
+    "TokenType",
+    "Tokenizer",
+    "pretokenizer",
+]

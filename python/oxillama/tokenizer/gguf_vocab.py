@@ -1,107 +1,374 @@
-"""The vocabulary description stored under ``tokenizer.ggml.*``."""
+"""The vocabulary description stored under ``tokenizer.ggml.*``, read the way
+llama.cpp's ``llama_vocab::impl::load`` reads it: the same defaults, the same
+special-token detection by text, the same end-of-generation set."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from enum import IntEnum, IntFlag
 from typing import Any
 
 from ..errors import LoadError
+from .pretokenizers import PreTokenizer, pretokenizer
 
-# llama.cpp's token types.
-NORMAL, UNKNOWN, CONTROL, USER_DEFINED, UNUSED, BYTE = 1, 2, 3, 4, 5, 6
+__all__ = [
+    "EOG_TEXTS",
+    "GgufVocab",
+    "TokenAttr",
+    "TokenType",
+]
 
-# Texts that end a generation turn in the chat formats llama.cpp knows.
+PREFIX = "tokenizer.ggml."
+
+
+class TokenType(IntEnum):
+    """``tokenizer.ggml.token_type`` values (llama.cpp's llama_token_type)."""
+
+    UNDEFINED = 0
+    NORMAL = 1
+    UNKNOWN = 2
+    CONTROL = 3
+    USER_DEFINED = 4
+    UNUSED = 5
+    BYTE = 6
+
+
+class TokenAttr(IntFlag):
+    """llama.cpp's per-token attributes (llama_token_attr)."""
+
+    UNDEFINED = 0
+    UNKNOWN = 1 << 0
+    UNUSED = 1 << 1
+    NORMAL = 1 << 2
+    CONTROL = 1 << 3
+    USER_DEFINED = 1 << 4
+    BYTE = 1 << 5
+    NORMALIZED = 1 << 6
+    LSTRIP = 1 << 7
+    RSTRIP = 1 << 8
+    SINGLE_WORD = 1 << 9
+
+
+# Plain ints for the hot loops (IntFlag arithmetic is slow on 262k tokens).
+A_UNKNOWN = int(TokenAttr.UNKNOWN)
+A_UNUSED = int(TokenAttr.UNUSED)
+A_NORMAL = int(TokenAttr.NORMAL)
+A_CONTROL = int(TokenAttr.CONTROL)
+A_USER_DEFINED = int(TokenAttr.USER_DEFINED)
+A_BYTE = int(TokenAttr.BYTE)
+A_SPECIAL = A_CONTROL | A_UNKNOWN
+
+_TYPE_ATTR: dict[int, int] = {
+    TokenType.NORMAL: A_NORMAL,
+    TokenType.UNKNOWN: A_UNKNOWN,
+    TokenType.CONTROL: A_CONTROL,
+    TokenType.USER_DEFINED: A_USER_DEFINED,
+    TokenType.UNUSED: A_UNUSED,
+    TokenType.BYTE: A_BYTE,
+}
+
+#: Tokens that end a generation, recognised by their text (llama.cpp keeps
+#: the same list; the ids in the GGUF's eos/eot/eom keys are added to it).
 EOG_TEXTS = frozenset(
     {
         "<|eot_id|>",
         "<|im_end|>",
         "<|end|>",
-        "<end_of_turn>",
-        "<|endoftext|>",
-        "<EOT>",
-        "<|end_of_text|>",
-        "<end_of_utterance>",
         "<|return|>",
         "<|call|>",
+        "<|flush|>",
+        "<|calls|>",
+        "<end_of_turn>",
+        "<|endoftext|>",
+        "</s>",
+        "<|eom_id|>",
+        "<EOT>",
+        "_<EOT>",
+        "[EOT]",
+        "[EOS]",
+        "<|end_of_text|>",
+        "<end_of_utterance>",
+        "<eos>",
+        "<turn|>",
+        "<|tool_response>",
+        "<\uff5cend\u2581of\u2581sentence\uff5c>",
+        "[e~[",
     }
 )
+
+# Special tokens found by their text when the GGUF does not give their id.
+_EOT_TEXTS = (
+    "<|eot_id|>",
+    "<|im_end|>",
+    "<|end|>",
+    "<end_of_turn>",
+    "<|endoftext|>",
+    "<|end_of_text|>",
+    "<EOT>",
+    "_<EOT>",
+    "[EOT]",
+    "<\uff5cend\u2581of\u2581sentence\uff5c>",
+    "<end_of_utterance>",
+)
+_DETECT: dict[str, tuple[str, ...]] = {
+    "eot": _EOT_TEXTS,
+    "eom": ("<|eom_id|>",),
+    "fim_pre": (
+        "<|fim_prefix|>",
+        "<fim-prefix>",
+        "<fim_prefix>",
+        "<\uff5cfim\u2581begin\uff5c>",
+        "<PRE>",
+        "\u2581<PRE>",
+        "<|code_prefix|>",
+        "<|prefix|>",
+    ),
+    "fim_suf": (
+        "<|fim_suffix|>",
+        "<fim-suffix>",
+        "<fim_suffix>",
+        "<\uff5cfim\u2581hole\uff5c>",
+        "<SUF>",
+        "\u2581<SUF>",
+        "<|code_suffix|>",
+        "<|suffix|>",
+    ),
+    "fim_mid": (
+        "<|fim_middle|>",
+        "<fim-middle>",
+        "<fim_middle>",
+        "<\uff5cfim\u2581end\uff5c>",
+        "<MID>",
+        "\u2581<MID>",
+        "<|code_middle|>",
+        "<|middle|>",
+    ),
+    "fim_pad": ("<|fim_pad|>", "<fim-pad>", "<fim_pad>", "<PAD>", "[PAD]"),
+    "fim_rep": ("<|fim_repo|>", "<|repo_name|>", "<fim-repo>", "<REPO>", "<reponame>"),
+    "fim_sep": ("<|file_sep|>",),
+}
+
+# GGUF key (after "tokenizer.ggml.") of each special id; later keys in a
+# group are deprecated spellings that fill the same slot.
+_ID_KEYS: dict[str, tuple[str, ...]] = {
+    "bos": ("bos_token_id",),
+    "eos": ("eos_token_id",),
+    "eot": ("eot_token_id",),
+    "eom": ("eom_token_id",),
+    "unk": ("unknown_token_id",),
+    "sep": ("seperator_token_id",),
+    "pad": ("padding_token_id",),
+    "mask": ("mask_token_id",),
+    "fim_pre": ("fim_pre_token_id", "prefix_token_id"),
+    "fim_suf": ("fim_suf_token_id", "suffix_token_id"),
+    "fim_mid": ("fim_mid_token_id", "middle_token_id"),
+    "fim_pad": ("fim_pad_token_id",),
+    "fim_rep": ("fim_rep_token_id",),
+    "fim_sep": ("fim_sep_token_id",),
+}
+
+#: Tokenizer models we build: GGUF name -> kind.
+MODELS = {"gpt2": "bpe", "llama": "spm"}
 
 
 @dataclass(frozen=True)
 class GgufVocab:
+    """A typed view of the ``tokenizer.ggml.*`` metadata."""
+
     model: str
     pre: str
-    tokens: list[str]
-    token_types: list[int]
-    scores: list[float] | None
-    merges: list[str] | None
-    bos_id: int | None
-    eos_id: int | None
-    eot_id: int | None
-    eom_id: int | None
-    unk_id: int | None
-    pad_id: int | None
+    tokens: Sequence[str]
+    #: Effective :class:`TokenAttr` bits per token (types from the file plus
+    #: llama.cpp's fix-ups, e.g. CONTROL on an end-of-turn token).
+    attrs: Sequence[int]
+    scores: Sequence[float] | None
+    merges: Sequence[str] | None
+    special: Mapping[str, int]
     add_bos: bool
     add_eos: bool
     add_space_prefix: bool
+    eog_ids: frozenset[int]
+
+    # ---------------------------------------------------------- accessors
+
+    @property
+    def kind(self) -> str:
+        """``"bpe"`` (byte-level BPE) or ``"spm"`` (SentencePiece)."""
+        return MODELS[self.model]
+
+    @property
+    def bos_id(self) -> int | None:
+        return self.special.get("bos")
+
+    @property
+    def eos_id(self) -> int | None:
+        return self.special.get("eos")
+
+    @property
+    def eot_id(self) -> int | None:
+        return self.special.get("eot")
+
+    @property
+    def unk_id(self) -> int | None:
+        return self.special.get("unk")
+
+    @property
+    def pad_id(self) -> int | None:
+        return self.special.get("pad")
+
+    @property
+    def pre_tokenizer(self) -> PreTokenizer:
+        return pretokenizer(self.pre)
+
+    def has(self, token: int, attr: int) -> bool:
+        return bool(self.attrs[token] & attr)
+
+    def control_ids(self) -> list[int]:
+        """Tokens matched in text only when special-token parsing is on:
+        control and unknown tokens."""
+        return [i for i, a in enumerate(self.attrs) if a & A_SPECIAL]
+
+    def user_defined_ids(self) -> list[int]:
+        """Tokens always matched whole in text, even with special-token
+        parsing off (llama.cpp and HF both pre-split on them)."""
+        return [i for i, a in enumerate(self.attrs) if a & A_USER_DEFINED and not a & A_SPECIAL]
+
+    # ------------------------------------------------------------ loading
 
     @classmethod
     def from_metadata(cls, meta: Mapping[str, Any]) -> GgufVocab:
         def get(key: str, default: Any = None) -> Any:
-            return meta.get(f"tokenizer.ggml.{key}", default)
+            return meta.get(PREFIX + key, default)
 
         model = get("model")
         if not isinstance(model, str):
             raise LoadError("metadata tokenizer.ggml.model is missing: the file has no tokenizer")
-        tokens = get("tokens")
-        if not isinstance(tokens, list) or not tokens:
-            raise LoadError("metadata tokenizer.ggml.tokens is missing or empty")
-        n = len(tokens)
-        types = get("token_type") or [NORMAL] * n
-        scores = get("scores")
-        if len(types) != n or (scores is not None and len(scores) != n):
+        if model not in MODELS:
             raise LoadError(
-                f"tokenizer arrays disagree: {n} tokens, {len(types)} types, "
-                f"{len(scores) if scores is not None else 'no'} scores"
+                f"unsupported tokenizer model {model!r} (tokenizer.ggml.model); "
+                "supported: gpt2 (byte-level BPE), llama (SentencePiece)"
             )
+        kind = MODELS[model]
+        raw_tokens = get("tokens")
+        if not isinstance(raw_tokens, Sequence) or isinstance(raw_tokens, str) or not raw_tokens:
+            raise LoadError("metadata tokenizer.ggml.tokens is missing or empty")
+        n = len(raw_tokens)
+        tokens = [str(t) if t != "" else f"[EMPTY_{i}]" for i, t in enumerate(raw_tokens)]
+        if len(set(tokens)) != n:
+            seen: dict[str, int] = {}
+            for i, t in enumerate(tokens):
+                if t in seen:
+                    raise LoadError(
+                        f"duplicate token in vocabulary: {t!r} has ids {seen[t]} and {i}"
+                    )
+                seen[t] = i
 
-        def tid(key: str) -> int | None:
-            v = get(key)
-            if v is None:
-                return None
-            if not isinstance(v, int) or not 0 <= v < n:
-                # llama.cpp writes -1 / out-of-range ids for "none".
-                return None
-            return v
-
-        is_spm = model == "llama"
-        return cls(
-            model=model,
-            pre=str(get("pre", "default")),
-            tokens=[str(t) for t in tokens],
-            token_types=[int(t) for t in types],
-            scores=[float(s) for s in scores] if scores is not None else None,
-            merges=[str(m) for m in get("merges")] if get("merges") is not None else None,
-            bos_id=tid("bos_token_id"),
-            eos_id=tid("eos_token_id"),
-            eot_id=tid("eot_token_id"),
-            eom_id=tid("eom_token_id"),
-            unk_id=tid("unknown_token_id"),
-            pad_id=tid("padding_token_id"),
-            add_bos=bool(get("add_bos_token", is_spm)),
-            add_eos=bool(get("add_eos_token", False)),
-            add_space_prefix=bool(get("add_space_prefix", is_spm)),
+        types = get("token_type")
+        scores = get("scores")
+        if types is not None and len(types) < n:
+            raise LoadError(f"tokenizer.ggml.token_type has {len(types)} entries for {n} tokens")
+        if scores is not None and len(scores) < n:
+            raise LoadError(f"tokenizer.ggml.scores has {len(scores)} entries for {n} tokens")
+        attrs: list[int] = (
+            [_TYPE_ATTR.get(int(t), 0) for t in types[:n]] if types is not None else [A_NORMAL] * n
         )
 
-    def special_ids(self) -> list[int]:
-        """Control and user-defined tokens: matched whole in text when
-        special-token parsing is on."""
-        return [i for i, t in enumerate(self.token_types) if t in (CONTROL, USER_DEFINED)]
+        merges = get("merges")
+        if kind == "bpe" and merges is None:
+            raise LoadError("byte-level BPE vocabulary has no tokenizer.ggml.merges")
 
-    def eog_ids(self) -> frozenset[int]:
-        ids = {i for i in (self.eos_id, self.eot_id, self.eom_id) if i is not None}
-        for i in self.special_ids():
-            if self.tokens[i] in EOG_TEXTS:
-                ids.add(i)
-        return frozenset(ids)
+        pre_name = str(get("pre") or "default")
+        if kind == "bpe":
+            pre = pretokenizer(pre_name)  # raises LoadError for unknown names
+            special: dict[str, int | None] = {"bos": 11, "eos": 11}
+            add_bos, add_space_prefix = pre.add_bos, False
+        else:
+            pre_name = "default"  # SPM has no pre-tokenizer
+            special = {"bos": 1, "eos": 2, "unk": 0}
+            add_bos, add_space_prefix = True, True
+        add_eos = False
+
+        for slot, keys in _ID_KEYS.items():
+            default = special.get(slot)
+            if default is not None and not 0 <= default < n:
+                special[slot] = None
+            for key in keys:
+                v = get(key)
+                if isinstance(v, int) and not isinstance(v, bool) and 0 <= v < n:
+                    special[slot] = v
+                    break
+
+        def flag(key: str, default: bool) -> bool:
+            v = get(key)
+            return bool(v) if v is not None else default
+
+        add_bos = flag("add_bos_token", add_bos)
+        add_eos = flag("add_eos_token", add_eos)
+        add_space_prefix = flag("add_space_prefix", add_space_prefix)
+        if add_bos and special.get("bos") is None:
+            raise LoadError("tokenizer.ggml.add_bos_token is true but there is no BOS token")
+        if add_eos and special.get("eos") is None:
+            raise LoadError("tokenizer.ggml.add_eos_token is true but there is no EOS token")
+
+        ids = {t: i for i, t in enumerate(tokens)}
+        control = A_CONTROL
+
+        # Special tokens the converter did not record, found by their text.
+        for slot, texts in _DETECT.items():
+            if special.get(slot) is not None:
+                continue
+            found = [ids[t] for t in texts if t in ids]
+            if found:
+                special[slot] = min(found)
+                attrs[min(found)] |= control
+
+        # Control tokens named "unused..." are unused.
+        for i, a in enumerate(attrs):
+            if a & control and "unused" in tokens[i]:
+                attrs[i] |= A_UNUSED
+
+        eog: set[int] = set()
+        for slot in ("fim_pad", "fim_rep", "fim_sep"):
+            s = special.get(slot)
+            if s is not None:
+                eog.add(s)
+        for text in EOG_TEXTS:
+            i_eog = ids.get(text)
+            if i_eog is not None:
+                eog.add(i_eog)
+                attrs[i_eog] |= control
+        # gpt-oss: these always render, as user-defined tokens.
+        for text in ("<|channel|>", "<|message|>", "<|start|>", "<|constrain|>"):
+            if text in ids:
+                attrs[ids[text]] = A_USER_DEFINED
+        for slot in ("eos", "eot", "eom"):
+            s = special.get(slot)
+            if s is not None:
+                eog.add(s)
+        eog_texts = {tokens[i] for i in eog}
+        # Harmony / solar-open: "<|end|>" ends a message, not the generation.
+        if "<|end|>" in eog_texts and (
+            ("<|return|>" in eog_texts and ("<|call|>" in eog_texts or "<|calls|>" in eog_texts))
+            or ("<|flush|>" in eog_texts and ("<|call|>" in eog_texts or "<|calls|>" in eog_texts))
+        ):
+            eog.discard(ids["<|end|>"])
+            attrs[ids["<|end|>"]] = A_USER_DEFINED
+        # Gemma 4 / PaddleOCR: "</s>" is ordinary text there.
+        if "<|tool_response>" in eog_texts and "</s>" in eog_texts:
+            eog.discard(ids["</s>"])
+            attrs[ids["</s>"]] = A_NORMAL
+
+        return cls(
+            model=model,
+            pre=pre_name,
+            tokens=tokens,
+            attrs=attrs,
+            scores=[float(s) for s in scores[:n]] if scores is not None else None,
+            merges=[str(m) for m in merges] if merges is not None else None,
+            special={k: v for k, v in special.items() if v is not None},
+            add_bos=add_bos,
+            add_eos=add_eos,
+            add_space_prefix=add_space_prefix,
+            eog_ids=frozenset(eog),
+        )

@@ -1,139 +1,381 @@
-"""The public tokenizer: HuggingFace ``tokenizers`` built from GGUF metadata."""
+"""The public tokenizer: a HuggingFace ``tokenizers.Tokenizer`` built from GGUF
+metadata so that its token ids equal llama.cpp's."""
 
 from __future__ import annotations
 
+import json
 import os
-from collections.abc import Mapping, Sequence
+import threading
+from collections.abc import Iterable, Mapping, Sequence
+from pathlib import Path
 from typing import Any
 
-from tokenizers import AddedToken
+from tokenizers import AddedToken, processors
 from tokenizers import Tokenizer as HFTokenizer
 
 from ..errors import LoadError
-from .bpe import bpe_piece, build_bpe
-from .gguf_vocab import CONTROL, GgufVocab
-from .spm import build_spm, spm_piece
+from .bpe import DROPPED, UNICODE_TO_BYTE, bpe_piece, build_bpe
+from .gguf_vocab import A_BYTE, A_NORMAL, A_SPECIAL, A_USER_DEFINED, EOG_TEXTS, GgufVocab
+from .spm import SPACE, build_spm, byte_token_value, spm_piece
 
 __all__ = ["Tokenizer"]
+
+# Used by from_file when no GGUF metadata says which tokens are BOS / EOS.
+_BOS_TEXTS = ("<|begin_of_text|>", "<bos>", "<s>", "<|startoftext|>")
+_EOS_TEXTS = ("<|end_of_text|>", "<eos>", "</s>", "<|endoftext|>", "<|im_end|>")
 
 
 class Tokenizer:
     """Text <-> token ids, matching llama.cpp's tokenization of the model.
 
-    ``encode(..., parse_special=True)`` turns special-token text such as
-    ``<|im_start|>`` into its single id; with ``parse_special=False`` the same
-    text is tokenized as ordinary characters.
+    Build one with :meth:`from_gguf_metadata` (the usual way) or
+    :meth:`from_file` (a ``tokenizer.json`` that overrides the GGUF's
+    vocabulary).
+
+    ``encode(..., parse_special=True)`` turns the text of a control token
+    such as ``<|im_start|>`` into its single id; with ``parse_special=False``
+    the same text is tokenized as ordinary characters. User-defined tokens
+    (GGUF token type 4) are matched whole either way, as llama.cpp does.
     """
 
-    def __init__(self, hf: HFTokenizer, vocab: GgufVocab) -> None:
-        self.hf = hf
-        self._vocab = vocab
-        specials = [vocab.tokens[i] for i in vocab.special_ids()]
-        hf.add_special_tokens(
-            [
-                AddedToken(s, special=True, normalized=False, lstrip=False, rstrip=False)
-                for s in specials
-            ]
-        )
-        # A twin that treats special-token text as plain text.
-        self._plain = HFTokenizer.from_str(hf.to_str())
-        self._plain.encode_special_tokens = True
-        self._eog = vocab.eog_ids()
-        self._special = frozenset(vocab.special_ids())
-        self._pieces: list[bytes] = [self._piece(i) for i in range(len(vocab.tokens))]
+    def __init__(
+        self,
+        hf: HFTokenizer,
+        *,
+        pieces: Sequence[bytes],
+        special_ids: Iterable[int],
+        fragment_ids: Iterable[int] = (),
+        eog_ids: Iterable[int],
+        bos_id: int | None,
+        eos_id: int | None,
+        eot_id: int | None = None,
+        add_bos: bool,
+        add_eos: bool,
+        add_space_prefix: bool = False,
+        manual_special: bool = True,
+    ) -> None:
+        self._hf = hf
+        self._pieces = list(pieces)
+        self._special = frozenset(special_ids)
+        # Tokens matched whole before the model runs (special and
+        # user-defined): text after them starts a new run.
+        self._fragments = self._special | frozenset(fragment_ids)
+        self._eog = frozenset(eog_ids)
+        self._bos = bos_id
+        self._eos = eos_id
+        self._eot = eot_id
+        self._add_bos = add_bos
+        self._add_eos = add_eos
+        self._add_space_prefix = add_space_prefix
+        # True: BOS/EOS come from the GGUF flags; False: the tokenizer.json's
+        # own post-processor adds them.
+        self._manual_special = manual_special
+        # encode_special_tokens is a switch on the shared HF object.
+        self._lock = threading.Lock()
+        self._dropped = hf.token_to_id(DROPPED)
+
+    # ------------------------------------------------------------ building
 
     @classmethod
     def from_gguf_metadata(cls, metadata: Mapping[str, Any]) -> Tokenizer:
+        """The tokenizer a GGUF file describes (keys ``tokenizer.ggml.*``).
+
+        Raises :class:`~oxillama.errors.LoadError` for a missing vocabulary, an
+        unsupported model or an unknown pre-tokenizer name.
+        """
         v = GgufVocab.from_metadata(metadata)
-        if v.model == "gpt2":
-            hf = build_bpe(v)
-        elif v.model == "llama":
-            hf = build_spm(v)
-        else:
-            raise LoadError(
-                f"unsupported tokenizer model {v.model!r} (tokenizer.ggml.model); "
-                "supported: gpt2 (byte-level BPE), llama (SentencePiece)"
-            )
-        return cls(hf, v)
+        hf = build_bpe(v) if v.kind == "bpe" else build_spm(v)
+        # Control tokens are "special" (split as text when parse_special is
+        # off); user-defined ones are always matched whole.
+        control = v.control_ids()
+        added = [AddedToken(v.tokens[i], special=True, normalized=False) for i in control]
+        added += [
+            AddedToken(v.tokens[i], special=False, normalized=False) for i in v.user_defined_ids()
+        ]
+        hf.add_tokens(added)
+        _set_post_processor(hf, v)
+        pieces = [_gguf_piece(t, a, v.kind) for t, a in zip(v.tokens, v.attrs, strict=True)]
+        return cls(
+            hf,
+            pieces=pieces,
+            special_ids=control,
+            fragment_ids=v.user_defined_ids(),
+            eog_ids=v.eog_ids,
+            bos_id=v.bos_id,
+            eos_id=v.eos_id,
+            eot_id=v.eot_id,
+            add_bos=v.add_bos,
+            add_eos=v.add_eos,
+            add_space_prefix=v.add_space_prefix,
+        )
 
     @classmethod
-    def from_file(cls, path: str | os.PathLike[str], metadata: Mapping[str, Any]) -> Tokenizer:
-        """A tokenizer.json that overrides the GGUF vocabulary; special ids
-        (BOS/EOS) still come from the GGUF metadata."""
+    def from_file(
+        cls, path: str | os.PathLike[str], metadata: Mapping[str, Any] | None = None
+    ) -> Tokenizer:
+        """A ``tokenizer.json`` that overrides the GGUF vocabulary. BOS, EOS,
+        end-of-generation tokens and ``add_bos`` come from ``metadata`` (the
+        GGUF's) when given, else from the file's own special tokens."""
         try:
-            hf = HFTokenizer.from_file(os.fspath(path))
-        except Exception as e:  # tokenizers raises a bare Exception
+            text = Path(path).read_text(encoding="utf-8")
+        except OSError as e:
             raise LoadError(f"cannot load tokenizer {path}: {e}") from e
-        return cls._with_hf(hf, metadata)
+        return cls.from_json_str(text, metadata, _origin=str(path))
 
     @classmethod
-    def from_json_str(cls, text: str, metadata: Mapping[str, Any]) -> Tokenizer:
+    def from_json_str(
+        cls,
+        text: str,
+        metadata: Mapping[str, Any] | None = None,
+        *,
+        _origin: str = "JSON",
+    ) -> Tokenizer:
+        """Like :meth:`from_file`, from the text of a ``tokenizer.json``."""
         try:
             hf = HFTokenizer.from_str(text)
-        except Exception as e:
-            raise LoadError(f"cannot parse tokenizer JSON: {e}") from e
-        return cls._with_hf(hf, metadata)
-
-    @classmethod
-    def _with_hf(cls, hf: HFTokenizer, metadata: Mapping[str, Any]) -> Tokenizer:
-        v = GgufVocab.from_metadata(metadata)
-        return cls(hf, v)
+            spec = json.loads(text)
+        except Exception as e:  # tokenizers raises a bare Exception
+            raise LoadError(f"cannot load tokenizer {_origin}: {e}") from e
+        n = hf.get_vocab_size(with_added_tokens=True)
+        if hf.token_to_id(DROPPED) == n - 1:
+            n -= 1  # our own placeholder (see bpe.DROPPED), not a real token
+        added = hf.get_added_tokens_decoder()
+        pieces = _hf_pieces(hf, spec, n)
+        special = {i for i, t in added.items() if t.special}
+        fragments = set(added)
+        space_prefix = _json_space_prefix(spec)
+        ids = hf.get_vocab(with_added_tokens=True)
+        if metadata is not None:
+            v = GgufVocab.from_metadata(metadata)
+            return cls(
+                hf,
+                pieces=pieces,
+                special_ids=special,
+                fragment_ids=fragments,
+                eog_ids={i for i in v.eog_ids if i < n},
+                bos_id=v.bos_id,
+                eos_id=v.eos_id,
+                eot_id=v.eot_id,
+                add_bos=v.add_bos,
+                add_eos=v.add_eos,
+                add_space_prefix=space_prefix,
+            )
+        bos = next((ids[t] for t in _BOS_TEXTS if t in ids), None)
+        eos = next((ids[t] for t in _EOS_TEXTS if t in ids), None)
+        eog = {ids[t] for t in EOG_TEXTS if t in ids and ids[t] in special}
+        if eos is not None:
+            eog.add(eos)
+        probe = hf.encode("", add_special_tokens=True).ids
+        return cls(
+            hf,
+            pieces=pieces,
+            special_ids=special,
+            fragment_ids=fragments,
+            eog_ids=eog,
+            bos_id=bos,
+            eos_id=eos,
+            add_bos=bos is not None and bos in probe[:1],
+            add_eos=eos is not None and eos in probe[-1:],
+            add_space_prefix=space_prefix,
+            manual_special=False,
+        )
 
     # -------------------------------------------------------------- queries
 
     @property
+    def hf(self) -> HFTokenizer:
+        """The underlying HuggingFace tokenizer."""
+        return self._hf
+
+    @property
     def vocab_size(self) -> int:
-        return len(self._vocab.tokens)
+        return len(self._pieces)
 
     @property
     def bos_id(self) -> int | None:
-        return self._vocab.bos_id
+        return self._bos
 
     @property
     def eos_id(self) -> int | None:
-        return self._vocab.eos_id
+        return self._eos
+
+    @property
+    def eot_id(self) -> int | None:
+        return self._eot
 
     @property
     def add_bos(self) -> bool:
-        return self._vocab.add_bos
+        """Whether ``encode(..., add_special=True)`` starts with BOS."""
+        return self._add_bos
+
+    @property
+    def add_eos(self) -> bool:
+        return self._add_eos
+
+    @property
+    def eog_ids(self) -> frozenset[int]:
+        """Every end-of-generation token id."""
+        return self._eog
 
     def is_eog(self, token: int) -> bool:
-        """End of generation: EOS, EOT or a chat end-of-turn token."""
+        """End of generation: EOS, EOT, ``<|im_end|>``, ``<end_of_turn>``...
+        (the set llama.cpp computes)."""
         return token in self._eog
 
     def is_special(self, token: int) -> bool:
-        return self._vocab.token_types[token] == CONTROL
+        """Control (or unknown) token: rendered only when asked for."""
+        return token in self._special
 
     # ------------------------------------------------------------ transform
 
     def encode(
         self, text: str, *, add_special: bool = False, parse_special: bool = True
     ) -> list[int]:
+        """Token ids of ``text``. ``add_special`` adds BOS (and EOS) when the
+        model's tokenizer does; ``parse_special`` turns control-token text
+        into control tokens."""
         if not isinstance(text, str):
             raise TypeError(f"text must be str, not {type(text).__name__}")
-        tok = self.hf if parse_special else self._plain
-        ids: list[int] = tok.encode(text, add_special_tokens=False).ids if text else []
-        if add_special:
-            if self._vocab.add_bos and self._vocab.bos_id is not None:
-                ids.insert(0, self._vocab.bos_id)
-            if self._vocab.add_eos and self._vocab.eos_id is not None:
-                ids.append(self._vocab.eos_id)
+        auto = add_special and not self._manual_special
+        with self._lock:
+            self._hf.encode_special_tokens = not parse_special
+            try:
+                ids: list[int] = self._hf.encode(text, add_special_tokens=auto).ids
+            finally:
+                self._hf.encode_special_tokens = False
+        if self._dropped is not None and self._dropped in ids:
+            ids = [i for i in ids if i != self._dropped]
+        if add_special and self._manual_special:
+            if self._add_bos and self._bos is not None:
+                ids.insert(0, self._bos)
+            if self._add_eos and self._eos is not None:
+                ids.append(self._eos)
         return ids
 
     def decode(self, ids: Sequence[int], *, skip_special: bool = False) -> str:
-        return str(self.hf.decode(list(ids), skip_special_tokens=skip_special))
+        """The text of ``ids``: the tokens' bytes joined and read as UTF-8
+        (invalid sequences become U+FFFD). ``skip_special`` leaves control
+        tokens out (user-defined ones stay).
+
+        With SentencePiece's ``add_space_prefix``, encoding puts a space
+        before the text at the start and after every special token; decoding
+        removes exactly those, so ``decode(encode(text)) == text``.
+        (llama.cpp's detokenizer removes only the first, and none after a
+        BOS.)
+        """
+        toks = [int(t) for t in ids]
+        n = len(self._pieces)
+        for t in toks:
+            if not 0 <= t < n:
+                raise ValueError(f"token id {t} is outside the vocabulary of {n}")
+        strip = self._add_space_prefix
+        out = bytearray()
+        for t in toks:
+            if t in self._fragments:
+                if not (skip_special and t in self._special):
+                    out += self._pieces[t]
+                strip = self._add_space_prefix
+                continue
+            piece = self._pieces[t]
+            if strip and piece.startswith(b" "):
+                piece = piece[1:]
+            strip = False
+            out += piece
+        return out.decode("utf-8", errors="replace")
 
     def token_to_piece(self, token: int) -> bytes:
-        """The raw bytes a token contributes to the text."""
+        """The raw bytes a token contributes to the text (control tokens give
+        their text), so a stream can assemble UTF-8 across tokens."""
         if not 0 <= token < len(self._pieces):
             raise ValueError(f"token id {token} is outside the vocabulary of {len(self._pieces)}")
         return self._pieces[token]
 
-    def _piece(self, i: int) -> bytes:
-        v = self._vocab
-        text, ty = v.tokens[i], v.token_types[i]
-        if ty == CONTROL or i in self._special:
-            return text.encode()
-        if v.model == "gpt2":
-            return bpe_piece(text)
-        return spm_piece(text, ty)
+
+def _set_post_processor(hf: HFTokenizer, v: GgufVocab) -> None:
+    """BOS/EOS as the model adds them, so that ``hf.encode(text)`` alone (and
+    a tokenizer.json saved from it) behaves like llama.cpp's add_special."""
+    single, specials = "$A", []
+    if v.add_bos and v.bos_id is not None:
+        single = f"{v.tokens[v.bos_id]} {single}"
+        specials.append((v.tokens[v.bos_id], v.bos_id))
+    if v.add_eos and v.eos_id is not None:
+        single = f"{single} {v.tokens[v.eos_id]}"
+        if v.eos_id != v.bos_id:
+            specials.append((v.tokens[v.eos_id], v.eos_id))
+    if specials:
+        pair = single + " " + single.replace("$A", "$B")
+        hf.post_processor = processors.TemplateProcessing(
+            single=single, pair=pair, special_tokens=specials
+        )
+
+
+def _gguf_piece(token: str, attr: int, kind: str) -> bytes:
+    """A token's bytes as llama.cpp's token_to_piece (special=true) gives them."""
+    if kind == "spm":
+        return spm_piece(token, attr)
+    if attr & (A_SPECIAL | A_USER_DEFINED):
+        return token.encode()
+    if attr & A_NORMAL:
+        return bpe_piece(token)
+    if attr & A_BYTE:
+        b = byte_token_value(token)
+        return bytes([b]) if b is not None else token.encode()
+    return b""
+
+
+def _decoder_types(dec: Any) -> set[str]:
+    if not isinstance(dec, dict):
+        return set()
+    types = {str(dec.get("type"))}
+    for sub in dec.get("decoders") or []:
+        types |= _decoder_types(sub)
+    return types
+
+
+def _components(node: Any, key: str) -> list[dict[str, Any]]:
+    """A normalizer / pre-tokenizer and, for a Sequence, its members."""
+    if not isinstance(node, dict):
+        return []
+    out = [node]
+    for sub in node.get(key) or []:
+        out += _components(sub, key)
+    return out
+
+
+def _json_space_prefix(spec: Any) -> bool:
+    """Whether a tokenizer.json prefixes text with ``▁`` (SentencePiece's
+    add_space_prefix), by a Prepend normalizer or a Metaspace pre-tokenizer."""
+    if not isinstance(spec, dict):
+        return False
+    for n in _components(spec.get("normalizer"), "normalizers"):
+        if n.get("type") == "Prepend" and n.get("prepend") == SPACE:
+            return True
+    for p in _components(spec.get("pre_tokenizer"), "pretokenizers"):
+        if p.get("type") == "Metaspace":
+            scheme = p.get("prepend_scheme", "always" if p.get("add_prefix_space") else "never")
+            return scheme in ("always", "first")
+    return False
+
+
+def _hf_pieces(hf: HFTokenizer, spec: Any, n: int) -> list[bytes]:
+    """Raw bytes of every token of a tokenizer.json, judged by its decoder:
+    GPT-2 byte-level, or SentencePiece-style ``▁`` and ``<0xXX>``."""
+    decoders = _decoder_types(spec.get("decoder") if isinstance(spec, dict) else None)
+    byte_level = "ByteLevel" in decoders
+    added = hf.get_added_tokens_decoder()
+    pieces: list[bytes] = []
+    for i in range(n):
+        tok = hf.id_to_token(i)
+        if tok is None:
+            pieces.append(b"")
+        elif i in added:
+            pieces.append(tok.encode())
+        elif byte_level and all(c in UNICODE_TO_BYTE for c in tok):
+            pieces.append(bpe_piece(tok))
+        else:
+            b = byte_token_value(tok) if "ByteFallback" in decoders else None
+            if b is not None:
+                pieces.append(bytes([b]))
+            else:
+                pieces.append(tok.replace(SPACE, " ").encode())
+    return pieces
