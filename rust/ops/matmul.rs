@@ -7,7 +7,7 @@
 //! one matrix-vector product per token). Several matrices that read the
 //! same input (q/k/v, gate/up) go in a single dispatch.
 
-use crate::quant::{kernels, GgmlType, QuantKernels};
+use crate::quant::{kernels, pack_act_scales, GgmlType, QuantKernels, GEMM_COLS};
 use crate::threadpool::{SharedMut, ThreadPool};
 use crate::{Error, Result};
 
@@ -170,8 +170,31 @@ pub fn matmul_multi(
         let acts = scratch.get(k.act);
         let arb = acts.len() / n_tok;
         let rows = w.rows;
-        let mut tile = [0f32; ROW_TILE * TOKEN_TILE];
         let mut t0 = 0;
+        // Whole groups of GEMM_COLS tokens go through the format's GEMM
+        // microkernel; what is left (all of decode) through the tile kernel.
+        if let Some(gemm) = k.gemm.filter(|_| n_tok >= GEMM_COLS) {
+            let nb = w.cols / k.weight.block_size();
+            let w_rows: Vec<&[u8]> = (r0..r1).map(|r| w.row(r)).collect();
+            let mut scales = vec![0f32; nb * 16];
+            let mut buf = vec![0f32; (r1 - r0) * GEMM_COLS];
+            while t0 + GEMM_COLS <= n_tok {
+                let act_rows: [&[u8]; GEMM_COLS] =
+                    std::array::from_fn(|i| &acts[(t0 + i) * arb..(t0 + i + 1) * arb]);
+                pack_act_scales(k.act, &act_rows, nb, &mut scales);
+                gemm(w.cols, &w_rows, &act_rows, &scales, &mut buf);
+                for ti in 0..GEMM_COLS {
+                    // SAFETY: chunk c alone owns rows r0..r1 of matrix j, and
+                    // each token's segment is a distinct range of the output.
+                    let o = unsafe { shared[j].slice((t0 + ti) * rows + r0, r1 - r0) };
+                    for (ri, v) in o.iter_mut().enumerate() {
+                        *v = buf[ri * GEMM_COLS + ti];
+                    }
+                }
+                t0 += GEMM_COLS;
+            }
+        }
+        let mut tile = [0f32; ROW_TILE * TOKEN_TILE];
         while t0 < n_tok {
             let t1 = (t0 + TOKEN_TILE).min(n_tok);
             let act_rows: [&[u8]; TOKEN_TILE] = std::array::from_fn(|i| {

@@ -10,6 +10,9 @@
 //!   already quantized by `quantize_act`.
 //! - `vec_dot_tile(n, w_rows, acts, out)`: `out[r * acts.len() + c]` is the
 //!   dot of weight row `r` with activation row `c`.
+//! - `gemm(n, w_rows, acts, scales, out)` (32-element block formats): the
+//!   same for exactly [`GEMM_COLS`] activation rows, `out[r * 8 + c]`, with
+//!   the columns' block scales unpacked by [`pack_act_scales`].
 //!
 //! Callers check lengths.
 
@@ -46,6 +49,11 @@ use crate::{Error, Result};
 
 pub type DotFn = fn(n: usize, w: &[u8], a: &[u8]) -> f32;
 pub type TileFn = fn(n: usize, w_rows: &[&[u8]], acts: &[&[u8]], out: &mut [f32]);
+pub type GemmFn =
+    fn(n: usize, w_rows: &[&[u8]], acts: &[&[u8]; GEMM_COLS], scales: &[f32], out: &mut [f32]);
+
+/// Activation columns a GEMM microkernel handles at once.
+pub const GEMM_COLS: usize = 8;
 
 /// The function table for one weight format.
 #[derive(Clone, Copy)]
@@ -56,6 +64,8 @@ pub struct QuantKernels {
     pub quantize_act: fn(src: &[f32], dst: &mut [u8]),
     pub vec_dot: DotFn,
     pub vec_dot_tile: TileFn,
+    /// The prefill microkernel, for formats that have one.
+    pub gemm: Option<GemmFn>,
 }
 
 /// A tile kernel that is a loop over `$dot`.
@@ -82,8 +92,30 @@ macro_rules! table_tiled {
             quantize_act: $qa,
             vec_dot: $dot,
             vec_dot_tile: $tile,
+            gemm: None,
         }
     };
+    ($w:expr, $act:expr, $deq:path, $qa:path, $dot:path, $tile:expr, $gemm:expr) => {
+        QuantKernels {
+            gemm: Some($gemm),
+            ..table_tiled!($w, $act, $deq, $qa, $dot, $tile)
+        }
+    };
+}
+
+/// A GEMM kernel that is a loop over `$dot` (the scalar twin of the SIMD
+/// microkernels; the unpacked scales are not needed).
+macro_rules! gemm_of {
+    ($dot:path) => {{
+        fn gemm(n: usize, w_rows: &[&[u8]], acts: &[&[u8]; GEMM_COLS], _: &[f32], out: &mut [f32]) {
+            for (r, w) in w_rows.iter().enumerate() {
+                for (c, a) in acts.iter().enumerate() {
+                    out[r * GEMM_COLS + c] = $dot(n, w, a);
+                }
+            }
+        }
+        gemm as GemmFn
+    }};
 }
 
 macro_rules! table {
@@ -117,40 +149,50 @@ static SCALAR: [QuantKernels; 13] = [
         float::quantize_act_f32,
         bf16::vec_dot
     ),
-    table!(
+    table_tiled!(
         T::Q8_0,
         T::Q8_0,
         q8_0::dequantize,
         q8_0::quantize,
-        q8_0::vec_dot
+        q8_0::vec_dot,
+        tile_of!(q8_0::vec_dot),
+        gemm_of!(q8_0::vec_dot)
     ),
-    table!(
+    table_tiled!(
         T::Q4_1,
         T::Q8_1,
         q4_1::dequantize,
         q8_1::quantize,
-        q4_1::vec_dot
+        q4_1::vec_dot,
+        tile_of!(q4_1::vec_dot),
+        gemm_of!(q4_1::vec_dot)
     ),
-    table!(
+    table_tiled!(
         T::Q4_0,
         T::Q8_0,
         q4_0::dequantize,
         q8_0::quantize,
-        q4_0::vec_dot
+        q4_0::vec_dot,
+        tile_of!(q4_0::vec_dot),
+        gemm_of!(q4_0::vec_dot)
     ),
-    table!(
+    table_tiled!(
         T::Q5_0,
         T::Q8_0,
         q5_0::dequantize,
         q8_0::quantize,
-        q5_0::vec_dot
+        q5_0::vec_dot,
+        tile_of!(q5_0::vec_dot),
+        gemm_of!(q5_0::vec_dot)
     ),
-    table!(
+    table_tiled!(
         T::Q5_1,
         T::Q8_1,
         q5_1::dequantize,
         q8_1::quantize,
-        q5_1::vec_dot
+        q5_1::vec_dot,
+        tile_of!(q5_1::vec_dot),
+        gemm_of!(q5_1::vec_dot)
     ),
     table!(
         T::Q2K,
@@ -232,7 +274,8 @@ static AVX2: [QuantKernels; 13] = [
         q8_0::dequantize,
         avx2::quantize_q8_0,
         avx2::vec_dot_q8_0,
-        avx2::tile_q8_0
+        avx2::tile_q8_0,
+        avx2::gemm_q8_0
     ),
     table_tiled!(
         T::Q4_1,
@@ -240,7 +283,8 @@ static AVX2: [QuantKernels; 13] = [
         q4_1::dequantize,
         avx2::quantize_q8_1,
         avx2::vec_dot_q4_1,
-        avx2::tile_q4_1
+        avx2::tile_q4_1,
+        avx2::gemm_q4_1
     ),
     table_tiled!(
         T::Q4_0,
@@ -248,7 +292,8 @@ static AVX2: [QuantKernels; 13] = [
         q4_0::dequantize,
         avx2::quantize_q8_0,
         avx2::vec_dot_q4_0,
-        avx2::tile_q4_0
+        avx2::tile_q4_0,
+        avx2::gemm_q4_0
     ),
     table_tiled!(
         T::Q5_0,
@@ -256,7 +301,8 @@ static AVX2: [QuantKernels; 13] = [
         q5_0::dequantize,
         avx2::quantize_q8_0,
         avx2::vec_dot_q5_0,
-        avx2::tile_q5_0
+        avx2::tile_q5_0,
+        avx2::gemm_q5_0
     ),
     table_tiled!(
         T::Q5_1,
@@ -264,7 +310,8 @@ static AVX2: [QuantKernels; 13] = [
         q5_1::dequantize,
         avx2::quantize_q8_1,
         avx2::vec_dot_q5_1,
-        avx2::tile_q5_1
+        avx2::tile_q5_1,
+        avx2::gemm_q5_1
     ),
     table_tiled!(
         T::Q2K,
@@ -307,6 +354,27 @@ static AVX2: [QuantKernels; 13] = [
         avx2::tile_q6_k
     ),
 ];
+
+/// Unpacks the f32 block scales of eight activation rows for a GEMM
+/// microkernel: `out[i * 16 + c]` is row c's `d` in block i and
+/// `out[i * 16 + 8 + c]` its Q8_1 sum `s` (0 for Q8_0). Rows past the
+/// end of a short `acts` are zeros. Only Q8_0 and Q8_1 have this layout.
+pub fn pack_act_scales(act: GgmlType, acts: &[&[u8]], nb: usize, out: &mut [f32]) {
+    let (bytes, has_s) = match act {
+        T::Q8_0 => (q8_0::BLOCK, false),
+        T::Q8_1 => (q8_1::BLOCK, true),
+        _ => return,
+    };
+    out[..nb * 16].fill(0.0);
+    for (c, a) in acts.iter().enumerate().take(GEMM_COLS) {
+        for (i, b) in a.chunks_exact(bytes).take(nb).enumerate() {
+            out[i * 16 + c] = block::f16_at(b, 0);
+            if has_s {
+                out[i * 16 + 8 + c] = block::f16_at(b, 2);
+            }
+        }
+    }
+}
 
 /// Name of the SIMD level the dispatcher picked ("avx2" or "scalar").
 pub fn simd_level() -> &'static str {

@@ -325,3 +325,57 @@ fn known_blocks_dequantize_to_known_values() {
         assert_eq!(*v, 2.0 * (low + high - 16) as f32, "element {e}");
     }
 }
+
+#[test]
+fn gemm_microkernels_equal_single_dots() {
+    let mut rng = StdRng::seed_from_u64(17);
+    for ty in WEIGHTS {
+        let (s, k) = (scalar_kernels(ty).unwrap(), kernels(ty).unwrap());
+        let (Some(gs), Some(gk)) = (s.gemm, k.gemm) else {
+            assert!(
+                k.gemm.is_none(),
+                "{} has a SIMD gemm but no scalar twin",
+                ty.name()
+            );
+            continue;
+        };
+        for n in [32, 96, 576] {
+            let nb = n / 32;
+            for rows in [1, 3, 8] {
+                let ws: Vec<Vec<u8>> = (0..rows).map(|_| random_row(ty, n, &mut rng)).collect();
+                let acts: Vec<Vec<u8>> = (0..GEMM_COLS)
+                    .map(|_| quantize_act(s, &random_f32(n, 2.0, &mut rng)))
+                    .collect();
+                let wr: Vec<&[u8]> = ws.iter().map(|v| v.as_slice()).collect();
+                let ar: [&[u8]; GEMM_COLS] = std::array::from_fn(|c| acts[c].as_slice());
+                let mut scales = vec![f32::NAN; nb * 16];
+                pack_act_scales(s.act, &ar, nb, &mut scales);
+                for (gemm, table) in [(gs, s), (gk, k)] {
+                    let mut out = vec![f32::NAN; rows * GEMM_COLS];
+                    gemm(n, &wr, &ar, &scales, &mut out);
+                    for r in 0..rows {
+                        for c in 0..GEMM_COLS {
+                            let want = (s.vec_dot)(n, wr[r], ar[c]);
+                            let (_, mag, _) = magnitude(ty, s.act, wr[r], ar[c], n);
+                            let got = out[r * GEMM_COLS + c];
+                            assert!(
+                                (got as f64 - want as f64).abs() <= 2e-6 * mag + 1e-6,
+                                "{} n={n} rows={rows} [{r},{c}]: {got} vs {want}",
+                                ty.name()
+                            );
+                            // Within one table, every path gives the same
+                            // bits: prefill and decode logits agree exactly.
+                            let single = (table.vec_dot)(n, wr[r], ar[c]);
+                            assert_eq!(got.to_bits(), single.to_bits(), "{} [{r},{c}]", ty.name());
+                            let mut t = vec![0f32; rows * 3];
+                            let three: [&[u8]; 3] = [ar[c], ar[(c + 1) % 8], ar[c]];
+                            (table.vec_dot_tile)(n, &wr, &three, &mut t);
+                            assert_eq!(got.to_bits(), t[r * 3].to_bits(), "{} tile", ty.name());
+                            assert_eq!(got.to_bits(), t[r * 3 + 2].to_bits(), "{} tile", ty.name());
+                        }
+                    }
+                }
+            }
+        }
+    }
+}

@@ -18,6 +18,7 @@ use std::arch::x86_64::*;
 pub use crate::simd::x86::hsum;
 
 mod float;
+mod gemm;
 mod q2_k;
 mod q3_k;
 mod q4_0;
@@ -33,14 +34,14 @@ mod quantize;
 pub use float::{vec_dot_bf16, vec_dot_f16, vec_dot_f32};
 pub use q2_k::{tile_q2_k, vec_dot_q2_k};
 pub use q3_k::{tile_q3_k, vec_dot_q3_k};
-pub use q4_0::{tile_q4_0, vec_dot_q4_0};
-pub use q4_1::{tile_q4_1, vec_dot_q4_1};
+pub use q4_0::{gemm_q4_0, tile_q4_0, vec_dot_q4_0};
+pub use q4_1::{gemm_q4_1, tile_q4_1, vec_dot_q4_1};
 pub use q4_k::{tile_q4_k, vec_dot_q4_k};
-pub use q5_0::{tile_q5_0, vec_dot_q5_0};
-pub use q5_1::{tile_q5_1, vec_dot_q5_1};
+pub use q5_0::{gemm_q5_0, tile_q5_0, vec_dot_q5_0};
+pub use q5_1::{gemm_q5_1, tile_q5_1, vec_dot_q5_1};
 pub use q5_k::{tile_q5_k, vec_dot_q5_k};
 pub use q6_k::{tile_q6_k, vec_dot_q6_k};
-pub use q8_0::{tile_q8_0, vec_dot_q8_0};
+pub use q8_0::{gemm_q8_0, tile_q8_0, vec_dot_q8_0};
 pub use quantize::{quantize_q8_0, quantize_q8_1, quantize_q8_k};
 
 use super::q8_k;
@@ -213,36 +214,13 @@ unsafe fn block_sum<F: Block32>(qw: __m256i, qa: __m256i) -> __m256 {
     }
 }
 
-/// One row: blocks alternate between two accumulators so consecutive FMAs
-/// do not wait on each other.
+/// One row against one column: one 8-lane accumulator in block order, as
+/// `dot_rc`, the GEMM microkernel and ggml do, so every path gives the same
+/// bits for the same (row, column).
 #[target_feature(enable = "avx2,fma,f16c")]
 unsafe fn dot1<F: Block32>(nb: usize, w: *const u8, a: *const u8) -> f32 {
-    let mut acc = [_mm256_setzero_ps(); 2];
-    let mut mins = _mm_setzero_ps();
-    for i in 0..nb {
-        // SAFETY: the caller guarantees nb whole blocks on both sides.
-        let (bw, ba) = unsafe { (w.add(i * F::W), a.add(i * F::A)) };
-        // SAFETY: each block holds its fields and 32 activation quants.
-        let (qw, qa, dw, da) = unsafe {
-            (
-                F::quants(bw),
-                load(ba.add(F::A - 32)),
-                F::scales(bw),
-                f16_pair(ba),
-            )
-        };
-        let prod = _mm_mul_ps(dw, da);
-        let u = i & 1;
-        acc[u] = _mm256_fmadd_ps(_mm256_broadcastss_ps(prod), block_sum::<F>(qw, qa), acc[u]);
-        if F::MIN {
-            mins = _mm_add_ps(mins, prod);
-        }
-    }
-    let mut s = hsum(_mm256_add_ps(acc[0], acc[1]));
-    if F::MIN {
-        s += _mm_cvtss_f32(_mm_shuffle_ps(mins, mins, 1));
-    }
-    s
+    // SAFETY: same contract as ours.
+    unsafe { dot_rc::<F, 1, 1>(nb, [w], [a])[0][0] }
 }
 
 /// R weight rows against C activation rows: each activation block is loaded
@@ -444,13 +422,23 @@ use kquant_entries;
 
 /// Declares `vec_dot_*` and `tile_*` for a `Block32` format.
 macro_rules! block32_entries {
-    ($vec_dot:ident, $tile:ident, $fmt:ty) => {
+    ($vec_dot:ident, $tile:ident, $gemm:ident, $fmt:ty) => {
         pub fn $vec_dot(n: usize, w: &[u8], a: &[u8]) -> f32 {
             super::dot32::<$fmt>(n, w, a)
         }
 
         pub fn $tile(n: usize, w_rows: &[&[u8]], acts: &[&[u8]], out: &mut [f32]) {
             super::tile32::<$fmt>(n, w_rows, acts, out)
+        }
+
+        pub fn $gemm(
+            n: usize,
+            w_rows: &[&[u8]],
+            acts: &[&[u8]; crate::quant::GEMM_COLS],
+            scales: &[f32],
+            out: &mut [f32],
+        ) {
+            super::gemm::gemm::<$fmt>(n, w_rows, acts, scales, out)
         }
     };
 }

@@ -29,4 +29,4 @@ impl Block32 for Q4_0 {
     }
 }
 
-block32_entries!(vec_dot_q4_0, tile_q4_0, Q4_0);
+block32_entries!(vec_dot_q4_0, tile_q4_0, gemm_q4_0, Q4_0);

@@ -28,4 +28,4 @@ impl Block32 for Q4_1 {
     }
 }
 
-block32_entries!(vec_dot_q4_1, tile_q4_1, Q4_1);
+block32_entries!(vec_dot_q4_1, tile_q4_1, gemm_q4_1, Q4_1);

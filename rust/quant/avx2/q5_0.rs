@@ -32,4 +32,4 @@ impl Block32 for Q5_0 {
     }
 }
 
-block32_entries!(vec_dot_q5_0, tile_q5_0, Q5_0);
+block32_entries!(vec_dot_q5_0, tile_q5_0, gemm_q5_0, Q5_0);

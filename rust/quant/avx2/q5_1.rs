@@ -30,4 +30,4 @@ impl Block32 for Q5_1 {
     }
 }
 
-block32_entries!(vec_dot_q5_1, tile_q5_1, Q5_1);
+block32_entries!(vec_dot_q5_1, tile_q5_1, gemm_q5_1, Q5_1);

@@ -28,4 +28,4 @@ impl Block32 for Q8_0 {
     }
 }
 
-block32_entries!(vec_dot_q8_0, tile_q8_0, Q8_0);
+block32_entries!(vec_dot_q8_0, tile_q8_0, gemm_q8_0, Q8_0);

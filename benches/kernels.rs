@@ -1,0 +1,93 @@
+//! Criterion micro-benchmarks of the quantized kernels: one row dot and one
+//! register-tiled block (the prefill GEMM's inner unit), SIMD against the
+//! scalar twin, for the formats of the two test models.
+//!
+//!     cargo bench --bench kernels            # all
+//!     cargo bench --bench kernels -- q4_1    # one format
+
+use std::hint::black_box;
+
+use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion, Throughput};
+use oxillama::quant::{
+    kernels, pack_act_scales, scalar_kernels, GgmlType, QuantKernels, GEMM_COLS,
+};
+
+/// Deterministic bytes, each masked with 0x3b so that every f16 scale field
+/// (whatever its offset) has an exponent below 15: finite, as in a real file.
+/// Timing does not depend on the values beyond that.
+fn weight_bytes(ty: GgmlType, rows: usize, n: usize) -> Vec<u8> {
+    let mut x = 0x2545_f491_4f6c_dd1du64;
+    let len = rows * ty.row_bytes(n).expect("whole blocks");
+    (0..len)
+        .map(|_| {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            (x >> 32) as u8 & 0x3b
+        })
+        .collect()
+}
+
+fn act_bytes(k: &QuantKernels, cols: usize, n: usize) -> Vec<Vec<u8>> {
+    (0..cols)
+        .map(|c| {
+            let src: Vec<f32> = (0..n)
+                .map(|i| ((i * 31 + c * 7) % 97) as f32 / 97.0 - 0.5)
+                .collect();
+            let mut dst = vec![0u8; k.act.row_bytes(n).expect("whole blocks")];
+            (k.quantize_act)(&src, &mut dst);
+            dst
+        })
+        .collect()
+}
+
+const FORMATS: [GgmlType; 5] = [
+    GgmlType::Q4_1,
+    GgmlType::Q8_0,
+    GgmlType::Q5_0,
+    GgmlType::Q4K,
+    GgmlType::Q6K,
+];
+
+fn bench(c: &mut Criterion) {
+    let (n, rows, cols) = (2048usize, 16usize, 8usize);
+    for ty in FORMATS {
+        let simd = kernels(ty).expect("kernels");
+        let scalar = scalar_kernels(ty).expect("scalar kernels");
+        let w = weight_bytes(ty, rows, n);
+        let rb = ty.row_bytes(n).expect("whole blocks");
+        let w_rows: Vec<&[u8]> = w.chunks(rb).collect();
+        let acts = act_bytes(simd, cols, n);
+        let a_rows: Vec<&[u8]> = acts.iter().map(|a| a.as_slice()).collect();
+        let mut g = c.benchmark_group(ty.name().to_lowercase());
+        g.throughput(Throughput::Elements((n * rows * cols) as u64));
+        for (name, k) in [("simd", simd), ("scalar", scalar)] {
+            let mut out = vec![0f32; rows * cols];
+            g.bench_function(BenchmarkId::new("tile16x8", name), |b| {
+                b.iter(|| (k.vec_dot_tile)(n, black_box(&w_rows), black_box(&a_rows), &mut out))
+            });
+        }
+        if let (Some(gs), Some(gr)) = (simd.gemm, scalar.gemm) {
+            let cols8: [&[u8]; GEMM_COLS] = std::array::from_fn(|i| a_rows[i]);
+            let nb = n / ty.block_size();
+            let mut scales = vec![0f32; nb * 16];
+            pack_act_scales(simd.act, &cols8, nb, &mut scales);
+            for (name, f) in [("simd", gs), ("scalar", gr)] {
+                let mut out = vec![0f32; rows * GEMM_COLS];
+                g.bench_function(BenchmarkId::new("gemm16x8", name), |b| {
+                    b.iter(|| f(n, black_box(&w_rows), black_box(&cols8), &scales, &mut out))
+                });
+            }
+        }
+        g.throughput(Throughput::Elements(n as u64));
+        for (name, k) in [("simd", simd), ("scalar", scalar)] {
+            g.bench_function(BenchmarkId::new("dot", name), |b| {
+                b.iter(|| (k.vec_dot)(n, black_box(w_rows[0]), black_box(a_rows[0])))
+            });
+        }
+        g.finish();
+    }
+}
+
+criterion_group!(benches, bench);
+criterion_main!(benches);
