@@ -48,45 +48,105 @@ fn round16(x: f32) -> f32 {
     f16::from_f32(x).to_f32()
 }
 
-/// `out[j - lo] = scale * q . k_j` for keys `lo..hi`; returns the maximum.
-#[allow(clippy::too_many_arguments)]
-fn scores(
+/// Keys (or values) processed per tile: converted from f16 once and then
+/// used by every query of the unit.
+const TILE: usize = 32;
+
+/// Calls `f(j0, rows)` for consecutive tiles of rows `lo..hi` of a KV head,
+/// as f32 (f16 rows are converted into `buf` once per tile).
+fn tiles(
     vk: &VecKernels,
-    q: &[f32],
-    keys: KvView<'_>,
+    view: KvView<'_>,
     lo: usize,
     hi: usize,
     d: usize,
-    scale: f32,
-    out: &mut [f32],
-) -> f32 {
-    let mut m = f32::NEG_INFINITY;
-    for (j, o) in (lo..hi).zip(out.iter_mut()) {
-        let s = match keys {
-            KvView::F16(k) => (vk.dot_f16)(q, &k[j * d..(j + 1) * d]),
-            KvView::F32(k) => (vk.dot)(q, &k[j * d..(j + 1) * d]),
-        } * scale;
-        *o = s;
-        m = m.max(s);
+    buf: &mut Vec<f32>,
+    mut f: impl FnMut(usize, &[f32]),
+) {
+    buf.resize(TILE * d, 0.0);
+    let mut j0 = lo;
+    while j0 < hi {
+        let j1 = (j0 + TILE).min(hi);
+        match view {
+            KvView::F16(x) => {
+                let dst = &mut buf[..(j1 - j0) * d];
+                (vk.f16_to_f32)(&x[j0 * d..j1 * d], dst);
+                f(j0, dst);
+            }
+            KvView::F32(x) => f(j0, &x[j0 * d..j1 * d]),
+        }
+        j0 = j1;
     }
-    m
 }
 
-/// `acc += sum_j w[j - lo] * v_j` for keys `lo..lo + w.len()`.
-fn weighted_values(
-    vk: &VecKernels,
-    vals: KvView<'_>,
+/// The part of `lo..hi` inside the tile that starts at `j0` with `n` rows.
+fn overlap(lo: usize, hi: usize, j0: usize, n: usize) -> Option<(usize, usize)> {
+    let (a, b) = (lo.max(j0), hi.min(j0 + n));
+    (a < b).then_some((a, b))
+}
+
+/// Query `i` of a unit: its (already rounded) vector, the keys it sees, and
+/// its score row (indexed from `base`).
+struct Query<'a> {
+    q: &'a [f32],
     lo: usize,
-    w: &[f32],
+    hi: usize,
+}
+
+/// `rows[i][j - base] = scale * q_i . k_j` for every query and its visible
+/// keys; returns nothing: the maxima come later, per query.
+#[allow(clippy::too_many_arguments)]
+fn scores(
+    vk: &VecKernels,
+    queries: &[Query<'_>],
+    keys: KvView<'_>,
     d: usize,
-    acc: &mut [f32],
+    scale: f32,
+    base: usize,
+    stride: usize,
+    rows: &mut [f32],
+    buf: &mut Vec<f32>,
 ) {
-    for (j, &wj) in (lo..).zip(w) {
-        match vals {
-            KvView::F16(v) => (vk.axpy_f16)(acc, wj, &v[j * d..(j + 1) * d]),
-            KvView::F32(v) => (vk.axpy)(acc, wj, &v[j * d..(j + 1) * d]),
+    let lo = queries.iter().map(|q| q.lo).min().unwrap_or(0);
+    let hi = queries.iter().map(|q| q.hi).max().unwrap_or(0);
+    tiles(vk, keys, lo, hi, d, buf, |j0, tile| {
+        for (i, q) in queries.iter().enumerate() {
+            if let Some((a, b)) = overlap(q.lo, q.hi, j0, tile.len() / d) {
+                let out = &mut rows[i * stride + a - base..i * stride + b - base];
+                (vk.dot_rows)(q.q, &tile[(a - j0) * d..(b - j0) * d], out);
+            }
+        }
+    });
+    for (i, q) in queries.iter().enumerate() {
+        for x in &mut rows[i * stride + q.lo - base..i * stride + q.hi - base] {
+            *x *= scale;
         }
     }
+}
+
+/// `acc_i += sum_j w_i[j - base] * v_j` over each query's keys, in key order.
+#[allow(clippy::too_many_arguments)]
+fn weighted_values(
+    vk: &VecKernels,
+    queries: &[Query<'_>],
+    vals: KvView<'_>,
+    d: usize,
+    base: usize,
+    stride: usize,
+    weights: &[f32],
+    accs: &mut [&mut [f32]],
+    buf: &mut Vec<f32>,
+) {
+    let lo = queries.iter().map(|q| q.lo).min().unwrap_or(0);
+    let hi = queries.iter().map(|q| q.hi).max().unwrap_or(0);
+    tiles(vk, vals, lo, hi, d, buf, |j0, tile| {
+        for (i, (q, acc)) in queries.iter().zip(accs.iter_mut()).enumerate() {
+            if let Some((a, b)) = overlap(q.lo, q.hi, j0, tile.len() / d) {
+                let w = &weights[i * stride + a - base..i * stride + b - base];
+                (vk.axpy_rows)(acc, w, &tile[(a - j0) * d..(b - j0) * d]);
+            }
+        }
+    });
 }
 
 /// Turns scores into normalized weights in place (`exp(s - max) / sum`,
@@ -112,16 +172,6 @@ fn visible(p: &AttnParams, pos: usize) -> (usize, usize) {
     let hi = pos + 1;
     let lo = p.window.map_or(0, |w| hi.saturating_sub(w));
     (lo, hi)
-}
-
-fn query<'a>(q: &'a [f32], round: bool, buf: &'a mut Vec<f32>) -> &'a [f32] {
-    if round {
-        buf.clear();
-        buf.extend(q.iter().map(|&x| round16(x)));
-        buf
-    } else {
-        q
-    }
 }
 
 /// `q`: `n_tok x n_head x dim_k` (post-RoPE), tokens at positions
@@ -154,23 +204,54 @@ pub fn attention(
         let keys = cache.keys(layer, g, kv_len);
         let vals = cache.values(layer, g, kv_len);
         let round = rounds(keys);
-        let mut row = vec![0f32; kv_len];
-        let mut qbuf = Vec::with_capacity(p.dim_k);
-        for t in qb * QUERY_BLOCK..((qb + 1) * QUERY_BLOCK).min(n_tok) {
-            let (lo, hi) = visible(p, pos0 + t);
-            for hq in g * group..(g + 1) * group {
+        let (t0, t1) = (qb * QUERY_BLOCK, ((qb + 1) * QUERY_BLOCK).min(n_tok));
+        // Every (token, head) of the block and group, token-major.
+        let heads = g * group..(g + 1) * group;
+        let mut qbuf = Vec::with_capacity((t1 - t0) * group * p.dim_k);
+        for t in t0..t1 {
+            for hq in heads.clone() {
                 let qo = t * q_stride + hq * p.dim_k;
-                let qh = query(&q[qo..qo + p.dim_k], round, &mut qbuf);
-                let s = &mut row[..hi - lo];
-                let m = scores(vk, qh, keys, lo, hi, p.dim_k, p.scale, s);
-                let sum = exp_sum(s, m);
-                normalize(s, sum, round);
-                // SAFETY: (t, hq) belongs to exactly one unit (g = hq / group, qb = t / QUERY_BLOCK).
-                let o = unsafe { shared_out.slice(t * o_stride + hq * p.dim_v, p.dim_v) };
-                o.iter_mut().for_each(|x| *x = 0.0);
-                weighted_values(vk, vals, lo, s, p.dim_v, o);
+                qbuf.extend(
+                    q[qo..qo + p.dim_k]
+                        .iter()
+                        .map(|&x| if round { round16(x) } else { x }),
+                );
             }
         }
+        let queries: Vec<Query<'_>> = (t0..t1)
+            .flat_map(|t| std::iter::repeat_n(t, group))
+            .zip(qbuf.chunks_exact(p.dim_k))
+            .map(|(t, qv)| {
+                let (lo, hi) = visible(p, pos0 + t);
+                Query { q: qv, lo, hi }
+            })
+            .collect();
+        let base = queries.iter().map(|q| q.lo).min().unwrap_or(0);
+        let stride = queries.iter().map(|q| q.hi).max().unwrap_or(0) - base;
+        let mut rows = vec![0f32; queries.len() * stride];
+        let mut tile = Vec::new();
+        scores(
+            vk, &queries, keys, p.dim_k, p.scale, base, stride, &mut rows, &mut tile,
+        );
+        for (i, qr) in queries.iter().enumerate() {
+            let s = &mut rows[i * stride + qr.lo - base..i * stride + qr.hi - base];
+            let m = s.iter().fold(f32::NEG_INFINITY, |a, &b| a.max(b));
+            let sum = exp_sum(s, m);
+            normalize(s, sum, round);
+        }
+        let mut accs: Vec<&mut [f32]> = (t0..t1)
+            .flat_map(|t| heads.clone().map(move |hq| (t, hq)))
+            .map(|(t, hq)| {
+                // SAFETY: (t, hq) belongs to exactly one unit (g = hq / group,
+                // qb = t / QUERY_BLOCK).
+                let o = unsafe { shared_out.slice(t * o_stride + hq * p.dim_v, p.dim_v) };
+                o.fill(0.0);
+                o
+            })
+            .collect();
+        weighted_values(
+            vk, &queries, vals, p.dim_v, base, stride, &rows, &mut accs, &mut tile,
+        );
     });
 }
 
@@ -210,19 +291,41 @@ fn decode(
                 return;
             }
             let keys = cache.keys(layer, g, kv_len);
-            let mut qbuf = Vec::with_capacity(p.dim_k);
-            for hq in g * group..(g + 1) * group {
-                let qh = query(
-                    &q[hq * p.dim_k..(hq + 1) * p.dim_k],
-                    rounds(keys),
-                    &mut qbuf,
-                );
+            let round = rounds(keys);
+            let qbuf: Vec<f32> = q[g * group * p.dim_k..(g + 1) * group * p.dim_k]
+                .iter()
+                .map(|&x| if round { round16(x) } else { x })
+                .collect();
+            let queries: Vec<Query<'_>> = qbuf
+                .chunks_exact(p.dim_k)
+                .map(|qv| Query {
+                    q: qv,
+                    lo: a,
+                    hi: b,
+                })
+                .collect();
+            let mut local = vec![0f32; group * (b - a)];
+            let mut tile = Vec::new();
+            scores(
+                vk,
+                &queries,
+                keys,
+                p.dim_k,
+                p.scale,
+                a,
+                b - a,
+                &mut local,
+                &mut tile,
+            );
+            for (gi, src) in local.chunks_exact(b - a).enumerate() {
+                let hq = g * group + gi;
                 // SAFETY: unit (g, s) owns keys a..b of the heads of group g,
                 // and slot (hq, s) of the maxima.
-                let row = unsafe { sh.slice(hq * span + (a - lo), b - a) };
-                let m = scores(vk, qh, keys, a, b, p.dim_k, p.scale, row);
-                // SAFETY: as above.
-                unsafe { mx.slice(hq * n_split + s, 1)[0] = m };
+                unsafe {
+                    sh.slice(hq * span + (a - lo), b - a).copy_from_slice(src);
+                    mx.slice(hq * n_split + s, 1)[0] =
+                        src.iter().fold(f32::NEG_INFINITY, |m, &x| m.max(x));
+                }
             }
         });
     }
@@ -248,13 +351,22 @@ fn decode(
                 return;
             }
             let vals = cache.values(layer, g, kv_len);
-            for gi in 0..group {
-                let hq = g * group + gi;
-                let w = &all[hq * span + (a - lo)..hq * span + (b - lo)];
+            let queries: Vec<Query<'_>> = (0..group)
+                .map(|_| Query {
+                    q: &[],
+                    lo: a,
+                    hi: b,
+                })
+                .collect();
+            let mut accs: Vec<&mut [f32]> = (0..group)
                 // SAFETY: unit u owns its own slice of `partial`.
-                let acc = unsafe { ps.slice((u * group + gi) * p.dim_v, p.dim_v) };
-                weighted_values(vk, vals, a, w, p.dim_v, acc);
-            }
+                .map(|gi| unsafe { ps.slice((u * group + gi) * p.dim_v, p.dim_v) })
+                .collect();
+            let weights = &all[g * group * span..(g + 1) * group * span];
+            let mut tile = Vec::new();
+            weighted_values(
+                vk, &queries, vals, p.dim_v, lo, span, weights, &mut accs, &mut tile,
+            );
         });
     }
     for g in 0..p.n_head_kv {

@@ -13,6 +13,14 @@ pub struct VecKernels {
     pub axpy: fn(&mut [f32], f32, &[f32]),
     /// `y += a * x` with `x` f16 bits.
     pub axpy_f16: fn(&mut [f32], f32, &[u16]),
+    /// Exact f16 -> f32 conversion of a slice.
+    pub f16_to_f32: fn(&[u16], &mut [f32]),
+    /// `out[j] = q . tile[j]` for the `out.len()` rows of `tile` (each
+    /// `q.len()` long), with the exact arithmetic of `dot_f16` per row.
+    pub dot_rows: fn(&[f32], &[f32], &mut [f32]),
+    /// `y += sum_j w[j] * tile[j]`, rows in order, with the exact arithmetic
+    /// of one `axpy` per row (one FMA per element and row).
+    pub axpy_rows: fn(&mut [f32], &[f32], &[f32]),
     pub name: &'static str,
 }
 
@@ -22,6 +30,9 @@ pub fn scalar() -> &'static VecKernels {
         dot_f16: scalar_impl::dot_f16,
         axpy: scalar_impl::axpy,
         axpy_f16: scalar_impl::axpy_f16,
+        f16_to_f32: scalar_impl::f16_to_f32,
+        dot_rows: scalar_impl::dot_rows,
+        axpy_rows: scalar_impl::axpy_rows,
         name: "scalar",
     };
     &K
@@ -83,6 +94,26 @@ mod scalar_impl {
             *yi += a * f16::from_bits(xi).to_f32();
         }
     }
+
+    pub fn f16_to_f32(src: &[u16], dst: &mut [f32]) {
+        for (d, &s) in dst.iter_mut().zip(src) {
+            *d = f16::from_bits(s).to_f32();
+        }
+    }
+
+    pub fn dot_rows(q: &[f32], tile: &[f32], out: &mut [f32]) {
+        let d = q.len();
+        for (o, row) in out.iter_mut().zip(tile.chunks_exact(d.max(1))) {
+            *o = q.iter().zip(row).map(|(a, b)| a * b).sum();
+        }
+    }
+
+    pub fn axpy_rows(y: &mut [f32], w: &[f32], tile: &[f32]) {
+        let d = y.len();
+        for (&wj, row) in w.iter().zip(tile.chunks_exact(d.max(1))) {
+            axpy(y, wj, row);
+        }
+    }
 }
 
 #[cfg(target_arch = "x86_64")]
@@ -97,6 +128,9 @@ mod avx2 {
         dot_f16,
         axpy,
         axpy_f16,
+        f16_to_f32,
+        dot_rows,
+        axpy_rows,
         name: "avx2",
     };
 
@@ -215,6 +249,130 @@ mod avx2 {
             i += 1;
         }
     }
+
+    fn f16_to_f32(src: &[u16], dst: &mut [f32]) {
+        // SAFETY: installed only when F16C is present.
+        unsafe { f16_to_f32_impl(src, dst) }
+    }
+    #[target_feature(enable = "avx2,f16c")]
+    unsafe fn f16_to_f32_impl(src: &[u16], dst: &mut [f32]) {
+        let n = src.len().min(dst.len());
+        let mut i = 0;
+        // SAFETY: i + 8 <= n keeps the loads and stores in bounds.
+        while i + 8 <= n {
+            let v = _mm256_cvtph_ps(_mm_loadu_si128(src.as_ptr().add(i) as *const __m128i));
+            _mm256_storeu_ps(dst.as_mut_ptr().add(i), v);
+            i += 8;
+        }
+        while i < n {
+            dst[i] = half::f16::from_bits(src[i]).to_f32();
+            i += 1;
+        }
+    }
+
+    fn dot_rows(q: &[f32], tile: &[f32], out: &mut [f32]) {
+        assert!(tile.len() >= out.len() * q.len(), "tile too short");
+        // SAFETY: installed only when AVX2 and FMA are present; the assert
+        // bounds every row.
+        unsafe { dot_rows_impl(q, tile, out) }
+    }
+
+    /// Eight rows at a time: eight independent FMA chains that share each
+    /// load of `q`. Per row, the operations are `dot_f16_impl`'s: one
+    /// 8-lane accumulator over the chunks in order, `hsum`, then the tail.
+    #[target_feature(enable = "avx2,fma")]
+    unsafe fn dot_rows_impl(q: &[f32], tile: &[f32], out: &mut [f32]) {
+        const R: usize = 8;
+        let d = q.len();
+        let d8 = d / 8 * 8;
+        let (qp, tp) = (q.as_ptr(), tile.as_ptr());
+        let tail = |row: usize, mut s: f32| {
+            for i in d8..d {
+                s += q[i] * tile[row * d + i];
+            }
+            s
+        };
+        let mut j = 0;
+        // SAFETY (all loads): rows j..j + R lie inside `tile` (checked by the
+        // caller), and i + 8 <= d8 <= d within each row and within `q`.
+        while j + R <= out.len() {
+            let mut acc = [_mm256_setzero_ps(); R];
+            let mut i = 0;
+            while i < d8 {
+                let qv = _mm256_loadu_ps(qp.add(i));
+                for (r, a) in acc.iter_mut().enumerate() {
+                    *a = _mm256_fmadd_ps(qv, _mm256_loadu_ps(tp.add((j + r) * d + i)), *a);
+                }
+                i += 8;
+            }
+            for (r, a) in acc.iter().enumerate() {
+                out[j + r] = tail(j + r, hsum(*a));
+            }
+            j += R;
+        }
+        while j < out.len() {
+            let mut acc = _mm256_setzero_ps();
+            let mut i = 0;
+            while i < d8 {
+                acc = _mm256_fmadd_ps(
+                    _mm256_loadu_ps(qp.add(i)),
+                    _mm256_loadu_ps(tp.add(j * d + i)),
+                    acc,
+                );
+                i += 8;
+            }
+            out[j] = tail(j, hsum(acc));
+            j += 1;
+        }
+    }
+
+    fn axpy_rows(y: &mut [f32], w: &[f32], tile: &[f32]) {
+        assert!(tile.len() >= w.len() * y.len(), "tile too short");
+        // SAFETY: installed only when AVX2 and FMA are present; the assert
+        // bounds every row.
+        unsafe { axpy_rows_impl(y, w, tile) }
+    }
+
+    /// Up to 64 elements of `y` stay in registers while every row is added,
+    /// instead of a load and a store of `y` per row. Per element the FMAs
+    /// run in row order, exactly as repeated `axpy` calls.
+    #[target_feature(enable = "avx2,fma")]
+    unsafe fn axpy_rows_impl(y: &mut [f32], w: &[f32], tile: &[f32]) {
+        const E: usize = 8;
+        let d = y.len();
+        let tp = tile.as_ptr();
+        let mut e0 = 0;
+        // SAFETY (all loads and stores): e0 + 8 * E <= d, or e0 + 8 <= d,
+        // within `y` and within each of the w.len() rows of `tile`.
+        while e0 + 8 * E <= d {
+            let yp = y.as_mut_ptr().add(e0);
+            let mut acc: [__m256; E] = std::array::from_fn(|k| _mm256_loadu_ps(yp.add(8 * k)));
+            for (j, &wj) in w.iter().enumerate() {
+                let wv = _mm256_set1_ps(wj);
+                for (k, a) in acc.iter_mut().enumerate() {
+                    *a = _mm256_fmadd_ps(wv, _mm256_loadu_ps(tp.add(j * d + e0 + 8 * k)), *a);
+                }
+            }
+            for (k, a) in acc.iter().enumerate() {
+                _mm256_storeu_ps(yp.add(8 * k), *a);
+            }
+            e0 += 8 * E;
+        }
+        while e0 + 8 <= d {
+            let yp = y.as_mut_ptr().add(e0);
+            let mut a = _mm256_loadu_ps(yp);
+            for (j, &wj) in w.iter().enumerate() {
+                a = _mm256_fmadd_ps(_mm256_set1_ps(wj), _mm256_loadu_ps(tp.add(j * d + e0)), a);
+            }
+            _mm256_storeu_ps(yp, a);
+            e0 += 8;
+        }
+        for e in e0..d {
+            for (j, &wj) in w.iter().enumerate() {
+                y[e] += wj * tile[j * d + e];
+            }
+        }
+    }
 }
 
 #[cfg(test)]
@@ -246,6 +404,45 @@ mod tests {
             (b.axpy_f16)(&mut y1, -0.7, &xh);
             (s.axpy_f16)(&mut y2, -0.7, &xh);
             assert!(y1.iter().zip(&y2).all(|(p, q)| (p - q).abs() < 1e-5));
+        }
+    }
+
+    /// The row kernels give the bits of the one-row kernels they replace
+    /// (the SIMD table), and stay close to the scalar twin.
+    #[test]
+    fn row_kernels_equal_one_row_kernels() {
+        let mut rng = rand::rngs::StdRng::seed_from_u64(11);
+        let (b, s) = (best(), scalar());
+        for d in [1usize, 7, 8, 16, 17, 64, 72, 256, 260] {
+            for rows in [1usize, 3, 8, 9, 17] {
+                let q = rvec(&mut rng, d);
+                let t = rvec(&mut rng, d * rows);
+                let mut th = vec![0u16; d * rows];
+                f32_to_f16_bits(&t, &mut th);
+                let mut tf = vec![0f32; d * rows];
+                (b.f16_to_f32)(&th, &mut tf);
+                let mut tf2 = vec![0f32; d * rows];
+                (s.f16_to_f32)(&th, &mut tf2);
+                assert_eq!(tf, tf2);
+                let (mut o1, mut o2) = (vec![0f32; rows], vec![0f32; rows]);
+                (b.dot_rows)(&q, &tf, &mut o1);
+                (s.dot_rows)(&q, &tf, &mut o2);
+                for j in 0..rows {
+                    let one = (b.dot_f16)(&q, &th[j * d..(j + 1) * d]);
+                    assert_eq!(o1[j].to_bits(), one.to_bits(), "d={d} rows={rows} j={j}");
+                    assert!((o1[j] - o2[j]).abs() < 1e-4 * d as f32);
+                }
+                let w = rvec(&mut rng, rows);
+                let y0 = rvec(&mut rng, d);
+                let (mut y1, mut y2, mut y3) = (y0.clone(), y0.clone(), y0.clone());
+                (b.axpy_rows)(&mut y1, &w, &tf);
+                (s.axpy_rows)(&mut y2, &w, &tf);
+                for j in 0..rows {
+                    (b.axpy_f16)(&mut y3, w[j], &th[j * d..(j + 1) * d]);
+                }
+                assert_eq!(y1, y3, "d={d} rows={rows}");
+                assert!(y1.iter().zip(&y2).all(|(p, q)| (p - q).abs() < 1e-4));
+            }
         }
     }
 }
