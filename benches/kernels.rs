@@ -62,6 +62,14 @@ fn bench(c: &mut Criterion) {
         let mut g = c.benchmark_group(ty.name().to_lowercase());
         g.throughput(Throughput::Elements((n * rows * cols) as u64));
         for (name, k) in [("simd", simd), ("scalar", scalar)] {
+            let mut out = vec![0f32; rows];
+            g.throughput(Throughput::Elements((n * rows) as u64));
+            g.bench_function(BenchmarkId::new("tile16x1", name), |b| {
+                b.iter(|| {
+                    (k.vec_dot_tile)(n, black_box(&w_rows), black_box(&a_rows[..1]), &mut out)
+                })
+            });
+            g.throughput(Throughput::Elements((n * rows * cols) as u64));
             let mut out = vec![0f32; rows * cols];
             g.bench_function(BenchmarkId::new("tile16x8", name), |b| {
                 b.iter(|| (k.vec_dot_tile)(n, black_box(&w_rows), black_box(&a_rows), &mut out))

@@ -171,11 +171,12 @@ pub fn matmul_multi(
         let arb = acts.len() / n_tok;
         let rows = w.rows;
         let mut t0 = 0;
+        let rb = w.row_bytes();
+        let w_rows: Vec<&[u8]> = w.data[r0 * rb..r1 * rb].chunks_exact(rb).collect();
         // Whole groups of GEMM_COLS tokens go through the format's GEMM
         // microkernel; what is left (all of decode) through the tile kernel.
         if let Some(gemm) = k.gemm.filter(|_| n_tok >= GEMM_COLS) {
             let nb = w.cols / k.weight.block_size();
-            let w_rows: Vec<&[u8]> = (r0..r1).map(|r| w.row(r)).collect();
             let mut scales = vec![0f32; nb * 16];
             let mut buf = vec![0f32; (r1 - r0) * GEMM_COLS];
             while t0 + GEMM_COLS <= n_tok {
@@ -183,53 +184,52 @@ pub fn matmul_multi(
                     std::array::from_fn(|i| &acts[(t0 + i) * arb..(t0 + i + 1) * arb]);
                 pack_act_scales(k.act, &act_rows, nb, &mut scales);
                 gemm(w.cols, &w_rows, &act_rows, &scales, &mut buf);
-                for ti in 0..GEMM_COLS {
-                    // SAFETY: chunk c alone owns rows r0..r1 of matrix j, and
-                    // each token's segment is a distinct range of the output.
-                    let o = unsafe { shared[j].slice((t0 + ti) * rows + r0, r1 - r0) };
-                    for (ri, v) in o.iter_mut().enumerate() {
-                        *v = buf[ri * GEMM_COLS + ti];
-                    }
-                }
+                scatter(&shared[j], &buf, GEMM_COLS, t0, rows, r0, r1);
                 t0 += GEMM_COLS;
             }
         }
-        let mut tile = [0f32; ROW_TILE * TOKEN_TILE];
+        // The rest in tiles of up to TOKEN_TILE tokens; the tile kernel walks
+        // all of this chunk's rows in one call.
+        let mut buf = Vec::new();
         while t0 < n_tok {
-            let t1 = (t0 + TOKEN_TILE).min(n_tok);
-            let act_rows: [&[u8]; TOKEN_TILE] = std::array::from_fn(|i| {
-                if t0 + i < t1 {
-                    &acts[(t0 + i) * arb..(t0 + i + 1) * arb]
-                } else {
-                    &[]
-                }
-            });
-            let act_rows = &act_rows[..t1 - t0];
-            let nt = t1 - t0;
-            // This chunk's output segment (rows r0..r1) for each token in the tile.
-            let mut outs: [&mut [f32]; TOKEN_TILE] = Default::default();
-            for (ti, o) in outs.iter_mut().enumerate().take(nt) {
+            let nt = (n_tok - t0).min(TOKEN_TILE);
+            let act_rows: Vec<&[u8]> = (t0..t0 + nt)
+                .map(|t| &acts[t * arb..(t + 1) * arb])
+                .collect();
+            if nt == 1 {
                 // SAFETY: chunk c alone owns rows r0..r1 of matrix j, and each
                 // token's segment is a distinct range of the output.
-                *o = unsafe { shared[j].slice((t0 + ti) * rows + r0, r1 - r0) };
+                let o = unsafe { shared[j].slice(t0 * rows + r0, r1 - r0) };
+                (k.vec_dot_tile)(w.cols, &w_rows, &act_rows, o);
+            } else {
+                buf.resize((r1 - r0) * nt, 0.0);
+                (k.vec_dot_tile)(w.cols, &w_rows, &act_rows, &mut buf);
+                scatter(&shared[j], &buf, nt, t0, rows, r0, r1);
             }
-            let mut r = r0;
-            while r < r1 {
-                let re = (r + ROW_TILE).min(r1);
-                let w_rows: [&[u8]; ROW_TILE] =
-                    std::array::from_fn(|i| if r + i < re { w.row(r + i) } else { &[] });
-                let w_rows = &w_rows[..re - r];
-                (k.vec_dot_tile)(w.cols, w_rows, act_rows, &mut tile[..w_rows.len() * nt]);
-                for ri in 0..re - r {
-                    for (ti, o) in outs.iter_mut().enumerate().take(nt) {
-                        o[r - r0 + ri] = tile[ri * nt + ti];
-                    }
-                }
-                r = re;
-            }
-            t0 = t1;
+            t0 += nt;
         }
     });
+}
+
+/// Writes a `(r1 - r0) x nt` row-major tile into tokens `t0..t0 + nt` of an
+/// output laid out `[token][row]`.
+fn scatter(
+    out: &SharedMut<f32>,
+    tile: &[f32],
+    nt: usize,
+    t0: usize,
+    rows: usize,
+    r0: usize,
+    r1: usize,
+) {
+    for ti in 0..nt {
+        // SAFETY: the caller's chunk alone owns rows r0..r1 of this output,
+        // and each token's segment is a distinct range of it.
+        let o = unsafe { out.slice((t0 + ti) * rows + r0, r1 - r0) };
+        for (ri, v) in o.iter_mut().enumerate() {
+            *v = tile[ri * nt + ti];
+        }
+    }
 }
 
 /// Single-matrix convenience wrapper.
