@@ -174,7 +174,10 @@ def logits(path: Path) -> int:
     return len(ids)
 
 
-def greedy(path: Path) -> int:
+def greedy(path: Path, stem: str = "smollm2") -> int:
+    """Greedy continuations; SmolLM2's chat prompts use its ChatML format,
+    Gemma-3 (no chat template in its GGUF) gets every prompt as plain text
+    after BOS."""
     from llama_cpp import Llama
 
     llm = Llama(
@@ -188,8 +191,10 @@ def greedy(path: Path) -> int:
     )
     out = []
     for prompt, chat in GREEDY_PROMPTS:
+        gemma = stem == "gemma3"
+        chat = chat and not gemma
         text = f"<|im_start|>user\n{prompt}<|im_end|>\n<|im_start|>assistant\n" if chat else prompt
-        p_ids = llm.tokenize(text.encode(), add_bos=False, special=True)
+        p_ids = llm.tokenize(text.encode(), add_bos=gemma, special=True)
         llm.reset()
         llm.eval(p_ids)
         toks: list[int] = []
@@ -205,7 +210,7 @@ def greedy(path: Path) -> int:
                 "greedy_ids": toks,
             }
         )
-    write_json("greedy_smollm2.json", out)
+    write_json(f"greedy_{stem}.json", out)
     return len(out)
 
 
@@ -237,7 +242,7 @@ def main() -> None:
     n_tok = tokens_and_vocab(smollm2, "smollm2")
     n_tok_g = tokens_and_vocab(gemma3, "gemma3")
     n_logits = logits(smollm2)
-    n_greedy = greedy(smollm2)
+    n_greedy = greedy(smollm2) + greedy(gemma3, "gemma3")
     n_chat = chats(smollm2)
     write_json(
         "meta.json",
