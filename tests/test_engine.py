@@ -194,3 +194,14 @@ def test_reset_restarts_sampler(engine: Engine) -> None:
     engine.reset()
     b = engine.generate("Hi", 10, ignore_eos=True).tokens
     assert a == b
+
+
+def test_bad_parameters_raise_parameter_error_from_python_and_rust(engine: Engine) -> None:
+    from oxillama import OxiLlamaError, ParameterError
+
+    assert issubclass(ParameterError, OxiLlamaError) and issubclass(ParameterError, ValueError)
+    with pytest.raises(ParameterError, match="truncate"):
+        engine.truncate(-1)
+    # Raised by the Rust core, mapped in rust/python/errors.rs.
+    with pytest.raises(ParameterError, match="KV data is 3 bytes"):
+        engine._session.import_kv(1, b"abc")

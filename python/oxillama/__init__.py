@@ -10,7 +10,7 @@ from __future__ import annotations
 from ._native import __version__
 from .completion import Completion, Timings
 from .engine import Engine
-from .errors import GenerateError, GrammarError, LoadError, OxiLlamaError
+from .errors import GenerateError, GrammarError, LoadError, OxiLlamaError, ParameterError
 from .models import default_model_path
 from .sampling import SamplerConfig
 
@@ -21,6 +21,7 @@ __all__ = [
     "GrammarError",
     "LoadError",
     "OxiLlamaError",
+    "ParameterError",
     "SamplerConfig",
     "Timings",
     "__version__",

@@ -15,7 +15,7 @@ from . import _native
 from ._text import TextAssembler
 from .chat_template import ChatTemplate
 from .completion import Completion, FinishReason, Timings
-from .errors import GenerateError, LoadError
+from .errors import GenerateError, LoadError, ParameterError
 from .models import resolve_model_path
 from .sampling import SamplerConfig
 from .tokenizer import Tokenizer
@@ -110,9 +110,9 @@ class Engine:
         prefill_chunk: int,
     ) -> None:
         if context_size is not None and (not isinstance(context_size, int) or context_size < 1):
-            raise ValueError(f"context_size must be a positive integer, got {context_size!r}")
+            raise ParameterError(f"context_size must be a positive integer, got {context_size!r}")
         if threads is not None and (not isinstance(threads, int) or threads < 1):
-            raise ValueError(f"threads must be a positive integer, got {threads!r}")
+            raise ParameterError(f"threads must be a positive integer, got {threads!r}")
         self.model_path = path
         self.tokenizer_path = Path(tokenizer_path) if tokenizer_path is not None else None
         self._gguf = gguf
@@ -217,7 +217,7 @@ class Engine:
     def truncate(self, n: int) -> None:
         """Keeps the first ``n`` tokens of the context and forgets the rest."""
         if not 0 <= n <= self.n_past:
-            raise ValueError(f"truncate: n must be between 0 and {self.n_past}, got {n}")
+            raise ParameterError(f"truncate: n must be between 0 and {self.n_past}, got {n}")
         self._session.truncate(n)
         del self._tokens[n:]
         # The logits of position n-1 are gone; the next step must evaluate.
@@ -269,7 +269,7 @@ class Engine:
         result: list[Completion],
     ) -> Iterator[str]:
         if not isinstance(max_tokens, int) or max_tokens < 0:
-            raise ValueError(f"max_tokens must be a non-negative integer, got {max_tokens!r}")
+            raise ParameterError(f"max_tokens must be a non-negative integer, got {max_tokens!r}")
         if isinstance(stop, str):
             stop = [stop]
         if sampler is not None:
@@ -425,6 +425,63 @@ class Engine:
         rest = self._prime_chat(messages, template_kwargs)
         yield from self.stream(rest, max_tokens, sampler=sampler, stop=stop, ignore_eos=ignore_eos)
 
+    # ------------------------------------------------------------- snapshots
+
+    def snapshot(self, path: str | os.PathLike[str]) -> None:
+        """Freezes the session into an OXISNAP1 file, written atomically (a
+        temp file in the same folder, fsync, rename): on any failure the
+        previous file is untouched. Weights are referenced, not stored."""
+        from . import snapshot
+
+        snapshot.dump(self, path)
+
+    def snapshot_bytes(self) -> bytes:
+        """The session as OXISNAP1 bytes."""
+        from . import snapshot
+
+        return snapshot.dumps(self)
+
+    @classmethod
+    def restore(
+        cls,
+        path: str | os.PathLike[str],
+        *,
+        model_path: str | os.PathLike[str] | None = None,
+        threads: int | None = None,
+    ) -> Engine:
+        """A new engine that continues exactly where the snapshot at ``path``
+        left off. ``model_path`` points at the model if it has moved (its
+        fingerprint is still checked); ``threads`` overrides the saved count."""
+        from . import snapshot
+
+        return snapshot.load(path, model_path=model_path, threads=threads)
+
+    @classmethod
+    def restore_bytes(
+        cls,
+        blob: bytes | bytearray | memoryview,
+        *,
+        model_path: str | os.PathLike[str] | None = None,
+        threads: int | None = None,
+    ) -> Engine:
+        """Like :meth:`restore`, from bytes (no file is written)."""
+        from . import snapshot
+
+        return snapshot.loads(blob, model_path=model_path, threads=threads)
+
+    def __reduce__(self) -> tuple[Callable[[bytes], Engine], tuple[bytes]]:
+        # Pickling goes through OXISNAP1: the model travels by path.
+        return (_from_snapshot, (self.snapshot_bytes(),))
+
+    def __deepcopy__(self, memo: dict[int, Any]) -> Engine:
+        """Forks the session: an independent engine with the same state."""
+        return Engine.restore_bytes(self.snapshot_bytes())
+
     def __repr__(self) -> str:
         src = str(self.model_path) if self.model_path else "<bytes>"
         return f"Engine({src!r}, arch={self.arch!r}, n_ctx={self.n_ctx}, n_past={self.n_past})"
+
+
+def _from_snapshot(blob: bytes) -> Engine:
+    """Unpickles an :class:`Engine` (see ``Engine.__reduce__``)."""
+    return Engine.restore_bytes(blob)

@@ -6,7 +6,14 @@ there is exactly one definition of each.
 
 from __future__ import annotations
 
-__all__ = ["GenerateError", "GrammarError", "LoadError", "OxiLlamaError", "TemplateError"]
+__all__ = [
+    "GenerateError",
+    "GrammarError",
+    "LoadError",
+    "OxiLlamaError",
+    "ParameterError",
+    "TemplateError",
+]
 
 
 class OxiLlamaError(Exception):
@@ -19,6 +26,10 @@ class LoadError(OxiLlamaError):
 
 class GenerateError(OxiLlamaError):
     """A generation request cannot be served, e.g. the prompt exceeds the context."""
+
+
+class ParameterError(OxiLlamaError, ValueError):
+    """A parameter is out of range or of the wrong kind (also a ValueError)."""
 
 
 class GrammarError(OxiLlamaError, ValueError):

@@ -8,6 +8,8 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, fields
 from typing import Any
 
+from .errors import ParameterError
+
 __all__ = ["SamplerConfig"]
 
 _INT_FIELDS = (
@@ -44,8 +46,8 @@ _UNIT_FIELDS = (
 )
 
 
-def _bad(name: str, rule: str, value: object) -> ValueError:
-    return ValueError(f"{name} must be {rule}, got {value!r}")
+def _bad(name: str, rule: str, value: object) -> ParameterError:
+    return ParameterError(f"{name} must be {rule}, got {value!r}")
 
 
 def _int(name: str, v: object, what: str = "an integer") -> int:
@@ -237,7 +239,7 @@ class SamplerConfig:
         known = {f.name for f in fields(cls)}
         unknown = set(d) - known
         if unknown:
-            raise ValueError(f"unknown sampler fields: {', '.join(sorted(unknown))}")
+            raise ParameterError(f"unknown sampler fields: {', '.join(sorted(unknown))}")
         kw = dict(d)
         if "logit_bias" in kw:
             lb = kw["logit_bias"]

@@ -77,10 +77,12 @@ impl KvBuf {
     }
 
     /// Appends elements `[at, at+len)` as little-endian bytes.
-    fn append_le(&self, at: usize, len: usize, out: &mut Vec<u8>) {
+    /// Writes `len` elements from `at` into `out` (exactly their byte size)
+    /// as little-endian bytes.
+    fn write_le(&self, at: usize, len: usize, out: &mut [u8]) {
         match self {
-            KvBuf::F16(v) => append_u16(&v[at..at + len], out),
-            KvBuf::F32(v) => append_f32(&v[at..at + len], out),
+            KvBuf::F16(v) => write_u16(&v[at..at + len], out),
+            KvBuf::F32(v) => write_f32(&v[at..at + len], out),
         }
     }
 
@@ -108,30 +110,32 @@ impl KvBuf {
 }
 
 #[cfg(target_endian = "little")]
-fn append_u16(src: &[u16], out: &mut Vec<u8>) {
+fn write_u16(src: &[u16], out: &mut [u8]) {
     // SAFETY: u16 has no padding and every bit pattern is a valid u8 pair;
     // on a little-endian target its memory is already the LE encoding.
     let b = unsafe { std::slice::from_raw_parts(src.as_ptr().cast::<u8>(), src.len() * 2) };
-    out.extend_from_slice(b);
+    out.copy_from_slice(b);
 }
 
 #[cfg(not(target_endian = "little"))]
-fn append_u16(src: &[u16], out: &mut Vec<u8>) {
-    src.iter()
-        .for_each(|x| out.extend_from_slice(&x.to_le_bytes()));
+fn write_u16(src: &[u16], out: &mut [u8]) {
+    for (x, o) in src.iter().zip(out.chunks_exact_mut(2)) {
+        o.copy_from_slice(&x.to_le_bytes());
+    }
 }
 
 #[cfg(target_endian = "little")]
-fn append_f32(src: &[f32], out: &mut Vec<u8>) {
+fn write_f32(src: &[f32], out: &mut [u8]) {
     // SAFETY: as for u16: f32 has no padding and LE memory is the encoding.
     let b = unsafe { std::slice::from_raw_parts(src.as_ptr().cast::<u8>(), src.len() * 4) };
-    out.extend_from_slice(b);
+    out.copy_from_slice(b);
 }
 
 #[cfg(not(target_endian = "little"))]
-fn append_f32(src: &[f32], out: &mut Vec<u8>) {
-    src.iter()
-        .for_each(|x| out.extend_from_slice(&x.to_le_bytes()));
+fn write_f32(src: &[f32], out: &mut [u8]) {
+    for (x, o) in src.iter().zip(out.chunks_exact_mut(4)) {
+        o.copy_from_slice(&x.to_le_bytes());
+    }
 }
 
 /// A zero-filled vector from `alloc_zeroed`: large requests come straight
@@ -233,22 +237,49 @@ impl KvCache {
     /// The first `n` positions of every layer as raw little-endian data in
     /// the cache's dtype: per layer, K of each head then V of each head.
     pub fn export(&self, n: usize) -> Result<Vec<u8>> {
+        let mut out = vec![0u8; self.export_len(n.min(self.n_ctx))];
+        self.export_into(n, &mut out)?;
+        Ok(out)
+    }
+
+    /// `export` into a caller's buffer of exactly `export_len(n)` bytes, so a
+    /// snapshot can place the KV straight into its file image (one copy).
+    pub fn export_into(&self, n: usize, out: &mut [u8]) -> Result<()> {
         if n > self.n_ctx {
             return Err(Error::invalid(format!(
                 "cannot export {n} positions from a context of {}",
                 self.n_ctx
             )));
         }
-        let mut out = Vec::with_capacity(self.export_len(n));
+        if out.len() != self.export_len(n) {
+            return Err(Error::invalid(format!(
+                "KV export needs {} bytes, the buffer has {}",
+                self.export_len(n),
+                out.len()
+            )));
+        }
+        let es = self.dtype.size();
+        let (kb, vb) = (n * self.dim_k * es, n * self.dim_v * es);
+        let mut off = 0;
         for l in 0..self.n_layer() {
             for h in 0..self.n_head_kv {
-                self.k[l].append_le(h * self.n_ctx * self.dim_k, n * self.dim_k, &mut out);
+                self.k[l].write_le(
+                    h * self.n_ctx * self.dim_k,
+                    n * self.dim_k,
+                    &mut out[off..off + kb],
+                );
+                off += kb;
             }
             for h in 0..self.n_head_kv {
-                self.v[l].append_le(h * self.n_ctx * self.dim_v, n * self.dim_v, &mut out);
+                self.v[l].write_le(
+                    h * self.n_ctx * self.dim_v,
+                    n * self.dim_v,
+                    &mut out[off..off + vb],
+                );
+                off += vb;
             }
         }
-        Ok(out)
+        Ok(())
     }
 
     /// Inverse of `export`; `data` must be exactly `export_len(n)` bytes.

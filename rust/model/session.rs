@@ -124,6 +124,16 @@ impl Session {
         self.kv.export(self.n_past)
     }
 
+    /// Size in bytes of `export_kv()`.
+    pub fn export_kv_len(&self) -> usize {
+        self.kv.export_len(self.n_past)
+    }
+
+    /// `export_kv` into a buffer of exactly `export_kv_len()` bytes.
+    pub fn export_kv_into(&self, out: &mut [u8]) -> Result<()> {
+        self.kv.export_into(self.n_past, out)
+    }
+
     /// Replaces the context with `n` positions of exported KV data. On error
     /// the session keeps its previous position (its cache may be partly
     /// overwritten only after validation passed, which cannot fail midway).

@@ -4,6 +4,8 @@ use std::sync::Arc;
 
 use numpy::{PyArray1, PyArrayMethods, PyReadonlyArray1};
 use pyo3::prelude::*;
+
+use super::buffer::{with_bytes, with_bytes_mut};
 use pyo3::types::{PyBytes, PyDict};
 
 use super::errors::IntoPyResult;
@@ -159,10 +161,22 @@ impl PySession {
         Ok(PyBytes::new(py, &data))
     }
 
+    /// Size in bytes of `export_kv()`.
+    fn export_kv_len(&self) -> usize {
+        self.inner.export_kv_len()
+    }
+
+    /// Writes `export_kv()` into a writable buffer of exactly
+    /// `export_kv_len()` bytes (no intermediate copy).
+    fn export_kv_into(&self, out: &Bound<'_, PyAny>) -> PyResult<()> {
+        let session = &self.inner;
+        with_bytes_mut(out, |o| session.export_kv_into(o))?.py_err()
+    }
+
     /// Loads `n` positions exported by `export_kv` (same model and dtype).
-    fn import_kv(&mut self, py: Python<'_>, n: usize, data: &[u8]) -> PyResult<()> {
+    fn import_kv(&mut self, n: usize, data: &Bound<'_, PyAny>) -> PyResult<()> {
         let session = &mut self.inner;
-        py.detach(|| session.import_kv(n, data)).py_err()
+        with_bytes(data, |d| session.import_kv(n, d))?.py_err()
     }
 
     #[getter]
@@ -178,9 +192,9 @@ fn physical_core_count() -> usize {
 
 /// BLAKE3 digest (32 bytes) of a bytes-like object, computed without the GIL.
 #[pyfunction(name = "blake3")]
-fn blake3_digest<'py>(py: Python<'py>, data: &[u8]) -> Bound<'py, PyBytes> {
-    let h = py.detach(|| ::blake3::hash(data));
-    PyBytes::new(py, h.as_bytes())
+fn blake3_digest<'py>(py: Python<'py>, data: &Bound<'py, PyAny>) -> PyResult<Bound<'py, PyBytes>> {
+    let h = with_bytes(data, crate::hash::hash)?;
+    Ok(PyBytes::new(py, h.as_bytes()))
 }
 
 pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {

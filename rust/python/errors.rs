@@ -2,7 +2,6 @@
 //! are declared once, in `oxillama/errors.py`, so Python code can subclass
 //! and catch them without importing the extension.
 
-use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
 
 use crate::Error;
@@ -18,7 +17,7 @@ pub fn to_py(err: Error) -> PyErr {
     Python::attach(|py| match err {
         Error::Load(m) => raise(py, "LoadError", m),
         Error::Generate(m) => raise(py, "GenerateError", m),
-        Error::InvalidArgument(m) => PyValueError::new_err(m),
+        Error::InvalidArgument(m) => raise(py, "ParameterError", m),
     })
 }
 

@@ -19,7 +19,7 @@ before the checksum has been verified.
 from __future__ import annotations
 
 import struct
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 
 from .. import _native
@@ -49,7 +49,32 @@ def encode(sections: Iterable[Section], *, magic: bytes = MAGIC, version: int = 
     return HEADER.pack(magic, version, len(payload), _native.blake3(payload)) + payload
 
 
-def read_header(blob: bytes | memoryview, *, magic: bytes = MAGIC) -> tuple[int, int]:
+#: A section written in place: (tag, length, fill) where ``fill`` writes
+#: exactly ``length`` bytes into the view it is given.
+Writer = tuple[int, int, Callable[[memoryview], None]]
+
+
+def encode_into(
+    sections: Iterable[Writer], *, magic: bytes = MAGIC, version: int = VERSION
+) -> bytearray:
+    """Like :func:`encode`, but each section fills its own slice of one
+    preallocated buffer, so large sections (the KV cache) are copied once."""
+    secs = list(sections)
+    payload_len = sum(SECTION.size + n for _, n, _ in secs)
+    out = bytearray(HEADER.size + payload_len)
+    view = memoryview(out)
+    pos = HEADER.size
+    for tag, n, fill in secs:
+        SECTION.pack_into(out, pos, tag, n)
+        pos += SECTION.size
+        fill(view[pos : pos + n])
+        pos += n
+    digest = _native.blake3(view[HEADER.size :])
+    HEADER.pack_into(out, 0, magic, version, payload_len, digest)
+    return out
+
+
+def read_header(blob: bytes | bytearray | memoryview, *, magic: bytes = MAGIC) -> tuple[int, int]:
     """Checks magic and version; returns ``(version, payload_length)``."""
     name = magic.decode()
     if len(blob) < len(magic):
@@ -72,7 +97,9 @@ def read_header(blob: bytes | memoryview, *, magic: bytes = MAGIC) -> tuple[int,
     return version, length
 
 
-def decode(blob: bytes | memoryview, *, magic: bytes = MAGIC) -> tuple[int, dict[int, memoryview]]:
+def decode(
+    blob: bytes | bytearray | memoryview, *, magic: bytes = MAGIC
+) -> tuple[int, dict[int, memoryview]]:
     """Verifies a container and returns ``(version, {tag: section data})``."""
     view = memoryview(blob)
     version, length = read_header(view, magic=magic)

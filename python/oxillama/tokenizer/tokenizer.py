@@ -13,7 +13,7 @@ from typing import Any
 from tokenizers import AddedToken, processors
 from tokenizers import Tokenizer as HFTokenizer
 
-from ..errors import LoadError
+from ..errors import LoadError, ParameterError
 from .bpe import DROPPED, UNICODE_TO_BYTE, bpe_piece, build_bpe
 from .gguf_vocab import A_BYTE, A_NORMAL, A_SPECIAL, A_USER_DEFINED, EOG_TEXTS, GgufVocab
 from .spm import SPACE, build_spm, byte_token_value, spm_piece
@@ -267,7 +267,7 @@ class Tokenizer:
         n = len(self._pieces)
         for t in toks:
             if not 0 <= t < n:
-                raise ValueError(f"token id {t} is outside the vocabulary of {n}")
+                raise ParameterError(f"token id {t} is outside the vocabulary of {n}")
         strip = self._add_space_prefix
         out = bytearray()
         for t in toks:
@@ -287,7 +287,9 @@ class Tokenizer:
         """The raw bytes a token contributes to the text (control tokens give
         their text), so a stream can assemble UTF-8 across tokens."""
         if not 0 <= token < len(self._pieces):
-            raise ValueError(f"token id {token} is outside the vocabulary of {len(self._pieces)}")
+            raise ParameterError(
+                f"token id {token} is outside the vocabulary of {len(self._pieces)}"
+            )
         return self._pieces[token]
 
 

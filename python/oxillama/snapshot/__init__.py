@@ -1,0 +1,84 @@
+"""Freeze a live session into an OXISNAP1 snapshot and resume it elsewhere.
+
+The continuation of a restored session is exactly the one the uninterrupted
+session would have produced: the snapshot carries the token history, the KV
+cache, the last position's logits, and the sampler's configuration and live
+state (RNG, mirostat mu, penalty history). Model weights are referenced by
+path and fingerprint, never stored. The byte format is specified in
+docs/snapshot-format.md.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import mmap
+import os
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from .errors import ModelMismatchError, SnapshotError, SnapshotFormatError
+from .fingerprint import Fingerprint, fingerprint
+from .info import SnapshotInfo, info
+from .session import capture, restore, write_atomic
+
+if TYPE_CHECKING:
+    from ..engine import Engine
+
+__all__ = [
+    "Fingerprint",
+    "ModelMismatchError",
+    "SnapshotError",
+    "SnapshotFormatError",
+    "SnapshotInfo",
+    "dump",
+    "dumps",
+    "fingerprint",
+    "info",
+    "load",
+    "loads",
+]
+
+
+def dumps(engine: Engine) -> bytes:
+    """The engine's session as bytes."""
+    return bytes(capture(engine))
+
+
+def dump(engine: Engine, path: str | os.PathLike[str]) -> None:
+    """Writes the engine's session to ``path`` atomically."""
+    write_atomic(path, capture(engine))
+
+
+def loads(
+    blob: bytes | bytearray | memoryview,
+    *,
+    model_path: str | os.PathLike[str] | None = None,
+    threads: int | None = None,
+) -> Engine:
+    """A new engine continuing the session in ``blob`` (no temp file)."""
+    return restore(blob, model_path=model_path, threads=threads)
+
+
+def load(
+    path: str | os.PathLike[str],
+    *,
+    model_path: str | os.PathLike[str] | None = None,
+    threads: int | None = None,
+) -> Engine:
+    """A new engine continuing the session saved at ``path``."""
+    # Mapped, not read: the checksum and the KV import then read the page
+    # cache directly, and nothing is copied that is not kept.
+    try:
+        f = Path(path).open("rb")
+    except OSError as e:
+        raise SnapshotError(f"cannot read snapshot {str(path)!r}: {e}") from e
+    with f:
+        if os.fstat(f.fileno()).st_size == 0:
+            return restore(b"", model_path=model_path, threads=threads)
+        m = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
+    # On an error the traceback still references slices of the mapping; it
+    # is then unmapped with the last of them rather than closed here.
+    engine = restore(memoryview(m), model_path=model_path, threads=threads)
+    with contextlib.suppress(BufferError):
+        m.close()
+    return engine

@@ -1,0 +1,52 @@
+"""``oxillama.snapshot.info``: what a snapshot holds, without a model."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+from .fingerprint import Fingerprint
+from .format import MAGIC, read_header
+from .session import parse
+
+
+@dataclass(frozen=True)
+class SnapshotInfo:
+    magic: bytes
+    version: int
+    arch_id: str
+    model_path: str
+    tokenizer_path: str | None
+    max_context_length: int
+    num_threads: int
+    tokens_count: int
+    kv_dtype: str
+    created_at: str
+    size_bytes: int
+    fingerprint: Fingerprint
+    library_version: str
+
+
+def info(source: str | os.PathLike[str] | bytes | bytearray | memoryview) -> SnapshotInfo:
+    """Reads and verifies a snapshot (file path or bytes); loads no model."""
+    blob = Path(source).read_bytes() if isinstance(source, (str, os.PathLike)) else source
+    version, _ = read_header(blob)
+    meta, _ = parse(blob)
+    eng = meta["engine"] if isinstance(meta["engine"], dict) else {}
+    tok = meta.get("tokenizer_path")
+    return SnapshotInfo(
+        magic=MAGIC,
+        version=version,
+        arch_id=str(meta["arch"]),
+        model_path=str(meta["model_path"]),
+        tokenizer_path=tok if isinstance(tok, str) else None,
+        max_context_length=int(eng.get("context_size", 0)),
+        num_threads=int(eng.get("threads", 0)),
+        tokens_count=int(meta["n_past"]),
+        kv_dtype=str(eng.get("kv_dtype", "")),
+        created_at=str(meta.get("created_at", "")),
+        size_bytes=len(blob),
+        fingerprint=Fingerprint.from_dict(meta["fingerprint"]),
+        library_version=str(meta.get("library_version", "")),
+    )

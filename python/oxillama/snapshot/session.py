@@ -1,0 +1,204 @@
+"""Freezing an :class:`~oxillama.Engine` session into OXISNAP1 and back."""
+
+from __future__ import annotations
+
+import datetime as _dt
+import os
+import secrets
+from collections.abc import Callable
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from .._native import __version__
+from ..errors import OxiLlamaError
+from ..sampling import SamplerConfig
+from . import sections as S
+from .errors import ModelMismatchError, SnapshotError, SnapshotFormatError
+from .fingerprint import Fingerprint, cached_fingerprint
+from .format import Writer, decode, encode_into
+
+if TYPE_CHECKING:
+    from ..engine import Engine
+
+#: What an engine offloads to other devices; CPU-only today, recorded so a
+#: future reader restores the same policy.
+OFFLOAD_POLICY = "cpu"
+
+
+def capture(engine: Engine) -> bytearray:
+    """The engine's live session as one OXISNAP1 blob (weights excluded)."""
+    if engine.model_path is None:
+        raise SnapshotError(
+            "this engine was loaded from bytes: a snapshot references its model by "
+            "path, so open the model from a file to snapshot it"
+        )
+    cfg = engine.config
+    meta: dict[str, Any] = {
+        "arch": engine.arch,
+        "model_path": str(engine.model_path),
+        "tokenizer_path": None if engine.tokenizer_path is None else str(engine.tokenizer_path),
+        "fingerprint": cached_fingerprint(engine.model_path).to_dict(),
+        "vocab_size": engine.vocab_size,
+        "n_past": engine.n_past,
+        "kv_layout": {
+            "n_layer": cfg["n_layer"],
+            "n_head_kv": cfg["n_head_kv"],
+            "dim_k": cfg["dim_k"],
+            "dim_v": cfg["dim_v"],
+        },
+        "engine": {
+            "context_size": engine.n_ctx,
+            "threads": engine.threads,
+            "prefill_chunk": engine._session.prefill_chunk,
+            "kv_dtype": engine._session.kv_dtype,
+            "offload": OFFLOAD_POLICY,
+        },
+        "created_at": _dt.datetime.now(_dt.timezone.utc).isoformat(),
+        "library_version": __version__,
+    }
+    small: list[tuple[int, bytes]] = [
+        (S.META, S.encode_json(meta)),
+        (S.TOKENS, S.encode_u32(engine._tokens)),
+        (S.SAMPLER_CONFIG, S.encode_json(engine.sampler.to_dict())),
+        (S.SAMPLER_STATE, S.encode_sampler_state(engine._sampler.get_state())),
+    ]
+    if engine._last_logits is not None:
+        small.append((S.LOGITS, S.encode_f32(engine._last_logits)))
+    writers: list[Writer] = [(tag, len(data), _copier(data)) for tag, data in small]
+    # The KV cache goes straight from the engine into the file image.
+    writers.insert(2, (S.KV, engine._session.export_kv_len(), engine._session.export_kv_into))
+    return encode_into(writers)
+
+
+def _copier(data: bytes) -> Callable[[memoryview], None]:
+    def fill(view: memoryview) -> None:
+        view[:] = data
+
+    return fill
+
+
+def parse(blob: bytes | bytearray | memoryview) -> tuple[dict[str, Any], dict[int, memoryview]]:
+    """Verifies a blob; returns its META object and all sections."""
+    _, secs = decode(blob)
+    missing = [S.NAMES[t] for t in S.REQUIRED if t not in secs]
+    if missing:
+        raise SnapshotFormatError(f"missing required section(s): {', '.join(missing)}")
+    meta = S.decode_json(secs[S.META], "meta")
+    for key in ("arch", "model_path", "fingerprint", "vocab_size", "n_past", "engine"):
+        if key not in meta:
+            raise SnapshotFormatError(f"meta section lacks {key!r}")
+    return meta, secs
+
+
+def _int(d: dict[str, Any], key: str, what: str) -> int:
+    v = d.get(key)
+    if not isinstance(v, int) or isinstance(v, bool) or v < 0:
+        raise SnapshotFormatError(f"{what}.{key} must be a non-negative integer, got {v!r}")
+    return v
+
+
+def restore(
+    blob: bytes | bytearray | memoryview,
+    *,
+    model_path: str | os.PathLike[str] | None = None,
+    threads: int | None = None,
+) -> Engine:
+    """A new engine continuing the session in ``blob``; nothing else changes."""
+    from ..engine import Engine
+
+    meta, secs = parse(blob)
+    eng = meta["engine"]
+    if not isinstance(eng, dict):
+        raise SnapshotFormatError("meta.engine is not an object")
+    n_past = _int(meta, "n_past", "meta")
+    vocab = _int(meta, "vocab_size", "meta")
+    path = Path(model_path) if model_path is not None else Path(str(meta["model_path"]))
+    if not path.is_file():
+        raise SnapshotError(
+            f"model file {str(path)!r} not found; pass model_path= to point at its new place"
+        )
+    expected = Fingerprint.from_dict(meta["fingerprint"])
+    found = cached_fingerprint(path, expected.probe)
+    if not expected.matches(found):
+        raise ModelMismatchError(
+            f"{path} is not the model this snapshot was taken with: "
+            f"expected {expected}, found {found}",
+            expected=expected,
+            found=found,
+        )
+    tokens = S.decode_u32(secs[S.TOKENS], "tokens")
+    if len(tokens) != n_past:
+        raise SnapshotFormatError(f"tokens section holds {len(tokens)} ids, n_past is {n_past}")
+    sampler_state = S.decode_sampler_state(secs[S.SAMPLER_STATE])
+    tok_path = meta.get("tokenizer_path")
+    try:
+        sampler = SamplerConfig.from_dict(S.decode_json(secs[S.SAMPLER_CONFIG], "sampler_config"))
+        engine = Engine(
+            path,
+            context_size=_int(eng, "context_size", "meta.engine"),
+            threads=threads if threads is not None else _int(eng, "threads", "meta.engine"),
+            sampler=sampler,
+            tokenizer_path=tok_path if isinstance(tok_path, str) else None,
+            kv_dtype=str(eng.get("kv_dtype", "f16")),
+            prefill_chunk=_int(eng, "prefill_chunk", "meta.engine"),
+        )
+    except (ValueError, TypeError, KeyError) as e:
+        raise SnapshotFormatError(f"snapshot settings are invalid: {e}") from None
+    except OxiLlamaError as e:
+        if isinstance(e, SnapshotError):
+            raise
+        raise SnapshotError(f"cannot rebuild the engine: {e}") from e
+    if engine.arch != meta["arch"] or engine.vocab_size != vocab:
+        raise ModelMismatchError(
+            f"snapshot is for a {meta['arch']} model with {vocab} tokens, "
+            f"{path} holds a {engine.arch} model with {engine.vocab_size}",
+            expected=(meta["arch"], vocab),
+            found=(engine.arch, engine.vocab_size),
+        )
+    if any(t >= vocab for t in tokens):
+        raise SnapshotFormatError("tokens section holds ids outside the vocabulary")
+    try:
+        engine._session.import_kv(n_past, secs[S.KV])
+        engine._sampler.set_state(sampler_state)
+    except (OxiLlamaError, ValueError, OverflowError, TypeError) as e:
+        raise SnapshotFormatError(f"snapshot session data is invalid: {e}") from None
+    engine._tokens = list(tokens)
+    if S.LOGITS in secs:
+        engine._last_logits = S.decode_f32(secs[S.LOGITS], vocab, "logits")
+    elif n_past:
+        engine._last_logits = None
+    return engine
+
+
+def write_atomic(path: str | os.PathLike[str], data: bytes | bytearray) -> None:
+    """Writes ``data`` to ``path`` so that readers see the old file or the new
+    one, never a mix: a temp file in the same folder, fsync, ``os.replace``.
+    On failure the temp file is removed and the old file is untouched."""
+    target = Path(path)
+    folder = target.parent if str(target.parent) else Path(".")
+    tmp = folder / f".{target.name}.{os.getpid()}.{secrets.token_hex(4)}.tmp"
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+    try:
+        try:
+            view = memoryview(data)
+            while view:
+                n = os.write(fd, view)
+                view = view[n:]
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+        os.replace(tmp, target)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
+    # Make the rename itself durable.
+    try:
+        dfd = os.open(folder, os.O_RDONLY)
+    except OSError:
+        return
+    try:
+        os.fsync(dfd)
+    except OSError:
+        pass
+    finally:
+        os.close(dfd)

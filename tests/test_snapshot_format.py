@@ -1,0 +1,72 @@
+"""The OXISNAP1 container alone: layout, checksum, section walking, and
+mutation of every kind (hypothesis) ending in a SnapshotFormatError."""
+
+from __future__ import annotations
+
+import struct
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from oxillama import _native
+from oxillama.snapshot import SnapshotFormatError
+from oxillama.snapshot.format import HEADER, MAGIC, Section, decode, encode
+
+BLOB = encode([Section(1, b'{"a":1}'), Section(2, bytes(range(200))), Section(9, b"")])
+
+
+def test_layout_is_as_documented() -> None:
+    assert BLOB[:8] == MAGIC == b"OXISNAP1"
+    version, length = struct.unpack_from("<IQ", BLOB, 8)
+    assert version == 1 and length == len(BLOB) - 52 == len(BLOB) - HEADER.size
+    assert BLOB[20:52] == _native.blake3(BLOB[52:])
+    tag, n = struct.unpack_from("<IQ", BLOB, 52)
+    assert (tag, n, BLOB[64:71]) == (1, 7, b'{"a":1}')
+
+
+def test_round_trip_and_unknown_sections_are_kept_for_skipping() -> None:
+    version, secs = decode(BLOB)
+    assert version == 1 and sorted(secs) == [1, 2, 9]
+    assert bytes(secs[2]) == bytes(range(200)) and bytes(secs[9]) == b""
+
+
+def test_duplicate_and_overlong_sections_are_refused() -> None:
+    with pytest.raises(SnapshotFormatError, match="twice"):
+        decode(encode([Section(1, b"x"), Section(1, b"y")]))
+    payload = struct.pack("<IQ", 3, 1000) + b"short"
+    blob = HEADER.pack(MAGIC, 1, len(payload), _native.blake3(payload)) + payload
+    with pytest.raises(SnapshotFormatError, match="claims 1000 bytes"):
+        decode(blob)
+    payload = b"\x01\x00"
+    blob = HEADER.pack(MAGIC, 1, len(payload), _native.blake3(payload)) + payload
+    with pytest.raises(SnapshotFormatError, match="truncated section header"):
+        decode(blob)
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.data())
+def test_any_bit_flip_is_detected(data: st.DataObject) -> None:
+    i = data.draw(st.integers(0, len(BLOB) - 1))
+    bit = data.draw(st.integers(0, 7))
+    bad = bytearray(BLOB)
+    bad[i] ^= 1 << bit
+    with pytest.raises(SnapshotFormatError):
+        decode(bytes(bad))
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.binary(max_size=300))
+def test_arbitrary_bytes_never_crash(junk: bytes) -> None:
+    for blob in (junk, MAGIC + junk, BLOB[:52] + junk):
+        try:
+            decode(blob)
+        except SnapshotFormatError:
+            pass
+
+
+@settings(max_examples=100, deadline=None)
+@given(st.integers(0, len(BLOB) - 1))
+def test_every_truncation_is_named(cut: int) -> None:
+    with pytest.raises(SnapshotFormatError, match="truncated"):
+        decode(BLOB[:cut])
