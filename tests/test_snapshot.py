@@ -83,6 +83,10 @@ def saved(model_path: Path) -> tuple[Engine, bytes]:
 
 def test_restored_session_carries_everything(saved: tuple[Engine, bytes]) -> None:
     e, blob = saved
+    # The last position travels as its 576-float hidden state, from which the
+    # output head gives back the very same logits.
+    _, secs = decode(blob)
+    assert 9 in secs and 4 not in secs and len(secs[9]) == 4 * 576
     r = Engine.restore_bytes(blob, threads=1)
     assert r.threads == 1 and r.n_ctx == e.n_ctx and r.n_past == e.n_past
     assert r.tokens == e.tokens and r.sampler == e.sampler
@@ -273,7 +277,7 @@ def test_corrupt_file_on_disk_raises_the_format_error(
         Engine.restore(tmp_path / "absent.oxisnap")
 
 
-SECTION_TAGS = [1, 2, 3, 4, 5, 6]
+SECTION_TAGS = [1, 2, 3, 5, 6, 9]  # meta, tokens, kv, sampler config and state, hidden
 
 
 @settings(

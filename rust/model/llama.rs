@@ -45,6 +45,14 @@ pub struct Scratch {
     acts: ActScratch,
 }
 
+impl Scratch {
+    /// The last position's hidden state after the output norm, as the last
+    /// forward left it (`n_embd` floats), if any.
+    pub fn last_hidden(&self, n_embd: usize) -> Option<&[f32]> {
+        (n_embd > 0 && self.h.len() >= n_embd).then(|| &self.h[self.h.len() - n_embd..])
+    }
+}
+
 fn fit(v: &mut Vec<f32>, n: usize) -> &mut [f32] {
     v.resize(n, 0.0);
     &mut v[..n]
@@ -143,6 +151,34 @@ impl Model {
             rope,
             rope_local,
         })
+    }
+
+    /// The output head alone: logits of one normalized hidden state, with
+    /// the same kernels (hence bits) as the end of `forward`.
+    pub fn head(
+        &self,
+        pool: &ThreadPool,
+        hidden: &[f32],
+        s: &mut Scratch,
+        logits: &mut Vec<f32>,
+    ) -> Result<()> {
+        if hidden.len() != self.cfg.n_embd {
+            return Err(Error::invalid(format!(
+                "hidden state has {} values, the model's embedding has {}",
+                hidden.len(),
+                self.cfg.n_embd
+            )));
+        }
+        logits.resize(self.cfg.n_vocab, 0.0);
+        matmul(
+            pool,
+            self.output.view(&self.file),
+            hidden,
+            1,
+            logits,
+            &mut s.acts,
+        );
+        Ok(())
     }
 
     pub fn n_vocab(&self) -> usize {

@@ -17,6 +17,8 @@ pub struct Session {
     /// Tokens per forward call during prefill; bounds activation memory.
     pub prefill_chunk: usize,
     scratch: Scratch,
+    /// Whether `scratch` holds the hidden state of position n_past - 1.
+    hidden_valid: bool,
 }
 
 impl Session {
@@ -33,6 +35,7 @@ impl Session {
             n_past: 0,
             prefill_chunk: 512,
             scratch: Scratch::default(),
+            hidden_valid: false,
             model,
         })
     }
@@ -100,6 +103,7 @@ impl Session {
                 out.extend_from_slice(&logits);
             }
         }
+        self.hidden_valid = true;
         Ok(out)
     }
 
@@ -111,12 +115,34 @@ impl Session {
                 self.n_past
             )));
         }
+        if n != self.n_past {
+            self.hidden_valid = false;
+        }
         self.n_past = n;
         Ok(())
     }
 
     pub fn reset(&mut self) {
         self.n_past = 0;
+        self.hidden_valid = false;
+    }
+
+    /// The last position's normalized hidden state (what the output head
+    /// multiplies), while it is current.
+    pub fn last_hidden(&self) -> Option<&[f32]> {
+        let e = self.model.cfg.n_embd;
+        self.scratch
+            .last_hidden(e)
+            .filter(|_| self.hidden_valid && self.n_past > 0)
+    }
+
+    /// Logits of a hidden state from `last_hidden`, bit-identical to those
+    /// `eval` returned for it.
+    pub fn head_logits(&mut self, hidden: &[f32]) -> Result<Vec<f32>> {
+        let mut logits = Vec::new();
+        self.model
+            .head(&self.pool, hidden, &mut self.scratch, &mut logits)?;
+        Ok(logits)
     }
 
     /// The KV cache up to the current position, as raw little-endian bytes.
@@ -140,6 +166,7 @@ impl Session {
     pub fn import_kv(&mut self, n: usize, data: &[u8]) -> Result<()> {
         self.kv.import(n, data)?;
         self.n_past = n;
+        self.hidden_valid = false;
         Ok(())
     }
 
@@ -152,6 +179,7 @@ impl Session {
             )));
         }
         self.n_past = n;
+        self.hidden_valid = false;
         Ok(())
     }
 }

@@ -110,6 +110,27 @@ impl PySession {
         }
     }
 
+    /// The last position's normalized hidden state, or None when it is not
+    /// current (empty context, after truncate or import).
+    fn last_hidden<'py>(&self, py: Python<'py>) -> Option<Bound<'py, PyArray1<f32>>> {
+        self.inner
+            .last_hidden()
+            .map(|h| PyArray1::from_slice(py, h))
+    }
+
+    /// Output-head logits of a `last_hidden()` state, bit-identical to the
+    /// logits `eval` returned with it.
+    fn head_logits<'py>(
+        &mut self,
+        py: Python<'py>,
+        hidden: PyReadonlyArray1<'py, f32>,
+    ) -> PyResult<Bound<'py, PyArray1<f32>>> {
+        let h = hidden.as_slice()?.to_vec();
+        let session = &mut self.inner;
+        let logits = py.detach(|| session.head_logits(&h)).py_err()?;
+        Ok(PyArray1::from_vec(py, logits))
+    }
+
     fn truncate(&mut self, n: usize) -> PyResult<()> {
         self.inner.truncate(n).py_err()
     }

@@ -33,6 +33,10 @@ SAMPLER_STATE = 6
 GRAMMAR = 7
 #: Reserved: LoRA adapters and their fingerprints.
 LORA = 8
+#: The last position's normalized hidden state (n_embd little-endian f32),
+#: written instead of LOGITS when the output head reproduces those logits
+#: bit for bit from it: 2.3 KB instead of 196 KB for SmolLM2.
+HIDDEN = 9
 
 REQUIRED = (META, TOKENS, KV, SAMPLER_CONFIG, SAMPLER_STATE)
 NAMES = {
@@ -44,6 +48,7 @@ NAMES = {
     SAMPLER_STATE: "sampler_state",
     GRAMMAR: "grammar",
     LORA: "lora",
+    HIDDEN: "hidden",
 }
 
 _STATE_HEAD = struct.Struct("<QfI")

@@ -9,6 +9,9 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+import numpy as np
+import numpy.typing as npt
+
 from .._native import __version__
 from ..errors import OxiLlamaError
 from ..sampling import SamplerConfig
@@ -63,11 +66,22 @@ def capture(engine: Engine) -> bytearray:
         (S.SAMPLER_STATE, S.encode_sampler_state(engine._sampler.get_state())),
     ]
     if engine._last_logits is not None:
-        small.append((S.LOGITS, S.encode_f32(engine._last_logits)))
+        small.append(_last_position(engine, engine._last_logits))
     writers: list[Writer] = [(tag, len(data), _copier(data)) for tag, data in small]
     # The KV cache goes straight from the engine into the file image.
     writers.insert(2, (S.KV, engine._session.export_kv_len(), engine._session.export_kv_into))
     return encode_into(writers)
+
+
+def _last_position(engine: Engine, logits: npt.NDArray[np.float32]) -> tuple[int, bytes]:
+    """The hidden state when the output head turns it back into exactly
+    these logits (checked here, bit for bit), else the logits themselves."""
+    hidden = engine._session.last_hidden()
+    if hidden is not None:
+        again = engine._session.head_logits(hidden)
+        if again.shape == logits.shape and again.tobytes() == logits.tobytes():
+            return S.HIDDEN, S.encode_f32(hidden)
+    return S.LOGITS, S.encode_f32(logits)
 
 
 def _copier(data: bytes) -> Callable[[memoryview], None]:
@@ -165,7 +179,11 @@ def restore(
     engine._tokens = list(tokens)
     if S.LOGITS in secs:
         engine._last_logits = S.decode_f32(secs[S.LOGITS], vocab, "logits")
-    elif n_past:
+    elif S.HIDDEN in secs and n_past:
+        n_embd = int(engine.config["n_embd"])
+        hidden = S.decode_f32(secs[S.HIDDEN], n_embd, "hidden")
+        engine._last_logits = engine._session.head_logits(hidden)
+    else:
         engine._last_logits = None
     return engine
 
