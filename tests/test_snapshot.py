@@ -21,7 +21,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from oxillama import Engine, SamplerConfig, snapshot
-from oxillama.snapshot import ModelMismatchError, SnapshotError, SnapshotFormatError
+from oxillama.snapshot import ModelMismatchError, SnapshotError, SnapshotFormatError, session
 from oxillama.snapshot.format import Section, decode, encode
 
 CASES = {
@@ -209,7 +209,19 @@ def test_bad_headers_raise_the_specific_error(saved: tuple[Engine, bytes]) -> No
         snapshot.loads(blob + b"\0")
 
 
-def test_write_is_atomic_and_cleans_up(saved: tuple[Engine, bytes], tmp_path: Path) -> None:
+@pytest.fixture(params=["unnamed", "named"])
+def temp_kind(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
+    """Both temp-file strategies: an unnamed O_TMPFILE (where the file system
+    links it) and a named dot-file (everywhere else)."""
+    kind: str = request.param
+    if kind == "named":
+        monkeypatch.setattr(session, "_tmpfile_links", lambda folder: False)
+    return kind
+
+
+def test_write_is_atomic_and_cleans_up(
+    saved: tuple[Engine, bytes], tmp_path: Path, temp_kind: str
+) -> None:
     e, blob = saved
     p = tmp_path / "s.oxisnap"
     p.write_bytes(blob)
@@ -229,6 +241,27 @@ def test_write_is_atomic_and_cleans_up(saved: tuple[Engine, bytes], tmp_path: Pa
     assert sorted(x.name for x in tmp_path.iterdir()) == ["s.oxisnap"]
     with pytest.raises(OSError):
         e.snapshot(tmp_path / "no" / "such" / "dir.oxisnap")
+    # A good write replaces the file with exactly what snapshot_bytes gives.
+    e.snapshot(p)
+    assert snapshot.info(p).size_bytes == len(e.snapshot_bytes())
+    assert sorted(x.name for x in tmp_path.iterdir()) == ["s.oxisnap"]
+
+
+def test_temp_files_of_dead_writers_are_swept(saved: tuple[Engine, bytes], tmp_path: Path) -> None:
+    e, _ = saved
+    dead = subprocess.run(
+        [sys.executable, "-c", "import os; print(os.getpid())"],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    stale = tmp_path / f".s.oxisnap.{int(dead.stdout)}.0badf00d.tmp"
+    live = tmp_path / f".s.oxisnap.{os.getpid()}.0badf00d.tmp"  # a writer still running
+    other = tmp_path / ".t.oxisnap.1.0badf00d.tmp"  # another target's
+    for f in (stale, live, other):
+        f.write_bytes(b"partial")
+    e.snapshot(tmp_path / "s.oxisnap")
+    assert not stale.exists() and live.exists() and other.exists()
 
 
 WRITER = """
@@ -258,6 +291,9 @@ def test_killed_writer_leaves_previous_file_valid(
         proc.wait(timeout=30)
         i = snapshot.info(p)  # the old file or a complete new one, never a mix
         assert i.tokens_count in (len(Engine.restore_bytes(blob).tokens), 201)
+    # Whatever a killed writer left, the next save leaves only the file.
+    Engine.restore_bytes(blob).snapshot(p)
+    assert sorted(x.name for x in tmp_path.iterdir()) == ["s.oxisnap"]
 
 
 def test_corrupt_file_on_disk_raises_the_format_error(

@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING
 from .errors import ModelMismatchError, SnapshotError, SnapshotFormatError
 from .fingerprint import Fingerprint, fingerprint
 from .info import SnapshotInfo, info
-from .session import capture, restore, write_atomic
+from .session import capture, restore, write_atomic, writers
 
 if TYPE_CHECKING:
     from ..engine import Engine
@@ -46,7 +46,7 @@ def dumps(engine: Engine) -> bytes:
 
 def dump(engine: Engine, path: str | os.PathLike[str]) -> None:
     """Writes the engine's session to ``path`` atomically."""
-    write_atomic(path, capture(engine))
+    write_atomic(path, writers(engine))
 
 
 def loads(

@@ -23,6 +23,7 @@ from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 
 from .. import _native
+from ..errors import ParameterError
 from .errors import SnapshotFormatError
 
 MAGIC = b"OXISNAP1"
@@ -54,23 +55,37 @@ def encode(sections: Iterable[Section], *, magic: bytes = MAGIC, version: int = 
 Writer = tuple[int, int, Callable[[memoryview], None]]
 
 
+def encoded_size(sections: Iterable[Writer]) -> int:
+    """Bytes :func:`encode_into` writes for these sections."""
+    return HEADER.size + sum(SECTION.size + n for _, n, _ in sections)
+
+
 def encode_into(
-    sections: Iterable[Writer], *, magic: bytes = MAGIC, version: int = VERSION
-) -> bytearray:
+    sections: Iterable[Writer],
+    out: bytearray | memoryview | None = None,
+    *,
+    magic: bytes = MAGIC,
+    version: int = VERSION,
+) -> bytearray | memoryview:
     """Like :func:`encode`, but each section fills its own slice of one
-    preallocated buffer, so large sections (the KV cache) are copied once."""
+    buffer, so large sections (the KV cache) are copied once. ``out``, when
+    given, must be writable and exactly :func:`encoded_size` bytes long (a
+    mapped file, say); otherwise a new bytearray is returned."""
     secs = list(sections)
-    payload_len = sum(SECTION.size + n for _, n, _ in secs)
-    out = bytearray(HEADER.size + payload_len)
+    size = encoded_size(secs)
+    if out is None:
+        out = bytearray(size)
     view = memoryview(out)
+    if view.nbytes != size or view.readonly:
+        raise ParameterError(f"encode_into needs a writable {size}-byte buffer, got {view.nbytes}")
     pos = HEADER.size
     for tag, n, fill in secs:
-        SECTION.pack_into(out, pos, tag, n)
+        SECTION.pack_into(view, pos, tag, n)
         pos += SECTION.size
         fill(view[pos : pos + n])
         pos += n
     digest = _native.blake3(view[HEADER.size :])
-    HEADER.pack_into(out, 0, magic, version, payload_len, digest)
+    HEADER.pack_into(view, 0, magic, version, size - HEADER.size, digest)
     return out
 
 

@@ -3,8 +3,11 @@
 from __future__ import annotations
 
 import datetime as _dt
+import glob
+import mmap
 import os
 import secrets
+import sys
 from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -18,7 +21,7 @@ from ..sampling import SamplerConfig
 from . import sections as S
 from .errors import ModelMismatchError, SnapshotError, SnapshotFormatError
 from .fingerprint import Fingerprint, cached_fingerprint
-from .format import Writer, decode, encode_into
+from .format import Writer, decode, encode_into, encoded_size
 
 if TYPE_CHECKING:
     from ..engine import Engine
@@ -30,6 +33,14 @@ OFFLOAD_POLICY = "cpu"
 
 def capture(engine: Engine) -> bytearray:
     """The engine's live session as one OXISNAP1 blob (weights excluded)."""
+    out = encode_into(writers(engine))
+    assert isinstance(out, bytearray)
+    return out
+
+
+def writers(engine: Engine) -> list[Writer]:
+    """The engine's live session as OXISNAP1 sections, each written in place
+    by :func:`~oxillama.snapshot.format.encode_into`."""
     if engine.model_path is None:
         raise SnapshotError(
             "this engine was loaded from bytes: a snapshot references its model by "
@@ -67,10 +78,10 @@ def capture(engine: Engine) -> bytearray:
     ]
     if engine._last_logits is not None:
         small.append(_last_position(engine, engine._last_logits))
-    writers: list[Writer] = [(tag, len(data), _copier(data)) for tag, data in small]
+    out: list[Writer] = [(tag, len(data), _copier(data)) for tag, data in small]
     # The KV cache goes straight from the engine into the file image.
-    writers.insert(2, (S.KV, engine._session.export_kv_len(), engine._session.export_kv_into))
-    return encode_into(writers)
+    out.insert(2, (S.KV, engine._session.export_kv_len(), engine._session.export_kv_into))
+    return out
 
 
 def _last_position(engine: Engine, logits: npt.NDArray[np.float32]) -> tuple[int, bytes]:
@@ -188,26 +199,37 @@ def restore(
     return engine
 
 
-def write_atomic(path: str | os.PathLike[str], data: bytes | bytearray) -> None:
-    """Writes ``data`` to ``path`` so that readers see the old file or the new
-    one, never a mix: a temp file in the same folder, fsync, ``os.replace``.
-    On failure the temp file is removed and the old file is untouched."""
+def write_atomic(path: str | os.PathLike[str], secs: list[Writer]) -> None:
+    """Writes the sections to ``path`` so that readers see the old file or
+    the new one, never a mix: a temp file in the same folder, filled through
+    a mapping (the KV goes from the engine into the page cache in one copy),
+    fsync, ``os.replace``. On failure the old file is untouched and the temp
+    file is gone; on Linux it is unnamed until it is complete, so even a
+    killed writer leaves nothing behind."""
     target = Path(path)
     folder = target.parent if str(target.parent) else Path(".")
-    tmp = folder / f".{target.name}.{os.getpid()}.{secrets.token_hex(4)}.tmp"
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+    size = encoded_size(secs)
+    _sweep_stale(folder, target.name)
+    fd, tmp = _open_temp(folder, target.name)
     try:
         try:
-            view = memoryview(data)
-            while view:
-                n = os.write(fd, view)
-                view = view[n:]
+            os.ftruncate(fd, size)
+            with mmap.mmap(fd, size) as m:
+                with memoryview(m) as view:
+                    encode_into(secs, view)
+                if sys.platform != "linux":
+                    # Linux's fsync covers pages dirtied through a shared
+                    # mapping; elsewhere msync first.
+                    m.flush()
             os.fsync(fd)
+            if tmp is None:
+                tmp = _name_temp(fd, folder, target.name)
         finally:
             os.close(fd)
         os.replace(tmp, target)
     except BaseException:
-        tmp.unlink(missing_ok=True)
+        if tmp is not None:
+            tmp.unlink(missing_ok=True)
         raise
     # Make the rename itself durable.
     try:
@@ -218,5 +240,88 @@ def write_atomic(path: str | os.PathLike[str], data: bytes | bytearray) -> None:
         os.fsync(dfd)
     except OSError:
         pass
+    finally:
+        os.close(dfd)
+
+
+def _temp_name(folder: Path, name: str) -> Path:
+    return folder / f".{name}.{os.getpid()}.{secrets.token_hex(4)}.tmp"
+
+
+def _sweep_stale(folder: Path, name: str) -> None:
+    """Removes temp files that writers of ``name`` left when they were killed
+    (their process is gone)."""
+    for p in folder.glob(f".{glob.escape(name)}.*.tmp"):
+        parts = p.name[len(name) + 2 :].split(".")
+        if len(parts) != 3 or not parts[0].isdigit():
+            continue
+        try:
+            os.kill(int(parts[0]), 0)
+        except ProcessLookupError:
+            p.unlink(missing_ok=True)
+        except OSError:
+            pass  # alive, owned by someone else
+
+
+def _open_temp(folder: Path, name: str) -> tuple[int, Path | None]:
+    """A writable temp file in ``folder``: unnamed (``O_TMPFILE``) where the
+    file system can later link it into place, else a named one."""
+    if _tmpfile_links(folder):
+        return os.open(folder, os.O_TMPFILE | os.O_RDWR, 0o644), None
+    tmp = _temp_name(folder, name)
+    return os.open(tmp, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o644), tmp
+
+
+#: Per device: whether an ``O_TMPFILE`` file can be linked into a folder on
+#: it (some file systems, overlays among them, refuse with EXDEV or lack
+#: ``O_TMPFILE``). Probed once with an empty file.
+_TMPFILE_OK: dict[int, bool] = {}
+
+
+def _tmpfile_links(folder: Path) -> bool:
+    flag = getattr(os, "O_TMPFILE", 0)
+    if not flag or sys.platform != "linux":
+        return False
+    try:
+        dev = os.stat(folder).st_dev
+    except OSError:
+        return False  # the named path reports the real error
+    ok = _TMPFILE_OK.get(dev)
+    if ok is None:
+        ok = False
+        try:
+            fd = os.open(folder, flag | os.O_RDWR, 0o600)
+        except OSError:
+            pass
+        else:
+            probe = _temp_name(folder, "probe")
+            try:
+                _link_fd(fd, probe)
+                ok = True
+            except OSError:
+                pass
+            finally:
+                os.close(fd)
+                probe.unlink(missing_ok=True)
+        _TMPFILE_OK[dev] = ok
+    return ok
+
+
+def _name_temp(fd: int, folder: Path, name: str) -> Path:
+    """Gives a complete unnamed temp file a name, so it can be renamed over
+    the target (``linkat`` cannot replace). Only this short window can leave
+    a named temp file behind."""
+    tmp = _temp_name(folder, name)
+    _link_fd(fd, tmp)
+    return tmp
+
+
+def _link_fd(fd: int, dst: Path) -> None:
+    # A directory fd makes os.link call linkat(AT_SYMLINK_FOLLOW), which
+    # resolves the /proc magic link to the open file; plain link() would try
+    # to link the symlink itself and fail with EXDEV.
+    dfd = os.open("/", os.O_RDONLY)
+    try:
+        os.link(f"/proc/self/fd/{fd}", dst, src_dir_fd=dfd, follow_symlinks=True)
     finally:
         os.close(dfd)
