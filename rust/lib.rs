@@ -4,6 +4,7 @@
 
 pub mod error;
 pub mod gguf;
+pub mod grammar;
 pub mod hash;
 pub mod model;
 pub mod ops;

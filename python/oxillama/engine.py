@@ -16,11 +16,23 @@ from ._text import TextAssembler
 from .chat_template import ChatTemplate
 from .completion import Completion, FinishReason, Timings
 from .errors import GenerateError, LoadError, ParameterError
+from .grammar import Grammar
 from .models import resolve_model_path
 from .sampling import SamplerConfig
 from .tokenizer import Tokenizer
 
 __all__ = ["Engine"]
+
+
+def _constraint(grammar: str | Grammar | None, json_schema: Any) -> Grammar | None:
+    if grammar is not None and json_schema is not None:
+        raise ParameterError("pass grammar or json_schema, not both")
+    if isinstance(grammar, Grammar) or grammar is None:
+        return grammar if json_schema is None else Grammar.from_json_schema(json_schema)
+    if isinstance(grammar, str):
+        return Grammar(grammar)
+    raise ParameterError(f"grammar must be GBNF text or a Grammar, not {type(grammar).__name__}")
+
 
 Prompt = str | Sequence[int]
 OnToken = Callable[[int, str], "bool | None"]
@@ -132,6 +144,8 @@ class Engine:
         n_ctx = context_size if context_size is not None else self._model.n_ctx_train
         self._session = _native.Session(self._model, n_ctx, threads, kv_dtype)
         self._session.prefill_chunk = prefill_chunk
+        #: The grammar of the last constrained call and its live matcher.
+        self._grammar: tuple[Grammar, _native.GrammarMatcher] | None = None
         self._chat_template = ChatTemplate.from_metadata(self.metadata)
         self._tokens: list[int] = []
         self._last_logits: npt.NDArray[np.float32] | None = None
@@ -222,6 +236,7 @@ class Engine:
         del self._tokens[n:]
         # The logits of position n-1 are gone; the next step must evaluate.
         self._last_logits = None
+        self._grammar = None
 
     def reset(self) -> None:
         """Empties the context; the sampler starts over from its seed."""
@@ -229,6 +244,7 @@ class Engine:
         self._tokens.clear()
         self._last_logits = None
         self._sampler.reset()
+        self._grammar = None
 
     def set_sampler(self, config: SamplerConfig) -> None:
         """Replaces the live sampler with a fresh one built from ``config``."""
@@ -267,6 +283,7 @@ class Engine:
         ignore_eos: bool,
         on_token: OnToken | None,
         result: list[Completion],
+        constraint: Grammar | None = None,
     ) -> Iterator[str]:
         if not isinstance(max_tokens, int) or max_tokens < 0:
             raise ParameterError(f"max_tokens must be a non-negative integer, got {max_tokens!r}")
@@ -299,13 +316,24 @@ class Engine:
         out = TextAssembler(stop)
         generated: list[int] = []
         finish: FinishReason = "length"
+        matcher = self._matcher_for(constraint, resume=not prompt_tokens)
         while len(generated) < max_tokens:
             if self.n_past >= self.n_ctx:
                 finish = "length"
                 break
             assert self._last_logits is not None
-            tok = int(self._sampler.sample(self._last_logits, None))
-            if not ignore_eos and self.tokenizer.is_eog(tok):
+            if matcher is not None and matcher.is_terminated():
+                finish = "stop"  # the grammar is complete: nothing may follow
+                break
+            allowed = None if matcher is None else matcher.mask()
+            if allowed is not None and len(allowed) * 8 < self.vocab_size:
+                allowed = allowed.ljust((self.vocab_size + 7) // 8, b"\0")
+            tok = int(self._sampler.sample(self._last_logits, allowed))
+            if matcher is not None and not matcher.accept_token(tok):
+                raise GenerateError(f"internal error: sampled token {tok} the grammar refuses")
+            if self.tokenizer.is_eog(tok) and (not ignore_eos or matcher is not None):
+                # With a grammar, EOS is only sampled where the grammar may
+                # end, and then it ends the text even under ignore_eos.
                 self._sampler.accept(tok)
                 finish = "eos"
                 break
@@ -342,15 +370,27 @@ class Engine:
         stop: Sequence[str] = (),
         ignore_eos: bool = False,
         on_token: OnToken | None = None,
+        grammar: str | Grammar | None = None,
+        json_schema: Mapping[str, Any] | Any | None = None,
     ) -> Completion:
         """Generates up to ``max_tokens`` tokens after ``prompt``.
 
         ``prompt`` is text or token ids; an empty prompt continues from the
         current position. ``on_token(id, text)`` is called per token; return
         ``False`` from it to stop early.
+
+        ``grammar`` (GBNF text or a :class:`~oxillama.Grammar`) or
+        ``json_schema`` (a dict or a pydantic model) constrains the output,
+        at any temperature; EOS is allowed only where the grammar may end,
+        and generation stops when it is complete. An empty prompt with the
+        same grammar continues a constrained text where it stopped (also
+        after a snapshot restore).
         """
+        constraint = _constraint(grammar, json_schema)
         result: list[Completion] = []
-        for _ in self._run(prompt, max_tokens, sampler, stop, ignore_eos, on_token, result):
+        for _ in self._run(
+            prompt, max_tokens, sampler, stop, ignore_eos, on_token, result, constraint
+        ):
             pass
         return result[0]
 
@@ -363,11 +403,16 @@ class Engine:
         stop: Sequence[str] = (),
         ignore_eos: bool = False,
         on_token: OnToken | None = None,
+        grammar: str | Grammar | None = None,
+        json_schema: Mapping[str, Any] | Any | None = None,
     ) -> Iterator[str]:
         """Like :meth:`generate`, yielding text pieces as they are produced.
         A piece never splits a UTF-8 character or reveals a stop string."""
+        constraint = _constraint(grammar, json_schema)
         result: list[Completion] = []
-        yield from self._run(prompt, max_tokens, sampler, stop, ignore_eos, on_token, result)
+        yield from self._run(
+            prompt, max_tokens, sampler, stop, ignore_eos, on_token, result, constraint
+        )
 
     # ------------------------------------------------------------------ chat
 
@@ -403,12 +448,22 @@ class Engine:
         stop: Sequence[str] = (),
         ignore_eos: bool = False,
         on_token: OnToken | None = None,
+        grammar: str | Grammar | None = None,
+        json_schema: Mapping[str, Any] | Any | None = None,
         **template_kwargs: Any,
     ) -> Completion:
-        """Replies to a conversation (a list of ``{"role", "content"}`` dicts)."""
+        """Replies to a conversation (a list of ``{"role", "content"}`` dicts);
+        ``grammar`` / ``json_schema`` constrain the reply as in :meth:`generate`."""
+        constraint = _constraint(grammar, json_schema)
         rest = self._prime_chat(messages, template_kwargs)
         return self.generate(
-            rest, max_tokens, sampler=sampler, stop=stop, ignore_eos=ignore_eos, on_token=on_token
+            rest,
+            max_tokens,
+            sampler=sampler,
+            stop=stop,
+            ignore_eos=ignore_eos,
+            on_token=on_token,
+            grammar=constraint,
         )
 
     def chat_stream(
@@ -419,11 +474,33 @@ class Engine:
         sampler: SamplerConfig | None = None,
         stop: Sequence[str] = (),
         ignore_eos: bool = False,
+        grammar: str | Grammar | None = None,
+        json_schema: Mapping[str, Any] | Any | None = None,
         **template_kwargs: Any,
     ) -> Iterator[str]:
         """Streaming form of :meth:`chat`."""
+        constraint = _constraint(grammar, json_schema)
         rest = self._prime_chat(messages, template_kwargs)
-        yield from self.stream(rest, max_tokens, sampler=sampler, stop=stop, ignore_eos=ignore_eos)
+        yield from self.stream(
+            rest, max_tokens, sampler=sampler, stop=stop, ignore_eos=ignore_eos, grammar=constraint
+        )
+
+    # -------------------------------------------------------------- grammar
+
+    def _matcher_for(
+        self, constraint: Grammar | None, *, resume: bool
+    ) -> _native.GrammarMatcher | None:
+        """The matcher for a constrained call: the live one when the call
+        continues (empty prompt) the same grammar, else a fresh one."""
+        if constraint is None:
+            self._grammar = None
+            return None
+        live = self._grammar
+        if resume and live is not None and live[0] == constraint and not live[1].is_terminated():
+            return live[1]
+        matcher = constraint.matcher(self.tokenizer)
+        self._grammar = (constraint, matcher)
+        return matcher
 
     # ------------------------------------------------------------- snapshots
 

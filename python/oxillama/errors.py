@@ -9,6 +9,7 @@ from __future__ import annotations
 __all__ = [
     "GenerateError",
     "GrammarError",
+    "JsonSchemaError",
     "LoadError",
     "OxiLlamaError",
     "ParameterError",
@@ -33,7 +34,25 @@ class ParameterError(OxiLlamaError, ValueError):
 
 
 class GrammarError(OxiLlamaError, ValueError):
-    """A grammar or JSON Schema is invalid (message carries line and column)."""
+    """A grammar is invalid. ``line`` and ``column`` (1-based) locate the
+    problem in the GBNF source when it has one."""
+
+    def __init__(self, message: str, *, line: int | None = None, column: int | None = None):
+        if line is not None:
+            message = f"line {line}, column {column}: {message}"
+        super().__init__(message)
+        self.line = line
+        self.column = column
+
+
+class JsonSchemaError(GrammarError):
+    """A JSON Schema cannot be turned into a grammar. ``keyword`` names the
+    unsupported or invalid keyword, ``path`` the JSON pointer to it."""
+
+    def __init__(self, message: str, *, keyword: str | None = None, path: str = "#"):
+        super().__init__(f"{path}: {message}")
+        self.keyword = keyword
+        self.path = path
 
 
 class TemplateError(OxiLlamaError):

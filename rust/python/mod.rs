@@ -6,6 +6,7 @@ mod buffer;
 mod engine;
 mod errors;
 mod gguf;
+mod grammar;
 mod quant;
 mod sampler;
 
@@ -16,5 +17,6 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     quant::register(m)?;
     sampler::register(m)?;
     engine::register(m)?;
+    grammar::register(m)?;
     Ok(())
 }

@@ -29,7 +29,9 @@ LOGITS = 4
 SAMPLER_CONFIG = 5
 #: Live sampler state: u64 RNG state, f32 mirostat mu, u32 n, n x u32 history.
 SAMPLER_STATE = 6
-#: Reserved: grammar source and live matcher state (grammar issue).
+#: The grammar of the last constrained generation and its live matcher
+#: state (UTF-8 JSON object: source, root, state as a list of u32; absent
+#: when the session has no grammar).
 GRAMMAR = 7
 #: Reserved: LoRA adapters and their fingerprints.
 LORA = 8

@@ -15,8 +15,9 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import numpy.typing as npt
 
-from .._native import __version__
+from .._native import GrammarMatcher, __version__
 from ..errors import OxiLlamaError
+from ..grammar import Grammar
 from ..sampling import SamplerConfig
 from . import sections as S
 from .errors import ModelMismatchError, SnapshotError, SnapshotFormatError
@@ -78,6 +79,10 @@ def writers(engine: Engine) -> list[Writer]:
     ]
     if engine._last_logits is not None:
         small.append(_last_position(engine, engine._last_logits))
+    if engine._grammar is not None:
+        grammar, matcher = engine._grammar
+        state = {"source": grammar.source, "root": grammar.root, "state": matcher.export_state()}
+        small.append((S.GRAMMAR, S.encode_json(state)))
     out: list[Writer] = [(tag, len(data), _copier(data)) for tag, data in small]
     # The KV cache goes straight from the engine into the file image.
     out.insert(2, (S.KV, engine._session.export_kv_len(), engine._session.export_kv_into))
@@ -196,7 +201,23 @@ def restore(
         engine._last_logits = engine._session.head_logits(hidden)
     else:
         engine._last_logits = None
+    if S.GRAMMAR in secs:
+        engine._grammar = _grammar(engine, S.decode_json(secs[S.GRAMMAR], "grammar"))
     return engine
+
+
+def _grammar(engine: Engine, d: dict[str, Any]) -> tuple[Grammar, GrammarMatcher]:
+    """The grammar and matcher a snapshot's GRAMMAR section describes."""
+    source, root, state = d.get("source"), d.get("root"), d.get("state")
+    if not isinstance(source, str) or not isinstance(root, str) or not isinstance(state, list):
+        raise SnapshotFormatError("grammar section needs source, root and state")
+    try:
+        grammar = Grammar(source, root=root)
+        matcher = grammar.matcher(engine.tokenizer)
+        matcher.import_state([int(w) for w in state])
+    except (OxiLlamaError, ValueError, TypeError, OverflowError) as e:
+        raise SnapshotFormatError(f"grammar section is invalid: {e}") from None
+    return grammar, matcher
 
 
 def write_atomic(path: str | os.PathLike[str], secs: list[Writer]) -> None:

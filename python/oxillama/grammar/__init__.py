@@ -1,0 +1,127 @@
+"""Grammars: GBNF and JSON Schema.
+
+>>> from oxillama import Engine, Grammar
+>>> g = Grammar('root ::= "yes" | "no"')
+>>> Engine().generate("Is water wet? Answer: ", 4, grammar=g).text in ("yes", "no")
+True
+
+A :class:`Grammar` is parsed and checked once (errors carry line and
+column) and can be reused by any number of generations and engines; the
+pushdown matcher that runs it lives in the Rust extension.
+"""
+
+from __future__ import annotations
+
+import weakref
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any
+
+from .. import _native
+from ..errors import GrammarError
+from .compile import Compiled, compile_gbnf
+
+if TYPE_CHECKING:
+    from ..tokenizer import Tokenizer
+
+__all__ = ["Grammar", "GrammarError", "vocab_trie"]
+
+
+class Grammar:
+    """A checked GBNF grammar (llama.cpp's dialect); ``root`` names the start
+    rule."""
+
+    def __init__(self, source: str, *, root: str = "root") -> None:
+        if not isinstance(root, str) or not root:
+            raise GrammarError(f"root must be a rule name, got {root!r}")
+        self._compiled: Compiled = compile_gbnf(source, root)
+        self._source = source
+        self._root = root
+        self._programs: weakref.WeakKeyDictionary[Tokenizer, _native.GrammarProgram] = (
+            weakref.WeakKeyDictionary()
+        )
+
+    @classmethod
+    def from_json_schema(cls, schema: Mapping[str, Any] | Any, *, strict: bool = True) -> Grammar:
+        """The grammar of JSON documents valid against ``schema`` (a dict, or
+        a pydantic model: anything with ``model_json_schema()``). With
+        ``strict=False`` unsupported keywords warn and are ignored instead of
+        raising :class:`~oxillama.errors.JsonSchemaError`."""
+        from .json_schema import schema_to_gbnf
+
+        return cls(schema_to_gbnf(schema, strict=strict))
+
+    @property
+    def source(self) -> str:
+        return self._source
+
+    @property
+    def root(self) -> str:
+        return self._root
+
+    @property
+    def n_rules(self) -> int:
+        """Rules after lowering (groups and repetitions become rules)."""
+        return len(self._compiled.rules)
+
+    def _program(self, tokenizer: Tokenizer) -> _native.GrammarProgram:
+        """The program for one vocabulary (``<token>`` references resolved)."""
+        prog = self._programs.get(tokenizer)
+        if prog is None:
+            ids = _token_ids(tokenizer, self._compiled.token_texts)
+            prog = _native.GrammarProgram(self._compiled.program(ids.__getitem__))
+            self._programs[tokenizer] = prog
+        return prog
+
+    def matcher(self, tokenizer: Tokenizer) -> _native.GrammarMatcher:
+        """A fresh matcher over ``tokenizer``'s vocabulary."""
+        return _native.GrammarMatcher(self._program(tokenizer), vocab_trie(tokenizer))
+
+    def __eq__(self, other: object) -> bool:
+        return (
+            isinstance(other, Grammar)
+            and other._source == self._source
+            and other._root == self._root
+        )
+
+    def __hash__(self) -> int:
+        return hash((self._source, self._root))
+
+    def __repr__(self) -> str:
+        first = self._source.strip().splitlines()[0] if self._source.strip() else ""
+        return f"Grammar({first[:60]!r}{'...' if len(first) > 60 else ''}, root={self._root!r})"
+
+
+def _token_ids(tokenizer: Tokenizer, texts: frozenset[str]) -> dict[str, int]:
+    out: dict[str, int] = {}
+    if not texts:
+        return out
+    wanted = {t.encode(): t for t in texts}
+    for i in range(tokenizer.vocab_size):
+        piece = tokenizer.token_to_piece(i)
+        text = wanted.get(piece)
+        # The first match wins, control tokens before text tokens.
+        if text is not None and (text not in out or tokenizer.is_special(i)):
+            if text in out and tokenizer.is_special(out[text]):
+                continue
+            out[text] = i
+    missing = sorted(texts - out.keys())
+    if missing:
+        raise GrammarError(
+            "token reference(s) not in the vocabulary: " + ", ".join(f"<{t}>" for t in missing)
+        )
+    return out
+
+
+def vocab_trie(tokenizer: Tokenizer) -> _native.VocabTrie:
+    """The vocabulary's byte trie, built once per tokenizer and shared."""
+    trie = _TRIES.get(tokenizer)
+    if trie is None:
+        n = tokenizer.vocab_size
+        pieces = [tokenizer.token_to_piece(i) for i in range(n)]
+        special = [tokenizer.is_special(i) for i in range(n)]
+        trie = _native.VocabTrie(pieces, special, sorted(tokenizer.eog_ids))
+        _TRIES[tokenizer] = trie
+    return trie
+
+
+_TRIES: weakref.WeakKeyDictionary[Tokenizer, _native.VocabTrie] = weakref.WeakKeyDictionary()

@@ -1,0 +1,282 @@
+"""Lowers a GBNF syntax tree to the flat program the Rust matcher runs.
+
+The program knows only three element kinds: a code point set, a rule
+reference and a whole-token reference. Groups become rules, literals become
+sequences of one-code-point sets, and repetitions become tail-recursive
+rules (``x*``), copies (``x{3}``) or chains of optionals (``x{0,3}`` is
+``(x (x (x)?)?)?``), so no construct expands exponentially.
+
+Program layout (a flat list of u32, validated again by the matcher)::
+
+    n_rules root_rule { n_alts { n_elems { elem } } }
+    elem := 0 n_ranges { lo hi }      code point in one of the ranges
+          | 1 rule                    rule reference
+          | 2 negated token           a whole token (negated: any other)
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from ..errors import GrammarError
+from . import gbnf
+from .gbnf import Alternatives, Chars, Ref, Repeat, TokenRef
+
+#: Elements a compiled grammar may hold; bounded so that nested repetition
+#: bounds cannot multiply into gigabytes.
+MAX_ELEMENTS = 1_000_000
+#: Deepest group nesting the lowering accepts (it recurses once per level).
+MAX_DEPTH = 100
+
+Elem = tuple[str, object]
+
+
+@dataclass
+class _Rule:
+    alts: list[list[Elem]]
+    origin: str  # the named rule it came from, for messages
+
+
+@dataclass(frozen=True)
+class Compiled:
+    """A checked grammar: its rules (id 0 is the root) and the token texts
+    that ``<token>`` references still need resolved against a vocabulary."""
+
+    rules: tuple[tuple[tuple[Elem, ...], ...], ...]
+    names: tuple[str, ...]
+    token_texts: frozenset[str]
+
+    def program(self, token_id: Callable[[str], int]) -> list[int]:
+        out = [len(self.rules), 0]
+        for alts in self.rules:
+            out.append(len(alts))
+            for seq in alts:
+                out.append(len(seq))
+                for kind, arg in seq:
+                    if kind == "c":
+                        ranges = arg
+                        assert isinstance(ranges, list)
+                        out += [0, len(ranges)]
+                        for lo, hi in ranges:
+                            out += [lo, hi]
+                    elif kind == "r":
+                        assert isinstance(arg, int)
+                        out += [1, arg]
+                    else:
+                        assert isinstance(arg, tuple)
+                        negated, tok = arg
+                        out += [2, int(negated), tok if isinstance(tok, int) else token_id(tok)]
+        return out
+
+
+class _Lowering:
+    def __init__(self, rules: list[gbnf.Rule], root: str) -> None:
+        self.defs: dict[str, gbnf.Rule] = {}
+        for r in rules:
+            if r.name in self.defs:
+                first = self.defs[r.name].pos
+                raise GrammarError(
+                    f"rule {r.name!r} is defined twice (first at line {first.line})",
+                    line=r.pos.line,
+                    column=r.pos.column,
+                )
+            self.defs[r.name] = r
+        if root not in self.defs:
+            raise GrammarError(
+                f"missing root rule {root!r}"
+                + (f" (rules defined: {', '.join(sorted(self.defs))})" if self.defs else "")
+            )
+        self.ids: dict[str, int] = {root: 0}
+        self.out: list[_Rule | None] = [None]
+        self.names: list[str] = [root]
+        self.elements = 0
+        self.token_texts: set[str] = set()
+        self.current = root
+        # Every rule is lowered, used or not, so its mistakes are reported.
+        for r in rules:
+            self.rule_id(Ref(r.name, r.pos))
+
+    def rule_id(self, ref: Ref) -> int:
+        if ref.name not in self.defs:
+            raise GrammarError(
+                f"undefined rule {ref.name!r}", line=ref.pos.line, column=ref.pos.column
+            )
+        if ref.name not in self.ids:
+            self.ids[ref.name] = len(self.out)
+            self.out.append(None)
+            self.names.append(ref.name)
+        return self.ids[ref.name]
+
+    def fresh(self, alts: list[list[Elem]], suffix: str) -> int:
+        self.out.append(_Rule(alts, self.current))
+        self.names.append(f"{self.current}-{suffix}{len(self.out)}")
+        return len(self.out) - 1
+
+    def count(self, n: int) -> None:
+        self.elements += n
+        if self.elements > MAX_ELEMENTS:
+            raise GrammarError(
+                f"grammar expands to more than {MAX_ELEMENTS:,} elements "
+                f"(rule {self.current!r}: nested repetition bounds multiply)"
+            )
+
+    def run(self) -> Compiled:
+        done = 0
+        while done < len(self.out):
+            if self.out[done] is None:
+                name = self.names[done]
+                self.current = name
+                self.out[done] = _Rule(self.alts(self.defs[name].body, 0), name)
+            done += 1
+        rules = [r for r in self.out if r is not None]
+        assert len(rules) == len(self.out)
+        _check_left_recursion(rules, self.names, self.defs)
+        return Compiled(
+            tuple(tuple(tuple(seq) for seq in r.alts) for r in rules),
+            tuple(self.names),
+            frozenset(self.token_texts),
+        )
+
+    def alts(self, node: Alternatives, depth: int) -> list[list[Elem]]:
+        return [self.seq(seq, depth) for seq in node.alts]
+
+    def seq(self, seq: list[gbnf.Node], depth: int) -> list[Elem]:
+        out: list[Elem] = []
+        for node in seq:
+            out += self.node(node, depth)
+        return out
+
+    def node(self, node: gbnf.Node, depth: int) -> list[Elem]:
+        if depth > MAX_DEPTH:
+            raise GrammarError(f"rule {self.current!r} nests groups deeper than {MAX_DEPTH}")
+        if isinstance(node, Chars):
+            self.count(1)
+            return [("c", node.ranges)]
+        if isinstance(node, Ref):
+            self.count(1)
+            return [("r", self.rule_id(node))]
+        if isinstance(node, TokenRef):
+            self.count(1)
+            if isinstance(node.token, str):
+                self.token_texts.add(node.token)
+            return [("t", (node.negated, node.token))]
+        if isinstance(node, Alternatives):
+            if len(node.alts) == 1:
+                return self.seq(node.alts[0], depth + 1)
+            self.count(1)
+            return [("r", self.fresh(self.alts(node, depth + 1), "alt"))]
+        assert isinstance(node, Repeat)
+        body = self.node(node.item, depth + 1)
+        self.count(len(body) * max(node.min, 1))
+        out = body * node.min
+        if node.max is None:
+            star = self.fresh([], "star")
+            rule = self.out[star]
+            assert rule is not None
+            rule.alts = [[*body, ("r", star)], []]
+            out.append(("r", star))
+        elif node.max > node.min:
+            self.count(len(body) * (node.max - node.min))
+            # Innermost optional first, so each one refers to the next.
+            inner = self.fresh([body, []], "opt")
+            for _ in range(node.max - node.min - 1):
+                inner = self.fresh([[*body, ("r", inner)], []], "opt")
+            out.append(("r", inner))
+        return out
+
+
+def _nullable(rules: list[_Rule]) -> list[bool]:
+    null = [False] * len(rules)
+    changed = True
+    while changed:
+        changed = False
+        for i, r in enumerate(rules):
+            if null[i]:
+                continue
+            for seq in r.alts:
+                if all(k == "r" and isinstance(a, int) and null[a] for k, a in seq):
+                    null[i] = changed = True
+                    break
+    return null
+
+
+def _check_left_recursion(rules: list[_Rule], names: list[str], defs: dict[str, gbnf.Rule]) -> None:
+    """Rejects a rule that can reach itself without consuming input through
+    a reference that is not in tail position: each round would push another
+    return address. (Tail references do not push, so cycles through them
+    only, as in ``("a"*)*``, are fine: the matcher's closure sees them.)"""
+    null = _nullable(rules)
+    # edges[u]: (v, pushes) for each v that u can start with.
+    edges: list[list[tuple[int, bool]]] = []
+    for r in rules:
+        e: list[tuple[int, bool]] = []
+        for seq in r.alts:
+            for i, (kind, arg) in enumerate(seq):
+                if kind != "r":
+                    break
+                assert isinstance(arg, int)
+                e.append((arg, i + 1 < len(seq)))
+                if not null[arg]:
+                    break
+        edges.append(e)
+    comp = _components([[v for v, _ in e] for e in edges])
+    for u, e in enumerate(edges):
+        for v, pushes in e:
+            if pushes and comp[u] == comp[v]:
+                origin = rules[v].origin
+                pos = defs[origin].pos
+                raise GrammarError(
+                    f"rule {origin!r} is left-recursive: it can reach itself without "
+                    'consuming input (rewrite it with repetition, e.g. `x ::= y ("+" y)*`)',
+                    line=pos.line,
+                    column=pos.column,
+                )
+
+
+def _components(adj: list[list[int]]) -> list[int]:
+    """Strongly connected components (iterative Tarjan): node -> component."""
+    n = len(adj)
+    index = [-1] * n
+    low = [0] * n
+    on = [False] * n
+    comp = [-1] * n
+    stack: list[int] = []
+    counter = 0
+    n_comp = 0
+    for root in range(n):
+        if index[root] >= 0:
+            continue
+        work: list[tuple[int, int]] = [(root, 0)]
+        while work:
+            u, i = work.pop()
+            if i == 0:
+                index[u] = low[u] = counter
+                counter += 1
+                stack.append(u)
+                on[u] = True
+            if i < len(adj[u]):
+                work.append((u, i + 1))
+                v = adj[u][i]
+                if index[v] < 0:
+                    work.append((v, 0))
+                elif on[v]:
+                    low[u] = min(low[u], index[v])
+                continue
+            if low[u] == index[u]:
+                while True:
+                    w = stack.pop()
+                    on[w] = False
+                    comp[w] = n_comp
+                    if w == u:
+                        break
+                n_comp += 1
+            if work:
+                parent = work[-1][0]
+                low[parent] = min(low[parent], low[u])
+    return comp
+
+
+def compile_gbnf(text: str, root: str = "root") -> Compiled:
+    """Parses and checks a GBNF grammar."""
+    return _Lowering(gbnf.parse(text), root).run()

@@ -1,0 +1,228 @@
+//! Token masks: which tokens the grammar allows next.
+//!
+//! A mask is a walk of the vocabulary trie carrying the set of parse stacks
+//! the bytes so far lead to; a subtree is cut as soon as no stack survives.
+//! Two caches make the walk rare:
+//!
+//! - Per stack *top*, the walk is computed once with only the top `DEPTH`
+//!   frames real and the rest symbolic. Tokens that stay inside those
+//!   frames are allowed or refused whatever lies below ("local" tokens, the
+//!   bulk of the vocabulary); the trie nodes where a stack pops into the
+//!   symbolic part are kept as escapes, and only their subtrees are walked
+//!   again with the real stack. Inside a JSON string, say, every token
+//!   without a quote is decided by the cache.
+//! - Per whole state, the finished mask (bounded LRU-free map, cleared when
+//!   full), since generation revisits states.
+
+use rustc_hash::FxHashMap;
+
+use super::stack::{canonical, Config, Stacks, ACCEPT, EMPTY, ESCAPE, SYM};
+use super::trie::{VocabTrie, ROOT};
+use crate::Result;
+
+/// Frames of a stack kept real in a cached local walk.
+pub const DEPTH: usize = 3;
+/// Cached (config, byte) transitions before the memo is cleared.
+const MAX_MEMO: usize = 1 << 22;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct LocalKey {
+    pos: u32,
+    sub: u32,
+    frames: [u32; DEPTH],
+    n: u8,
+    /// The stack ends after the `n` frames (else more frames follow).
+    ends: bool,
+}
+
+pub struct Local {
+    pub bits: Box<[u64]>,
+    /// Trie nodes where the walk popped into the symbolic frames.
+    pub escapes: Box<[u32]>,
+}
+
+/// (config, byte) -> the stacks it leads to, shared by all walks.
+#[derive(Default)]
+pub struct Memo {
+    map: FxHashMap<(Config, u8), (u32, u32)>,
+    store: Vec<Config>,
+    tmp: Vec<Config>,
+}
+
+impl Memo {
+    fn advance(
+        &mut self,
+        stacks: &mut Stacks,
+        set: &[Config],
+        b: u8,
+        out: &mut Vec<Config>,
+    ) -> Result<()> {
+        let start = out.len();
+        for &c in set {
+            if c.pos >= ESCAPE {
+                continue;
+            }
+            let (lo, hi) = match self.map.get(&(c, b)) {
+                Some(&r) => r,
+                None => {
+                    if self.map.len() >= MAX_MEMO {
+                        self.map.clear();
+                        self.store.clear();
+                    }
+                    self.tmp.clear();
+                    stacks.advance(&[c], b, &mut self.tmp)?;
+                    canonical(&mut self.tmp);
+                    let lo = self.store.len() as u32;
+                    self.store.extend_from_slice(&self.tmp);
+                    let r = (lo, self.store.len() as u32);
+                    self.map.insert((c, b), r);
+                    r
+                }
+            };
+            out.extend_from_slice(&self.store[lo as usize..hi as usize]);
+        }
+        if set.len() > 1 && out.len() - start > 1 {
+            out[start..].sort_unstable();
+            let mut w = start;
+            for r in start..out.len() {
+                if r == start || out[r] != out[w - 1] {
+                    out[w] = out[r];
+                    w += 1;
+                }
+            }
+            out.truncate(w);
+        }
+        Ok(())
+    }
+}
+
+#[inline]
+fn set_bit(bits: &mut [u64], t: u32) {
+    if let Some(w) = bits.get_mut(t as usize / 64) {
+        *w |= 1 << (t % 64);
+    }
+}
+
+struct Frame {
+    child: u32,
+    end: u32,
+    lo: u32,
+    hi: u32,
+}
+
+/// Walks the trie below `start` with stacks `set`, marking every token whose
+/// bytes some stack accepts. Escaping stacks stop and record their node.
+pub fn walk(
+    stacks: &mut Stacks,
+    memo: &mut Memo,
+    trie: &VocabTrie,
+    start: u32,
+    set: &[Config],
+    bits: &mut [u64],
+    mut escapes: Option<&mut Vec<u32>>,
+) -> Result<()> {
+    let mut buf: Vec<Config> = set.to_vec();
+    let r = trie.children(start);
+    let mut frames = vec![Frame {
+        child: r.start as u32,
+        end: r.end as u32,
+        lo: 0,
+        hi: buf.len() as u32,
+    }];
+    let mut next = Vec::new();
+    while let Some(f) = frames.last_mut() {
+        if f.child == f.end {
+            buf.truncate(f.lo as usize);
+            frames.pop();
+            continue;
+        }
+        let (b, child) = trie.child(f.child as usize);
+        f.child += 1;
+        let (lo, hi) = (f.lo as usize, f.hi as usize);
+        next.clear();
+        memo.advance(stacks, &buf[lo..hi], b, &mut next)?;
+        if next.is_empty() {
+            continue;
+        }
+        for &t in trie.tokens_at(child) {
+            set_bit(bits, t);
+        }
+        let mut live = false;
+        for c in &next {
+            if c.pos == ESCAPE {
+                if let Some(e) = escapes.as_deref_mut() {
+                    e.push(child);
+                }
+            } else if c.pos != ACCEPT {
+                live = true;
+            }
+        }
+        let r = trie.children(child);
+        if live && !r.is_empty() {
+            let lo = buf.len() as u32;
+            buf.extend(next.iter().filter(|c| c.pos < ESCAPE));
+            frames.push(Frame {
+                child: r.start as u32,
+                end: r.end as u32,
+                lo,
+                hi: buf.len() as u32,
+            });
+        }
+    }
+    Ok(())
+}
+
+/// The cache key of a terminal stack, and the real node its symbolic
+/// bottom stands for (`EMPTY` when the key covers the whole stack).
+pub fn local_key(stacks: &Stacks, c: Config) -> (LocalKey, u32) {
+    let mut frames = [0u32; DEPTH];
+    let mut n = 0;
+    let mut node = c.parent;
+    while n < DEPTH && node != EMPTY {
+        let (pos, parent) = stacks.node(node);
+        frames[n] = pos;
+        n += 1;
+        node = parent;
+    }
+    let key = LocalKey {
+        pos: c.pos,
+        sub: c.sub,
+        frames,
+        n: n as u8,
+        ends: node == EMPTY,
+    };
+    (key, node)
+}
+
+/// Computes the local walk of a key (see the module comment).
+pub fn local_walk(
+    stacks: &mut Stacks,
+    memo: &mut Memo,
+    trie: &VocabTrie,
+    key: &LocalKey,
+) -> Result<Local> {
+    let bottom = if key.ends { EMPTY } else { SYM };
+    let parent = stacks.build(&key.frames[..key.n as usize], bottom)?;
+    let c = Config {
+        pos: key.pos,
+        sub: key.sub,
+        parent,
+    };
+    let mut bits = vec![0u64; trie.n_vocab().div_ceil(64)];
+    let mut escapes = Vec::new();
+    walk(
+        stacks,
+        memo,
+        trie,
+        ROOT,
+        &[c],
+        &mut bits,
+        Some(&mut escapes),
+    )?;
+    escapes.sort_unstable();
+    escapes.dedup();
+    Ok(Local {
+        bits: bits.into_boxed_slice(),
+        escapes: escapes.into_boxed_slice(),
+    })
+}

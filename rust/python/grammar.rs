@@ -1,0 +1,147 @@
+//! `VocabTrie`, `GrammarProgram` and `GrammarMatcher`: thin wrappers over
+//! `crate::grammar`. Masks are computed without the GIL.
+
+use std::sync::Arc;
+
+use pyo3::prelude::*;
+use pyo3::types::PyBytes;
+
+use super::errors::IntoPyResult;
+use crate::grammar::{Matcher, Program, VocabTrie};
+use crate::Error;
+
+#[pyclass(name = "VocabTrie", module = "oxillama._native", frozen)]
+pub struct PyVocabTrie {
+    inner: Arc<VocabTrie>,
+}
+
+#[pymethods]
+impl PyVocabTrie {
+    /// `pieces[i]`: token i's bytes; `special[i]`: a control token, matched
+    /// only by token references; `eog`: end-of-generation ids.
+    #[new]
+    fn new(py: Python<'_>, pieces: Vec<Vec<u8>>, special: Vec<bool>, eog: Vec<u32>) -> Self {
+        let inner = py.detach(|| VocabTrie::new(pieces, special, eog));
+        PyVocabTrie {
+            inner: Arc::new(inner),
+        }
+    }
+
+    #[getter]
+    fn n_vocab(&self) -> usize {
+        self.inner.n_vocab()
+    }
+
+    #[getter]
+    fn n_nodes(&self) -> usize {
+        self.inner.n_nodes()
+    }
+}
+
+#[pyclass(name = "GrammarProgram", module = "oxillama._native", frozen)]
+pub struct PyProgram {
+    inner: Arc<Program>,
+}
+
+#[pymethods]
+impl PyProgram {
+    /// Decodes (and checks) a program written by `oxillama.grammar.compile`.
+    #[new]
+    fn new(words: Vec<u32>) -> PyResult<Self> {
+        Ok(PyProgram {
+            inner: Arc::new(Program::decode(&words).py_err()?),
+        })
+    }
+
+    #[getter]
+    fn n_rules(&self) -> usize {
+        self.inner.rules.len()
+    }
+}
+
+#[pyclass(name = "GrammarMatcher", module = "oxillama._native")]
+pub struct PyMatcher {
+    inner: Matcher,
+    bits: Vec<u64>,
+}
+
+fn token(t: i64) -> PyResult<u32> {
+    u32::try_from(t)
+        .map_err(|_| Error::invalid(format!("token id {t} is out of range")))
+        .py_err()
+}
+
+#[pymethods]
+impl PyMatcher {
+    #[new]
+    fn new(program: &PyProgram, trie: &PyVocabTrie) -> PyResult<Self> {
+        let words = trie.inner.n_vocab().div_ceil(64);
+        Ok(PyMatcher {
+            inner: Matcher::new(Arc::clone(&program.inner), Arc::clone(&trie.inner)).py_err()?,
+            bits: vec![0; words],
+        })
+    }
+
+    /// Advances by `token` if allowed; returns whether it was.
+    fn accept_token(&mut self, py: Python<'_>, token_id: i64) -> PyResult<bool> {
+        let t = token(token_id)?;
+        let inner = &mut self.inner;
+        py.detach(|| inner.accept_token(t)).py_err()
+    }
+
+    /// Advances by raw bytes if allowed; returns whether they were.
+    fn accept_bytes(&mut self, data: &[u8]) -> PyResult<bool> {
+        self.inner.accept_bytes(data).py_err()
+    }
+
+    /// Undoes the last `n` accepted tokens.
+    fn rollback(&mut self, n: usize) -> PyResult<()> {
+        self.inner.rollback(n).py_err()
+    }
+
+    fn reset(&mut self) {
+        self.inner.reset()
+    }
+
+    fn is_accepting(&self) -> bool {
+        self.inner.is_accepting()
+    }
+
+    fn is_terminated(&self) -> bool {
+        self.inner.is_terminated()
+    }
+
+    #[getter]
+    fn n_accepted(&self) -> usize {
+        self.inner.n_accepted()
+    }
+
+    /// The allowed tokens as a bitset: bit `i % 8` of byte `i // 8`
+    /// (`numpy.packbits(..., bitorder="little")`), the form
+    /// `Sampler.sample(logits, allowed)` takes.
+    fn mask<'py>(&mut self, py: Python<'py>) -> PyResult<Bound<'py, PyBytes>> {
+        let PyMatcher { inner, bits } = self;
+        py.detach(|| inner.fill_mask(bits)).py_err()?;
+        let mut out = Vec::with_capacity(bits.len() * 8);
+        for w in bits.iter() {
+            out.extend_from_slice(&w.to_le_bytes());
+        }
+        Ok(PyBytes::new(py, &out))
+    }
+
+    /// The live state as a list of ints, for snapshots.
+    fn export_state(&self) -> Vec<u32> {
+        self.inner.export_state()
+    }
+
+    /// Restores an `export_state()` list (the history restarts there).
+    fn import_state(&mut self, state: Vec<u32>) -> PyResult<()> {
+        self.inner.import_state(&state).py_err()
+    }
+}
+
+pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    m.add_class::<PyVocabTrie>()?;
+    m.add_class::<PyProgram>()?;
+    m.add_class::<PyMatcher>()
+}
