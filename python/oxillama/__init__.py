@@ -10,7 +10,15 @@ from __future__ import annotations
 from ._native import __version__
 from .completion import Completion, Timings
 from .engine import Engine
-from .errors import GenerateError, GrammarError, LoadError, OxiLlamaError, ParameterError
+from .errors import (
+    GenerateError,
+    GrammarError,
+    JsonSchemaError,
+    LoadError,
+    OxiLlamaError,
+    ParameterError,
+)
+from .grammar import Grammar
 from .models import default_model_path
 from .sampling import SamplerConfig
 
@@ -18,7 +26,9 @@ __all__ = [
     "Completion",
     "Engine",
     "GenerateError",
+    "Grammar",
     "GrammarError",
+    "JsonSchemaError",
     "LoadError",
     "OxiLlamaError",
     "ParameterError",

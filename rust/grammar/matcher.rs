@@ -1,7 +1,7 @@
 //! The live matcher of one generation: its current set of parse stacks, the
 //! history that `rollback` returns to, and its mask caches.
 
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 
 use rustc_hash::FxHashMap;
 
@@ -10,6 +10,34 @@ use super::program::{Elem, Program};
 use super::stack::{canonical, Config, Stacks, ACCEPT, EMPTY};
 use super::trie::VocabTrie;
 use crate::{Error, Result};
+
+/// Cached local walks (6 KB each for a 49k vocabulary) before the cache is
+/// cleared.
+const MAX_LOCALS: usize = 8192;
+
+/// Local walks keyed by stack top, shared by the matchers of one program
+/// and vocabulary.
+#[derive(Default)]
+pub struct LocalCache {
+    map: Mutex<FxHashMap<LocalKey, Arc<Local>>>,
+}
+
+impl LocalCache {
+    fn get(&self, key: &LocalKey) -> Option<Arc<Local>> {
+        // A poisoned lock only means another thread panicked mid-insert;
+        // the map itself is still consistent.
+        let map = self.map.lock().unwrap_or_else(|e| e.into_inner());
+        map.get(key).cloned()
+    }
+
+    fn insert(&self, key: LocalKey, local: Arc<Local>) {
+        let mut map = self.map.lock().unwrap_or_else(|e| e.into_inner());
+        if map.len() >= MAX_LOCALS {
+            map.clear();
+        }
+        map.insert(key, local);
+    }
+}
 
 /// Whole-state masks kept before the map is cleared.
 const MAX_STATE_MASKS: usize = 4096;
@@ -22,12 +50,23 @@ pub struct Matcher {
     /// `history[0]` is the start state, the last one the current state.
     history: Vec<Vec<Config>>,
     memo: Memo,
-    locals: FxHashMap<LocalKey, Arc<Local>>,
+    locals: Arc<LocalCache>,
     masks: FxHashMap<Vec<Config>, Arc<[u64]>>,
 }
 
 impl Matcher {
     pub fn new(prog: Arc<Program>, trie: Arc<VocabTrie>) -> Result<Matcher> {
+        Self::with_cache(prog, trie, Arc::default())
+    }
+
+    /// A matcher sharing its per-top mask cache with others of the same
+    /// program and vocabulary (the cached walks depend on nothing else), so
+    /// the second generation with a grammar starts warm.
+    pub fn with_cache(
+        prog: Arc<Program>,
+        trie: Arc<VocabTrie>,
+        locals: Arc<LocalCache>,
+    ) -> Result<Matcher> {
         let mut stacks = Stacks::new(prog);
         let mut start = Vec::new();
         stacks.start(&mut start)?;
@@ -37,7 +76,7 @@ impl Matcher {
             trie,
             history: vec![start],
             memo: Memo::default(),
-            locals: FxHashMap::default(),
+            locals,
             masks: FxHashMap::default(),
         })
     }
@@ -192,8 +231,9 @@ impl Matcher {
     /// Adds the tokens a stack with a character-class top accepts.
     fn mask_chars(&mut self, c: Config, bits: &mut [u64]) -> Result<()> {
         let (key, rest) = mask::local_key(&self.stacks, c);
-        let local = match self.locals.get(&key) {
-            Some(l) => Arc::clone(l),
+        let cached = self.locals.get(&key);
+        let local = match cached {
+            Some(l) => l,
             None => {
                 let l = Arc::new(mask::local_walk(
                     &mut self.stacks,

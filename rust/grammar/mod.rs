@@ -9,7 +9,7 @@ mod stack;
 mod trie;
 mod utf8;
 
-pub use matcher::Matcher;
+pub use matcher::{LocalCache, Matcher};
 pub use program::Program;
 pub use trie::VocabTrie;
 

@@ -1,13 +1,13 @@
 //! `VocabTrie`, `GrammarProgram` and `GrammarMatcher`: thin wrappers over
 //! `crate::grammar`. Masks are computed without the GIL.
 
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 
 use pyo3::prelude::*;
 use pyo3::types::PyBytes;
 
 use super::errors::IntoPyResult;
-use crate::grammar::{Matcher, Program, VocabTrie};
+use crate::grammar::{LocalCache, Matcher, Program, VocabTrie};
 use crate::Error;
 
 #[pyclass(name = "VocabTrie", module = "oxillama._native", frozen)]
@@ -41,6 +41,20 @@ impl PyVocabTrie {
 #[pyclass(name = "GrammarProgram", module = "oxillama._native", frozen)]
 pub struct PyProgram {
     inner: Arc<Program>,
+    /// One shared mask cache per vocabulary this program runs on.
+    caches: Mutex<Vec<(Arc<VocabTrie>, Arc<LocalCache>)>>,
+}
+
+impl PyProgram {
+    fn cache_for(&self, trie: &Arc<VocabTrie>) -> Arc<LocalCache> {
+        let mut caches = self.caches.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some((_, c)) = caches.iter().find(|(t, _)| Arc::ptr_eq(t, trie)) {
+            return Arc::clone(c);
+        }
+        let c = Arc::new(LocalCache::default());
+        caches.push((Arc::clone(trie), Arc::clone(&c)));
+        c
+    }
 }
 
 #[pymethods]
@@ -50,6 +64,7 @@ impl PyProgram {
     fn new(words: Vec<u32>) -> PyResult<Self> {
         Ok(PyProgram {
             inner: Arc::new(Program::decode(&words).py_err()?),
+            caches: Mutex::new(Vec::new()),
         })
     }
 
@@ -77,7 +92,12 @@ impl PyMatcher {
     fn new(program: &PyProgram, trie: &PyVocabTrie) -> PyResult<Self> {
         let words = trie.inner.n_vocab().div_ceil(64);
         Ok(PyMatcher {
-            inner: Matcher::new(Arc::clone(&program.inner), Arc::clone(&trie.inner)).py_err()?,
+            inner: Matcher::with_cache(
+                Arc::clone(&program.inner),
+                Arc::clone(&trie.inner),
+                program.cache_for(&trie.inner),
+            )
+            .py_err()?,
             bits: vec![0; words],
         })
     }
