@@ -102,7 +102,7 @@ DOCS: list[dict[str, Any]] = [
 
 def pct(xs: list[float], p: float) -> float:
     s = sorted(xs)
-    return s[min(len(s) - 1, int(round(p / 100 * (len(s) - 1))))]
+    return s[min(len(s) - 1, round(p / 100 * (len(s) - 1)))]
 
 
 def run_oxillama(schema: dict[str, Any], docs: list[list[int]], engine: Any) -> dict[str, Any]:
@@ -178,7 +178,9 @@ def main() -> None:
         if not all(r["own"]):
             print(f"  {name}: {r['own'].count(False)} document tokens were masked out")
     first = [x * 1e6 for x in results["oxillama"]["times"][: len(docs[0])]]
-    print(f"oxillama, first (cold) document: p50 {np.median(first):.1f} us, max {max(first):.1f} us")
+    print(
+        f"oxillama, first (cold) document: p50 {np.median(first):.1f} us, max {max(first):.1f} us"
+    )
     print("bars: p50 <= 50 us, p99 <= 1000 us")
 
 

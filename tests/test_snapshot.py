@@ -21,7 +21,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from oxillama import Engine, SamplerConfig, snapshot
-from oxillama.snapshot import ModelMismatchError, SnapshotError, SnapshotFormatError, session
+from oxillama.snapshot import ModelMismatchError, SnapshotError, SnapshotFormatError
 from oxillama.snapshot.format import Section, decode, encode
 
 CASES = {
@@ -209,19 +209,7 @@ def test_bad_headers_raise_the_specific_error(saved: tuple[Engine, bytes]) -> No
         snapshot.loads(blob + b"\0")
 
 
-@pytest.fixture(params=["unnamed", "named"])
-def temp_kind(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
-    """Both temp-file strategies: an unnamed O_TMPFILE (where the file system
-    links it) and a named dot-file (everywhere else)."""
-    kind: str = request.param
-    if kind == "named":
-        monkeypatch.setattr(session, "_tmpfile_links", lambda folder: False)
-    return kind
-
-
-def test_write_is_atomic_and_cleans_up(
-    saved: tuple[Engine, bytes], tmp_path: Path, temp_kind: str
-) -> None:
+def test_write_is_atomic_and_cleans_up(saved: tuple[Engine, bytes], tmp_path: Path) -> None:
     e, blob = saved
     p = tmp_path / "s.oxisnap"
     p.write_bytes(blob)
@@ -245,6 +233,22 @@ def test_write_is_atomic_and_cleans_up(
     e.snapshot(p)
     assert snapshot.info(p).size_bytes == len(e.snapshot_bytes())
     assert sorted(x.name for x in tmp_path.iterdir()) == ["s.oxisnap"]
+
+
+def test_non_durable_save_skips_fsync_only(
+    saved: tuple[Engine, bytes], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    e, _ = saved
+
+    def no_fsync(fd: int) -> None:
+        raise AssertionError("durable=False must not fsync")
+
+    monkeypatch.setattr(os, "fsync", no_fsync)
+    p = tmp_path / "fast.oxisnap"
+    e.snapshot(p, durable=False)
+    assert snapshot.info(p).tokens_count == len(e.tokens)
+    assert Engine.restore(p).tokens == e.tokens
+    assert sorted(x.name for x in tmp_path.iterdir()) == ["fast.oxisnap"]
 
 
 def test_temp_files_of_dead_writers_are_swept(saved: tuple[Engine, bytes], tmp_path: Path) -> None:

@@ -504,13 +504,17 @@ class Engine:
 
     # ------------------------------------------------------------- snapshots
 
-    def snapshot(self, path: str | os.PathLike[str]) -> None:
+    def snapshot(self, path: str | os.PathLike[str], *, durable: bool = True) -> None:
         """Freezes the session into an OXISNAP1 file, written atomically (a
         temp file in the same folder, fsync, rename): on any failure the
-        previous file is untouched. Weights are referenced, not stored."""
+        previous file is untouched. Weights are referenced, not stored.
+
+        ``durable=False`` skips the fsyncs: still atomic for readers and
+        safe if this process is killed, but a power loss soon after may lose
+        the new file (llama.cpp's own state files have that guarantee)."""
         from . import snapshot
 
-        snapshot.dump(self, path)
+        snapshot.dump(self, path, durable=durable)
 
     def snapshot_bytes(self) -> bytes:
         """The session as OXISNAP1 bytes."""

@@ -44,9 +44,10 @@ def dumps(engine: Engine) -> bytes:
     return bytes(capture(engine))
 
 
-def dump(engine: Engine, path: str | os.PathLike[str]) -> None:
-    """Writes the engine's session to ``path`` atomically."""
-    write_atomic(path, writers(engine))
+def dump(engine: Engine, path: str | os.PathLike[str], *, durable: bool = True) -> None:
+    """Writes the engine's session to ``path`` atomically (temp file, fsync
+    unless ``durable=False``, rename)."""
+    write_atomic(path, writers(engine), durable=durable)
 
 
 def loads(
