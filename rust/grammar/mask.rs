@@ -22,8 +22,9 @@ use crate::Result;
 
 /// Frames of a stack kept real in a cached local walk.
 pub const DEPTH: usize = 3;
-/// Cached (config, byte) transitions before the memo is cleared.
-const MAX_MEMO: usize = 1 << 22;
+/// Distinct stacks the transition tables hold before they are cleared.
+const MAX_MEMO_CONFIGS: usize = 1 << 16;
+const UNKNOWN: u32 = u32::MAX;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub struct LocalKey {
@@ -41,51 +42,92 @@ pub struct Local {
     pub escapes: Box<[u32]>,
 }
 
-/// (config, byte) -> the stacks it leads to, shared by all walks.
+/// Byte transitions of stacks, memoized as dense tables: each stack seen by
+/// a walk gets an id and a 256-entry row (filled lazily) pointing at the
+/// ids of the stacks that byte leads to. A walk then advances by array
+/// lookups instead of closures and hashing.
 #[derive(Default)]
 pub struct Memo {
-    map: FxHashMap<(Config, u8), (u32, u32)>,
-    store: Vec<Config>,
+    ids: FxHashMap<Config, u32>,
+    configs: Vec<Config>,
+    rows: Vec<[u32; 256]>,
+    /// Result sets: `store[ranges[r].0..ranges[r].1]`, sorted ids.
+    ranges: Vec<(u32, u32)>,
+    store: Vec<u32>,
     tmp: Vec<Config>,
 }
 
 impl Memo {
+    fn clear(&mut self) {
+        self.ids.clear();
+        self.configs.clear();
+        self.rows.clear();
+        self.ranges.clear();
+        self.store.clear();
+    }
+
+    /// The id of a stack (registered on first sight).
+    pub fn id(&mut self, c: Config) -> u32 {
+        if let Some(&i) = self.ids.get(&c) {
+            return i;
+        }
+        let i = self.configs.len() as u32;
+        self.ids.insert(c, i);
+        self.configs.push(c);
+        self.rows.push([UNKNOWN; 256]);
+        i
+    }
+
+    #[inline]
+    fn config(&self, id: u32) -> Config {
+        self.configs[id as usize]
+    }
+
+    /// Ids of the stacks byte `b` leads stack `id` to.
+    #[inline]
+    fn step(&mut self, stacks: &mut Stacks, id: u32, b: u8) -> Result<(u32, u32)> {
+        let r = self.rows[id as usize][b as usize];
+        if r != UNKNOWN {
+            return Ok(self.ranges[r as usize]);
+        }
+        let c = self.config(id);
+        self.tmp.clear();
+        let mut tmp = std::mem::take(&mut self.tmp);
+        let res = stacks.advance(&[c], b, &mut tmp);
+        canonical(&mut tmp);
+        let lo = self.store.len() as u32;
+        for &n in &tmp {
+            let i = self.id(n);
+            self.store.push(i);
+        }
+        self.tmp = tmp;
+        res?;
+        self.store[lo as usize..].sort_unstable();
+        let range = (lo, self.store.len() as u32);
+        self.rows[id as usize][b as usize] = self.ranges.len() as u32;
+        self.ranges.push(range);
+        Ok(range)
+    }
+
+    /// Advances a set of stack ids by `b`, appending the (deduplicated)
+    /// result to `out`.
     fn advance(
         &mut self,
         stacks: &mut Stacks,
-        set: &[Config],
+        set: &[u32],
         b: u8,
-        out: &mut Vec<Config>,
+        out: &mut Vec<u32>,
     ) -> Result<()> {
         let start = out.len();
-        for &c in set {
-            if c.pos >= ESCAPE {
-                continue;
-            }
-            let (lo, hi) = match self.map.get(&(c, b)) {
-                Some(&r) => r,
-                None => {
-                    if self.map.len() >= MAX_MEMO {
-                        self.map.clear();
-                        self.store.clear();
-                    }
-                    self.tmp.clear();
-                    stacks.advance(&[c], b, &mut self.tmp)?;
-                    canonical(&mut self.tmp);
-                    let lo = self.store.len() as u32;
-                    self.store.extend_from_slice(&self.tmp);
-                    let r = (lo, self.store.len() as u32);
-                    self.map.insert((c, b), r);
-                    r
-                }
-            };
+        for &id in set {
+            let (lo, hi) = self.step(stacks, id, b)?;
             out.extend_from_slice(&self.store[lo as usize..hi as usize]);
         }
         if set.len() > 1 && out.len() - start > 1 {
             out[start..].sort_unstable();
-            let mut w = start;
-            for r in start..out.len() {
-                if r == start || out[r] != out[w - 1] {
+            let mut w = start + 1;
+            for r in start + 1..out.len() {
+                if out[r] != out[w - 1] {
                     out[w] = out[r];
                     w += 1;
                 }
@@ -93,6 +135,13 @@ impl Memo {
             out.truncate(w);
         }
         Ok(())
+    }
+
+    /// Keeps the tables bounded; call between walks only (ids change).
+    pub fn trim(&mut self) {
+        if self.configs.len() > MAX_MEMO_CONFIGS {
+            self.clear();
+        }
     }
 }
 
@@ -121,7 +170,12 @@ pub fn walk(
     bits: &mut [u64],
     mut escapes: Option<&mut Vec<u32>>,
 ) -> Result<()> {
-    let mut buf: Vec<Config> = set.to_vec();
+    memo.trim();
+    let mut buf: Vec<u32> = set
+        .iter()
+        .filter(|c| c.pos < ESCAPE)
+        .map(|&c| memo.id(c))
+        .collect();
     let r = trie.children(start);
     let mut frames = vec![Frame {
         child: r.start as u32,
@@ -129,7 +183,7 @@ pub fn walk(
         lo: 0,
         hi: buf.len() as u32,
     }];
-    let mut next = Vec::new();
+    let mut next: Vec<u32> = Vec::new();
     while let Some(f) = frames.last_mut() {
         if f.child == f.end {
             buf.truncate(f.lo as usize);
@@ -147,24 +201,23 @@ pub fn walk(
         for &t in trie.tokens_at(child) {
             set_bit(bits, t);
         }
-        let mut live = false;
-        for c in &next {
+        let r = trie.children(child);
+        let before = buf.len();
+        for &id in &next {
+            let c = memo.config(id);
             if c.pos == ESCAPE {
                 if let Some(e) = escapes.as_deref_mut() {
                     e.push(child);
                 }
-            } else if c.pos != ACCEPT {
-                live = true;
+            } else if c.pos != ACCEPT && !r.is_empty() {
+                buf.push(id);
             }
         }
-        let r = trie.children(child);
-        if live && !r.is_empty() {
-            let lo = buf.len() as u32;
-            buf.extend(next.iter().filter(|c| c.pos < ESCAPE));
+        if buf.len() > before {
             frames.push(Frame {
                 child: r.start as u32,
                 end: r.end as u32,
-                lo,
+                lo: before as u32,
                 hi: buf.len() as u32,
             });
         }

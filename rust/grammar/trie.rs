@@ -33,25 +33,34 @@ impl VocabTrie {
             .filter(|&t| !special[t as usize] && !pieces[t as usize].is_empty())
             .collect();
         order.sort_by(|&a, &b| pieces[a as usize].cmp(&pieces[b as usize]));
-        // Build level by level over the sorted pieces: node = (depth, range
-        // of `order` sharing the prefix). A queue keeps node ids in BFS order
-        // so children of a node are contiguous.
-        let mut first_child = vec![0u32];
+        // Nodes are numbered in depth-first preorder, the order a mask walks
+        // them, so the walk reads every array front to back instead of
+        // jumping around memory (breadth-first numbering cost twice as
+        // much per node). A node's children and tokens are written when it
+        // is numbered; each child entry gets its id when the child is.
+        let mut first_child = Vec::new();
         let mut child_byte = Vec::new();
-        let mut child_node = Vec::new();
-        let mut first_token = vec![0u32];
+        let mut child_node: Vec<u32> = Vec::new();
+        let mut first_token = Vec::new();
         let mut tokens = Vec::new();
-        let mut queue = std::collections::VecDeque::new();
-        queue.push_back((0usize, 0usize, order.len()));
-        let mut next_id = 1u32;
-        while let Some((depth, lo, hi)) = queue.pop_front() {
+        // (depth, range of `order` sharing the prefix, child entry to fill)
+        let mut stack = vec![(0usize, 0usize, order.len(), usize::MAX)];
+        let mut next_id = 0u32;
+        let mut kids = Vec::new();
+        while let Some((depth, lo, hi, entry)) = stack.pop() {
+            if entry != usize::MAX {
+                child_node[entry] = next_id;
+            }
+            next_id += 1;
+            first_token.push(tokens.len() as u32);
+            first_child.push(child_byte.len() as u32);
             let mut i = lo;
             // Tokens ending exactly here come first in sorted order.
             while i < hi && pieces[order[i] as usize].len() == depth {
                 tokens.push(order[i]);
                 i += 1;
             }
-            first_token.push(tokens.len() as u32);
+            kids.clear();
             while i < hi {
                 let b = pieces[order[i] as usize][depth];
                 let mut j = i;
@@ -59,13 +68,15 @@ impl VocabTrie {
                     j += 1;
                 }
                 child_byte.push(b);
-                child_node.push(next_id);
-                next_id += 1;
-                queue.push_back((depth + 1, i, j));
+                child_node.push(0);
+                kids.push((depth + 1, i, j, child_node.len() - 1));
                 i = j;
             }
-            first_child.push(child_byte.len() as u32);
+            // Reversed, so the first child is numbered next.
+            stack.extend(kids.drain(..).rev());
         }
+        first_token.push(tokens.len() as u32);
+        first_child.push(child_byte.len() as u32);
         VocabTrie {
             first_child,
             child_byte,
