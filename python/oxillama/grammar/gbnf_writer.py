@@ -1,0 +1,288 @@
+"""Building GBNF text: expressions with precedence, and a set of named rules.
+
+Expressions are immutable strings tagged with their precedence, so
+combinators add parentheses only where the GBNF syntax needs them, and with
+the rule names they mention, so that :meth:`RuleSet.render` can drop rules
+nothing reaches (left over from a branch that turned out unsatisfiable).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from .charset import MAX_CP, SURROGATES, Ranges, complement, normalize, union
+
+__all__ = [
+    "EMPTY",
+    "REPEAT_CHUNK",
+    "Expr",
+    "RuleSet",
+    "alt",
+    "char_class",
+    "literal",
+    "opt",
+    "ref",
+    "rep",
+    "sanitize",
+    "seq",
+]
+
+_ALT, _SEQ, _ATOM = 0, 1, 2
+
+#: Repetition bounds above this are split into nested repetitions, because
+#: GBNF readers limit (and expand) repetition counts.
+REPEAT_CHUNK = 1000
+
+
+@dataclass(frozen=True)
+class Expr:
+    text: str
+    prec: int
+    refs: frozenset[str] = frozenset()
+    #: The matched string when the expression is a plain literal, so that
+    #: adjacent literals can be merged into one.
+    literal: str | None = None
+    #: The parts of a sequence, so nested sequences flatten.
+    items: tuple[Expr, ...] = ()
+
+
+EMPTY = Expr('""', _ATOM, literal="")
+
+_NAME_OK = re.compile(r"[A-Za-z0-9-]+")
+
+
+def _escape_char(cp: int, in_class: bool) -> str:
+    c = chr(cp)
+    if c == "\\":
+        return "\\\\"
+    if c == '"' and not in_class:
+        return '\\"'
+    if in_class and c in "[]-^":
+        return f"\\x{cp:02X}"
+    if 0x20 <= cp < 0x7F:
+        return c
+    if c == "\n":
+        return "\\n"
+    if c == "\t":
+        return "\\t"
+    if c == "\r":
+        return "\\r"
+    # Everything else as a numeric escape: the grammar stays plain ASCII.
+    if cp <= 0xFF:
+        return f"\\x{cp:02X}"
+    if cp <= 0xFFFF:
+        return f"\\u{cp:04X}"
+    return f"\\U{cp:08X}"
+
+
+def literal(s: str) -> Expr:
+    """The exact string ``s``."""
+    if not s:
+        return EMPTY
+    return Expr('"' + "".join(_escape_char(ord(c), False) for c in s) + '"', _ATOM, literal=s)
+
+
+def char_class(ranges: Ranges) -> Expr:
+    """One code point from ``ranges`` (non-empty), written positively or
+    negated, whichever needs fewer ranges.
+
+    Surrogate code points are treated as "don't care" when choosing, since
+    text produced by a model is UTF-8 and cannot contain them: a class may
+    or may not include them.
+    """
+    ranges = normalize(ranges)
+    if not ranges:
+        raise ValueError("empty character class")
+    if len(ranges) == 1 and ranges[0][0] == ranges[0][1]:
+        return literal(chr(ranges[0][0]))
+    filled = union(ranges, SURROGATES)
+    if filled == ((0, MAX_CP),):
+        return Expr(".", _ATOM)
+    positive = min((ranges, filled), key=len)
+    negated = min((complement(filled), complement(ranges)), key=len)
+    if len(negated) <= len(positive):
+        return Expr("[^" + _class_body(negated) + "]", _ATOM)
+    return Expr("[" + _class_body(positive) + "]", _ATOM)
+
+
+def _class_body(ranges: Ranges) -> str:
+    parts = []
+    for lo, hi in ranges:
+        if lo == hi:
+            parts.append(_escape_char(lo, True))
+        elif hi == lo + 1:
+            parts.append(_escape_char(lo, True) + _escape_char(hi, True))
+        else:
+            parts.append(_escape_char(lo, True) + "-" + _escape_char(hi, True))
+    return "".join(parts)
+
+
+def ref(name: str) -> Expr:
+    return Expr(name, _ATOM, frozenset({name}))
+
+
+def _wrap(e: Expr, prec: int) -> str:
+    return e.text if e.prec >= prec else "(" + e.text + ")"
+
+
+def seq(*parts: Expr) -> Expr:
+    """The concatenation of ``parts``."""
+    items: list[Expr] = []
+    for p in (q for part in parts for q in (part.items or (part,))):
+        if p.literal == "":
+            continue
+        if items and p.literal is not None and items[-1].literal is not None:
+            items[-1] = literal(items[-1].literal + p.literal)
+        else:
+            items.append(p)
+    if not items:
+        return EMPTY
+    if len(items) == 1:
+        return items[0]
+    return Expr(
+        " ".join(_wrap(p, _SEQ) for p in items),
+        _SEQ,
+        frozenset().union(*(p.refs for p in items)),
+        items=tuple(items),
+    )
+
+
+def alt(*parts: Expr) -> Expr:
+    """Any one of ``parts`` (duplicates dropped; an empty part makes the
+    whole optional). Needs at least one part."""
+    unique: dict[str, Expr] = {}
+    nullable = False
+    for p in parts:
+        if p.literal == "":
+            nullable = True
+        else:
+            unique.setdefault(p.text, p)
+    options = list(unique.values())
+    if not options:
+        return EMPTY
+    if len(options) == 1:
+        body = options[0]
+    else:
+        body = Expr(
+            " | ".join(_wrap(p, _SEQ) for p in options),
+            _ALT,
+            frozenset().union(*(p.refs for p in options)),
+        )
+    return opt(body) if nullable else body
+
+
+def rep(e: Expr, lo: int, hi: int | None) -> Expr:
+    """``e`` repeated ``lo`` to ``hi`` times (``hi`` None: unbounded)."""
+    if hi is not None and hi < lo:
+        raise ValueError(f"repetition {lo}..{hi}")
+    if e.literal == "" or hi == 0:
+        return EMPTY
+    if lo == hi == 1:
+        return e
+    if lo > REPEAT_CHUNK or (hi is not None and hi > REPEAT_CHUNK):
+        return _big_rep(e, lo, hi)
+    atom = _wrap(e, _ATOM)
+    if (lo, hi) == (0, None):
+        suffix = "*"
+    elif (lo, hi) == (1, None):
+        suffix = "+"
+    elif (lo, hi) == (0, 1):
+        suffix = "?"
+    elif hi is None:
+        suffix = f"{{{lo},}}"
+    elif lo == hi:
+        suffix = f"{{{lo}}}"
+    else:
+        suffix = f"{{{lo},{hi}}}"
+    return Expr(atom + suffix, _ATOM, e.refs)
+
+
+def _big_rep(e: Expr, lo: int, hi: int | None) -> Expr:
+    """``e{lo,hi}`` with bounds above REPEAT_CHUNK, as nested repetitions of
+    chunks: ``e{lo}`` is ``(e{K}){lo//K} e{lo%K}`` and ``e{0,n}`` is
+    ``(e{K}){0,q-1} e{0,K-1} | (e{K}){q} e{0,r}`` with n = qK + r."""
+    k = REPEAT_CHUNK
+    chunk = rep(e, k, k)
+    fixed = seq(rep(chunk, lo // k, lo // k), rep(e, lo % k, lo % k))
+    if hi is None:
+        return seq(fixed, rep(e, 0, None))
+    span = hi - lo
+    q, r = divmod(span, k)
+    if q == 0:
+        return seq(fixed, rep(e, 0, span))
+    tail = alt(
+        seq(rep(chunk, 0, q - 1), rep(e, 0, k - 1)),
+        seq(rep(chunk, q, q), rep(e, 0, r)),
+    )
+    return seq(fixed, tail)
+
+
+def opt(e: Expr) -> Expr:
+    return rep(e, 0, 1)
+
+
+def sanitize(hint: str) -> str:
+    """A valid rule name derived from ``hint``."""
+    name = "-".join(_NAME_OK.findall(hint))[:48].strip("-") or "r"
+    return "r" + name if name[0].isdigit() or name[0] == "-" else name
+
+
+class RuleSet:
+    """Named rules. Names are unique and deterministic (first come, first
+    served, then ``-2``, ``-3``...); :meth:`add` shares one rule among
+    identical bodies."""
+
+    def __init__(self) -> None:
+        self._bodies: dict[str, Expr | None] = {}
+        self._by_body: dict[str, str] = {}
+
+    def reserve(self, hint: str) -> str:
+        """A fresh name, to be given its body later with :meth:`define`
+        (how recursive rules refer to themselves)."""
+        base = sanitize(hint)
+        name, n = base, 1
+        while name in self._bodies:
+            n += 1
+            name = f"{base}-{n}"
+        self._bodies[name] = None
+        return name
+
+    def define(self, name: str, body: Expr) -> None:
+        if self._bodies.get(name, EMPTY) is not None:
+            raise ValueError(f"rule {name!r} was not reserved or is already defined")
+        self._bodies[name] = body
+        self._by_body.setdefault(body.text, name)
+
+    def add(self, hint: str, body: Expr) -> Expr:
+        """A reference to a rule with ``body``, reusing an identical one."""
+        if body.prec == _ATOM and body.refs and body.text in body.refs:
+            return body  # already a bare reference
+        existing = self._by_body.get(body.text)
+        if existing is not None:
+            return ref(existing)
+        name = self.reserve(hint)
+        self.define(name, body)
+        return ref(name)
+
+    def render(self, root: str) -> str:
+        """The grammar text: ``root`` first, then every rule it reaches, in
+        the order they were created."""
+        reached = {root}
+        todo = [root]
+        while todo:
+            body = self._bodies[todo.pop()]
+            if body is None:
+                raise ValueError("a reachable rule was never defined")
+            for name in body.refs:
+                if name not in reached:
+                    reached.add(name)
+                    todo.append(name)
+        order: Sequence[str] = [root] + [n for n in self._bodies if n in reached and n != root]
+        return "".join(_line(n, self._bodies[n]) for n in order)
+
+
+def _line(name: str, body: Expr | None) -> str:
+    assert body is not None
+    return f"{name} ::= {body.text}\n"
