@@ -24,6 +24,8 @@ use crate::Result;
 pub const DEPTH: usize = 3;
 /// Distinct stacks the transition tables hold before they are cleared.
 const MAX_MEMO_CONFIGS: usize = 1 << 16;
+/// Distinct stack sets (1 KiB of transitions each) before the same.
+const MAX_MEMO_SETS: usize = 1 << 14;
 const UNKNOWN: u32 = u32::MAX;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -55,6 +57,21 @@ pub struct Memo {
     ranges: Vec<(u32, u32)>,
     store: Vec<u32>,
     tmp: Vec<Config>,
+    /// Sets of stack ids, interned: a walk carries one set id per trie
+    /// node and advances it by one row lookup (a lazily built DFA over
+    /// stack sets).
+    set_ids: FxHashMap<Box<[u32]>, u32>,
+    sets: Vec<SetInfo>,
+    set_rows: Vec<[u32; 256]>,
+    scratch: Vec<u32>,
+}
+
+struct SetInfo {
+    members: Box<[u32]>,
+    /// Some member can still consume bytes.
+    live: bool,
+    /// Some member popped into the symbolic frames.
+    escape: bool,
 }
 
 impl Memo {
@@ -64,6 +81,56 @@ impl Memo {
         self.rows.clear();
         self.ranges.clear();
         self.store.clear();
+        self.set_ids.clear();
+        self.sets.clear();
+        self.set_rows.clear();
+    }
+
+    /// The id of a sorted, deduplicated set of stack ids.
+    fn set_id(&mut self, members: &[u32]) -> u32 {
+        if let Some(&i) = self.set_ids.get(members) {
+            return i;
+        }
+        let i = self.sets.len() as u32;
+        let (mut live, mut escape) = (false, false);
+        for &m in members {
+            match self.configs[m as usize].pos {
+                ESCAPE => escape = true,
+                ACCEPT => {}
+                _ => live = true,
+            }
+        }
+        self.sets.push(SetInfo {
+            members: members.into(),
+            live,
+            escape,
+        });
+        self.set_rows.push([UNKNOWN; 256]);
+        self.set_ids.insert(members.into(), i);
+        i
+    }
+
+    /// The set byte `b` leads set `sid` to (possibly the empty set).
+    #[inline]
+    fn step_set(&mut self, stacks: &mut Stacks, sid: u32, b: u8) -> Result<u32> {
+        let r = self.set_rows[sid as usize][b as usize];
+        if r != UNKNOWN {
+            return Ok(r);
+        }
+        let members = self.sets[sid as usize].members.clone();
+        let mut out = std::mem::take(&mut self.scratch);
+        out.clear();
+        let res = self.advance(stacks, &members, b, &mut out);
+        if let Err(e) = res {
+            self.scratch = out;
+            return Err(e);
+        }
+        out.sort_unstable();
+        out.dedup();
+        let next = self.set_id(&out);
+        self.scratch = out;
+        self.set_rows[sid as usize][b as usize] = next;
+        Ok(next)
     }
 
     /// The id of a stack (registered on first sight).
@@ -139,7 +206,7 @@ impl Memo {
 
     /// Keeps the tables bounded; call between walks only (ids change).
     pub fn trim(&mut self) {
-        if self.configs.len() > MAX_MEMO_CONFIGS {
+        if self.configs.len() > MAX_MEMO_CONFIGS || self.sets.len() > MAX_MEMO_SETS {
             self.clear();
         }
     }
@@ -155,8 +222,7 @@ fn set_bit(bits: &mut [u64], t: u32) {
 struct Frame {
     child: u32,
     end: u32,
-    lo: u32,
-    hi: u32,
+    set: u32,
 }
 
 /// Walks the trie below `start` with stacks `set`, marking every token whose
@@ -171,54 +237,46 @@ pub fn walk(
     mut escapes: Option<&mut Vec<u32>>,
 ) -> Result<()> {
     memo.trim();
-    let mut buf: Vec<u32> = set
+    let mut first: Vec<u32> = set
         .iter()
         .filter(|c| c.pos < ESCAPE)
         .map(|&c| memo.id(c))
         .collect();
+    first.sort_unstable();
+    first.dedup();
+    let sid = memo.set_id(&first);
     let r = trie.children(start);
     let mut frames = vec![Frame {
         child: r.start as u32,
         end: r.end as u32,
-        lo: 0,
-        hi: buf.len() as u32,
+        set: sid,
     }];
-    let mut next: Vec<u32> = Vec::new();
     while let Some(f) = frames.last_mut() {
         if f.child == f.end {
-            buf.truncate(f.lo as usize);
             frames.pop();
             continue;
         }
         let (b, child) = trie.child(f.child as usize);
         f.child += 1;
-        let (lo, hi) = (f.lo as usize, f.hi as usize);
-        next.clear();
-        memo.advance(stacks, &buf[lo..hi], b, &mut next)?;
-        if next.is_empty() {
+        let next = memo.step_set(stacks, f.set, b)?;
+        let info = &memo.sets[next as usize];
+        if info.members.is_empty() {
             continue;
         }
         for &t in trie.tokens_at(child) {
             set_bit(bits, t);
         }
-        let r = trie.children(child);
-        let before = buf.len();
-        for &id in &next {
-            let c = memo.config(id);
-            if c.pos == ESCAPE {
-                if let Some(e) = escapes.as_deref_mut() {
-                    e.push(child);
-                }
-            } else if c.pos != ACCEPT && !r.is_empty() {
-                buf.push(id);
+        if info.escape {
+            if let Some(e) = escapes.as_deref_mut() {
+                e.push(child);
             }
         }
-        if buf.len() > before {
+        let r = trie.children(child);
+        if info.live && !r.is_empty() {
             frames.push(Frame {
                 child: r.start as u32,
                 end: r.end as u32,
-                lo: before as u32,
-                hi: buf.len() as u32,
+                set: next,
             });
         }
     }
