@@ -8,6 +8,7 @@
 from __future__ import annotations
 
 from ._native import __version__
+from .async_engine import AsyncEngine
 from .completion import Completion, Timings
 from .engine import Engine
 from .errors import (
@@ -23,6 +24,7 @@ from .models import default_model_path
 from .sampling import SamplerConfig
 
 __all__ = [
+    "AsyncEngine",
     "Completion",
     "Engine",
     "GenerateError",

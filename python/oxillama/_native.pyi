@@ -16,6 +16,7 @@ __all__ = [
     "__version__",
     "blake3",
     "dequantize",
+    "eval_batch",
     "physical_core_count",
     "quantize_act",
     "simd_level",
@@ -87,6 +88,7 @@ class Session:
     def import_kv(self, n: int, data: bytes | bytearray | memoryview) -> None: ...
 
 def physical_core_count() -> int: ...
+def eval_batch(sessions: list[Session], tokens: list[list[int]]) -> npt.NDArray[np.float32]: ...
 def blake3(data: bytes | bytearray | memoryview) -> bytes: ...
 
 @final

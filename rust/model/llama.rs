@@ -17,6 +17,14 @@ use crate::quant::dequantize_row;
 use crate::threadpool::ThreadPool;
 use crate::{Error, Result};
 
+/// One sequence of a batched forward pass.
+pub struct Segment<'a> {
+    pub kv: &'a mut KvCache,
+    pub tokens: &'a [u32],
+    /// Position of the first token.
+    pub pos0: usize,
+}
+
 pub struct Model {
     pub file: Arc<GgufFile>,
     pub cfg: ModelConfig,
@@ -200,12 +208,41 @@ impl Model {
         s: &mut Scratch,
         logits: &mut Vec<f32>,
     ) -> Result<()> {
+        let mut segs = [Segment { kv, tokens, pos0 }];
+        self.forward_segments(pool, vk, &mut segs, all_logits, s, logits)
+    }
+
+    /// One forward pass over several sequences at once, each with its own
+    /// KV cache and position: the weight matrices are read once for all
+    /// their tokens (a GEMM over the batch), attention runs per sequence.
+    /// Writes the last token's logits of each segment (`segs.len() x
+    /// n_vocab`), or with a single segment and `all_logits` every token's.
+    pub fn forward_segments(
+        &self,
+        pool: &ThreadPool,
+        vk: &VecKernels,
+        segs: &mut [Segment<'_>],
+        all_logits: bool,
+        s: &mut Scratch,
+        logits: &mut Vec<f32>,
+    ) -> Result<()> {
+        if segs.iter().any(|g| g.tokens.is_empty()) || segs.is_empty() {
+            return Err(Error::generate("forward called with no tokens"));
+        }
+        let all_logits = all_logits && segs.len() == 1;
+        // Row layout: the segments' tokens one after the other.
+        let mut starts = Vec::with_capacity(segs.len() + 1);
+        let mut rows_pos = Vec::new();
+        let mut tokens = Vec::new();
+        for g in segs.iter() {
+            starts.push(tokens.len());
+            tokens.extend_from_slice(g.tokens);
+            rows_pos.extend((0..g.tokens.len()).map(|t| g.pos0 + t));
+        }
+        starts.push(tokens.len());
         let c = &self.cfg;
         let f = &*self.file;
         let n = tokens.len();
-        if n == 0 {
-            return Err(Error::generate("forward called with no tokens"));
-        }
         let (e, ff) = (c.n_embd, c.n_ff);
         let (qd, kd, vd) = (
             c.n_head * c.dim_k,
@@ -235,15 +272,15 @@ impl Model {
         // Rotary angles for every position, once per call (not per layer).
         let rd = c.rope_dims;
         fit(&mut s.cs, n * rd);
-        for t in 0..n {
-            self.rope.angles(pos0 + t, &mut s.cs[t * rd..(t + 1) * rd]);
+        for (t, &pos) in rows_pos.iter().enumerate() {
+            self.rope.angles(pos, &mut s.cs[t * rd..(t + 1) * rd]);
         }
         let has_local = (0..c.n_layer).any(|il| c.is_local_layer(il));
         if has_local {
             fit(&mut s.cs_local, n * rd);
-            for t in 0..n {
+            for (t, &pos) in rows_pos.iter().enumerate() {
                 self.rope_local
-                    .angles(pos0 + t, &mut s.cs_local[t * rd..(t + 1) * rd]);
+                    .angles(pos, &mut s.cs_local[t * rd..(t + 1) * rd]);
             }
         }
 
@@ -281,16 +318,18 @@ impl Model {
             } else {
                 (&self.rope, &s.cs)
             };
-            for t in 0..n {
-                let a = &cs[t * rd..(t + 1) * rd];
-                rope.apply(&mut s.q[t * qd..(t + 1) * qd], c.dim_k, a);
-                rope.apply(&mut s.k[t * kd..(t + 1) * kd], c.dim_k, a);
-                kv.store(
-                    il,
-                    pos0 + t,
-                    &s.k[t * kd..(t + 1) * kd],
-                    &s.v[t * vd..(t + 1) * vd],
-                );
+            for (g, seg) in segs.iter_mut().enumerate() {
+                for t in starts[g]..starts[g + 1] {
+                    let a = &cs[t * rd..(t + 1) * rd];
+                    rope.apply(&mut s.q[t * qd..(t + 1) * qd], c.dim_k, a);
+                    rope.apply(&mut s.k[t * kd..(t + 1) * kd], c.dim_k, a);
+                    seg.kv.store(
+                        il,
+                        rows_pos[t],
+                        &s.k[t * kd..(t + 1) * kd],
+                        &s.v[t * vd..(t + 1) * vd],
+                    );
+                }
             }
             let p = AttnParams {
                 n_head: c.n_head,
@@ -300,7 +339,21 @@ impl Model {
                 scale: c.attn_scale,
                 window: if local { c.sliding_window } else { None },
             };
-            attention(pool, vk, kv, il, &s.q, pos0, n, &p, fit(&mut s.att, n * od));
+            fit(&mut s.att, n * od);
+            for (g, seg) in segs.iter().enumerate() {
+                let (a, b) = (starts[g], starts[g + 1]);
+                attention(
+                    pool,
+                    vk,
+                    seg.kv,
+                    il,
+                    &s.q[a * qd..b * qd],
+                    seg.pos0,
+                    b - a,
+                    &p,
+                    &mut s.att[a * od..b * od],
+                );
+            }
             matmul(
                 pool,
                 l.wo.view(f),
@@ -345,15 +398,22 @@ impl Model {
 
         // Only the rows whose logits are wanted go through the output head,
         // which is the largest matrix of a small model.
-        let first = if all_logits { 0 } else { n - 1 };
-        let rows = n - first;
-        rms_norm(
-            &s.x[first * e..],
-            &self.output_norm,
-            c.rms_eps,
-            0.0,
-            fit(&mut s.h, rows * e),
-        );
+        let picked: Vec<usize> = if all_logits {
+            (0..n).collect()
+        } else {
+            starts[1..].iter().map(|&end| end - 1).collect()
+        };
+        let rows = picked.len();
+        fit(&mut s.h, rows * e);
+        for (r, &t) in picked.iter().enumerate() {
+            rms_norm(
+                &s.x[t * e..(t + 1) * e],
+                &self.output_norm,
+                c.rms_eps,
+                0.0,
+                &mut s.h[r * e..(r + 1) * e],
+            );
+        }
         logits.resize(rows * c.n_vocab, 0.0);
         matmul(pool, self.output.view(f), &s.h, rows, logits, &mut s.acts);
         Ok(())

@@ -3,7 +3,7 @@
 use std::sync::Arc;
 
 use super::kv_cache::{KvCache, KvDtype};
-use super::llama::{Model, Scratch};
+use super::llama::{Model, Scratch, Segment};
 use crate::ops::vec::{self, VecKernels};
 use crate::threadpool::{shared_pool, ThreadPool};
 use crate::{Error, Result};
@@ -181,5 +181,67 @@ impl Session {
         self.n_past = n;
         self.hidden_valid = false;
         Ok(())
+    }
+
+    /// Appends `tokens[i]` to `sessions[i]` for every session in one
+    /// forward pass (the sessions must share one model) and returns the
+    /// logits of each one's last new token (`n x n_vocab`). Everything is
+    /// validated first, so on error no session changed.
+    pub fn eval_batch(sessions: &mut [&mut Session], tokens: &[Vec<u32>]) -> Result<Vec<f32>> {
+        if sessions.is_empty() || sessions.len() != tokens.len() {
+            return Err(Error::invalid(format!(
+                "eval_batch needs one token list per session ({} sessions, {} lists)",
+                sessions.len(),
+                tokens.len()
+            )));
+        }
+        let model = Arc::clone(&sessions[0].model);
+        let n_vocab = model.n_vocab();
+        for (s, toks) in sessions.iter().zip(tokens) {
+            if !Arc::ptr_eq(&s.model, &model) {
+                return Err(Error::invalid("eval_batch sessions must share one model"));
+            }
+            if toks.is_empty() {
+                return Err(Error::generate(
+                    "eval_batch needs at least one token per session",
+                ));
+            }
+            if let Some(&bad) = toks.iter().find(|&&t| t as usize >= n_vocab) {
+                return Err(Error::generate(format!(
+                    "token id {bad} is outside the vocabulary of {n_vocab}"
+                )));
+            }
+            if s.n_past + toks.len() > s.n_ctx() {
+                return Err(Error::generate(format!(
+                    "context overflow: {} + {} tokens exceeds the context size of {}",
+                    s.n_past,
+                    toks.len(),
+                    s.n_ctx()
+                )));
+            }
+        }
+        let pool = Arc::clone(&sessions[0].pool);
+        let vk = sessions[0].vk;
+        let mut scratch = std::mem::take(&mut sessions[0].scratch);
+        let mut logits = Vec::new();
+        let res = {
+            let mut segs: Vec<Segment<'_>> = sessions
+                .iter_mut()
+                .zip(tokens)
+                .map(|(s, toks)| Segment {
+                    pos0: s.n_past,
+                    kv: &mut s.kv,
+                    tokens: toks,
+                })
+                .collect();
+            model.forward_segments(&pool, vk, &mut segs, false, &mut scratch, &mut logits)
+        };
+        sessions[0].scratch = scratch;
+        res?;
+        for (s, toks) in sessions.iter_mut().zip(tokens) {
+            s.n_past += toks.len();
+            s.hidden_valid = false;
+        }
+        Ok(logits)
     }
 }

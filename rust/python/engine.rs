@@ -218,7 +218,38 @@ fn blake3_digest<'py>(py: Python<'py>, data: &Bound<'py, PyAny>) -> PyResult<Bou
     Ok(PyBytes::new(py, h.as_bytes()))
 }
 
+/// One forward pass that appends `tokens[i]` to `sessions[i]` for every
+/// session (all on one model); returns the last new token's logits of each
+/// as an `(n, n_vocab)` array. The GIL is released for the pass.
+#[pyfunction]
+fn eval_batch<'py>(
+    py: Python<'py>,
+    sessions: Vec<Bound<'py, PySession>>,
+    tokens: Vec<Vec<u32>>,
+) -> PyResult<Bound<'py, PyAny>> {
+    let mut refs = Vec::with_capacity(sessions.len());
+    for s in &sessions {
+        refs.push(
+            s.try_borrow_mut()
+                .map_err(|_| {
+                    crate::Error::invalid("eval_batch got the same session twice (or one in use)")
+                })
+                .py_err()?,
+        );
+    }
+    let rows = refs.len();
+    let n_vocab = refs.first().map_or(0, |r| r.inner.model.n_vocab());
+    let mut inner: Vec<&mut Session> = refs.iter_mut().map(|r| &mut r.inner).collect();
+    let logits = py
+        .detach(|| Session::eval_batch(&mut inner, &tokens))
+        .py_err()?;
+    Ok(PyArray1::from_vec(py, logits)
+        .reshape([rows, n_vocab])?
+        .into_any())
+}
+
 pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    m.add_function(wrap_pyfunction!(eval_batch, m)?)?;
     m.add_class::<PyModel>()?;
     m.add_class::<PySession>()?;
     m.add_function(wrap_pyfunction!(physical_core_count, m)?)?;

@@ -1,0 +1,213 @@
+"""`AsyncEngine`: many concurrent generations from one event loop, sharing
+one model through continuous batching (see :mod:`oxillama.scheduler`)."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+from collections.abc import AsyncIterator, Mapping, Sequence
+from typing import Any
+
+from .completion import Completion
+from .engine import Engine, Message, Prompt, _constraint
+from .errors import ParameterError
+from .grammar import Grammar
+from .sampling import SamplerConfig
+from .scheduler import Request, Scheduler
+
+__all__ = ["AsyncEngine"]
+
+_END = object()
+
+
+class AsyncEngine:
+    """An asyncio front end: ``await generate(...)``, ``async for piece in
+    stream(...)``, ``await chat(...)``.
+
+    Every call is an independent request with its own KV cache; concurrent
+    calls are decoded together, one batched forward pass per step, and a
+    long prompt is prefilled in chunks between decode steps. The event loop
+    never blocks: the model runs on a worker thread without the GIL.
+    Cancelling the awaiting task, or leaving an ``async for`` early, cancels
+    the request and frees its memory.
+    """
+
+    def __init__(
+        self,
+        model_path: str | os.PathLike[str] | None = None,
+        *,
+        context_size: int = 2048,
+        threads: int | None = None,
+        max_batch: int = 8,
+        prefill_chunk: int = 64,
+        max_queue: int = 256,
+        sampler: SamplerConfig | None = None,
+        kv_dtype: str = "f16",
+    ) -> None:
+        # The synchronous engine loads the model and tokenizer once; every
+        # request gets its own session on the same weights.
+        self._engine = Engine(
+            model_path, context_size=context_size, threads=threads, kv_dtype=kv_dtype
+        )
+        self._sampler = sampler or SamplerConfig()
+        self._scheduler = Scheduler(
+            self._engine._model,
+            self._engine.tokenizer,
+            self._engine.vocab_size,
+            context_size=self._engine.n_ctx,
+            threads=threads,
+            kv_dtype=kv_dtype,
+            max_batch=max_batch,
+            prefill_chunk=prefill_chunk,
+            max_queue=max_queue,
+        )
+
+    @property
+    def engine(self) -> Engine:
+        """The synchronous engine holding the model (tokenizer, templates)."""
+        return self._engine
+
+    def tokenize(self, text: str, *, add_special: bool = True) -> list[int]:
+        return self._engine.tokenize(text, add_special=add_special, parse_special=True)
+
+    def metrics(self) -> dict[str, float | int]:
+        """Prompt and generated tokens, prefill and decode seconds, tokens/s,
+        queue length, running requests, requests holding KV memory."""
+        return self._scheduler.metrics()
+
+    async def close(self) -> None:
+        """Stops the worker; pending requests fail with GenerateError."""
+        await asyncio.get_running_loop().run_in_executor(None, self._scheduler.close)
+
+    async def __aenter__(self) -> AsyncEngine:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.close()
+
+    # ------------------------------------------------------------ requests
+
+    def _prompt(self, prompt: Prompt) -> list[int]:
+        if isinstance(prompt, str):
+            return self.tokenize(prompt)
+        return self._engine._check_tokens(prompt)
+
+    async def stream(
+        self,
+        prompt: Prompt,
+        max_tokens: int = 256,
+        *,
+        sampler: SamplerConfig | None = None,
+        stop: Sequence[str] = (),
+        ignore_eos: bool = False,
+        grammar: str | Grammar | None = None,
+        json_schema: Mapping[str, Any] | Any | None = None,
+        result: list[Completion] | None = None,
+    ) -> AsyncIterator[str]:
+        """Yields text pieces as they are produced; ``result``, when given,
+        receives the final :class:`Completion`."""
+        if not isinstance(max_tokens, int) or max_tokens < 0:
+            raise ParameterError(f"max_tokens must be a non-negative integer, got {max_tokens!r}")
+        if isinstance(stop, str):
+            stop = [stop]
+        constraint = _constraint(grammar, json_schema)
+        loop = asyncio.get_running_loop()
+        queue: asyncio.Queue[Any] = asyncio.Queue()
+
+        def emit(piece: str | None, done: Completion | None, err: BaseException | None) -> None:
+            item: Any = piece if piece is not None else (err if err is not None else (_END, done))
+            loop.call_soon_threadsafe(queue.put_nowait, item)
+
+        req: Request = self._scheduler.submit(
+            self._prompt(prompt),
+            max_tokens,
+            sampler or self._sampler,
+            stop=stop,
+            ignore_eos=ignore_eos,
+            grammar=constraint,
+            emit=emit,
+        )
+        try:
+            while True:
+                item = await queue.get()
+                if isinstance(item, str):
+                    yield item
+                elif isinstance(item, BaseException):
+                    raise item
+                else:
+                    if result is not None and item[1] is not None:
+                        result.append(item[1])
+                    return
+        finally:
+            # Early exit, cancellation or error: the request stops at once.
+            self._scheduler.cancel(req)
+
+    async def generate(
+        self,
+        prompt: Prompt,
+        max_tokens: int = 256,
+        *,
+        sampler: SamplerConfig | None = None,
+        stop: Sequence[str] = (),
+        ignore_eos: bool = False,
+        grammar: str | Grammar | None = None,
+        json_schema: Mapping[str, Any] | Any | None = None,
+    ) -> Completion:
+        """The whole completion of one request."""
+        result: list[Completion] = []
+        async for _ in self.stream(
+            prompt,
+            max_tokens,
+            sampler=sampler,
+            stop=stop,
+            ignore_eos=ignore_eos,
+            grammar=grammar,
+            json_schema=json_schema,
+            result=result,
+        ):
+            pass
+        return result[0]
+
+    async def chat(
+        self,
+        messages: Sequence[Message],
+        max_tokens: int = 256,
+        *,
+        sampler: SamplerConfig | None = None,
+        stop: Sequence[str] = (),
+        grammar: str | Grammar | None = None,
+        json_schema: Mapping[str, Any] | Any | None = None,
+        **template_kwargs: Any,
+    ) -> Completion:
+        """Replies to a conversation rendered with the model's chat template."""
+        text = self._engine.apply_chat_template(messages, **template_kwargs)
+        return await self.generate(
+            self.tokenize(text),
+            max_tokens,
+            sampler=sampler,
+            stop=stop,
+            grammar=grammar,
+            json_schema=json_schema,
+        )
+
+    def chat_stream(
+        self,
+        messages: Sequence[Message],
+        max_tokens: int = 256,
+        *,
+        sampler: SamplerConfig | None = None,
+        stop: Sequence[str] = (),
+        grammar: str | Grammar | None = None,
+        json_schema: Mapping[str, Any] | Any | None = None,
+        **template_kwargs: Any,
+    ) -> AsyncIterator[str]:
+        """Streaming form of :meth:`chat`."""
+        text = self._engine.apply_chat_template(messages, **template_kwargs)
+        return self.stream(
+            self.tokenize(text),
+            max_tokens,
+            sampler=sampler,
+            stop=stop,
+            grammar=grammar,
+            json_schema=json_schema,
+        )

@@ -1,0 +1,320 @@
+"""Continuous batching: many generations share one model.
+
+One worker thread owns every running sequence. Each iteration it
+
+1. drops cancelled sequences (their KV memory goes with them);
+2. samples the next token of every sequence that is decoding and advances
+   all of them with **one** batched forward pass (the weights are read once
+   for the whole batch);
+3. prefills one chunk of one waiting prompt (round robin), so a long prompt
+   never stalls the running streams for more than a chunk.
+
+Results go back through callbacks, which :class:`~oxillama.AsyncEngine`
+turns into asyncio futures and queues. The forward passes release the GIL.
+"""
+
+from __future__ import annotations
+
+import collections
+import itertools
+import threading
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+
+from . import _native
+from ._text import TextAssembler
+from .completion import Completion, FinishReason, Timings
+from .errors import GenerateError, ParameterError
+from .grammar import Grammar
+from .sampling import SamplerConfig
+
+#: Called from the worker thread with a text piece, or at the end with the
+#: completion, or with the error that ended the request.
+Emit = Callable[[str | None, Completion | None, BaseException | None], None]
+
+
+@dataclass(eq=False)
+class Request:
+    """One request's live state."""
+
+    id: int
+    prompt: list[int]
+    max_tokens: int
+    stop: Sequence[str]
+    ignore_eos: bool
+    sampler: _native.Sampler
+    matcher: _native.GrammarMatcher | None
+    emit: Emit
+    session: _native.Session | None = None
+    fed: int = 0
+    logits: npt.NDArray[np.float32] | None = None
+    generated: list[int] = field(default_factory=list)
+    text: TextAssembler = field(init=False)
+    cancelled: bool = False
+    t_arrive: float = field(default_factory=time.perf_counter)
+    t_prefilled: float = 0.0
+    t_first_token: float = 0.0
+
+    def __post_init__(self) -> None:
+        self.text = TextAssembler(self.stop)
+
+
+@dataclass
+class Metrics:
+    """Counters since the scheduler started (see :meth:`Scheduler.metrics`)."""
+
+    prompt_tokens: int = 0
+    generated_tokens: int = 0
+    prefill_seconds: float = 0.0
+    decode_seconds: float = 0.0
+    decode_steps: int = 0
+    finished: int = 0
+    cancelled: int = 0
+
+
+class Scheduler:
+    """The batching worker for one model (see the module docstring)."""
+
+    def __init__(
+        self,
+        model: _native.Model,
+        tokenizer: Any,
+        vocab_size: int,
+        *,
+        context_size: int,
+        threads: int | None,
+        kv_dtype: str = "f16",
+        max_batch: int = 8,
+        prefill_chunk: int = 64,
+        max_queue: int = 256,
+    ) -> None:
+        if max_batch < 1 or prefill_chunk < 1 or max_queue < 1:
+            raise ParameterError("max_batch, prefill_chunk and max_queue must be at least 1")
+        self._model = model
+        self._tokenizer = tokenizer
+        self._vocab = vocab_size
+        self._n_ctx = context_size
+        self._threads = threads
+        self._kv_dtype = kv_dtype
+        self.max_batch = max_batch
+        self.prefill_chunk = prefill_chunk
+        self.max_queue = max_queue
+        self._ids = itertools.count()
+        self._waiting: collections.deque[Request] = collections.deque()
+        self._running: list[Request] = []
+        self._cv = threading.Condition()
+        self._closed = False
+        self._metrics = Metrics()
+        self._thread = threading.Thread(target=self._loop, name="oxillama-scheduler", daemon=True)
+        self._thread.start()
+
+    # ------------------------------------------------------------ requests
+
+    def submit(
+        self,
+        prompt: list[int],
+        max_tokens: int,
+        sampler: SamplerConfig,
+        *,
+        stop: Sequence[str],
+        ignore_eos: bool,
+        grammar: Grammar | None,
+        emit: Emit,
+    ) -> Request:
+        """Queues a request; raises at once if it can never be served."""
+        if not prompt:
+            raise GenerateError("empty prompt: a request needs at least one token")
+        if len(prompt) >= self._n_ctx:
+            raise GenerateError(
+                f"prompt of {len(prompt)} tokens does not fit in the context of "
+                f"{self._n_ctx} tokens (at least one must be left to generate)"
+            )
+        sampler.validate(self._vocab)
+        breakers = [
+            self._tokenizer.encode(s, add_special=False, parse_special=False)
+            for s in sampler.dry_sequence_breakers
+        ]
+        seq = Request(
+            id=next(self._ids),
+            prompt=prompt,
+            max_tokens=max_tokens,
+            stop=stop,
+            ignore_eos=ignore_eos,
+            sampler=_native.Sampler(sampler.to_dict(), self._vocab, breakers),
+            matcher=None if grammar is None else grammar.matcher(self._tokenizer),
+            emit=emit,
+        )
+        with self._cv:
+            if self._closed:
+                raise GenerateError("the engine is closed")
+            if len(self._waiting) >= self.max_queue:
+                raise GenerateError(f"overloaded: {len(self._waiting)} requests are waiting")
+            self._waiting.append(seq)
+            self._cv.notify()
+        return seq
+
+    def cancel(self, seq: Request) -> None:
+        with self._cv:
+            seq.cancelled = True
+            self._cv.notify()
+
+    def close(self) -> None:
+        with self._cv:
+            self._closed = True
+            self._cv.notify()
+        self._thread.join()
+
+    def metrics(self) -> dict[str, float | int]:
+        m = self._metrics
+        with self._cv:
+            queued = len(self._waiting)
+            running = len(self._running)
+            kv_seqs = sum(1 for s in self._running if s.session is not None)
+        return {
+            "prompt_tokens": m.prompt_tokens,
+            "generated_tokens": m.generated_tokens,
+            "prefill_seconds": m.prefill_seconds,
+            "decode_seconds": m.decode_seconds,
+            "prompt_tokens_per_second": m.prompt_tokens / m.prefill_seconds
+            if m.prefill_seconds
+            else 0.0,
+            "decode_tokens_per_second": m.generated_tokens / m.decode_seconds
+            if m.decode_seconds
+            else 0.0,
+            "decode_steps": m.decode_steps,
+            "queue_length": queued,
+            "running": running,
+            "sequences_with_kv": kv_seqs,
+            "finished": m.finished,
+            "cancelled": m.cancelled,
+        }
+
+    # -------------------------------------------------------------- worker
+
+    def _loop(self) -> None:
+        while True:
+            with self._cv:
+                while not self._closed and not self._waiting and not self._running:
+                    self._cv.wait()
+                if self._closed:
+                    for s in [*self._running, *self._waiting]:
+                        s.emit(None, None, GenerateError("the engine was closed"))
+                    self._running.clear()
+                    self._waiting.clear()
+                    return
+                while self._waiting and len(self._running) < self.max_batch:
+                    self._running.append(self._waiting.popleft())
+                for s in self._running:
+                    if s.cancelled:
+                        s.session = None  # its KV memory is released here
+                        self._metrics.cancelled += 1
+                self._running = [s for s in self._running if not s.cancelled]
+                batch = list(self._running)
+            try:
+                self._step(batch)
+            except BaseException as e:  # a bug must not hang every caller
+                for s in batch:
+                    self._finish(s, None, e)
+
+    def _step(self, batch: list[Request]) -> None:
+        decoding = [s for s in batch if s.logits is not None]
+        advance: list[tuple[Request, int]] = []
+        for s in decoding:
+            tok = self._sample(s)
+            if tok is not None:
+                advance.append((s, tok))
+        if advance:
+            t = time.perf_counter()
+            sessions = [s.session for s, _ in advance]
+            logits = _native.eval_batch(sessions, [[tok] for _, tok in advance])  # type: ignore[arg-type]
+            self._metrics.decode_seconds += time.perf_counter() - t
+            self._metrics.decode_steps += 1
+            for i, (s, _) in enumerate(advance):
+                s.logits = logits[i]
+        prefilling = [s for s in batch if s.logits is None and not s.cancelled]
+        if prefilling:
+            # The one that has waited longest (fewest prompt tokens fed wins
+            # ties), so several long prompts share the prefill time.
+            s = min(prefilling, key=lambda q: (q.fed > 0, q.t_arrive))
+            self._prefill_chunk(s)
+
+    def _prefill_chunk(self, s: Request) -> None:
+        if s.session is None:
+            s.session = _native.Session(self._model, self._n_ctx, self._threads, self._kv_dtype)
+            s.session.prefill_chunk = self.prefill_chunk
+        part = s.prompt[s.fed : s.fed + self.prefill_chunk]
+        t = time.perf_counter()
+        out = s.session.eval(np.asarray(part, dtype=np.uint32), False)
+        self._metrics.prefill_seconds += time.perf_counter() - t
+        self._metrics.prompt_tokens += len(part)
+        for tok in part:
+            s.sampler.accept(tok)
+        s.fed += len(part)
+        if s.fed == len(s.prompt):
+            s.logits = out
+            s.t_prefilled = time.perf_counter()
+
+    def _sample(self, s: Request) -> int | None:
+        """The next token of a decoding sequence, or None when it ended."""
+        assert s.logits is not None and s.session is not None
+        m = s.matcher
+        finish: FinishReason | None = None
+        if len(s.generated) >= s.max_tokens or s.session.n_past >= self._n_ctx:
+            finish = "length"
+        elif m is not None and m.is_terminated():
+            finish = "stop"
+        if finish is None:
+            allowed = None if m is None else m.mask()
+            if allowed is not None and len(allowed) * 8 < self._vocab:
+                allowed = allowed.ljust((self._vocab + 7) // 8, b"\0")
+            tok = int(s.sampler.sample(s.logits, allowed))
+            if m is not None and not m.accept_token(tok):
+                raise GenerateError(f"internal error: sampled token {tok} the grammar refuses")
+            if self._tokenizer.is_eog(tok) and (not s.ignore_eos or m is not None):
+                s.sampler.accept(tok)
+                finish = "eos"
+            else:
+                s.sampler.accept(tok)
+                s.generated.append(tok)
+                self._metrics.generated_tokens += 1
+                if not s.t_first_token:
+                    s.t_first_token = time.perf_counter()
+                piece = s.text.push(self._tokenizer.token_to_piece(tok))
+                if piece:
+                    s.emit(piece, None, None)
+                if s.text.stopped:
+                    finish = "stop"
+                else:
+                    return tok
+        tail = s.text.finish()
+        if tail:
+            s.emit(tail, None, None)
+        now = time.perf_counter()
+        done = Completion(
+            text=s.text.text,
+            tokens=s.generated,
+            finish_reason=finish,
+            timings=Timings(
+                len(s.prompt),
+                s.t_prefilled - s.t_arrive,
+                len(s.generated),
+                now - s.t_prefilled,
+            ),
+        )
+        self._finish(s, done, None)
+        return None
+
+    def _finish(self, s: Request, done: Completion | None, err: BaseException | None) -> None:
+        with self._cv:
+            if s in self._running:
+                self._running.remove(s)
+            s.session = None
+            s.logits = None
+            s.cancelled = True  # never scheduled again
+        self._metrics.finished += 1
+        s.emit(None, done, err)

@@ -1,0 +1,121 @@
+"""AsyncEngine on the real SmolLM2: concurrent calls share batched decode
+steps and give exactly the tokens a lone Engine gives, cancellation frees
+the request at once, errors are typed, and the event loop keeps running."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from oxillama import AsyncEngine, Engine, SamplerConfig
+from oxillama.errors import GenerateError, ParameterError
+
+PROMPTS = [
+    "The capital of France is",
+    "Once upon a time",
+    "def fibonacci(n):",
+    "The three primary colors are",
+    "Water boils at",
+    "My favourite fruit is",
+    "In 1969, astronauts",
+    "The quick brown fox",
+]
+
+
+@pytest.fixture(scope="module")
+def aengine(model_path: Path) -> Iterator[AsyncEngine]:
+    e = AsyncEngine(model_path, context_size=512, threads=2, max_batch=16, prefill_chunk=32)
+    yield e
+    asyncio.run(e.close())
+
+
+def test_concurrent_streams_match_a_lone_engine(aengine: AsyncEngine, model_path: Path) -> None:
+    greedy = SamplerConfig.greedy()
+    lone = Engine(model_path, context_size=512, threads=2)
+    want = []
+    for p in PROMPTS * 2:
+        lone.reset()
+        want.append(lone.generate(p, 12, sampler=greedy, ignore_eos=True).tokens)
+
+    async def one(p: str) -> tuple[str, list[int]]:
+        pieces = []
+        result: list = []
+        async for piece in aengine.stream(p, 12, sampler=greedy, ignore_eos=True, result=result):
+            pieces.append(piece)
+        return "".join(pieces), result[0].tokens
+
+    async def main() -> list[tuple[str, list[int]]]:
+        return await asyncio.gather(*(one(p) for p in PROMPTS * 2))
+
+    before = aengine.metrics()
+    got = asyncio.run(main())
+    after = aengine.metrics()
+    assert [toks for _, toks in got] == want  # 16 concurrent streams
+    assert all(text for text, _ in got)
+    steps = after["decode_steps"] - before["decode_steps"]
+    generated = after["generated_tokens"] - before["generated_tokens"]
+    assert generated == 16 * 12
+    # Shared steps: far fewer forward passes than tokens.
+    assert steps < generated / 4, (steps, generated)
+    assert after["running"] == 0 and after["sequences_with_kv"] == 0
+
+
+def test_leaving_a_stream_early_cancels_it(aengine: AsyncEngine) -> None:
+    async def main() -> None:
+        n = 0
+        async for _ in aengine.stream("Count to one hundred:", 200, ignore_eos=True):
+            n += 1
+            if n == 3:
+                break
+        task = asyncio.create_task(aengine.generate("Tell me a story.", 300, ignore_eos=True))
+        await asyncio.sleep(0.5)
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+        for _ in range(100):
+            m = aengine.metrics()
+            if m["running"] == 0 and m["sequences_with_kv"] == 0:
+                break
+            await asyncio.sleep(0.05)
+        assert m["running"] == 0 and m["sequences_with_kv"] == 0, m
+
+    asyncio.run(main())
+
+
+def test_the_event_loop_is_never_blocked(aengine: AsyncEngine) -> None:
+    async def main() -> float:
+        worst = 0.0
+        done = False
+
+        async def ticker() -> None:
+            nonlocal worst
+            while not done:
+                t = time.perf_counter()
+                await asyncio.sleep(0.01)
+                worst = max(worst, time.perf_counter() - t)
+
+        tick = asyncio.create_task(ticker())
+        await aengine.generate("A long prompt. " * 40, 20, ignore_eos=True)
+        done = True
+        await tick
+        return worst
+
+    assert asyncio.run(main()) < 0.25
+
+
+def test_errors_are_typed(aengine: AsyncEngine) -> None:
+    async def main() -> None:
+        with pytest.raises(GenerateError, match="does not fit"):
+            await aengine.generate([1] * 600, 4)
+        with pytest.raises(ParameterError, match="max_tokens"):
+            await aengine.generate("hi", -1)
+        out = await aengine.generate("Answer yes or no:", 4, grammar='root ::= "yes" | "no"')
+        assert out.text in ("yes", "no")
+        chat = await aengine.chat([{"role": "user", "content": "Hi!"}], 8)
+        assert chat.finish_reason in ("eos", "length", "stop")
+
+    asyncio.run(main())
