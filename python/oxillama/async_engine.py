@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import os
-from collections.abc import AsyncIterator, Mapping, Sequence
+from collections.abc import AsyncGenerator, Mapping, Sequence
 from typing import Any
 
 from .completion import Completion
@@ -103,7 +103,7 @@ class AsyncEngine:
         grammar: str | Grammar | None = None,
         json_schema: Mapping[str, Any] | Any | None = None,
         result: list[Completion] | None = None,
-    ) -> AsyncIterator[str]:
+    ) -> AsyncGenerator[str, None]:
         """Yields text pieces as they are produced; ``result``, when given,
         receives the final :class:`Completion`."""
         if not isinstance(max_tokens, int) or max_tokens < 0:
@@ -200,7 +200,7 @@ class AsyncEngine:
         grammar: str | Grammar | None = None,
         json_schema: Mapping[str, Any] | Any | None = None,
         **template_kwargs: Any,
-    ) -> AsyncIterator[str]:
+    ) -> AsyncGenerator[str, None]:
         """Streaming form of :meth:`chat`."""
         text = self._engine.apply_chat_template(messages, **template_kwargs)
         return self.stream(

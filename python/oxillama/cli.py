@@ -9,7 +9,7 @@ from collections import Counter
 from collections.abc import Sequence
 from typing import Any
 
-from .errors import OxiLlamaError
+from .errors import OxiLlamaError, ParameterError
 
 EPILOG = """\
 examples:
@@ -154,6 +154,23 @@ def cmd_info(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_serve(args: argparse.Namespace) -> int:
+    try:
+        from .server import serve
+    except ImportError as e:
+        raise ParameterError(f"the server needs: pip install 'oxillama[server]' ({e})") from None
+    serve(
+        args.model,
+        host=args.host,
+        port=args.port,
+        threads=args.threads,
+        context_size=args.context_size,
+        max_batch=args.max_batch,
+        model_name=args.model_name,
+    )
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="oxillama",
@@ -185,6 +202,28 @@ def build_parser() -> argparse.ArgumentParser:
     _add_model_args(c)
     _add_sampling_args(c)
     c.set_defaults(func=cmd_chat)
+
+    sv = sub.add_parser(
+        "serve",
+        help="OpenAI-compatible HTTP server",
+        description=(
+            "Serve the model over an OpenAI-compatible API (/v1/completions, "
+            "/v1/chat/completions, /v1/models, /health, /metrics). Concurrent "
+            "requests are batched. Needs: pip install 'oxillama[server]'."
+        ),
+    )
+    sv.add_argument("--model", "-m", help="GGUF file (default: SmolLM2-135M-Instruct)")
+    sv.add_argument("--host", default="127.0.0.1", help="address to bind (default: 127.0.0.1)")
+    sv.add_argument("--port", type=int, default=8000, help="port (default: 8000)")
+    sv.add_argument("--threads", "-t", type=int, help="worker threads (default: physical cores)")
+    sv.add_argument(
+        "--context-size", "-c", type=int, default=2048, help="per request (default: 2048)"
+    )
+    sv.add_argument(
+        "--max-batch", type=int, default=8, help="requests decoded together (default: 8)"
+    )
+    sv.add_argument("--model-name", help="name reported by /v1/models (default: the file's stem)")
+    sv.set_defaults(func=cmd_serve)
 
     i = sub.add_parser("info", help="show a GGUF file's metadata and tensors")
     i.add_argument("model_path", nargs="?", help="GGUF file (default: the default model)")

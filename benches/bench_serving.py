@@ -1,0 +1,74 @@
+"""AsyncEngine serving figures on SmolLM2 at 2 threads.
+
+    python benches/bench_serving.py [--tokens 64] [--reps 3]
+
+1. Aggregate decode throughput: 1 stream, then 8 concurrent streams
+   (greedy, ignore_eos); tokens per second of decode, medians. Bar: 8
+   streams >= 3x one stream.
+2. Time to first token of a short request that arrives while a 2,000-token
+   prompt is being prefilled. Bar: <= 1 s.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import statistics
+import time
+
+from oxillama import AsyncEngine, SamplerConfig
+
+PROMPTS = [
+    "The capital of France is",
+    "Once upon a time",
+    "def fibonacci(n):",
+    "The three primary colors are",
+    "Water boils at",
+    "My favourite fruit is",
+    "In 1969, astronauts",
+    "The quick brown fox",
+]
+
+
+async def throughput(e: AsyncEngine, n: int, tokens: int) -> float:
+    greedy = SamplerConfig.greedy()
+    # Wait until every prompt is prefilled, then time the decode only.
+    started = time.perf_counter()
+    outs = await asyncio.gather(
+        *(e.generate(PROMPTS[i % 8], tokens, sampler=greedy, ignore_eos=True) for i in range(n))
+    )
+    total = time.perf_counter() - started
+    prefill = max(o.timings.prompt_seconds for o in outs)
+    return sum(len(o.tokens) for o in outs) / (total - prefill)
+
+
+async def first_token_during_long_prefill(e: AsyncEngine) -> float:
+    long_prompt = e.tokenize("The history of computing is long and winding. " * 200)[:2000]
+    long_task = asyncio.create_task(e.generate(long_prompt, 4, ignore_eos=True))
+    await asyncio.sleep(0.3)  # the long prefill is under way
+    t = time.perf_counter()
+    async for _ in e.stream("Hi!", 4, ignore_eos=True):
+        ttft = time.perf_counter() - t
+        break
+    await long_task
+    return ttft
+
+
+async def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
+    ap.add_argument("--tokens", type=int, default=64)
+    ap.add_argument("--reps", type=int, default=3)
+    args = ap.parse_args()
+    async with AsyncEngine(context_size=2304, threads=2, max_batch=8, prefill_chunk=64) as e:
+        await e.generate("warm up", 4)
+        one = [await throughput(e, 1, args.tokens) for _ in range(args.reps)]
+        eight = [await throughput(e, 8, args.tokens) for _ in range(args.reps)]
+        ttft = [await first_token_during_long_prefill(e) for _ in range(args.reps)]
+    m1, m8 = statistics.median(one), statistics.median(eight)
+    print(f"decode tok/s, 1 stream: {m1:.1f}; 8 streams aggregate: {m8:.1f}")
+    print(f"ratio {m8 / m1:.2f}x (bar 3x)")
+    print(f"first token during a 2,000-token prefill: {statistics.median(ttft):.2f} s (bar 1 s)")
+
+
+if __name__ == "__main__":
+    asyncio.run(main())

@@ -1,0 +1,228 @@
+"""The OpenAI-compatible server, driven by the official `openai` client on
+a free loopback port: plain and streaming completions and chat, concurrent
+requests, response_format with a JSON Schema, the extra sampling fields,
+/metrics, and every error case with OpenAI's error object."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import socket
+import threading
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import openai
+import pytest
+import uvicorn
+
+from oxillama import AsyncEngine
+from oxillama.server import build_app
+
+MODEL = "smollm2"
+
+
+@pytest.fixture(scope="module")
+def base_url(model_path: Path) -> Iterator[str]:
+    engine = AsyncEngine(model_path, context_size=256, threads=2, max_batch=8)
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    server = uvicorn.Server(
+        uvicorn.Config(build_app(engine, model_name=MODEL), port=port, log_level="warning")
+    )
+    thread = threading.Thread(target=server.run, daemon=True)
+    thread.start()
+    url = f"http://127.0.0.1:{port}"
+    for _ in range(200):
+        try:
+            urllib.request.urlopen(url + "/health", timeout=1)
+            break
+        except OSError:
+            time.sleep(0.05)
+    yield url
+    server.should_exit = True
+    thread.join(timeout=10)
+    asyncio.run(engine.close())
+
+
+@pytest.fixture(scope="module")
+def client(base_url: str) -> openai.OpenAI:
+    return openai.OpenAI(base_url=base_url + "/v1", api_key="unused", max_retries=0)
+
+
+def test_models_and_health(client: openai.OpenAI, base_url: str) -> None:
+    assert [m.id for m in client.models.list().data] == [MODEL]
+    body = json.loads(urllib.request.urlopen(base_url + "/health").read())
+    assert body == {"status": "ok"}
+
+
+def test_completion_and_chat(client: openai.OpenAI) -> None:
+    c = client.completions.create(
+        model=MODEL, prompt="The capital of France is", max_tokens=8, temperature=0, seed=1
+    )
+    assert c.choices[0].text and c.usage is not None
+    assert c.usage.completion_tokens <= 8 and c.usage.prompt_tokens > 0
+    r = client.chat.completions.create(
+        model=MODEL,
+        messages=[{"role": "user", "content": "Say hello."}],
+        max_tokens=12,
+        temperature=0,
+    )
+    assert r.choices[0].message.role == "assistant" and r.choices[0].message.content
+    assert r.choices[0].finish_reason in ("stop", "length")
+
+
+def test_streaming_equals_non_streaming(client: openai.OpenAI) -> None:
+    args = dict(
+        model=MODEL,
+        prompt="Once upon a time",
+        max_tokens=16,
+        temperature=0,
+        extra_body={"ignore_eos": True},
+    )
+    whole = client.completions.create(**args).choices[0].text  # type: ignore[call-overload]
+    parts = [ch.choices[0].text for ch in client.completions.create(stream=True, **args)]  # type: ignore[call-overload]
+    assert "".join(parts) == whole
+    chunks = list(
+        client.chat.completions.create(
+            model=MODEL,
+            messages=[{"role": "user", "content": "Count to five."}],
+            max_tokens=16,
+            temperature=0,
+            stream=True,
+        )
+    )
+    text = "".join(c.choices[0].delta.content or "" for c in chunks)
+    assert text and chunks[-1].choices[0].finish_reason in ("stop", "length")
+
+
+def test_concurrent_requests(client: openai.OpenAI) -> None:
+    def one(i: int) -> str:
+        return (
+            client.completions.create(
+                model=MODEL, prompt=f"Number {i} is", max_tokens=8, temperature=0
+            )
+            .choices[0]
+            .text
+        )
+
+    with ThreadPoolExecutor(6) as ex:
+        outs = list(ex.map(one, range(6)))
+    assert all(isinstance(o, str) for o in outs) and len(outs) == 6
+
+
+def test_response_format_and_extra_fields(client: openai.OpenAI) -> None:
+    schema = {
+        "type": "object",
+        "properties": {"answer": {"enum": ["yes", "no"]}},
+        "required": ["answer"],
+        "additionalProperties": False,
+    }
+    r = client.chat.completions.create(
+        model=MODEL,
+        messages=[{"role": "user", "content": "Is ice cold? JSON please."}],
+        max_tokens=24,
+        temperature=0.7,
+        seed=3,
+        response_format={"type": "json_schema", "json_schema": {"name": "a", "schema": schema}},
+    )
+    assert json.loads(r.choices[0].message.content or "")["answer"] in ("yes", "no")
+    c = client.completions.create(
+        model=MODEL,
+        prompt="Pick:",
+        max_tokens=4,
+        temperature=0.9,
+        extra_body={
+            "grammar": 'root ::= "red" | "blue"',
+            "top_k": 5,
+            "min_p": 0.1,
+            "repetition_penalty": 1.1,
+            "mirostat": 0,
+        },
+    )
+    assert c.choices[0].text in ("red", "blue")
+
+
+def test_errors_follow_openai(client: openai.OpenAI, base_url: str) -> None:
+    with pytest.raises(openai.NotFoundError) as nf:
+        client.completions.create(model="gpt-9", prompt="x", max_tokens=1)
+    assert "does not exist" in str(nf.value)
+    with pytest.raises(openai.BadRequestError, match="context size is 256") as big:
+        client.completions.create(model=MODEL, prompt="word " * 400, max_tokens=1)
+    assert "tokens" in str(big.value)
+    with pytest.raises(openai.BadRequestError, match="undefined rule"):
+        client.completions.create(
+            model=MODEL, prompt="x", max_tokens=2, extra_body={"grammar": "root ::= nope"}
+        )
+    with pytest.raises(openai.BadRequestError, match="temperature"):
+        client.completions.create(model=MODEL, prompt="x", max_tokens=2, temperature=-1)
+    req = urllib.request.Request(
+        base_url + "/v1/completions",
+        data=b"{not json",
+        headers={"Content-Type": "application/json"},
+    )
+    with pytest.raises(urllib.error.HTTPError) as he:
+        urllib.request.urlopen(req)
+    assert he.value.code == 400
+    assert json.loads(he.value.read())["error"]["type"] == "invalid_request_error"
+
+
+def test_metrics_are_prometheus_text(client: openai.OpenAI, base_url: str) -> None:
+    client.completions.create(model=MODEL, prompt="Hi", max_tokens=2)
+    text = urllib.request.urlopen(base_url + "/metrics").read().decode()
+    assert "# TYPE oxillama_generated_tokens gauge" in text
+    values = dict(line.split() for line in text.splitlines() if not line.startswith("#"))
+    assert float(values["oxillama_generated_tokens"]) > 0
+    assert float(values["oxillama_running"]) >= 0
+
+
+def test_client_disconnect_cancels_the_generation(base_url: str) -> None:
+    body = json.dumps(
+        {
+            "model": MODEL,
+            "prompt": "Tell a long story.",
+            "max_tokens": 200,
+            "stream": True,
+            "extra": 1,
+            "ignore_eos": True,
+        }
+    ).encode()
+    req = urllib.request.Request(
+        base_url + "/v1/completions", data=body, headers={"Content-Type": "application/json"}
+    )
+
+    def metric(name: str) -> float:
+        text = urllib.request.urlopen(base_url + "/metrics").read().decode()
+        values = dict(line.split() for line in text.splitlines() if not line.startswith("#"))
+        return float(values[f"oxillama_{name}"])
+
+    cancelled = metric("cancelled")
+    generated = metric("generated_tokens")
+    resp = urllib.request.urlopen(req)
+    assert resp.readline().startswith(b"data: ")
+    resp.close()  # hang up mid-stream
+    for _ in range(100):
+        if metric("cancelled") > cancelled and metric("running") == 0:
+            break
+        time.sleep(0.05)
+    assert metric("cancelled") == cancelled + 1 and metric("running") == 0
+    # Stopped long before its 200 tokens.
+    assert metric("generated_tokens") - generated < 150
+
+
+def test_serve_help_teaches() -> None:
+    import subprocess
+    import sys
+
+    out = subprocess.run(
+        [sys.executable, "-m", "oxillama", "serve", "--help"],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
+    assert "OpenAI-compatible" in out and "--port" in out and "--max-batch" in out
