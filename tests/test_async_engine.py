@@ -119,3 +119,18 @@ def test_errors_are_typed(aengine: AsyncEngine) -> None:
         assert chat.finish_reason in ("eos", "length", "stop")
 
     asyncio.run(main())
+
+
+def test_async_snapshot_and_restore(model_path: Path, tmp_path: Path) -> None:
+    cfg = SamplerConfig(temperature=0.9, seed=7)
+    e = Engine(model_path, context_size=256, threads=2, sampler=cfg)
+    whole = e.generate("The sea", 30, ignore_eos=True).tokens
+    e.reset()
+    first = e.generate("The sea", 10, ignore_eos=True).tokens
+
+    async def main() -> list[int]:
+        await AsyncEngine.snapshot(e, tmp_path / "s.oxisnap")
+        restored = await AsyncEngine.restore(tmp_path / "s.oxisnap", threads=1)
+        return restored.generate("", 20, ignore_eos=True).tokens
+
+    assert first + asyncio.run(main()) == whole

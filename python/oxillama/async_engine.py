@@ -85,6 +85,30 @@ class AsyncEngine:
     async def __aexit__(self, *exc: object) -> None:
         await self.close()
 
+    # ------------------------------------------------------------ snapshots
+
+    @staticmethod
+    async def restore(
+        path: str | os.PathLike[str],
+        *,
+        model_path: str | os.PathLike[str] | None = None,
+        threads: int | None = None,
+    ) -> Engine:
+        """:meth:`Engine.restore` off the event loop (model load, checksum
+        and KV import run in a worker thread)."""
+        loop = asyncio.get_running_loop()
+        return await loop.run_in_executor(
+            None, lambda: Engine.restore(path, model_path=model_path, threads=threads)
+        )
+
+    @staticmethod
+    async def snapshot(
+        engine: Engine, path: str | os.PathLike[str], *, durable: bool = True
+    ) -> None:
+        """:meth:`Engine.snapshot` off the event loop."""
+        loop = asyncio.get_running_loop()
+        await loop.run_in_executor(None, lambda: engine.snapshot(path, durable=durable))
+
     # ------------------------------------------------------------ requests
 
     def _prompt(self, prompt: Prompt) -> list[int]:
