@@ -41,6 +41,7 @@ class AsyncEngine:
         max_batch: int = 8,
         prefill_chunk: int = 64,
         max_queue: int = 256,
+        prefix_cache_bytes: int = 256 << 20,
         sampler: SamplerConfig | None = None,
         kv_dtype: str = "f16",
     ) -> None:
@@ -60,6 +61,7 @@ class AsyncEngine:
             max_batch=max_batch,
             prefill_chunk=prefill_chunk,
             max_queue=max_queue,
+            prefix_cache_bytes=prefix_cache_bytes,
         )
 
     @property

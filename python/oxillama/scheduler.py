@@ -31,6 +31,7 @@ from ._text import TextAssembler
 from .completion import Completion, FinishReason, Timings
 from .errors import GenerateError, ParameterError
 from .grammar import Grammar
+from .prefix_cache import PrefixCache
 from .sampling import SamplerConfig
 
 #: Called from the worker thread with a text piece, or at the end with the
@@ -92,6 +93,7 @@ class Scheduler:
         max_batch: int = 8,
         prefill_chunk: int = 64,
         max_queue: int = 256,
+        prefix_cache_bytes: int = 256 << 20,
     ) -> None:
         if max_batch < 1 or prefill_chunk < 1 or max_queue < 1:
             raise ParameterError("max_batch, prefill_chunk and max_queue must be at least 1")
@@ -110,6 +112,7 @@ class Scheduler:
         self._cv = threading.Condition()
         self._closed = False
         self._metrics = Metrics()
+        self.prefix = PrefixCache(prefix_cache_bytes) if prefix_cache_bytes > 0 else None
         self._thread = threading.Thread(target=self._loop, name="oxillama-scheduler", daemon=True)
         self._thread.start()
 
@@ -192,6 +195,21 @@ class Scheduler:
             "sequences_with_kv": kv_seqs,
             "finished": m.finished,
             "cancelled": m.cancelled,
+            **self._prefix_metrics(),
+        }
+
+    def _prefix_metrics(self) -> dict[str, float | int]:
+        p = self.prefix
+        if p is None:
+            return {}
+        looked = p.hits + p.misses
+        return {
+            "prefix_cache_hits": p.hits,
+            "prefix_cache_misses": p.misses,
+            "prefix_cache_hit_rate": p.hits / looked if looked else 0.0,
+            "prefix_cache_hit_tokens": p.hit_tokens,
+            "prefix_cache_entries": p.entries,
+            "prefix_cache_bytes": p.bytes_used,
         }
 
     # -------------------------------------------------------------- worker
@@ -247,6 +265,15 @@ class Scheduler:
         if s.session is None:
             s.session = _native.Session(self._model, self._n_ctx, self._threads, self._kv_dtype)
             s.session.prefill_chunk = self.prefill_chunk
+            if self.prefix is not None:
+                n, kv = self.prefix.lookup(s.prompt)
+                if kv is not None:
+                    # A shared prefix (a system prompt, say) is not evaluated
+                    # again: its KV is copied in.
+                    s.session.import_kv(n, kv)
+                    for tok in s.prompt[:n]:
+                        s.sampler.accept(tok)
+                    s.fed = n
         part = s.prompt[s.fed : s.fed + self.prefill_chunk]
         t = time.perf_counter()
         out = s.session.eval(np.asarray(part, dtype=np.uint32), False)
@@ -258,6 +285,10 @@ class Scheduler:
         if s.fed == len(s.prompt):
             s.logits = out
             s.t_prefilled = time.perf_counter()
+            if self.prefix is not None:
+                n = self.prefix.wants(s.prompt)
+                if n:
+                    self.prefix.store(s.prompt, n, s.session.export_kv_prefix(n))
 
     def _sample(self, s: Request) -> int | None:
         """The next token of a decoding sequence, or None when it ended."""
