@@ -245,8 +245,8 @@ def write_atomic(path: str | os.PathLike[str], secs: list[Writer], *, durable: b
                 encode_into(secs, image)
                 done = 0
                 while done < size:
-                    with image[done:] as rest:
-                        done += os.write(fd, rest)
+                    with image[done : done + _WRITE_CHUNK] as part:
+                        done += os.write(fd, part)
             if durable:
                 os.fsync(fd)
         finally:
@@ -272,6 +272,11 @@ def _fsync_dir(folder: Path) -> None:
     finally:
         os.close(dfd)
 
+
+#: Bytes per write() call. Measured here on ext4: 24 MB went to the page
+#: cache in 10 ms in writes of up to 128 KiB, but in 75-120 ms in writes of
+#: 256 KiB or more (one 24 MB write: 107 ms).
+_WRITE_CHUNK = 128 << 10
 
 #: The file image buffer, reused across saves: a fresh 24 MB buffer costs
 #: more in page faults than filling it. Grown to the largest snapshot and
