@@ -9,6 +9,7 @@
 use std::alloc::{alloc_zeroed, Layout};
 
 use crate::ops::vec::f32_to_f16_bits;
+use crate::threadpool::{SharedMut, ThreadPool};
 use crate::{Error, Result};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -283,7 +284,7 @@ impl KvCache {
     }
 
     /// Inverse of `export`; `data` must be exactly `export_len(n)` bytes.
-    pub fn import(&mut self, n: usize, data: &[u8]) -> Result<()> {
+    pub fn import(&mut self, n: usize, data: &[u8], pool: &ThreadPool) -> Result<()> {
         if n > self.n_ctx {
             return Err(Error::invalid(format!(
                 "snapshot holds {n} positions but the context size is {}",
@@ -299,17 +300,27 @@ impl KvCache {
         }
         let es = self.dtype.size();
         let (kb, vb) = (n * self.dim_k * es, n * self.dim_v * es);
-        let mut off = 0;
-        for l in 0..self.n_layer() {
-            for h in 0..self.n_head_kv {
-                self.k[l].read_le(h * self.n_ctx * self.dim_k, &data[off..off + kb]);
+        let per_layer = self.n_head_kv * (kb + vb);
+        let (n_ctx, n_head_kv, dim_k, dim_v) = (self.n_ctx, self.n_head_kv, self.dim_k, self.dim_v);
+        let n_layer = self.n_layer();
+        // Layers are independent: each pool thread fills whole layers (the
+        // first touch of the cache's pages is most of the cost).
+        let ks = SharedMut::new(&mut self.k[..]);
+        let vs = SharedMut::new(&mut self.v[..]);
+        pool.run(n_layer, |l| {
+            // SAFETY: chunk `l` is the only one touching layer `l`'s K and V
+            // buffers, and both vectors outlive the `run` call.
+            let (k, v) = unsafe { (&mut ks.slice(l, 1)[0], &mut vs.slice(l, 1)[0]) };
+            let mut off = l * per_layer;
+            for h in 0..n_head_kv {
+                k.read_le(h * n_ctx * dim_k, &data[off..off + kb]);
                 off += kb;
             }
-            for h in 0..self.n_head_kv {
-                self.v[l].read_le(h * self.n_ctx * self.dim_v, &data[off..off + vb]);
+            for h in 0..n_head_kv {
+                v.read_le(h * n_ctx * dim_v, &data[off..off + vb]);
                 off += vb;
             }
-        }
+        });
         Ok(())
     }
 
@@ -348,11 +359,12 @@ mod tests {
             }
             let bytes = a.export(5).unwrap();
             assert_eq!(bytes.len(), a.export_len(5));
+            let pool = ThreadPool::new(2);
             let mut b = KvCache::new(dtype, 2, 16, 2, 4, 3).unwrap();
-            b.import(5, &bytes).unwrap();
+            b.import(5, &bytes, &pool).unwrap();
             assert_eq!(b.export(5).unwrap(), bytes);
-            assert!(b.import(5, &bytes[1..]).is_err());
-            assert!(b.import(17, &bytes).is_err());
+            assert!(b.import(5, &bytes[1..], &pool).is_err());
+            assert!(b.import(17, &bytes, &pool).is_err());
         }
     }
 }

@@ -176,7 +176,7 @@ impl Session {
     /// the session keeps its previous position (its cache may be partly
     /// overwritten only after validation passed, which cannot fail midway).
     pub fn import_kv(&mut self, n: usize, data: &[u8]) -> Result<()> {
-        self.kv.import(n, data)?;
+        self.kv.import(n, data, &self.pool)?;
         self.n_past = n;
         self.hidden_valid = false;
         Ok(())
