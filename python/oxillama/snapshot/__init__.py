@@ -93,4 +93,3 @@ def _map(fd: int) -> mmap.mmap:
     if populate:
         return mmap.mmap(fd, 0, flags=mmap.MAP_SHARED | populate, prot=mmap.PROT_READ)
     return mmap.mmap(fd, 0, access=mmap.ACCESS_READ)
-
