@@ -228,3 +228,27 @@ DIFF_GRAMMARS = [
 )
 def test_matcher_agrees_with_a_backtracking_reference(source: str, text: str) -> None:
     assert matches(source, text) == reference_accepts(source, text), (source, text)
+
+
+@settings(max_examples=400, deadline=None)
+@given(
+    base=st.sampled_from([src for src, _, _ in FEATURES] + DIFF_GRAMMARS),
+    cuts=st.lists(st.tuples(st.integers(0, 200), st.text(max_size=3)), max_size=4),
+)
+def test_mutated_grammars_fail_only_with_grammar_error(
+    base: str, cuts: list[tuple[int, str]]
+) -> None:
+    """Random edits of valid grammars: either a working grammar or a
+    GrammarError, never another exception or a hang."""
+    src = base
+    for at, junk in cuts:
+        at = min(at, len(src))
+        src = src[:at] + junk + src[at + 1 :]
+    try:
+        g = Grammar(src)
+    except GrammarError as e:
+        assert e.line is None or e.line >= 1
+        return
+    m = _native.GrammarMatcher(program(g.source), BYTES)
+    m.accept_bytes(b"abc")
+    m.mask()

@@ -19,6 +19,8 @@ from pathlib import Path
 import openai
 import pytest
 import uvicorn
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from oxillama import AsyncEngine
 from oxillama.server import build_app
@@ -226,3 +228,53 @@ def test_serve_help_teaches() -> None:
         check=True,
     ).stdout
     assert "OpenAI-compatible" in out and "--port" in out and "--max-batch" in out
+
+
+JSON_VALUES = st.recursive(
+    st.none() | st.booleans() | st.integers(-5, 5) | st.floats(-2, 2) | st.text(max_size=8),
+    lambda c: st.lists(c, max_size=3) | st.dictionaries(st.text(max_size=6), c, max_size=3),
+    max_leaves=6,
+)
+FIELDS = [
+    "model",
+    "prompt",
+    "messages",
+    "max_tokens",
+    "temperature",
+    "top_p",
+    "stop",
+    "seed",
+    "stream",
+    "logit_bias",
+    "response_format",
+    "grammar",
+    "top_k",
+    "ignore_eos",
+]
+
+
+@settings(
+    max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(
+    route=st.sampled_from(["/v1/completions", "/v1/chat/completions"]),
+    body=st.dictionaries(st.sampled_from(FIELDS), JSON_VALUES, max_size=6),
+)
+def test_hostile_bodies_get_openai_errors_never_500(
+    base_url: str, route: str, body: dict[str, object]
+) -> None:
+    body.setdefault("max_tokens", 2)
+    if body.get("model") is not None and not isinstance(body["model"], str):
+        body["model"] = MODEL
+    req = urllib.request.Request(
+        base_url + route,
+        data=json.dumps(body).encode(),
+        headers={"Content-Type": "application/json"},
+    )
+    try:
+        with urllib.request.urlopen(req, timeout=60) as resp:
+            assert resp.status == 200
+            resp.read()
+    except urllib.error.HTTPError as e:
+        assert e.code in (400, 404), (e.code, body)
+        assert "message" in json.loads(e.read())["error"]
