@@ -22,6 +22,7 @@ from .errors import (
 from .grammar import Grammar
 from .models import default_model_path
 from .sampling import SamplerConfig
+from .speculative import SpeculativeEngine
 
 __all__ = [
     "AsyncEngine",
@@ -35,6 +36,7 @@ __all__ = [
     "OxiLlamaError",
     "ParameterError",
     "SamplerConfig",
+    "SpeculativeEngine",
     "Timings",
     "__version__",
     "default_model_path",

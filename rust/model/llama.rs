@@ -23,6 +23,10 @@ pub struct Segment<'a> {
     pub tokens: &'a [u32],
     /// Position of the first token.
     pub pos0: usize,
+    /// Attend token by token with the one-token kernel, so each row's
+    /// logits are bit-identical to evaluating the tokens one at a time
+    /// (speculative verification relies on it).
+    pub decode_rows: bool,
 }
 
 pub struct Model {
@@ -208,7 +212,12 @@ impl Model {
         s: &mut Scratch,
         logits: &mut Vec<f32>,
     ) -> Result<()> {
-        let mut segs = [Segment { kv, tokens, pos0 }];
+        let mut segs = [Segment {
+            kv,
+            tokens,
+            pos0,
+            decode_rows: false,
+        }];
         self.forward_segments(pool, vk, &mut segs, all_logits, s, logits)
     }
 
@@ -342,6 +351,22 @@ impl Model {
             fit(&mut s.att, n * od);
             for (g, seg) in segs.iter().enumerate() {
                 let (a, b) = (starts[g], starts[g + 1]);
+                if seg.decode_rows && b - a > 1 {
+                    for (t, &pos) in rows_pos.iter().enumerate().take(b).skip(a) {
+                        attention(
+                            pool,
+                            vk,
+                            seg.kv,
+                            il,
+                            &s.q[t * qd..(t + 1) * qd],
+                            pos,
+                            1,
+                            &p,
+                            &mut s.att[t * od..(t + 1) * od],
+                        );
+                    }
+                    continue;
+                }
                 attention(
                     pool,
                     vk,

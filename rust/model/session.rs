@@ -19,6 +19,9 @@ pub struct Session {
     scratch: Scratch,
     /// Whether `scratch` holds the hidden state of position n_past - 1.
     hidden_valid: bool,
+    /// Multi-token evals attend row by row with the one-token kernel, so
+    /// their logits equal those of one-token evals bit for bit.
+    pub exact_rows: bool,
 }
 
 impl Session {
@@ -36,6 +39,7 @@ impl Session {
             prefill_chunk: 512,
             scratch: Scratch::default(),
             hidden_valid: false,
+            exact_rows: false,
             model,
         })
     }
@@ -88,12 +92,16 @@ impl Session {
         let n_chunks = tokens.len().div_ceil(chunk);
         for (i, part) in tokens.chunks(chunk).enumerate() {
             let last = i + 1 == n_chunks;
-            self.model.forward(
+            let mut segs = [Segment {
+                kv: &mut self.kv,
+                tokens: part,
+                pos0: self.n_past,
+                decode_rows: self.exact_rows,
+            }];
+            self.model.forward_segments(
                 &self.pool,
                 self.vk,
-                &mut self.kv,
-                part,
-                self.n_past,
+                &mut segs,
                 all_logits,
                 &mut self.scratch,
                 &mut logits,
@@ -242,6 +250,7 @@ impl Session {
                 .zip(tokens)
                 .map(|(s, toks)| Segment {
                     pos0: s.n_past,
+                    decode_rows: s.exact_rows,
                     kv: &mut s.kv,
                     tokens: toks,
                 })

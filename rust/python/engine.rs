@@ -110,6 +110,17 @@ impl PySession {
         }
     }
 
+    /// Whether multi-token evals attend row by row, giving logits
+    /// bit-identical to one-token evals (speculative verification).
+    #[getter]
+    fn exact_rows(&self) -> bool {
+        self.inner.exact_rows
+    }
+    #[setter]
+    fn set_exact_rows(&mut self, v: bool) {
+        self.inner.exact_rows = v;
+    }
+
     /// The last position's normalized hidden state, or None when it is not
     /// current (empty context, after truncate or import).
     fn last_hidden<'py>(&self, py: Python<'py>) -> Option<Bound<'py, PyArray1<f32>>> {

@@ -1,0 +1,343 @@
+"""Speculative decoding: a small draft model proposes ``k`` tokens, the
+target verifies them in one forward pass, and the output is distributed
+exactly as the target's alone (token for token under greedy decoding).
+
+Each round:
+
+1. the draft proposes ``d_1..d_k`` from its own distributions ``q_i``;
+2. the target evaluates the pending token and ``d_1..d_k`` at once, giving
+   its distributions ``p_0..p_k`` (rows attended one by one with the
+   one-token kernel, so they equal one-token evaluations bit for bit);
+3. ``d_i`` is accepted when ``p(d_i) >= q(d_i)``, else with probability
+   ``p(d_i) / q(d_i)``; at the first rejection a token is drawn from the
+   residual ``max(0, p - q) / Z``; when all are accepted a bonus token is
+   drawn from ``p_k`` (greedy: accept while the draft agrees with the
+   target's argmax, then take the target's argmax);
+4. both KV caches roll back to the accepted prefix by truncation; nothing
+   is evaluated twice.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+import numpy.typing as npt
+
+from . import _native
+from ._text import TextAssembler
+from .completion import Completion, FinishReason, Timings
+from .engine import Engine, Prompt
+from .errors import GenerateError, ParameterError
+from .sampling import SamplerConfig
+
+__all__ = ["SpeculativeEngine", "SpeculativeStats"]
+
+
+def _unsupported(cfg: SamplerConfig) -> list[str]:
+    """Sampler stages the speculative path does not implement: they depend
+    on history or state in ways the accept/reject rule cannot follow."""
+    active = {
+        "repetition_penalty": cfg.repetition_penalty != 1.0,
+        "mirostat": cfg.mirostat != 0,
+        "dry_multiplier": cfg.dry_multiplier != 0.0,
+        "xtc_probability": cfg.xtc_probability != 0.0,
+        "typical_p": cfg.typical_p != 1.0,
+        "top_a": cfg.top_a != 0.0,
+        "eta_cutoff": cfg.eta_cutoff != 0.0,
+        "epsilon_cutoff": cfg.epsilon_cutoff != 0.0,
+    }
+    return sorted(k for k, on in active.items() if on)
+
+
+@dataclass
+class SpeculativeStats:
+    rounds: int = 0
+    drafted: int = 0
+    accepted: int = 0
+
+    @property
+    def acceptance_rate(self) -> float:
+        return self.accepted / self.drafted if self.drafted else 0.0
+
+
+class SpeculativeEngine:
+    """Speculative decoding with ``target`` verifying ``draft``'s guesses.
+
+    The engines must share a vocabulary. ``seed`` seeds the accept/reject
+    and residual draws (and the drafts' own draws).
+    """
+
+    def __init__(
+        self,
+        target: Engine,
+        draft: Engine,
+        *,
+        num_speculative: int = 4,
+        seed: int | None = None,
+    ) -> None:
+        if not isinstance(num_speculative, int) or not 1 <= num_speculative <= 32:
+            raise ParameterError(f"num_speculative must be in 1..32, got {num_speculative!r}")
+        _check_vocab(target, draft)
+        self.target, self.draft = target, draft
+        self.num_speculative = num_speculative
+        self.seed = seed
+        n_ctx = min(target.n_ctx, draft.n_ctx)
+        self._t = _native.Session(target._model, n_ctx, target.threads, "f16")
+        self._d = _native.Session(draft._model, n_ctx, draft.threads, "f16")
+        # Verification rows must equal one-token evaluations exactly.
+        self._t.exact_rows = True
+        self._n_ctx = n_ctx
+        self.reset()
+
+    def reset(self) -> None:
+        """Empties both contexts; the RNG restarts from the seed."""
+        self._t.reset()
+        self._d.reset()
+        self._tokens: list[int] = []
+        #: Tokens a round already decided but a max_tokens cut held back;
+        #: the next continuation emits them first, so 20 + 40 tokens are
+        #: the same as 60 at once (also across a snapshot).
+        self._ahead: list[int] = []
+        self._rng = np.random.Generator(np.random.PCG64(self.seed))
+        self.stats = SpeculativeStats()
+
+    @property
+    def tokens(self) -> list[int]:
+        return list(self._tokens)
+
+    # ------------------------------------------------------------ sampling
+
+    @staticmethod
+    def _biased(logits: npt.NDArray[np.float32], cfg: SamplerConfig) -> npt.NDArray[np.float64]:
+        x = logits.astype(np.float64)
+        for tok, bias in cfg.logit_bias.items():
+            x[tok] += bias
+        for tok in cfg.banned_tokens:
+            x[tok] = -np.inf
+        return x
+
+    def _argmax(self, logits: npt.NDArray[np.float32], cfg: SamplerConfig) -> int:
+        if not cfg.logit_bias and not cfg.banned_tokens:
+            return int(np.argmax(logits))
+        return int(np.argmax(self._biased(logits, cfg)))
+
+    def _dist(self, logits: npt.NDArray[np.float32], cfg: SamplerConfig) -> npt.NDArray[np.float64]:
+        x = self._biased(logits, cfg) / cfg.temperature
+        if cfg.top_k > 0 and cfg.top_k < x.size:
+            kth = np.partition(x, -cfg.top_k)[-cfg.top_k]
+            x[x < kth] = -np.inf
+        x -= x.max()
+        p = np.exp(x)
+        p /= p.sum()
+        if cfg.top_p < 1.0:
+            order = np.argsort(-p, kind="stable")
+            cum = np.cumsum(p[order])
+            keep = int(np.searchsorted(cum, cfg.top_p)) + 1
+            mask = np.zeros_like(p, dtype=bool)
+            mask[order[:keep]] = True
+            p[~mask] = 0.0
+        if cfg.min_p > 0.0:
+            p[p < cfg.min_p * p.max()] = 0.0
+        out: npt.NDArray[np.float64] = p / p.sum()
+        return out
+
+    def _draw(self, p: npt.NDArray[np.float64]) -> int:
+        cdf = np.cumsum(p)
+        return int(
+            min(np.searchsorted(cdf, self._rng.random() * cdf[-1], side="right"), p.size - 1)
+        )
+
+    # ----------------------------------------------------------- decoding
+
+    def _round(self, cfg: SamplerConfig, greedy: bool) -> list[int]:
+        """One draft-and-verify round; returns the new tokens (>= 1)."""
+        k = self.num_speculative
+        n0 = len(self._tokens) - 1  # positions evaluated by the target
+        k = max(1, min(k, self._n_ctx - n0 - 1))
+        if self._t.n_past < n0:  # tokens emitted from the held-back buffer
+            behind = self._tokens[self._t.n_past : n0]
+            self._t.eval(np.asarray(behind, dtype=np.uint32), False)
+        catch_up = self._tokens[self._d.n_past :]
+        q_logits = self._d.eval(np.asarray(catch_up, dtype=np.uint32), False)
+        drafts: list[int] = []
+        qs: list[npt.NDArray[np.float64]] = []
+        for i in range(k):
+            if greedy:
+                tok = self._argmax(q_logits, cfg)
+            else:
+                q = self._dist(q_logits, cfg)
+                tok = self._draw(q)
+                qs.append(q)
+            drafts.append(tok)
+            if i + 1 < k:
+                q_logits = self._d.eval(np.asarray([tok], dtype=np.uint32), False)
+        batch = np.asarray([self._tokens[-1], *drafts], dtype=np.uint32)
+        p_rows = self._t.eval(batch, True)
+        new: list[int] = []
+        for i, tok in enumerate(drafts):
+            if greedy:
+                best = self._argmax(p_rows[i], cfg)
+                new.append(best)
+                if best != tok:
+                    break
+                continue
+            p = self._dist(p_rows[i], cfg)
+            q = qs[i]
+            if p[tok] >= q[tok] or self._rng.random() < p[tok] / q[tok]:
+                new.append(tok)
+                continue
+            residual = np.maximum(p - q, 0.0)
+            z = residual.sum()
+            new.append(self._draw(residual / z) if z > 0 else self._draw(p))
+            break
+        else:
+            last = p_rows[k]
+            new.append(self._argmax(last, cfg) if greedy else self._draw(self._dist(last, cfg)))
+        accepted = len(new) - 1 if len(new) <= k else k
+        self.stats.rounds += 1
+        self.stats.drafted += k
+        self.stats.accepted += accepted
+        # Roll back to the accepted prefix: pending + accepted drafts.
+        self._t.truncate(n0 + 1 + accepted)
+        self._d.truncate(min(self._d.n_past, n0 + 1 + accepted))
+        return new
+
+    def _run(
+        self,
+        prompt: Prompt,
+        max_tokens: int,
+        sampler: SamplerConfig | None,
+        stop: Sequence[str],
+        ignore_eos: bool,
+        result: list[Completion],
+    ) -> Iterator[str]:
+        if not isinstance(max_tokens, int) or max_tokens < 0:
+            raise ParameterError(f"max_tokens must be a non-negative integer, got {max_tokens!r}")
+        cfg = sampler if sampler is not None else self.target.sampler
+        unsupported = _unsupported(cfg)
+        if unsupported:
+            raise ParameterError(
+                "speculative decoding supports temperature, top_k, top_p, min_p, "
+                f"logit_bias and banned_tokens; these are set: {', '.join(unsupported)}"
+            )
+        greedy = cfg.temperature == 0
+        if isinstance(stop, str):
+            stop = [stop]
+        toks = (
+            self.target.tokenize(prompt, add_special=not self._tokens)
+            if isinstance(prompt, str)
+            else self.target._check_tokens(prompt)
+        )
+        if not toks and not self._tokens:
+            raise GenerateError("empty prompt and empty context: nothing to continue from")
+        if len(self._tokens) + len(toks) >= self._n_ctx:
+            raise GenerateError(
+                f"prompt of {len(toks)} tokens does not fit in the context of {self._n_ctx} "
+                f"({len(self._tokens)} used)"
+            )
+        t0 = time.perf_counter()
+        if toks:
+            self._ahead = []  # the context changed: held-back tokens no longer follow
+            # Everything but the last token is evaluated now; the last one
+            # is "pending" and goes into the first verification batch.
+            head = self._tokens[self._t.n_past :] + toks[:-1]
+            if head:
+                self._t.eval(np.asarray(head, dtype=np.uint32), False)
+            self._tokens += toks
+        t1 = time.perf_counter()
+        out = TextAssembler(stop)
+        generated: list[int] = []
+        finish: FinishReason = "length"
+        done = False
+        while not done and len(generated) < max_tokens:
+            if len(self._tokens) >= self._n_ctx:
+                break
+            batch = self._ahead or self._round(cfg, greedy)
+            self._ahead = []
+            for j, tok in enumerate(batch):
+                if not ignore_eos and self.target.tokenizer.is_eog(tok):
+                    finish, done = "eos", True
+                    # The EOS is not part of the text; keep the context
+                    # consistent with what was generated.
+                    self._trim_to(len(self._tokens))
+                    break
+                self._tokens.append(tok)
+                generated.append(tok)
+                piece = out.push(self.target.tokenizer.token_to_piece(tok))
+                if piece:
+                    yield piece
+                if out.stopped:
+                    finish, done = "stop", True
+                    break
+                if len(generated) >= max_tokens:
+                    done = True
+                    self._ahead = batch[j + 1 :]
+                    break
+            # Tokens past a stop are dropped; caches never hold more than
+            # the committed tokens minus the pending one.
+            self._trim_to(len(self._tokens))
+        tail = out.finish()
+        if tail:
+            yield tail
+        t2 = time.perf_counter()
+        result.append(
+            Completion(
+                text=out.text,
+                tokens=generated,
+                finish_reason=finish,
+                timings=Timings(len(toks), t1 - t0, len(generated), t2 - t1),
+            )
+        )
+
+    def _trim_to(self, n_tokens: int) -> None:
+        keep = max(n_tokens - 1, 0)
+        if self._t.n_past > keep:
+            self._t.truncate(keep)
+        if self._d.n_past > keep:
+            self._d.truncate(keep)
+
+    def generate(
+        self,
+        prompt: Prompt = "",
+        max_tokens: int = 256,
+        *,
+        sampler: SamplerConfig | None = None,
+        stop: Sequence[str] = (),
+        ignore_eos: bool = False,
+    ) -> Completion:
+        """Like :meth:`Engine.generate`: the session continues across calls."""
+        result: list[Completion] = []
+        for _ in self._run(prompt, max_tokens, sampler, stop, ignore_eos, result):
+            pass
+        return result[0]
+
+    def stream(
+        self,
+        prompt: Prompt = "",
+        max_tokens: int = 256,
+        *,
+        sampler: SamplerConfig | None = None,
+        stop: Sequence[str] = (),
+        ignore_eos: bool = False,
+    ) -> Iterator[str]:
+        """Like :meth:`Engine.stream`."""
+        result: list[Completion] = []
+        yield from self._run(prompt, max_tokens, sampler, stop, ignore_eos, result)
+
+
+def _check_vocab(target: Engine, draft: Engine) -> None:
+    tt, dt = target.tokenizer, draft.tokenizer
+    if target.vocab_size != draft.vocab_size or tt.vocab_size != dt.vocab_size:
+        raise ParameterError(
+            "draft and target vocabularies differ: "
+            f"{draft.vocab_size} vs {target.vocab_size} tokens"
+        )
+    for i in range(tt.vocab_size):
+        if tt.token_to_piece(i) != dt.token_to_piece(i):
+            raise ParameterError(
+                f"draft and target vocabularies differ at token {i}: "
+                f"{dt.token_to_piece(i)!r} vs {tt.token_to_piece(i)!r}"
+            )

@@ -1,0 +1,110 @@
+"""Speculative decoding on a real pair made by scripts/make_spec_pair.py:
+SmolLM2 dequantized to F16 (target) and requantized to Q4_0 (draft).
+Greedy output is the target's token for token, sampling keeps the target's
+distribution (chi-square), and split generations equal whole ones."""
+
+from __future__ import annotations
+
+import importlib.util
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from oxillama import Engine, SamplerConfig
+from oxillama.errors import ParameterError
+from oxillama.speculative import SpeculativeEngine
+from tests._gguf_meta import gemma3_path
+
+ROOT = Path(__file__).resolve().parents[1]
+
+PROMPTS = [
+    "The capital of France is",
+    "Once upon a time",
+    "def fibonacci(n):",
+    "Water boils at",
+    "The three primary colors are",
+    "In 1969, astronauts",
+    "My favourite fruit is",
+    "The quick brown fox",
+]
+
+
+@pytest.fixture(scope="module")
+def pair() -> tuple[Engine, Engine]:
+    spec = importlib.util.spec_from_file_location(
+        "make_spec_pair", ROOT / "scripts/make_spec_pair.py"
+    )
+    assert spec is not None and spec.loader is not None
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    target, draft = mod.make_pair(Path.home() / ".cache/oxillama/spec")
+    return (
+        Engine(target, context_size=512, threads=2),
+        Engine(draft, context_size=512, threads=2),
+    )
+
+
+def test_greedy_is_the_target_token_for_token(pair: tuple[Engine, Engine]) -> None:
+    target, draft = pair
+    greedy = SamplerConfig.greedy()
+    se = SpeculativeEngine(target, draft, num_speculative=4)
+    for p in PROMPTS:
+        target.reset()
+        want = target.generate(p, 24, sampler=greedy, ignore_eos=True).tokens
+        se.reset()
+        got = se.generate(p, 24, sampler=greedy, ignore_eos=True)
+        assert got.tokens == want, p
+        assert got.text == target.detokenize(want)
+    assert 0 < se.stats.accepted <= se.stats.drafted
+
+
+@pytest.mark.parametrize("cfg", [SamplerConfig.greedy(), SamplerConfig(temperature=0.9, seed=3)])
+def test_split_generations_equal_whole_ones(
+    pair: tuple[Engine, Engine], cfg: SamplerConfig
+) -> None:
+    se = SpeculativeEngine(*pair, num_speculative=3, seed=11)
+    whole = se.generate("The sea", 60, sampler=cfg, ignore_eos=True).tokens
+    se.reset()
+    first = se.generate("The sea", 20, sampler=cfg, ignore_eos=True).tokens
+    rest = se.generate("", 40, sampler=cfg, ignore_eos=True).tokens
+    assert first + rest == whole
+
+
+def test_sampling_keeps_the_target_distribution(pair: tuple[Engine, Engine]) -> None:
+    """Chi-square of the first sampled token against the target's own
+    distribution (top-k 6, so every category is well populated)."""
+    target, draft = pair
+    cfg = SamplerConfig(temperature=1.5, top_k=6, top_p=1.0, min_p=0.0)
+    prompt = "My favourite colour is"
+    target.reset()
+    logits = target.eval(target.tokenize(prompt, add_special=True))
+    se = SpeculativeEngine(target, draft, num_speculative=2, seed=0)
+    p = se._dist(logits, cfg)
+    support = np.nonzero(p)[0]
+    assert len(support) == 6
+    n = 300
+    counts = dict.fromkeys(support.tolist(), 0)
+    for seed in range(n):
+        se.seed = seed
+        se.reset()
+        tok = se.generate(prompt, 1, sampler=cfg, ignore_eos=True).tokens[0]
+        counts[tok] += 1
+    expected = n * p[support]
+    chi2 = sum((counts[t] - e) ** 2 / e for t, e in zip(support.tolist(), expected, strict=True))
+    # 5 degrees of freedom: P(chi2 > 20.5) = 0.001.
+    assert chi2 < 20.5, (chi2, counts, expected)
+    # And the draft really disagreed sometimes (the rule was exercised).
+    assert se.stats.drafted > 0
+
+
+def test_mismatched_vocabularies_and_unsupported_samplers(pair: tuple[Engine, Engine]) -> None:
+    target, draft = pair
+    gemma = Engine(gemma3_path(), context_size=64, threads=1)
+    with pytest.raises(ParameterError, match="vocabularies differ"):
+        SpeculativeEngine(target, gemma)
+    se = SpeculativeEngine(target, draft)
+    with pytest.raises(ParameterError, match="repetition_penalty"):
+        se.generate("x", 4, sampler=SamplerConfig(repetition_penalty=1.2))
+    with pytest.raises(ParameterError, match="num_speculative"):
+        SpeculativeEngine(target, draft, num_speculative=0)
