@@ -108,3 +108,68 @@ def test_mismatched_vocabularies_and_unsupported_samplers(pair: tuple[Engine, En
         se.generate("x", 4, sampler=SamplerConfig(repetition_penalty=1.2))
     with pytest.raises(ParameterError, match="num_speculative"):
         SpeculativeEngine(target, draft, num_speculative=0)
+
+
+CHILD = """
+import json, sys
+from oxillama import SamplerConfig
+from oxillama.speculative import SpeculativeEngine
+out = {}
+for name, (path, cfg) in json.loads(sys.argv[1]).items():
+    se = SpeculativeEngine.restore(path)
+    out[name] = se.generate("", 40, sampler=SamplerConfig(**cfg), ignore_eos=True).tokens
+print(json.dumps(out))
+"""
+
+
+def test_oxispec1_continues_exactly_in_another_process(
+    pair: tuple[Engine, Engine], tmp_path: Path
+) -> None:
+    import json
+    import subprocess
+    import sys
+
+    cases = {"greedy": {"temperature": 0.0}, "sampled": {"temperature": 0.9, "top_p": 0.95}}
+    whole, first, jobs = {}, {}, {}
+    for name, kw in cases.items():
+        cfg = SamplerConfig(**kw)
+        se = SpeculativeEngine(*pair, num_speculative=3, seed=21)
+        whole[name] = se.generate("A quiet harbour", 60, sampler=cfg, ignore_eos=True).tokens
+        se.reset()
+        first[name] = se.generate("A quiet harbour", 20, sampler=cfg, ignore_eos=True).tokens
+        path = tmp_path / f"{name}.oxispec"
+        se.snapshot(path)
+        assert path.read_bytes()[:8] == b"OXISPEC1"
+        jobs[name] = (str(path), kw)
+    run = subprocess.run(
+        [sys.executable, "-c", CHILD, json.dumps(jobs)],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        check=True,
+    )
+    rest = json.loads(run.stdout.strip().splitlines()[-1])
+    for name in cases:
+        assert first[name] + rest[name] == whole[name], name
+
+
+def test_oxispec1_rejects_bad_files(pair: tuple[Engine, Engine]) -> None:
+    from oxillama.snapshot import SnapshotFormatError
+
+    se = SpeculativeEngine(*pair, num_speculative=2, seed=1)
+    se.generate("Hi", 4, ignore_eos=True)
+    blob = se.snapshot_bytes()
+    with pytest.raises(SnapshotFormatError, match="bad magic"):
+        SpeculativeEngine.restore_bytes(b"OXISNAP1" + blob[8:])
+    with pytest.raises(SnapshotFormatError, match="truncated"):
+        SpeculativeEngine.restore_bytes(blob[: len(blob) // 2])
+    bad = bytearray(blob)
+    bad[-100] ^= 1
+    with pytest.raises(SnapshotFormatError, match="checksum"):
+        SpeculativeEngine.restore_bytes(bytes(bad))
+    newer = bytearray(blob)
+    newer[8:12] = (9).to_bytes(4, "little")
+    with pytest.raises(SnapshotFormatError, match="version 9"):
+        SpeculativeEngine.restore_bytes(bytes(newer))
+    again = SpeculativeEngine.restore_bytes(blob)
+    assert again.tokens == se.tokens and again.num_speculative == 2

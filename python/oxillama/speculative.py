@@ -19,6 +19,7 @@ Each round:
 
 from __future__ import annotations
 
+import os
 import time
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
@@ -26,7 +27,6 @@ from dataclasses import dataclass
 import numpy as np
 import numpy.typing as npt
 
-from . import _native
 from ._text import TextAssembler
 from .completion import Completion, FinishReason, Timings
 from .engine import Engine, Prompt
@@ -81,21 +81,23 @@ class SpeculativeEngine:
         if not isinstance(num_speculative, int) or not 1 <= num_speculative <= 32:
             raise ParameterError(f"num_speculative must be in 1..32, got {num_speculative!r}")
         _check_vocab(target, draft)
-        self.target, self.draft = target, draft
-        self.num_speculative = num_speculative
-        self.seed = seed
-        n_ctx = min(target.n_ctx, draft.n_ctx)
-        self._t = _native.Session(target._model, n_ctx, target.threads, "f16")
-        self._d = _native.Session(draft._model, n_ctx, draft.threads, "f16")
-        # Verification rows must equal one-token evaluations exactly.
-        self._t.exact_rows = True
-        self._n_ctx = n_ctx
+        self._adopt(target, draft, num_speculative, seed)
         self.reset()
+
+    def _adopt(self, target: Engine, draft: Engine, k: int, seed: int | None) -> None:
+        self.target, self.draft = target, draft
+        self.num_speculative = k
+        self.seed = seed
+        # The engines' own sessions carry the KV, so each engine's OXISNAP1
+        # snapshot (inside OXISPEC1) is its part of the state.
+        self._t = target._session
+        self._d = draft._session
+        self._n_ctx = min(target.n_ctx, draft.n_ctx)
 
     def reset(self) -> None:
         """Empties both contexts; the RNG restarts from the seed."""
-        self._t.reset()
-        self._d.reset()
+        self.target.reset()
+        self.draft.reset()
         self._tokens: list[int] = []
         #: Tokens a round already decided but a max_tokens cut held back;
         #: the next continuation emits them first, so 20 + 40 tokens are
@@ -175,7 +177,12 @@ class SpeculativeEngine:
             if i + 1 < k:
                 q_logits = self._d.eval(np.asarray([tok], dtype=np.uint32), False)
         batch = np.asarray([self._tokens[-1], *drafts], dtype=np.uint32)
-        p_rows = self._t.eval(batch, True)
+        # Verification rows must equal one-token evaluations exactly.
+        self._t.exact_rows = True
+        try:
+            p_rows = self._t.eval(batch, True)
+        finally:
+            self._t.exact_rows = False
         new: list[int] = []
         for i, tok in enumerate(drafts):
             if greedy:
@@ -298,6 +305,57 @@ class SpeculativeEngine:
             self._t.truncate(keep)
         if self._d.n_past > keep:
             self._d.truncate(keep)
+        self._sync()
+
+    def _sync(self) -> None:
+        """Keeps each engine's token list equal to what its cache holds (the
+        pending token is in neither), so its own snapshot is consistent."""
+        for eng, sess in ((self.target, self._t), (self.draft, self._d)):
+            eng._tokens = self._tokens[: sess.n_past]
+            eng._last_logits = None
+            eng._grammar = None
+
+    # ------------------------------------------------------------ snapshots
+
+    def snapshot(self, path: str | os.PathLike[str], *, durable: bool = True) -> None:
+        """Writes an OXISPEC1 file atomically (temp file, fsync, rename)."""
+        from .snapshot import spec
+
+        spec.dump(self, path, durable=durable)
+
+    def snapshot_bytes(self) -> bytes:
+        from .snapshot import spec
+
+        return spec.dumps(self)
+
+    @classmethod
+    def restore(
+        cls,
+        path: str | os.PathLike[str],
+        *,
+        target_model_path: str | os.PathLike[str] | None = None,
+        draft_model_path: str | os.PathLike[str] | None = None,
+    ) -> SpeculativeEngine:
+        """Continues a speculative session exactly (same tokens, same draws)."""
+        from .snapshot import spec
+
+        return spec.load(
+            path, target_model_path=target_model_path, draft_model_path=draft_model_path
+        )
+
+    @classmethod
+    def restore_bytes(
+        cls,
+        blob: bytes | bytearray | memoryview,
+        *,
+        target_model_path: str | os.PathLike[str] | None = None,
+        draft_model_path: str | os.PathLike[str] | None = None,
+    ) -> SpeculativeEngine:
+        from .snapshot import spec
+
+        return spec.loads(
+            blob, target_model_path=target_model_path, draft_model_path=draft_model_path
+        )
 
     def generate(
         self,

@@ -1,0 +1,136 @@
+"""OXISPEC1: a speculative-decoding session (target and draft OXISNAP1
+snapshots, the accepted-token history, held-back tokens, the accept/reject
+RNG state and the acceptance statistics). Same container as OXISNAP1 with
+its own magic; see docs/snapshot-format.md."""
+
+from __future__ import annotations
+
+import datetime as _dt
+import os
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from .._native import __version__
+from . import sections as S
+from .errors import SnapshotError, SnapshotFormatError
+from .format import Section, decode, encode
+
+if TYPE_CHECKING:
+    from ..speculative import SpeculativeEngine
+
+MAGIC = b"OXISPEC1"
+VERSION = 1
+META, TARGET, DRAFT = 1, 2, 3
+
+
+def dumps(spec: SpeculativeEngine) -> bytes:
+    spec._sync()
+    meta = {
+        "num_speculative": spec.num_speculative,
+        "seed": spec.seed,
+        "tokens": spec._tokens,
+        "ahead": spec._ahead,
+        "rng": spec._rng.bit_generator.state,
+        "stats": {
+            "rounds": spec.stats.rounds,
+            "drafted": spec.stats.drafted,
+            "accepted": spec.stats.accepted,
+        },
+        "created_at": _dt.datetime.now(_dt.timezone.utc).isoformat(),
+        "library_version": __version__,
+    }
+    return encode(
+        [
+            Section(META, S.encode_json(meta)),
+            Section(TARGET, spec.target.snapshot_bytes()),
+            Section(DRAFT, spec.draft.snapshot_bytes()),
+        ],
+        magic=MAGIC,
+        version=VERSION,
+    )
+
+
+def _ints(v: Any, what: str) -> list[int]:
+    if not isinstance(v, list) or not all(isinstance(t, int) and t >= 0 for t in v):
+        raise SnapshotFormatError(f"{what} must be a list of token ids")
+    return v
+
+
+def loads(
+    blob: bytes | bytearray | memoryview,
+    *,
+    target_model_path: str | os.PathLike[str] | None = None,
+    draft_model_path: str | os.PathLike[str] | None = None,
+) -> SpeculativeEngine:
+    from ..engine import Engine
+    from ..speculative import SpeculativeEngine, SpeculativeStats
+
+    _, secs = decode(blob, magic=MAGIC)
+    for tag, name in ((META, "meta"), (TARGET, "target"), (DRAFT, "draft")):
+        if tag not in secs:
+            raise SnapshotFormatError(f"missing required section: {name}")
+    meta = S.decode_json(secs[META], "meta")
+    tokens = _ints(meta.get("tokens"), "meta.tokens")
+    ahead = _ints(meta.get("ahead"), "meta.ahead")
+    k, seed, stats = meta.get("num_speculative"), meta.get("seed"), meta.get("stats")
+    if not isinstance(k, int) or not (seed is None or isinstance(seed, int)):
+        raise SnapshotFormatError("meta.num_speculative / meta.seed are invalid")
+    if not isinstance(stats, dict):
+        raise SnapshotFormatError("meta.stats is not an object")
+    target = Engine.restore_bytes(bytes(secs[TARGET]), model_path=target_model_path)
+    draft = Engine.restore_bytes(bytes(secs[DRAFT]), model_path=draft_model_path)
+    for eng, name in ((target, "target"), (draft, "draft")):
+        if eng.tokens != tokens[: eng.n_past] or eng.n_past > max(len(tokens) - 1, 0):
+            raise SnapshotFormatError(f"the {name} session does not match the token history")
+    spec = SpeculativeEngine.__new__(SpeculativeEngine)
+    spec._adopt(target, draft, k, seed)
+    spec._tokens = list(tokens)
+    spec._ahead = list(ahead)
+    try:
+        rng = np.random.Generator(np.random.PCG64())
+        rng.bit_generator.state = meta["rng"]
+        spec.stats = SpeculativeStats(
+            int(stats["rounds"]), int(stats["drafted"]), int(stats["accepted"])
+        )
+    except (KeyError, TypeError, ValueError) as e:
+        raise SnapshotFormatError(f"meta.rng or meta.stats is invalid: {e}") from None
+    spec._rng = rng
+    return spec
+
+
+def dump(spec: SpeculativeEngine, path: str | os.PathLike[str], *, durable: bool = True) -> None:
+    from pathlib import Path
+
+    from .session import _fsync_dir, _temp_name
+
+    target = Path(path)
+    folder = target.parent if str(target.parent) else Path(".")
+    blob = dumps(spec)
+    tmp = _temp_name(folder, target.name)
+    try:
+        with open(tmp, "xb") as f:
+            f.write(blob)
+            if durable:
+                f.flush()
+                os.fsync(f.fileno())
+        os.replace(tmp, target)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
+    if durable:
+        _fsync_dir(folder)
+
+
+def load(
+    path: str | os.PathLike[str],
+    *,
+    target_model_path: str | os.PathLike[str] | None = None,
+    draft_model_path: str | os.PathLike[str] | None = None,
+) -> SpeculativeEngine:
+    try:
+        with open(path, "rb") as f:
+            blob = f.read()
+    except OSError as e:
+        raise SnapshotError(f"cannot read snapshot {str(path)!r}: {e}") from e
+    return loads(blob, target_model_path=target_model_path, draft_model_path=draft_model_path)
