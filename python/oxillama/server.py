@@ -14,10 +14,14 @@ Needs ``pip install oxillama[server]`` (Starlette and uvicorn).
 
 from __future__ import annotations
 
+import asyncio
 import json
+import os
+import re
 import time
 import uuid
 from collections.abc import AsyncIterator, Callable, Mapping
+from pathlib import Path
 from typing import Any
 
 from starlette.applications import Starlette
@@ -27,8 +31,10 @@ from starlette.routing import Route
 
 from .async_engine import AsyncEngine
 from .completion import Completion
+from .engine import Engine
 from .errors import GenerateError, GrammarError, OxiLlamaError, ParameterError
 from .sampling import SamplerConfig
+from .snapshot import SnapshotError
 
 __all__ = ["build_app", "serve"]
 
@@ -98,10 +104,59 @@ def _sampler(body: Mapping[str, Any]) -> SamplerConfig:
         raise ApiError(400, str(e)) from None
 
 
+_SESSION_ID = re.compile(r"[A-Za-z0-9_-]{1,64}")
+
+
 class Server:
-    def __init__(self, engine: AsyncEngine, model_name: str) -> None:
+    def __init__(
+        self, engine: AsyncEngine, model_name: str, sessions_dir: Path | None = None
+    ) -> None:
         self.engine = engine
         self.model_name = model_name
+        self.sessions_dir = sessions_dir
+        #: Stateful sessions: id -> (engine, lock). A request naming a
+        #: session continues its context instead of starting a new one.
+        self.sessions: dict[str, tuple[Engine, asyncio.Lock]] = {}
+
+    def session_id(self, request: Request) -> str:
+        sid = str(request.path_params["sid"])
+        if not _SESSION_ID.fullmatch(sid):
+            raise ApiError(400, "session ids are 1-64 characters of A-Z a-z 0-9 _ -")
+        return sid
+
+    def session(self, sid: str) -> tuple[Engine, asyncio.Lock]:
+        if sid not in self.sessions:
+            base = self.engine.engine
+            eng = Engine(base.model_path, context_size=base.n_ctx, threads=base.threads)
+            self.sessions[sid] = (eng, asyncio.Lock())
+        return self.sessions[sid]
+
+    def snapshot_path(self, sid: str) -> Path:
+        if self.sessions_dir is None:
+            raise ApiError(400, "this server has no sessions folder (start it with --sessions-dir)")
+        return self.sessions_dir / f"{sid}.oxisnap"
+
+    async def save(self, request: Request) -> Response:
+        sid = self.session_id(request)
+        path = self.snapshot_path(sid)
+        if sid not in self.sessions:
+            raise ApiError(404, f"no session '{sid}' on this replica", kind="not_found_error")
+        eng, lock = self.sessions[sid]
+        async with lock:
+            await AsyncEngine.snapshot(eng, path)
+        return JSONResponse({"id": sid, "tokens": eng.n_past, "path": path.name})
+
+    async def restore(self, request: Request) -> Response:
+        sid = self.session_id(request)
+        path = self.snapshot_path(sid)
+        if not path.is_file():
+            raise ApiError(404, f"no saved session '{sid}'", kind="not_found_error")
+        try:
+            eng = await AsyncEngine.restore(path, threads=self.engine.engine.threads)
+        except SnapshotError as e:
+            raise ApiError(400, f"cannot restore session '{sid}': {e}") from None
+        self.sessions[sid] = (eng, asyncio.Lock())
+        return JSONResponse({"id": sid, "tokens": eng.n_past})
 
     async def body(self, request: Request) -> dict[str, Any]:
         try:
@@ -171,6 +226,7 @@ class Server:
         body: Mapping[str, Any],
         shape: Callable[[str, Completion | None, str | None], dict[str, Any]],
         final: Callable[[Completion], dict[str, Any]],
+        stateful: Callable[[Engine, int, dict[str, Any]], Completion],
     ) -> Response:
         max_tokens = _field(body, "max_tokens", int, None)
         if max_tokens is None:
@@ -188,6 +244,24 @@ class Server:
             "ignore_eos": bool(_field(body, "ignore_eos", bool, False)),
             **self.constraint(body),
         }
+        sid = _field(body, "session", str, None)
+        if sid is not None:
+            if not _SESSION_ID.fullmatch(sid):
+                raise ApiError(400, "session ids are 1-64 characters of A-Z a-z 0-9 _ -")
+            if _field(body, "stream", bool, False):
+                raise ApiError(
+                    400, "streaming is not supported for stateful sessions yet", param="stream"
+                )
+            eng, lock = self.session(sid)
+            async with lock:
+                loop = asyncio.get_running_loop()
+                try:
+                    out = await loop.run_in_executor(
+                        None, lambda: stateful(eng, max_tokens, kwargs)
+                    )
+                except GrammarError as e:
+                    raise ApiError(400, str(e), param="grammar") from None
+            return JSONResponse(final(out))
         if not _field(body, "stream", bool, False):
             try:
                 out = await self.engine.generate(tokens, max_tokens, **kwargs)
@@ -240,7 +314,14 @@ class Server:
             d["usage"] = _usage(len(tokens), out)
             return d
 
-        return await self.run(request, tokens, body, shape, final)
+        prompt = body["prompt"]
+
+        def stateful(eng: Engine, n: int, kw: dict[str, Any]) -> Completion:
+            # A session appends the prompt to its context (BOS only at the start).
+            p = prompt[0] if isinstance(prompt, list) and len(prompt) == 1 else prompt
+            return eng.generate(p, n, **kw)
+
+        return await self.run(request, tokens, body, shape, final, stateful)
 
     async def chat(self, request: Request) -> Response:
         body = await self.body(request)
@@ -286,7 +367,11 @@ class Server:
                 "usage": _usage(len(tokens), out),
             }
 
-        return await self.run(request, tokens, body, shape, final)
+        def stateful(eng: Engine, n: int, kw: dict[str, Any]) -> Completion:
+            # Only the turns the session has not seen are evaluated.
+            return eng.chat(messages, n, **kw)
+
+        return await self.run(request, tokens, body, shape, final, stateful)
 
     async def models(self, request: Request) -> Response:
         return JSONResponse(
@@ -322,9 +407,19 @@ def _usage(prompt: int, out: Completion) -> dict[str, int]:
     }
 
 
-def build_app(engine: AsyncEngine, *, model_name: str = "oxillama") -> Starlette:
-    """The Starlette app serving ``engine``."""
-    s = Server(engine, model_name)
+def build_app(
+    engine: AsyncEngine,
+    *,
+    model_name: str = "oxillama",
+    sessions_dir: str | os.PathLike[str] | None = None,
+) -> Starlette:
+    """The Starlette app serving ``engine``; ``sessions_dir`` is where
+    ``/v1/sessions/{id}/save`` and ``.../restore`` keep snapshots (replicas
+    sharing it can hand sessions to each other)."""
+    folder = Path(sessions_dir) if sessions_dir is not None else None
+    if folder is not None:
+        folder.mkdir(parents=True, exist_ok=True)
+    s = Server(engine, model_name, folder)
 
     def wrap(handler: Callable[[Request], Any]) -> Callable[[Request], Any]:
         async def endpoint(request: Request) -> Response:
@@ -350,6 +445,8 @@ def build_app(engine: AsyncEngine, *, model_name: str = "oxillama") -> Starlette
             Route("/v1/models", wrap(s.models), methods=["GET"]),
             Route("/v1/completions", wrap(s.completions), methods=["POST"]),
             Route("/v1/chat/completions", wrap(s.chat), methods=["POST"]),
+            Route("/v1/sessions/{sid}/save", wrap(s.save), methods=["POST"]),
+            Route("/v1/sessions/{sid}/restore", wrap(s.restore), methods=["POST"]),
         ]
     )
 
@@ -363,10 +460,12 @@ def serve(
     context_size: int = 2048,
     max_batch: int = 8,
     model_name: str | None = None,
+    sessions_dir: str | os.PathLike[str] | None = None,
 ) -> None:
     """Runs the server until interrupted."""
     import uvicorn
 
     engine = AsyncEngine(model, context_size=context_size, threads=threads, max_batch=max_batch)
     name = model_name or (engine.engine.model_path.stem if engine.engine.model_path else "oxillama")
-    uvicorn.run(build_app(engine, model_name=name), host=host, port=port, log_level="info")
+    app = build_app(engine, model_name=name, sessions_dir=sessions_dir)
+    uvicorn.run(app, host=host, port=port, log_level="info")
