@@ -173,3 +173,41 @@ def test_oxispec1_rejects_bad_files(pair: tuple[Engine, Engine]) -> None:
         SpeculativeEngine.restore_bytes(bytes(newer))
     again = SpeculativeEngine.restore_bytes(blob)
     assert again.tokens == se.tokens and again.num_speculative == 2
+
+
+JSON_GBNF = r"""
+root   ::= "{" ws "\"name\":" ws string "," ws "\"age\":" ws [0-9]{1,3} ws "}"
+string ::= "\"" [a-zA-Z ]{1,20} "\""
+ws     ::= | " "
+"""
+
+
+def test_grammar_constrains_drafts_and_verification(
+    pair: tuple[Engine, Engine], tmp_path: Path
+) -> None:
+    import json
+
+    target, draft = pair
+    greedy = SamplerConfig.greedy()
+    target.reset()
+    want = target.generate("A person as JSON:", 40, sampler=greedy, grammar=JSON_GBNF)
+    se = SpeculativeEngine(target, draft, num_speculative=4, seed=2)
+    got = se.generate("A person as JSON:", 40, sampler=greedy, grammar=JSON_GBNF)
+    assert got.tokens == want.tokens and got.finish_reason == want.finish_reason
+    json.loads(got.text)
+    cfg = SamplerConfig(temperature=1.0, seed=9)
+    for seed in range(3):
+        se.seed = seed
+        se.reset()
+        out = se.generate("A person as JSON:", 40, sampler=cfg, grammar=JSON_GBNF)
+        assert out.finish_reason in ("stop", "eos"), out.text
+        json.loads(out.text)
+    # Mid-grammar snapshot: the continuation is the uninterrupted one.
+    se.seed = 4
+    se.reset()
+    whole = se.generate("A person as JSON:", 40, sampler=cfg, grammar=JSON_GBNF).tokens
+    se.reset()
+    head = se.generate("A person as JSON:", 6, sampler=cfg, grammar=JSON_GBNF).tokens
+    again = SpeculativeEngine.restore_bytes(se.snapshot_bytes())
+    tail = again.generate("", 40, sampler=cfg, grammar=JSON_GBNF).tokens
+    assert head + tail == whole

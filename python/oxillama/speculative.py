@@ -21,16 +21,19 @@ from __future__ import annotations
 
 import os
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 import numpy.typing as npt
 
+from ._native import GrammarMatcher
 from ._text import TextAssembler
 from .completion import Completion, FinishReason, Timings
-from .engine import Engine, Prompt
+from .engine import Engine, Prompt, _constraint
 from .errors import GenerateError, ParameterError
+from .grammar import Grammar
 from .sampling import SamplerConfig
 
 __all__ = ["SpeculativeEngine", "SpeculativeStats"]
@@ -99,10 +102,14 @@ class SpeculativeEngine:
         self.target.reset()
         self.draft.reset()
         self._tokens: list[int] = []
+        self._grammar: Grammar | None = None
+        self._matcher: GrammarMatcher | None = None
         #: Tokens a round already decided but a max_tokens cut held back;
         #: the next continuation emits them first, so 20 + 40 tokens are
         #: the same as 60 at once (also across a snapshot).
         self._ahead: list[int] = []
+        self._ahead_complete: int | None = None
+        self._complete_at: int | None = None
         self._rng = np.random.Generator(np.random.PCG64(self.seed))
         self.stats = SpeculativeStats()
 
@@ -154,6 +161,25 @@ class SpeculativeEngine:
 
     # ----------------------------------------------------------- decoding
 
+    def _allowed(self, size: int) -> npt.NDArray[np.bool_] | None:
+        """The grammar's allowed tokens now, as a boolean vector."""
+        m = self._matcher
+        if m is None:
+            return None
+        bits = np.unpackbits(np.frombuffer(m.mask(), dtype=np.uint8), bitorder="little")
+        out = np.zeros(size, dtype=bool)
+        n = min(size, bits.size)
+        out[:n] = bits[:n].astype(bool)
+        return out
+
+    @staticmethod
+    def _masked(
+        logits: npt.NDArray[np.float32], allowed: npt.NDArray[np.bool_] | None
+    ) -> npt.NDArray[np.float32]:
+        if allowed is None:
+            return logits
+        return np.where(allowed, logits, np.float32(-np.inf)).astype(np.float32)
+
     def _round(self, cfg: SamplerConfig, greedy: bool) -> list[int]:
         """One draft-and-verify round; returns the new tokens (>= 1)."""
         k = self.num_speculative
@@ -164,18 +190,37 @@ class SpeculativeEngine:
             self._t.eval(np.asarray(behind, dtype=np.uint32), False)
         catch_up = self._tokens[self._d.n_past :]
         q_logits = self._d.eval(np.asarray(catch_up, dtype=np.uint32), False)
+        m = self._matcher
+        vocab = q_logits.size
         drafts: list[int] = []
         qs: list[npt.NDArray[np.float64]] = []
+        # The grammar's mask at each drafted position; the target's rows at
+        # the same positions see the same matcher states, so they reuse them.
+        masks: list[npt.NDArray[np.bool_] | None] = []
         for i in range(k):
+            allowed = self._allowed(vocab)
+            masks.append(allowed)
+            ql = self._masked(q_logits, allowed)
             if greedy:
-                tok = self._argmax(q_logits, cfg)
+                tok = self._argmax(ql, cfg)
             else:
-                q = self._dist(q_logits, cfg)
+                q = self._dist(ql, cfg)
                 tok = self._draw(q)
                 qs.append(q)
             drafts.append(tok)
-            if i + 1 < k:
+            if m is not None:
+                if not m.accept_token(tok):
+                    raise GenerateError(f"internal error: drafted token {tok} the grammar refuses")
+                if m.is_terminated():
+                    break
+            if i + 1 < k and not self.target.tokenizer.is_eog(tok):
                 q_logits = self._d.eval(np.asarray([tok], dtype=np.uint32), False)
+            elif i + 1 < k:
+                break
+        masks.append(self._allowed(vocab))
+        if m is not None:
+            m.rollback(len(drafts))
+        k = len(drafts)
         batch = np.asarray([self._tokens[-1], *drafts], dtype=np.uint32)
         # Verification rows must equal one-token evaluations exactly.
         self._t.exact_rows = True
@@ -185,13 +230,14 @@ class SpeculativeEngine:
             self._t.exact_rows = False
         new: list[int] = []
         for i, tok in enumerate(drafts):
+            row = self._masked(p_rows[i], masks[i])
             if greedy:
-                best = self._argmax(p_rows[i], cfg)
+                best = self._argmax(row, cfg)
                 new.append(best)
                 if best != tok:
                     break
                 continue
-            p = self._dist(p_rows[i], cfg)
+            p = self._dist(row, cfg)
             q = qs[i]
             if p[tok] >= q[tok] or self._rng.random() < p[tok] / q[tok]:
                 new.append(tok)
@@ -201,9 +247,18 @@ class SpeculativeEngine:
             new.append(self._draw(residual / z) if z > 0 else self._draw(p))
             break
         else:
-            last = p_rows[k]
+            last = self._masked(p_rows[k], masks[k])
             new.append(self._argmax(last, cfg) if greedy else self._draw(self._dist(last, cfg)))
         accepted = len(new) - 1 if len(new) <= k else k
+        self._complete_at = None
+        if m is not None:
+            for j, tok in enumerate(new):
+                if not m.accept_token(tok):
+                    raise GenerateError(f"internal error: token {tok} the grammar refuses")
+                if self._complete_at is None and m.is_terminated():
+                    # Like Engine: a complete grammar ends the text before
+                    # anything (an EOS) is sampled after it.
+                    self._complete_at = j
         self.stats.rounds += 1
         self.stats.drafted += k
         self.stats.accepted += accepted
@@ -220,6 +275,7 @@ class SpeculativeEngine:
         stop: Sequence[str],
         ignore_eos: bool,
         result: list[Completion],
+        constraint: Grammar | None = None,
     ) -> Iterator[str]:
         if not isinstance(max_tokens, int) or max_tokens < 0:
             raise ParameterError(f"max_tokens must be a non-negative integer, got {max_tokens!r}")
@@ -255,6 +311,13 @@ class SpeculativeEngine:
                 self._t.eval(np.asarray(head, dtype=np.uint32), False)
             self._tokens += toks
         t1 = time.perf_counter()
+        # The matcher continues when the same grammar continues an empty
+        # prompt; otherwise a constrained text starts here.
+        live = self._grammar
+        if constraint is None:
+            self._grammar, self._matcher = None, None
+        elif not (not toks and live is not None and live == constraint and self._matcher):
+            self._grammar, self._matcher = constraint, constraint.matcher(self.target.tokenizer)
         out = TextAssembler(stop)
         generated: list[int] = []
         finish: FinishReason = "length"
@@ -262,10 +325,18 @@ class SpeculativeEngine:
         while not done and len(generated) < max_tokens:
             if len(self._tokens) >= self._n_ctx:
                 break
-            batch = self._ahead or self._round(cfg, greedy)
-            self._ahead = []
+            if self._matcher is not None and self._matcher.is_terminated() and not self._ahead:
+                finish = "stop"  # the grammar is complete
+                break
+            if self._ahead:
+                batch, complete_at = self._ahead, self._ahead_complete
+            else:
+                batch = self._round(cfg, greedy)
+                complete_at = self._complete_at
+            self._ahead, self._ahead_complete = [], None
             for j, tok in enumerate(batch):
-                if not ignore_eos and self.target.tokenizer.is_eog(tok):
+                eos_ends = not ignore_eos or self._matcher is not None
+                if eos_ends and self.target.tokenizer.is_eog(tok):
                     finish, done = "eos", True
                     # The EOS is not part of the text; keep the context
                     # consistent with what was generated.
@@ -279,9 +350,14 @@ class SpeculativeEngine:
                 if out.stopped:
                     finish, done = "stop", True
                     break
+                if complete_at == j:
+                    finish, done = "stop", True
+                    break
                 if len(generated) >= max_tokens:
                     done = True
                     self._ahead = batch[j + 1 :]
+                    if complete_at is not None:
+                        self._ahead_complete = complete_at - j - 1
                     break
             # Tokens past a stop are dropped; caches never hold more than
             # the committed tokens minus the pending one.
@@ -365,10 +441,15 @@ class SpeculativeEngine:
         sampler: SamplerConfig | None = None,
         stop: Sequence[str] = (),
         ignore_eos: bool = False,
+        grammar: str | Grammar | None = None,
+        json_schema: Mapping[str, Any] | Any | None = None,
     ) -> Completion:
-        """Like :meth:`Engine.generate`: the session continues across calls."""
+        """Like :meth:`Engine.generate`: the session continues across calls,
+        and ``grammar`` / ``json_schema`` constrain drafts and verification
+        alike (the matcher rolls back with the KV caches)."""
+        constraint = _constraint(grammar, json_schema)
         result: list[Completion] = []
-        for _ in self._run(prompt, max_tokens, sampler, stop, ignore_eos, result):
+        for _ in self._run(prompt, max_tokens, sampler, stop, ignore_eos, result, constraint):
             pass
         return result[0]
 
@@ -380,10 +461,13 @@ class SpeculativeEngine:
         sampler: SamplerConfig | None = None,
         stop: Sequence[str] = (),
         ignore_eos: bool = False,
+        grammar: str | Grammar | None = None,
+        json_schema: Mapping[str, Any] | Any | None = None,
     ) -> Iterator[str]:
         """Like :meth:`Engine.stream`."""
+        constraint = _constraint(grammar, json_schema)
         result: list[Completion] = []
-        yield from self._run(prompt, max_tokens, sampler, stop, ignore_eos, result)
+        yield from self._run(prompt, max_tokens, sampler, stop, ignore_eos, result, constraint)
 
 
 def _check_vocab(target: Engine, draft: Engine) -> None:

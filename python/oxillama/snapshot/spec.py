@@ -31,11 +31,19 @@ def dumps(spec: SpeculativeEngine) -> bytes:
         "seed": spec.seed,
         "tokens": spec._tokens,
         "ahead": spec._ahead,
+        "ahead_complete": spec._ahead_complete,
         "rng": spec._rng.bit_generator.state,
         "stats": {
             "rounds": spec.stats.rounds,
             "drafted": spec.stats.drafted,
             "accepted": spec.stats.accepted,
+        },
+        "grammar": None
+        if spec._grammar is None or spec._matcher is None
+        else {
+            "source": spec._grammar.source,
+            "root": spec._grammar.root,
+            "state": spec._matcher.export_state(),
         },
         "created_at": _dt.datetime.now(_dt.timezone.utc).isoformat(),
         "library_version": __version__,
@@ -87,6 +95,11 @@ def loads(
     spec._adopt(target, draft, k, seed)
     spec._tokens = list(tokens)
     spec._ahead = list(ahead)
+    done = meta.get("ahead_complete")
+    if not (done is None or (isinstance(done, int) and 0 <= done < max(len(ahead), 1))):
+        raise SnapshotFormatError("meta.ahead_complete is invalid")
+    spec._ahead_complete = done
+    spec._complete_at = None
     try:
         rng = np.random.Generator(np.random.PCG64())
         rng.bit_generator.state = meta["rng"]
@@ -96,6 +109,12 @@ def loads(
     except (KeyError, TypeError, ValueError) as e:
         raise SnapshotFormatError(f"meta.rng or meta.stats is invalid: {e}") from None
     spec._rng = rng
+    spec._grammar, spec._matcher = None, None
+    g = meta.get("grammar")
+    if g is not None:
+        from .session import _grammar
+
+        spec._grammar, spec._matcher = _grammar(target, g if isinstance(g, dict) else {})
     return spec
 
 
