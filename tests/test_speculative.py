@@ -211,3 +211,20 @@ def test_grammar_constrains_drafts_and_verification(
     again = SpeculativeEngine.restore_bytes(se.snapshot_bytes())
     tail = again.generate("", 40, sampler=cfg, grammar=JSON_GBNF).tokens
     assert head + tail == whole
+
+
+def test_auto_picks_the_smallest_compatible_draft(tmp_path: Path) -> None:
+    spec = importlib.util.spec_from_file_location(
+        "make_spec_pair", ROOT / "scripts/make_spec_pair.py"
+    )
+    assert spec is not None and spec.loader is not None
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    target, draft = mod.make_pair(Path.home() / ".cache/oxillama/spec")
+    se = SpeculativeEngine.auto(
+        target, [gemma3_path(), tmp_path / "missing.gguf", target, draft], context_size=128
+    )
+    assert se.draft.model_path == Path(draft)
+    with pytest.raises(ParameterError, match="no compatible draft") as e:
+        SpeculativeEngine.auto(target, [gemma3_path(), target], context_size=128)
+    assert "vocabularies differ" in str(e.value) or "not smaller" in str(e.value)

@@ -32,7 +32,7 @@ from ._native import GrammarMatcher
 from ._text import TextAssembler
 from .completion import Completion, FinishReason, Timings
 from .engine import Engine, Prompt, _constraint
-from .errors import GenerateError, ParameterError
+from .errors import GenerateError, OxiLlamaError, ParameterError
 from .grammar import Grammar
 from .sampling import SamplerConfig
 
@@ -86,6 +86,49 @@ class SpeculativeEngine:
         _check_vocab(target, draft)
         self._adopt(target, draft, num_speculative, seed)
         self.reset()
+
+    @classmethod
+    def auto(
+        cls,
+        target_path: str | os.PathLike[str],
+        candidates: Sequence[str | os.PathLike[str]],
+        *,
+        num_speculative: int = 4,
+        seed: int | None = None,
+        context_size: int | None = None,
+        threads: int | None = None,
+    ) -> SpeculativeEngine:
+        """Picks the draft from ``candidates``: the smallest GGUF file that
+        is smaller than the target and has the same vocabulary. Raises
+        ParameterError, with each candidate's reason, when none fits."""
+        target = Engine(target_path, context_size=context_size, threads=threads)
+        size = os.path.getsize(target_path)
+        reasons: list[str] = []
+        best: tuple[int, Engine] | None = None
+        for c in candidates:
+            try:
+                c_size = os.path.getsize(c)
+            except OSError as e:
+                reasons.append(f"{c}: {e.strerror}")
+                continue
+            if c_size >= size:
+                reasons.append(f"{c}: not smaller than the target ({c_size} >= {size} bytes)")
+                continue
+            if best is not None and c_size >= best[0]:
+                reasons.append(f"{c}: a smaller compatible draft was found")
+                continue
+            try:
+                draft = Engine(c, context_size=target.n_ctx, threads=threads)
+                _check_vocab(target, draft)
+            except OxiLlamaError as e:
+                reasons.append(f"{c}: {e}")
+                continue
+            best = (c_size, draft)
+        if best is None:
+            raise ParameterError(
+                "no compatible draft model among the candidates:\n  " + "\n  ".join(reasons)
+            )
+        return cls(target, best[1], num_speculative=num_speculative, seed=seed)
 
     def _adopt(self, target: Engine, draft: Engine, k: int, seed: int | None) -> None:
         self.target, self.draft = target, draft
