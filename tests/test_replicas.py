@@ -159,3 +159,28 @@ def test_round_robin_and_session_errors(lb: str) -> None:
     with pytest.raises(urllib.error.HTTPError) as e:
         post(lb + "/a/v1/sessions/bad%20id/save", {})
     assert e.value.code == 400
+
+
+def test_stateful_session_streams(lb: str) -> None:
+    body = {
+        "prompt": "Once upon a time",
+        "max_tokens": 10,
+        "temperature": 0,
+        "session": "st",
+        "stream": True,
+        "ignore_eos": True,
+    }
+    req = urllib.request.Request(
+        lb + "/a/v1/completions",
+        data=json.dumps(body).encode(),
+        headers={"Content-Type": "application/json"},
+    )
+    chunks = []
+    with urllib.request.urlopen(req, timeout=120) as r:
+        for line in r:
+            if line.startswith(b"data: ") and line.strip() != b"data: [DONE]":
+                chunks.append(json.loads(line[6:]))
+    streamed = "".join(c["choices"][0]["text"] for c in chunks)
+    assert chunks[-1]["choices"][0]["finish_reason"] == "length"
+    plain = post(lb + "/a/v1/completions", {**body, "stream": False, "session": "st2"})
+    assert streamed == text(plain)

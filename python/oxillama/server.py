@@ -15,9 +15,11 @@ Needs ``pip install oxillama[server]`` (Starlette and uvicorn).
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import os
 import re
+import threading
 import time
 import uuid
 from collections.abc import AsyncIterator, Callable, Mapping
@@ -31,7 +33,7 @@ from starlette.routing import Route
 
 from .async_engine import AsyncEngine
 from .completion import Completion
-from .engine import Engine
+from .engine import Engine, _constraint
 from .errors import GenerateError, GrammarError, OxiLlamaError, ParameterError
 from .sampling import SamplerConfig
 from .snapshot import SnapshotError
@@ -248,19 +250,21 @@ class Server:
         if sid is not None:
             if not _SESSION_ID.fullmatch(sid):
                 raise ApiError(400, "session ids are 1-64 characters of A-Z a-z 0-9 _ -")
-            if _field(body, "stream", bool, False):
-                raise ApiError(
-                    400, "streaming is not supported for stateful sessions yet", param="stream"
-                )
+            try:
+                # Compile now, so a bad grammar is a 400 even when streaming.
+                grammar = _constraint(kwargs.pop("grammar", None), kwargs.pop("json_schema", None))
+            except GrammarError as e:
+                raise ApiError(400, str(e), param="grammar") from None
+            kwargs["grammar"] = grammar
             eng, lock = self.session(sid)
+            if _field(body, "stream", bool, False):
+                return StreamingResponse(
+                    self.session_events(eng, lock, stateful, max_tokens, kwargs, shape),
+                    media_type="text/event-stream",
+                )
             async with lock:
                 loop = asyncio.get_running_loop()
-                try:
-                    out = await loop.run_in_executor(
-                        None, lambda: stateful(eng, max_tokens, kwargs)
-                    )
-                except GrammarError as e:
-                    raise ApiError(400, str(e), param="grammar") from None
+                out = await loop.run_in_executor(None, lambda: stateful(eng, max_tokens, kwargs))
             return JSONResponse(final(out))
         if not _field(body, "stream", bool, False):
             try:
@@ -290,6 +294,56 @@ class Server:
                 await pieces.aclose()
 
         return StreamingResponse(events(), media_type="text/event-stream")
+
+    async def session_events(
+        self,
+        eng: Engine,
+        lock: asyncio.Lock,
+        stateful: Callable[[Engine, int, dict[str, Any]], Completion],
+        max_tokens: int,
+        kwargs: dict[str, Any],
+        shape: Callable[[str, Completion | None, str | None], dict[str, Any]],
+    ) -> AsyncIterator[bytes]:
+        """SSE events of a stateful session's generation, which runs in a
+        worker thread; a client that goes away stops it at the next token."""
+        loop = asyncio.get_running_loop()
+        queue: asyncio.Queue[str] = asyncio.Queue()
+        gone = threading.Event()
+
+        def on_token(_tok: int, piece: str) -> bool:
+            if piece:
+                loop.call_soon_threadsafe(queue.put_nowait, piece)
+            return not gone.is_set()
+
+        async with lock:
+            fut = loop.run_in_executor(
+                None, lambda: stateful(eng, max_tokens, {**kwargs, "on_token": on_token})
+            )
+            sent: list[str] = []
+            try:
+                while True:
+                    get: asyncio.Future[Any] = asyncio.ensure_future(queue.get())
+                    waiting: set[asyncio.Future[Any]] = {get, fut}
+                    done, _ = await asyncio.wait(waiting, return_when=asyncio.FIRST_COMPLETED)
+                    if get in done:
+                        sent.append(get.result())
+                        yield _sse(shape(sent[-1], None, None))
+                        continue
+                    get.cancel()
+                    while not queue.empty():
+                        sent.append(queue.get_nowait())
+                        yield _sse(shape(sent[-1], None, None))
+                    out = fut.result()
+                    tail = out.text[len("".join(sent)) :]
+                    if tail:
+                        yield _sse(shape(tail, None, None))
+                    yield _sse(shape("", out, out.finish_reason))
+                    yield b"data: [DONE]\n\n"
+                    return
+            finally:
+                gone.set()
+                with contextlib.suppress(BaseException):
+                    await fut
 
     # ------------------------------------------------------------ routes
 
