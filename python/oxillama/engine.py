@@ -16,9 +16,9 @@ from ._text import TextAssembler
 from .chat_template import ChatTemplate
 from .completion import Completion, FinishReason, Timings
 from .errors import GenerateError, LoadError, ParameterError
-from .grammar import Grammar
+from .grammar import Grammar, allowed_bytes
 from .models import resolve_model_path
-from .sampling import SamplerConfig
+from .sampling import SamplerConfig, build_sampler
 from .tokenizer import Tokenizer
 
 __all__ = ["Engine"]
@@ -250,12 +250,7 @@ class Engine:
         """Replaces the live sampler with a fresh one built from ``config``."""
         if not isinstance(config, SamplerConfig):
             raise TypeError(f"sampler must be a SamplerConfig, not {type(config).__name__}")
-        config.validate(self.vocab_size)
-        breakers = [
-            self.tokenizer.encode(s, add_special=False, parse_special=False)
-            for s in config.dry_sequence_breakers
-        ]
-        self._sampler = _native.Sampler(config.to_dict(), self.vocab_size, breakers)
+        self._sampler = build_sampler(config, self.tokenizer, self.vocab_size)
         self._sampler_config = config
 
     def _check_tokens(self, tokens: Sequence[int]) -> list[int]:
@@ -325,9 +320,7 @@ class Engine:
             if matcher is not None and matcher.is_terminated():
                 finish = "stop"  # the grammar is complete: nothing may follow
                 break
-            allowed = None if matcher is None else matcher.mask()
-            if allowed is not None and len(allowed) * 8 < self.vocab_size:
-                allowed = allowed.ljust((self.vocab_size + 7) // 8, b"\0")
+            allowed = None if matcher is None else allowed_bytes(matcher, self.vocab_size)
             tok = int(self._sampler.sample(self._last_logits, allowed))
             if matcher is not None and not matcher.accept_token(tok):
                 raise GenerateError(f"internal error: sampled token {tok} the grammar refuses")

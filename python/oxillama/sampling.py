@@ -6,9 +6,13 @@ import math
 import numbers
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, fields
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
+from . import _native
 from .errors import ParameterError
+
+if TYPE_CHECKING:
+    from .tokenizer import Tokenizer
 
 __all__ = ["SamplerConfig"]
 
@@ -251,3 +255,14 @@ class SamplerConfig:
                     raise _bad("logit_bias", "(token id, bias) pairs", lb)
                 kw["logit_bias"] = _bias((p[0], p[1]) for p in pairs)
         return cls(**kw)
+
+
+def build_sampler(config: SamplerConfig, tokenizer: Tokenizer, vocab_size: int) -> _native.Sampler:
+    """A live sampler for ``config`` over a vocabulary of ``vocab_size``
+    (token ids checked; DRY breakers tokenized with ``tokenizer``)."""
+    config.validate(vocab_size)
+    breakers = [
+        tokenizer.encode(s, add_special=False, parse_special=False)
+        for s in config.dry_sequence_breakers
+    ]
+    return _native.Sampler(config.to_dict(), vocab_size, breakers)

@@ -30,9 +30,9 @@ from . import _native
 from ._text import TextAssembler
 from .completion import Completion, FinishReason, Timings
 from .errors import GenerateError, ParameterError
-from .grammar import Grammar
+from .grammar import Grammar, allowed_bytes
 from .prefix_cache import PrefixCache
-from .sampling import SamplerConfig
+from .sampling import SamplerConfig, build_sampler
 
 #: Called from the worker thread with a text piece, or at the end with the
 #: completion, or with the error that ended the request.
@@ -137,18 +137,13 @@ class Scheduler:
                 f"prompt of {len(prompt)} tokens does not fit in the context of "
                 f"{self._n_ctx} tokens (at least one must be left to generate)"
             )
-        sampler.validate(self._vocab)
-        breakers = [
-            self._tokenizer.encode(s, add_special=False, parse_special=False)
-            for s in sampler.dry_sequence_breakers
-        ]
         seq = Request(
             id=next(self._ids),
             prompt=prompt,
             max_tokens=max_tokens,
             stop=stop,
             ignore_eos=ignore_eos,
-            sampler=_native.Sampler(sampler.to_dict(), self._vocab, breakers),
+            sampler=build_sampler(sampler, self._tokenizer, self._vocab),
             matcher=None if grammar is None else grammar.matcher(self._tokenizer),
             emit=emit,
         )
@@ -300,9 +295,7 @@ class Scheduler:
         elif m is not None and m.is_terminated():
             finish = "stop"
         if finish is None:
-            allowed = None if m is None else m.mask()
-            if allowed is not None and len(allowed) * 8 < self._vocab:
-                allowed = allowed.ljust((self._vocab + 7) // 8, b"\0")
+            allowed = None if m is None else allowed_bytes(m, self._vocab)
             tok = int(s.sampler.sample(s.logits, allowed))
             if m is not None and not m.accept_token(tok):
                 raise GenerateError(f"internal error: sampled token {tok} the grammar refuses")

@@ -23,7 +23,7 @@ from .compile import Compiled, compile_gbnf
 if TYPE_CHECKING:
     from ..tokenizer import Tokenizer
 
-__all__ = ["Grammar", "GrammarError", "vocab_trie"]
+__all__ = ["Grammar", "GrammarError", "allowed_bytes", "vocab_trie"]
 
 
 class Grammar:
@@ -125,3 +125,11 @@ def vocab_trie(tokenizer: Tokenizer) -> _native.VocabTrie:
 
 
 _TRIES: weakref.WeakKeyDictionary[Tokenizer, _native.VocabTrie] = weakref.WeakKeyDictionary()
+
+
+def allowed_bytes(matcher: _native.GrammarMatcher, vocab_size: int) -> bytes:
+    """The matcher's mask as ``Sampler.sample`` takes it, padded to the
+    model's vocabulary (which may be larger than the tokenizer's)."""
+    allowed = matcher.mask()
+    need = (vocab_size + 7) // 8
+    return allowed if len(allowed) >= need else allowed.ljust(need, b"\0")

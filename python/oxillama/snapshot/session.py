@@ -221,18 +221,27 @@ def _grammar(engine: Engine, d: dict[str, Any]) -> tuple[Grammar, GrammarMatcher
 
 
 def write_atomic(path: str | os.PathLike[str], secs: list[Writer], *, durable: bool = True) -> None:
-    """Writes the sections to ``path`` so that readers see the old file or
-    the new one, never a mix: a temp file in the same folder, fsync (when
-    ``durable``), ``os.replace``. On failure the old file is untouched and
-    the temp file is gone; one left by a killed writer is removed by the
-    next save to the same path.
+    """Writes the sections as one OXISNAP1 file (see :func:`write_file_atomic`)."""
+    write_file_atomic(path, encoded_size(secs), lambda image: encode_into(secs, image), durable)
+
+
+def write_file_atomic(
+    path: str | os.PathLike[str],
+    size: int,
+    fill: Callable[[memoryview], object],
+    durable: bool = True,
+) -> None:
+    """Writes ``size`` bytes, produced by ``fill`` into a reused buffer, to
+    ``path`` so that readers see the old file or the new one, never a mix:
+    a temp file in the same folder, fsync (when ``durable``), ``os.replace``.
+    On failure the old file is untouched and the temp file is gone; one left
+    by a killed writer is removed by the next save to the same path.
 
     Without ``durable`` the rename still makes the write atomic for every
     reader and survives the writer being killed; only a power loss or kernel
     crash shortly after can lose the new file (llama.cpp's guarantee)."""
     target = Path(path)
     folder = target.parent if str(target.parent) else Path(".")
-    size = encoded_size(secs)
     _sweep_stale(folder, target.name)
     # A named temp file, not an unnamed O_TMPFILE one: ext4 writes those
     # about ten times slower (measured 75 ms against 7 for 24 MB). What a
@@ -242,7 +251,7 @@ def write_atomic(path: str | os.PathLike[str], secs: list[Writer], *, durable: b
     try:
         try:
             with _image(size) as image:
-                encode_into(secs, image)
+                fill(image)
                 done = 0
                 while done < size:
                     with image[done : done + _WRITE_CHUNK] as part:

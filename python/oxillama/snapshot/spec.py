@@ -119,26 +119,15 @@ def loads(
 
 
 def dump(spec: SpeculativeEngine, path: str | os.PathLike[str], *, durable: bool = True) -> None:
-    from pathlib import Path
+    """Writes OXISPEC1 atomically, like an OXISNAP1 save."""
+    from .session import write_file_atomic
 
-    from .session import _fsync_dir, _temp_name
-
-    target = Path(path)
-    folder = target.parent if str(target.parent) else Path(".")
     blob = dumps(spec)
-    tmp = _temp_name(folder, target.name)
-    try:
-        with open(tmp, "xb") as f:
-            f.write(blob)
-            if durable:
-                f.flush()
-                os.fsync(f.fileno())
-        os.replace(tmp, target)
-    except BaseException:
-        tmp.unlink(missing_ok=True)
-        raise
-    if durable:
-        _fsync_dir(folder)
+
+    def fill(image: memoryview) -> None:
+        image[:] = blob
+
+    write_file_atomic(path, len(blob), fill, durable)
 
 
 def load(
