@@ -134,6 +134,17 @@ def test_response_format_and_extra_fields(client: openai.OpenAI) -> None:
         response_format={"type": "json_schema", "json_schema": {"name": "a", "schema": schema}},
     )
     assert json.loads(r.choices[0].message.content or "")["answer"] in ("yes", "no")
+    o = client.chat.completions.create(
+        model=MODEL,
+        messages=[{"role": "user", "content": "A JSON object, please."}],
+        max_tokens=60,
+        temperature=0,
+        response_format={"type": "json_object"},
+    )
+    if o.choices[0].finish_reason != "length":
+        assert isinstance(json.loads(o.choices[0].message.content or ""), dict)
+    else:
+        assert (o.choices[0].message.content or "").startswith("{")
     c = client.completions.create(
         model=MODEL,
         prompt="Pick:",

@@ -30,8 +30,8 @@ PROMPTS = [
 ]
 
 
-@pytest.fixture(scope="module")
-def pair() -> tuple[Engine, Engine]:
+def pair_paths() -> tuple[Path, Path]:
+    """The test pair, written once by scripts/make_spec_pair.py."""
     spec = importlib.util.spec_from_file_location(
         "make_spec_pair", ROOT / "scripts/make_spec_pair.py"
     )
@@ -39,6 +39,12 @@ def pair() -> tuple[Engine, Engine]:
     mod = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(mod)
     target, draft = mod.make_pair(Path.home() / ".cache/oxillama/spec")
+    return Path(target), Path(draft)
+
+
+@pytest.fixture(scope="module")
+def pair() -> tuple[Engine, Engine]:
+    target, draft = pair_paths()
     return (
         Engine(target, context_size=512, threads=2),
         Engine(draft, context_size=512, threads=2),
@@ -214,13 +220,7 @@ def test_grammar_constrains_drafts_and_verification(
 
 
 def test_auto_picks_the_smallest_compatible_draft(tmp_path: Path) -> None:
-    spec = importlib.util.spec_from_file_location(
-        "make_spec_pair", ROOT / "scripts/make_spec_pair.py"
-    )
-    assert spec is not None and spec.loader is not None
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    target, draft = mod.make_pair(Path.home() / ".cache/oxillama/spec")
+    target, draft = pair_paths()
     se = SpeculativeEngine.auto(
         target, [gemma3_path(), tmp_path / "missing.gguf", target, draft], context_size=128
     )

@@ -40,16 +40,6 @@ from .snapshot import SnapshotError
 
 __all__ = ["build_app", "serve"]
 
-JSON_OBJECT_GBNF = r"""
-root   ::= "{" ws ( string ":" ws value ("," ws string ":" ws value)* )? "}"
-value  ::= object | array | string | number | ("true" | "false" | "null")
-object ::= "{" ws ( string ":" ws value ("," ws string ":" ws value)* )? "}" ws
-array  ::= "[" ws ( value ("," ws value)* )? "]" ws
-string ::= "\"" ( [^"\\\x7F\x00-\x1F] | "\\" (["\\/bfnrt] | "u" [0-9a-fA-F]{4}) )* "\"" ws
-number ::= "-"? ("0" | [1-9] [0-9]{0,15}) ("." [0-9]{1,16})? ([eE] [-+]? [0-9]{1,3})? ws
-ws     ::= | " " | "\n" [ \t]{0,8}
-"""
-
 
 class ApiError(Exception):
     """An error answered with OpenAI's error object."""
@@ -188,7 +178,8 @@ class Server:
         if grammar is not None:
             raise ApiError(400, "pass grammar or response_format, not both", param="grammar")
         if kind == "json_object":
-            return {"grammar": JSON_OBJECT_GBNF}
+            # Any JSON object: the schema compiler already writes that grammar.
+            return {"json_schema": {"type": "object"}}
         if kind == "json_schema":
             spec = fmt.get("json_schema")
             schema = spec.get("schema") if isinstance(spec, dict) else None
