@@ -16,8 +16,10 @@
 
 use rustc_hash::FxHashMap;
 
+use super::program::Elem;
 use super::stack::{canonical, Config, Stacks, ACCEPT, EMPTY, ESCAPE, SYM};
-use super::trie::{VocabTrie, ROOT};
+use super::trie::{VocabTrie, MANY, ROOT};
+use super::utf8::Step;
 use crate::Result;
 
 /// Frames of a stack kept real in a cached local walk.
@@ -27,6 +29,9 @@ const MAX_MEMO_CONFIGS: usize = 1 << 16;
 /// Distinct stack sets (1 KiB of transitions each) before the same.
 const MAX_MEMO_SETS: usize = 1 << 14;
 const UNKNOWN: u32 = u32::MAX;
+/// Unfilled entry of a set row; rows hold u16 set ids so a walk's working
+/// rows stay in L1 (half the footprint of u32 ids).
+const UNKNOWN_SET: u16 = u16::MAX;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub struct LocalKey {
@@ -62,16 +67,25 @@ pub struct Memo {
     /// stack sets).
     set_ids: FxHashMap<Box<[u32]>, u32>,
     sets: Vec<SetInfo>,
-    set_rows: Vec<[u32; 256]>,
+    set_rows: Vec<[u16; 256]>,
+    /// Per set, `NONEMPTY | LIVE | ESCAPES` bits: the walk's hot loop reads
+    /// one byte per node instead of a `SetInfo`.
+    flags: Vec<u8>,
     scratch: Vec<u32>,
+    /// A walk's bitset (kept to reuse its allocation).
+    bits: Vec<u64>,
 }
+
+const NONEMPTY: u8 = 1;
+/// Some member can still consume bytes.
+const LIVE: u8 = 2;
+/// Some member popped into the symbolic frames.
+const ESCAPES: u8 = 4;
 
 struct SetInfo {
     members: Box<[u32]>,
-    /// Some member can still consume bytes.
-    live: bool,
-    /// Some member popped into the symbolic frames.
-    escape: bool,
+    /// Row entries computed one by one so far (see `fill_alike`).
+    misses: u32,
 }
 
 impl Memo {
@@ -84,14 +98,22 @@ impl Memo {
         self.set_ids.clear();
         self.sets.clear();
         self.set_rows.clear();
+        self.flags.clear();
     }
 
     /// The id of a sorted, deduplicated set of stack ids.
-    fn set_id(&mut self, members: &[u32]) -> u32 {
+    fn set_id(&mut self, members: &[u32]) -> Result<u32> {
         if let Some(&i) = self.set_ids.get(members) {
-            return i;
+            return Ok(i);
         }
         let i = self.sets.len() as u32;
+        if i >= u32::from(UNKNOWN_SET) {
+            // Only a wildly ambiguous grammar makes this many distinct stack
+            // sets within one walk (tables are cleared between walks).
+            return Err(crate::Error::invalid(
+                "grammar is too ambiguous to mask (too many parse states in one walk)",
+            ));
+        }
         let (mut live, mut escape) = (false, false);
         for &m in members {
             match self.configs[m as usize].pos {
@@ -102,20 +124,22 @@ impl Memo {
         }
         self.sets.push(SetInfo {
             members: members.into(),
-            live,
-            escape,
+            misses: 0,
         });
-        self.set_rows.push([UNKNOWN; 256]);
+        let nonempty = if members.is_empty() { 0 } else { NONEMPTY };
+        self.flags
+            .push(nonempty | if live { LIVE } else { 0 } | if escape { ESCAPES } else { 0 });
+        self.set_rows.push([UNKNOWN_SET; 256]);
         self.set_ids.insert(members.into(), i);
-        i
+        Ok(i)
     }
 
     /// The set byte `b` leads set `sid` to (possibly the empty set).
     #[inline]
     fn step_set(&mut self, stacks: &mut Stacks, sid: u32, b: u8) -> Result<u32> {
         let r = self.set_rows[sid as usize][b as usize];
-        if r != UNKNOWN {
-            return Ok(r);
+        if r != UNKNOWN_SET {
+            return Ok(u32::from(r));
         }
         let members = self.sets[sid as usize].members.clone();
         let mut out = std::mem::take(&mut self.scratch);
@@ -129,8 +153,51 @@ impl Memo {
         out.dedup();
         let next = self.set_id(&out);
         self.scratch = out;
-        self.set_rows[sid as usize][b as usize] = next;
+        let next = next?;
+        // `set_id` keeps ids below UNKNOWN_SET.
+        self.set_rows[sid as usize][b as usize] = next as u16;
+        let info = &mut self.sets[sid as usize];
+        info.misses += 1;
+        // A set asked about a second byte will likely be asked about most:
+        // a walk tries every byte a vocabulary continues with.
+        if info.misses == 2 {
+            self.fill_alike(stacks, sid, b, next as u16);
+        }
         Ok(next)
+    }
+
+    /// Copies the transition of `b` to every unfilled byte the set's stacks
+    /// treat exactly like `b` (the same step result for each member), since
+    /// the next set depends on nothing else. Inside a string, all ASCII
+    /// letters, or all 64 continuation bytes of a collapsed UTF-8 state,
+    /// then cost one closure instead of one each.
+    fn fill_alike(&mut self, stacks: &Stacks, sid: u32, b: u8, next: u16) {
+        let prog = &stacks.prog;
+        let members = &self.sets[sid as usize].members;
+        let step = |id: u32, byte: u8| {
+            let c = self.configs[id as usize];
+            if c.pos >= ESCAPE {
+                return None;
+            }
+            match prog.elems.get(c.pos as usize) {
+                Some(Elem::Chars(k)) => {
+                    prog.classes.get(*k as usize).map(|cl| cl.step(c.sub, byte))
+                }
+                _ => None,
+            }
+        };
+        let want: Vec<Option<Step>> = members.iter().map(|&m| step(m, b)).collect();
+        let row = &mut self.set_rows[sid as usize];
+        for other in 0..=255u8 {
+            if row[other as usize] == UNKNOWN_SET
+                && members
+                    .iter()
+                    .zip(&want)
+                    .all(|(&m, w)| step(m, other) == *w)
+            {
+                row[other as usize] = next;
+            }
+        }
     }
 
     /// The id of a stack (registered on first sight).
@@ -219,12 +286,6 @@ fn set_bit(bits: &mut [u64], t: u32) {
     }
 }
 
-struct Frame {
-    child: u32,
-    end: u32,
-    set: u32,
-}
-
 /// Walks the trie below `start` with stacks `set`, marking every token whose
 /// bytes some stack accepts. Escaping stacks stop and record their node.
 pub fn walk(
@@ -244,42 +305,63 @@ pub fn walk(
         .collect();
     first.sort_unstable();
     first.dedup();
-    let sid = memo.set_id(&first);
-    let r = trie.children(start);
-    let mut frames = vec![Frame {
-        child: r.start as u32,
-        end: r.end as u32,
-        set: sid,
-    }];
-    while let Some(f) = frames.last_mut() {
-        if f.child == f.end {
-            frames.pop();
+    let sid = memo.set_id(&first)?;
+    let nodes = trie.nodes();
+    let Some(root) = nodes.get(start as usize) else {
+        return Ok(());
+    };
+    let base = root.depth as usize;
+    let end = (root.skip as usize).min(nodes.len());
+    // `by_depth[d]` is the stack set after the first `d` bytes below
+    // `start` on the current path; preorder guarantees the entry for a
+    // node's parent depth was written by its parent.
+    let mut by_depth: Vec<u32> = vec![sid];
+    // Tokenless nodes carry `trie::NO_TOKEN`; clamping it to `spare` sends their
+    // bit to a spare word, so marking needs no branch per node.
+    let spare = (trie.n_vocab() as u32).min(bits.len() as u32 * 64);
+    let mut local = std::mem::take(&mut memo.bits);
+    local.clear();
+    local.resize(spare as usize / 64 + 1, 0);
+    let mut i = start as usize + 1;
+    while i < end {
+        let n = nodes[i];
+        let d = n.depth as usize - base;
+        let parent = by_depth[d - 1];
+        let next = memo.step_set(stacks, parent, n.byte)?;
+        let flags = memo.flags[next as usize];
+        if flags & NONEMPTY == 0 {
+            i = n.skip as usize;
             continue;
         }
-        let (b, child) = trie.child(f.child as usize);
-        f.child += 1;
-        let next = memo.step_set(stacks, f.set, b)?;
-        let info = &memo.sets[next as usize];
-        if info.members.is_empty() {
-            continue;
+        if n.token == MANY {
+            for t in trie.many_tokens(i as u32) {
+                set_bit(&mut local, t);
+            }
+        } else {
+            let t = n.token.min(spare);
+            local[t as usize / 64] |= 1 << (t % 64);
         }
-        for &t in trie.tokens_at(child) {
-            set_bit(bits, t);
-        }
-        if info.escape {
+        if flags & ESCAPES != 0 {
             if let Some(e) = escapes.as_deref_mut() {
-                e.push(child);
+                e.push(i as u32);
             }
         }
-        let r = trie.children(child);
-        if info.live && !r.is_empty() {
-            frames.push(Frame {
-                child: r.start as u32,
-                end: r.end as u32,
-                set: next,
-            });
+        if flags & LIVE == 0 {
+            i = n.skip as usize;
+            continue;
         }
+        if by_depth.len() <= d {
+            by_depth.push(next);
+        } else {
+            by_depth[d] = next;
+        }
+        i += 1;
     }
+    local[spare as usize / 64] &= !(1u64 << (spare % 64));
+    for (w, l) in bits.iter_mut().zip(&local) {
+        *w |= l;
+    }
+    memo.bits = local;
     Ok(())
 }
 

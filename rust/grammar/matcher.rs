@@ -354,5 +354,7 @@ fn valid_sub(sub: u32, pos: u32) -> bool {
         && (2..=4).contains(&len)
         && rem >= 1
         && rem < len
-        && sub & 0x00E0_0000 == 0
+        && sub & 0x04E0_0000 == 0
+        // A collapsed state carries no code point bits.
+        && (sub & crate::grammar::utf8::ANY == 0 || sub & 0x1F_FFFF == 0)
 }

@@ -185,3 +185,89 @@ fn utf8_classes_match_code_points_exactly() {
         assert!(!ok, "{bad:x?}");
     }
 }
+
+/// Runs a byte string through a class; `Some(true)` when exactly the whole
+/// string completes one code point of it.
+fn class_accepts(class: &CharClass, bytes: &[u8]) -> bool {
+    let mut sub = 0;
+    for (i, &b) in bytes.iter().enumerate() {
+        match class.step(sub, b) {
+            Step::Done => return i + 1 == bytes.len(),
+            Step::More(s) => sub = s,
+            Step::Dead => return false,
+        }
+    }
+    false
+}
+
+fn reference_accepts(class: &CharClass, bytes: &[u8]) -> bool {
+    match std::str::from_utf8(bytes) {
+        Ok(s) => {
+            let mut chars = s.chars();
+            matches!((chars.next(), chars.next()), (Some(c), None) if class.contains(c as u32))
+        }
+        Err(_) => false,
+    }
+}
+
+/// The collapsed (`ANY`) sub-states must not change what a class accepts:
+/// every 1-, 2- and 3-byte string, and 4-byte strings over the lead and
+/// boundary bytes, against std's UTF-8 decoder.
+#[test]
+fn utf8_class_steps_agree_with_std_decoding() {
+    let classes = [
+        // A JSON string body: everything but `"`, `\` and controls.
+        CharClass::new(vec![(0x20, 0x21), (0x23, 0x5B), (0x5D, 0x10_FFFF)]),
+        // Ranges that split lead-byte blocks and the surrogate boundary.
+        CharClass::new(vec![(0x41, 0x5A), (0x4E00, 0x9FFF), (0xD000, 0xD7FF)]),
+        CharClass::new(vec![(0x7FF, 0x801), (0xE000, 0xFFFF), (0x10000, 0x1FFFF)]),
+        CharClass::new(vec![(0, 0x10_FFFF)]),
+    ];
+    let edge = [
+        0x00u8, 0x7F, 0x80, 0x8F, 0x90, 0x9F, 0xA0, 0xBF, 0xC0, 0xC1, 0xC2, 0xDF, 0xE0, 0xE1, 0xEC,
+        0xED, 0xEE, 0xEF, 0xF0, 0xF1, 0xF3, 0xF4, 0xF5, 0xFF,
+    ];
+    for class in &classes {
+        for a in 0..=255u8 {
+            assert_eq!(class_accepts(class, &[a]), reference_accepts(class, &[a]));
+            for b in 0..=255u8 {
+                let two = [a, b];
+                assert_eq!(class_accepts(class, &two), reference_accepts(class, &two));
+                if (0xE0..=0xEF).contains(&a) {
+                    for c in 0..=255u8 {
+                        let three = [a, b, c];
+                        assert_eq!(
+                            class_accepts(class, &three),
+                            reference_accepts(class, &three),
+                            "{three:x?}"
+                        );
+                    }
+                }
+            }
+        }
+        for &a in &edge {
+            for &b in &edge {
+                for &c in &edge {
+                    for &d in &edge {
+                        let four = [a, b, c, d];
+                        assert_eq!(
+                            class_accepts(class, &four),
+                            reference_accepts(class, &four),
+                            "{four:x?}"
+                        );
+                    }
+                }
+            }
+        }
+    }
+    // The point of `ANY`: a class holding all of a lead byte's code points
+    // reaches one sub-state per (length, remaining) whatever the lead.
+    let body = &classes[0];
+    let mut subs = std::collections::BTreeSet::new();
+    for lead in [0xC3u8, 0xD0, 0xE4, 0xE8, 0xEA, 0xF1, 0xF2] {
+        if let Step::More(s) = body.step(0, lead) {
+            subs.insert(s);
+        }
+    }
+    assert_eq!(subs.len(), 3, "{subs:x?}");
+}

@@ -5,6 +5,14 @@
 //! the bits read so far in 0..21. After each byte we check that some code
 //! point of the class still starts with what was read, so a dead prefix is
 //! cut at its first byte.
+//!
+//! When the class holds every code point the bytes so far can still lead
+//! to, and none of those can be overlong, a surrogate or past U+10FFFF,
+//! the read bits no longer matter: the sub-state drops them and sets `ANY`,
+//! keeping only the count. So inside a JSON string (`[^"\\]`), the
+//! thousands of partial CJK or emoji prefixes in a vocabulary are a handful
+//! of states instead of one each, and a mask walk shares its transition
+//! tables across them.
 
 /// What one byte does to a partial code point.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -26,6 +34,8 @@ pub struct CharClass {
 }
 
 const MIN_BY_LEN: [u32; 5] = [0, 0, 0x80, 0x800, 0x1_0000];
+/// Sub-state flag: any continuation bytes complete a code point of the class.
+pub const ANY: u32 = 1 << 27;
 
 impl CharClass {
     pub fn new(mut ranges: Vec<(u32, u32)>) -> Self {
@@ -63,6 +73,12 @@ impl CharClass {
         self.overlaps(c, c)
     }
 
+    /// Whether every code point in `lo..=hi` is in the class.
+    fn covers(&self, lo: u32, hi: u32) -> bool {
+        let i = self.ranges.partition_point(|&(_, h)| h < lo);
+        i < self.ranges.len() && self.ranges[i].0 <= lo && self.ranges[i].1 >= hi
+    }
+
     /// Feeds byte `b` to sub-state `sub` (0 = at a code point boundary).
     #[inline]
     pub fn step(&self, sub: u32, b: u8) -> Step {
@@ -90,11 +106,20 @@ impl CharClass {
             if rem == 0 || !(2..=4).contains(&len) {
                 return Step::Dead; // not a sub-state this module wrote
             }
+            if sub & ANY != 0 {
+                return if rem == 1 {
+                    Step::Done
+                } else {
+                    Step::More((1 << 31) | ANY | (len << 28) | ((rem - 1) << 24))
+                };
+            }
             (len, rem - 1, ((sub & 0x1F_FFFF) << 6) | (b & 0x3F))
         };
         let shift = 6 * rem;
-        let lo = (acc << shift).max(MIN_BY_LEN[len as usize]);
-        let hi = ((acc << shift) | ((1u32 << shift) - 1)).min(0x10_FFFF);
+        let raw_lo = acc << shift;
+        let raw_hi = raw_lo | ((1u32 << shift) - 1);
+        let lo = raw_lo.max(MIN_BY_LEN[len as usize]);
+        let hi = raw_hi.min(0x10_FFFF);
         // Surrogates are not scalar values: never matched.
         let (lo, hi) = if rem == 0 && (0xD800..=0xDFFF).contains(&lo) {
             return Step::Dead;
@@ -106,6 +131,12 @@ impl CharClass {
         }
         if rem == 0 {
             Step::Done
+        } else if lo == raw_lo
+            && hi == raw_hi
+            && (hi < 0xD800 || lo > 0xDFFF)
+            && self.covers(lo, hi)
+        {
+            Step::More((1 << 31) | ANY | (len << 28) | (rem << 24))
         } else {
             Step::More((1 << 31) | (len << 28) | (rem << 24) | acc)
         }
