@@ -20,6 +20,11 @@ from .. import _native
 from ..errors import GrammarError
 from .compile import Compiled, compile_gbnf
 
+# Imported here, not on first use: the module defines dataclasses, whose
+# generated methods cost ~20 ms to build, and that belongs to importing
+# oxillama, not to the first schema a server compiles.
+from .json_schema import schema_to_gbnf
+
 if TYPE_CHECKING:
     from ..tokenizer import Tokenizer
 
@@ -46,8 +51,6 @@ class Grammar:
         a pydantic model: anything with ``model_json_schema()``). With
         ``strict=False`` unsupported keywords warn and are ignored instead of
         raising :class:`~oxillama.errors.JsonSchemaError`."""
-        from .json_schema import schema_to_gbnf
-
         return cls(schema_to_gbnf(schema, strict=strict))
 
     @property

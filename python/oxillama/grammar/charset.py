@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Iterable
+from functools import lru_cache
 
 __all__ = [
     "ALL",
@@ -20,6 +21,12 @@ __all__ = [
 
 MAX_CP = 0x10FFFF
 Ranges = tuple[tuple[int, int], ...]
+
+# Set algebra on the same few classes (string bodies, digits, hex, the
+# surrogate block) repeats hundreds of times per schema: memoized, compiling
+# a schema costs a few milliseconds instead of tens. Ranges are tuples, so
+# hashable and safe to share.
+_memo = lru_cache(maxsize=4096)
 ALL: Ranges = ((0, MAX_CP),)
 SURROGATES: Ranges = ((0xD800, 0xDFFF),)
 
@@ -39,10 +46,12 @@ def single(cp: int) -> Ranges:
     return ((cp, cp),)
 
 
+@_memo
 def union(*sets: Ranges) -> Ranges:
     return normalize(r for s in sets for r in s)
 
 
+@_memo
 def complement(ranges: Ranges) -> Ranges:
     out: list[tuple[int, int]] = []
     nxt = 0
@@ -55,10 +64,12 @@ def complement(ranges: Ranges) -> Ranges:
     return tuple(out)
 
 
+@_memo
 def intersect(a: Ranges, b: Ranges) -> Ranges:
     return complement(union(complement(a), complement(b)))
 
 
+@_memo
 def subtract(a: Ranges, b: Ranges) -> Ranges:
     return intersect(a, complement(b))
 

@@ -7,6 +7,8 @@ and column, never in a ``RecursionError``.
 
 from __future__ import annotations
 
+import re
+
 from dataclasses import dataclass, field
 
 from ..errors import GrammarError
@@ -79,6 +81,14 @@ _ESCAPES = {"t": 0x09, "r": 0x0D, "n": 0x0A, "\\": 0x5C, '"': 0x22, "[": 0x5B, "
 _HEX_ESCAPES = {"x": 2, "u": 4, "U": 8}
 
 
+# Lexing runs of characters with `re` instead of one Python step each: the
+# JSON Schema compiler's output is parsed on every schema compile.
+_BLANKS = re.compile(r"(?:[ \t]+|#[^\r\n]*)+")
+_BLANKS_NL = re.compile(r"(?:[ \t\r\n]+|#[^\r\n]*)+")
+_NAME = re.compile(r"[A-Za-z0-9_-]+")
+_PLAIN_RUN = re.compile(r'[^"\\\r\n]+')
+
+
 def _is_name_char(c: str) -> bool:
     return c.isascii() and (c.isalnum() or c in "-_")
 
@@ -108,16 +118,9 @@ class _Parser:
 
     def skip(self, newlines: bool) -> None:
         """Skips blanks and comments; newlines only when ``newlines``."""
-        s = self.s
-        while self.i < len(s):
-            c = s[self.i]
-            if c == "#":
-                while self.i < len(s) and s[self.i] not in "\r\n":
-                    self.i += 1
-            elif c in " \t" or (newlines and c in "\r\n"):
-                self.i += 1
-            else:
-                return
+        m = (_BLANKS_NL if newlines else _BLANKS).match(self.s, self.i)
+        if m is not None:
+            self.i = m.end()
 
     def continues_on_next_line(self) -> bool:
         """A top-level sequence may go on after a line break when the next
@@ -155,8 +158,9 @@ class _Parser:
 
     def name(self) -> str:
         start = self.i
-        while self.i < len(self.s) and _is_name_char(self.s[self.i]):
-            self.i += 1
+        m = _NAME.match(self.s, start)
+        if m is not None:
+            self.i = m.end()
         if self.i == start:
             c = self.peek()
             raise self.error(f"expected a rule name, found {c!r}" if c else "expected a rule name")
@@ -315,6 +319,10 @@ class _Parser:
     def literal(self, start: int) -> Node:
         cps: list[int] = []
         while True:
+            plain = _PLAIN_RUN.match(self.s, self.i)
+            if plain is not None:
+                cps.extend(map(ord, plain.group()))
+                self.i = plain.end()
             if self.i >= len(self.s):
                 raise self.error("unterminated string: missing the closing '\"'", start)
             if self.s[self.i] == '"':

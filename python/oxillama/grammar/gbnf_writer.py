@@ -9,8 +9,9 @@ nothing reaches (left over from a branch that turned out unsatisfiable).
 from __future__ import annotations
 
 import re
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
+from functools import lru_cache
 
 from .charset import MAX_CP, SURROGATES, Ranges, complement, normalize, union
 
@@ -84,7 +85,8 @@ def literal(s: str) -> Expr:
     return Expr('"' + "".join(_escape_char(ord(c), False) for c in s) + '"', _ATOM, literal=s)
 
 
-def char_class(ranges: Ranges) -> Expr:
+@lru_cache(maxsize=2048)
+def _char_class(ranges: Ranges) -> Expr:
     """One code point from ``ranges`` (non-empty), written positively or
     negated, whichever needs fewer ranges.
 
@@ -92,7 +94,6 @@ def char_class(ranges: Ranges) -> Expr:
     text produced by a model is UTF-8 and cannot contain them: a class may
     or may not include them.
     """
-    ranges = normalize(ranges)
     if not ranges:
         raise ValueError("empty character class")
     if len(ranges) == 1 and ranges[0][0] == ranges[0][1]:
@@ -105,6 +106,13 @@ def char_class(ranges: Ranges) -> Expr:
     if len(negated) <= len(positive):
         return Expr("[^" + _class_body(negated) + "]", _ATOM)
     return Expr("[" + _class_body(positive) + "]", _ATOM)
+
+
+def char_class(ranges: Iterable[tuple[int, int]]) -> Expr:
+    """One code point from ``ranges`` (non-empty), written positively or
+    negated, whichever needs fewer ranges (memoized: schemas reuse a few
+    classes many times)."""
+    return _char_class(normalize(ranges))
 
 
 def _class_body(ranges: Ranges) -> str:

@@ -12,6 +12,8 @@ surrogates are never produced (they decode to no character).
 
 from __future__ import annotations
 
+from functools import lru_cache
+
 from .charset import (
     ALL,
     MAX_CP,
@@ -36,6 +38,7 @@ _BMP: Ranges = subtract(((0, 0xFFFF),), SURROGATES)
 _ASTRAL: Ranges = ((0x10000, MAX_CP),)
 
 
+@lru_cache(maxsize=1024)
 def units(cs: Ranges, *, every_form: bool = False) -> Expr | None:
     """One code point from ``cs``, written any way a JSON text may write it;
     None when ``cs`` is empty.
@@ -90,6 +93,7 @@ def _hex_class(digits: list[int]) -> Expr:
     return char_class(normalize(cps))
 
 
+@lru_cache(maxsize=1024)
 def hex_digits(values: Ranges, width: int) -> Expr | None:
     """Exactly ``width`` hex digits (either case) whose value is in
     ``values``; None when ``values`` is empty.

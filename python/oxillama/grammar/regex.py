@@ -329,7 +329,14 @@ class _Parser:
 
 def parse_regex(pattern: str) -> list[Branch]:
     """The top-level alternatives of ``pattern``; raises RegexError."""
-    return _Parser(pattern).top()
+    return list(_parse_cached(pattern))
+
+
+@functools.lru_cache(maxsize=512)
+def _parse_cached(pattern: str) -> tuple[Branch, ...]:
+    # Trees are frozen, so the format regexes (parsed for every schema that
+    # uses `format`) are parsed once per process.
+    return tuple(_Parser(pattern).top())
 
 
 # ------------------------------------------------------------------- lengths
