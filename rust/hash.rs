@@ -45,8 +45,18 @@ fn merge(node: &Node, cvs: &[ChainingValue]) -> ChainingValue {
 
 /// `blake3::hash(data)`, computed on the shared pool for large inputs.
 pub fn hash(data: &[u8]) -> blake3::Hash {
+    hash_beside(data, || {})
+}
+
+/// `blake3::hash(data)`, with `side` run in the same pool dispatch: the
+/// first thread free takes `side`, the others hash, and whoever finishes
+/// `side` joins the hashing. Saving a snapshot writes the file (a
+/// single-threaded kernel copy) this way while the checksum is computed,
+/// instead of one after the other.
+pub fn hash_beside(data: &[u8], side: impl Fn() + Sync) -> blake3::Hash {
     let threads = physical_cores();
     if data.len() < PARALLEL_MIN || threads < 2 {
+        side();
         return blake3::hash(data);
     }
     let leaf_max = (data.len() / (4 * threads)).max(PARALLEL_MIN / 4);
@@ -54,7 +64,13 @@ pub fn hash(data: &[u8]) -> blake3::Hash {
     let root = split(0, data.len(), leaf_max, &mut leaves);
     let mut cvs = vec![[0u8; 32]; leaves.len()];
     let out = SharedMut::new(&mut cvs);
-    shared_pool(threads).run(leaves.len(), |i| {
+    // Chunk 0 is `side`: chunks are claimed in order, so it starts first.
+    shared_pool(threads).run(leaves.len() + 1, |c| {
+        if c == 0 {
+            side();
+            return;
+        }
+        let i = c - 1;
         let (off, len) = leaves[i];
         let cv = blake3::Hasher::new()
             .set_input_offset(off as u64)
@@ -93,6 +109,19 @@ mod tests {
             (9 << 20) + 4097,
         ] {
             assert_eq!(hash(&data[..len]), blake3::hash(&data[..len]), "len {len}");
+        }
+    }
+
+    #[test]
+    fn side_job_runs_once_beside_the_hash() {
+        let data: Vec<u8> = (0..(5usize << 20) + 77).map(|i| (i % 253) as u8).collect();
+        for len in [10, 5 << 20, (5 << 20) + 77] {
+            let runs = std::sync::atomic::AtomicUsize::new(0);
+            let h = hash_beside(&data[..len], || {
+                runs.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            });
+            assert_eq!(h, blake3::hash(&data[..len]));
+            assert_eq!(runs.into_inner(), 1);
         }
     }
 }

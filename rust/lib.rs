@@ -6,6 +6,7 @@ pub mod error;
 pub mod gguf;
 pub mod grammar;
 pub mod hash;
+pub mod hashed_write;
 pub mod model;
 pub mod ops;
 pub mod quant;

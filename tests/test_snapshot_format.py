@@ -3,13 +3,15 @@ mutation of every kind (hypothesis) ending in a SnapshotFormatError."""
 
 from __future__ import annotations
 
+import os
 import struct
+from pathlib import Path
 
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from oxillama import _native
+from oxillama import OxiLlamaError, _native
 from oxillama.snapshot import SnapshotFormatError
 from oxillama.snapshot.format import HEADER, MAGIC, Section, decode, encode
 
@@ -70,3 +72,24 @@ def test_arbitrary_bytes_never_crash(junk: bytes) -> None:
 def test_every_truncation_is_named(cut: int) -> None:
     with pytest.raises(SnapshotFormatError, match="truncated"):
         decode(BLOB[:cut])
+
+
+def test_write_hashed_writes_the_payload_and_returns_its_digest(tmp_path: Path) -> None:
+    # Big enough for the parallel path: the write runs beside the hash.
+    payload = bytearray(i * 131 % 256 for i in range(3 << 20))
+    path = tmp_path / "img"
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT)
+    try:
+        os.write(fd, b"H" * HEADER.size)
+        digest = _native.write_hashed(fd, payload, HEADER.size)
+    finally:
+        os.close(fd)
+    assert digest == _native.blake3(bytes(payload))
+    assert path.read_bytes() == b"H" * HEADER.size + payload
+
+
+def test_write_hashed_reports_a_bad_descriptor() -> None:
+    with pytest.raises(OSError):
+        _native.write_hashed(10_000, b"x" * 100, 0)
+    with pytest.raises(OxiLlamaError):
+        _native.write_hashed(-1, b"x", 0)

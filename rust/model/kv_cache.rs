@@ -237,15 +237,17 @@ impl KvCache {
 
     /// The first `n` positions of every layer as raw little-endian data in
     /// the cache's dtype: per layer, K of each head then V of each head.
-    pub fn export(&self, n: usize) -> Result<Vec<u8>> {
+    pub fn export(&self, n: usize, pool: &ThreadPool) -> Result<Vec<u8>> {
         let mut out = vec![0u8; self.export_len(n.min(self.n_ctx))];
-        self.export_into(n, &mut out)?;
+        self.export_into(n, &mut out, pool)?;
         Ok(out)
     }
 
     /// `export` into a caller's buffer of exactly `export_len(n)` bytes, so a
     /// snapshot can place the KV straight into its file image (one copy).
-    pub fn export_into(&self, n: usize, out: &mut [u8]) -> Result<()> {
+    /// Layers are copied in parallel: one thread's memcpy bandwidth is well
+    /// below the machine's (24 MB took 4.1 ms on one thread).
+    pub fn export_into(&self, n: usize, out: &mut [u8], pool: &ThreadPool) -> Result<()> {
         if n > self.n_ctx {
             return Err(Error::invalid(format!(
                 "cannot export {n} positions from a context of {}",
@@ -261,25 +263,23 @@ impl KvCache {
         }
         let es = self.dtype.size();
         let (kb, vb) = (n * self.dim_k * es, n * self.dim_v * es);
-        let mut off = 0;
-        for l in 0..self.n_layer() {
-            for h in 0..self.n_head_kv {
-                self.k[l].write_le(
-                    h * self.n_ctx * self.dim_k,
-                    n * self.dim_k,
-                    &mut out[off..off + kb],
-                );
+        let per_layer = self.n_head_kv * (kb + vb);
+        let (n_ctx, n_head_kv, dim_k, dim_v) = (self.n_ctx, self.n_head_kv, self.dim_k, self.dim_v);
+        let dst = SharedMut::new(out);
+        pool.run(self.n_layer(), |l| {
+            // SAFETY: layer `l` writes only its own `per_layer` bytes, and
+            // `out` (length checked above: n_layer * per_layer) outlives `run`.
+            let out = unsafe { dst.slice(l * per_layer, per_layer) };
+            let mut off = 0;
+            for h in 0..n_head_kv {
+                self.k[l].write_le(h * n_ctx * dim_k, n * dim_k, &mut out[off..off + kb]);
                 off += kb;
             }
-            for h in 0..self.n_head_kv {
-                self.v[l].write_le(
-                    h * self.n_ctx * self.dim_v,
-                    n * self.dim_v,
-                    &mut out[off..off + vb],
-                );
+            for h in 0..n_head_kv {
+                self.v[l].write_le(h * n_ctx * dim_v, n * dim_v, &mut out[off..off + vb]);
                 off += vb;
             }
-        }
+        });
         Ok(())
     }
 
@@ -357,12 +357,17 @@ mod tests {
                     &k[..6],
                 );
             }
-            let bytes = a.export(5).unwrap();
-            assert_eq!(bytes.len(), a.export_len(5));
             let pool = ThreadPool::new(2);
+            let bytes = a.export(5, &ThreadPool::new(1)).unwrap();
+            assert_eq!(bytes.len(), a.export_len(5));
+            assert_eq!(
+                a.export(5, &pool).unwrap(),
+                bytes,
+                "parallel export differs"
+            );
             let mut b = KvCache::new(dtype, 2, 16, 2, 4, 3).unwrap();
             b.import(5, &bytes, &pool).unwrap();
-            assert_eq!(b.export(5).unwrap(), bytes);
+            assert_eq!(b.export(5, &pool).unwrap(), bytes);
             assert!(b.import(5, &bytes[1..], &pool).is_err());
             assert!(b.import(17, &bytes, &pool).is_err());
         }

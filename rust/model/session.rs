@@ -19,6 +19,9 @@ pub struct Session {
     scratch: Scratch,
     /// Whether `scratch` holds the hidden state of position n_past - 1.
     hidden_valid: bool,
+    /// The last `eval` computed its logits with the same one-row output
+    /// head call `head_logits` makes, so they are equal by construction.
+    single_row_head: bool,
     /// Multi-token evals attend row by row with the one-token kernel, so
     /// their logits equal those of one-token evals bit for bit.
     pub exact_rows: bool,
@@ -39,6 +42,7 @@ impl Session {
             prefill_chunk: 512,
             scratch: Scratch::default(),
             hidden_valid: false,
+            single_row_head: false,
             exact_rows: false,
             model,
         })
@@ -112,6 +116,9 @@ impl Session {
             }
         }
         self.hidden_valid = true;
+        // One segment without all_logits sends exactly one row through the
+        // head (see `forward_segments`).
+        self.single_row_head = !all_logits;
         Ok(out)
     }
 
@@ -144,6 +151,12 @@ impl Session {
             .filter(|_| self.hidden_valid && self.n_past > 0)
     }
 
+    /// Whether `head_logits(last_hidden())` is the last `eval`'s logits by
+    /// construction (no need to recompute them to check).
+    pub fn logits_from_head(&self) -> bool {
+        self.single_row_head && self.last_hidden().is_some()
+    }
+
     /// Logits of a hidden state from `last_hidden`, bit-identical to those
     /// `eval` returned for it.
     pub fn head_logits(&mut self, hidden: &[f32]) -> Result<Vec<f32>> {
@@ -155,7 +168,7 @@ impl Session {
 
     /// The KV cache up to the current position, as raw little-endian bytes.
     pub fn export_kv(&self) -> Result<Vec<u8>> {
-        self.kv.export(self.n_past)
+        self.kv.export(self.n_past, &self.pool)
     }
 
     /// The first `n` positions of the KV cache (`n <= n_past`), in the
@@ -167,7 +180,7 @@ impl Session {
                 self.n_past
             )));
         }
-        self.kv.export(n)
+        self.kv.export(n, &self.pool)
     }
 
     /// Size in bytes of `export_kv()`.
@@ -177,7 +190,7 @@ impl Session {
 
     /// `export_kv` into a buffer of exactly `export_kv_len()` bytes.
     pub fn export_kv_into(&self, out: &mut [u8]) -> Result<()> {
-        self.kv.export_into(self.n_past, out)
+        self.kv.export_into(self.n_past, out, &self.pool)
     }
 
     /// Replaces the context with `n` positions of exported KV data. On error

@@ -142,6 +142,13 @@ impl PySession {
         Ok(PyArray1::from_vec(py, logits))
     }
 
+    /// Whether the last logits are `head_logits(last_hidden())` by
+    /// construction (computed by the same one-row output head call).
+    #[getter]
+    fn logits_from_head(&self) -> bool {
+        self.inner.logits_from_head()
+    }
+
     fn truncate(&mut self, n: usize) -> PyResult<()> {
         self.inner.truncate(n).py_err()
     }
@@ -236,6 +243,42 @@ fn blake3_digest<'py>(py: Python<'py>, data: &Bound<'py, PyAny>) -> PyResult<Bou
     Ok(PyBytes::new(py, h.as_bytes()))
 }
 
+/// Writes `data` at byte `offset` of the open file `fd` while hashing it;
+/// returns the BLAKE3 digest. The GIL is released for both, so the caller
+/// must own `data` exclusively for the call (the snapshot writer passes its
+/// private image buffer).
+#[pyfunction]
+fn write_hashed<'py>(
+    py: Python<'py>,
+    fd: i32,
+    data: &Bound<'py, PyAny>,
+    offset: u64,
+) -> PyResult<Bound<'py, PyBytes>> {
+    use std::os::fd::FromRawFd;
+    if fd < 0 {
+        return Err(crate::Error::invalid(format!(
+            "write_hashed: bad file descriptor {fd}"
+        )))
+        .py_err();
+    }
+    let buf = pyo3::buffer::PyBuffer::<u8>::get(data)?;
+    if !buf.is_c_contiguous() {
+        return Err(crate::Error::invalid(
+            "write_hashed needs a contiguous buffer",
+        ))
+        .py_err();
+    }
+    // SAFETY: `buf` holds the export for this whole call, so the memory is
+    // allocated and `len_bytes()` long and cannot be resized; the caller's
+    // contract (above) is that no thread writes it while we read.
+    let bytes = unsafe { std::slice::from_raw_parts(buf.buf_ptr() as *const u8, buf.len_bytes()) };
+    // SAFETY: `fd` is non-negative and open in the caller, which keeps it
+    // open for the call; ManuallyDrop keeps us from closing it.
+    let file = std::mem::ManuallyDrop::new(unsafe { std::fs::File::from_raw_fd(fd) });
+    let digest = py.detach(|| crate::hashed_write::write_hashing(&file, bytes, offset))?;
+    Ok(PyBytes::new(py, digest.as_bytes()))
+}
+
 /// One forward pass that appends `tokens[i]` to `sessions[i]` for every
 /// session (all on one model); returns the last new token's logits of each
 /// as an `(n, n_vocab)` array. The GIL is released for the pass.
@@ -272,5 +315,6 @@ pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<PySession>()?;
     m.add_function(wrap_pyfunction!(physical_core_count, m)?)?;
     m.add_function(wrap_pyfunction!(blake3_digest, m)?)?;
+    m.add_function(wrap_pyfunction!(write_hashed, m)?)?;
     Ok(())
 }

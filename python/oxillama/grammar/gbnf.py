@@ -8,7 +8,6 @@ and column, never in a ``RecursionError``.
 from __future__ import annotations
 
 import re
-
 from dataclasses import dataclass, field
 
 from ..errors import GrammarError

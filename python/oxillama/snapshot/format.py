@@ -72,21 +72,33 @@ def encode_into(
     given, must be writable and exactly :func:`encoded_size` bytes long (a
     mapped file, say); otherwise a new bytearray is returned."""
     secs = list(sections)
-    size = encoded_size(secs)
     if out is None:
-        out = bytearray(size)
+        out = bytearray(encoded_size(secs))
+    view = fill_payload(secs, out)
+    seal(view, _native.blake3(view[HEADER.size :]), magic=magic, version=version)
+    return out
+
+
+def fill_payload(sections: list[Writer], out: bytearray | memoryview) -> memoryview:
+    """Writes every section into ``out`` (exactly :func:`encoded_size`
+    bytes, writable) after room for the header, which :func:`seal` fills
+    once the payload's digest is known; returns a view of ``out``."""
+    size = encoded_size(sections)
     view = memoryview(out)
     if view.nbytes != size or view.readonly:
         raise ParameterError(f"encode_into needs a writable {size}-byte buffer, got {view.nbytes}")
     pos = HEADER.size
-    for tag, n, fill in secs:
+    for tag, n, fill in sections:
         SECTION.pack_into(view, pos, tag, n)
         pos += SECTION.size
         fill(view[pos : pos + n])
         pos += n
-    digest = _native.blake3(view[HEADER.size :])
-    HEADER.pack_into(view, 0, magic, version, size - HEADER.size, digest)
-    return out
+    return view
+
+
+def seal(view: memoryview, digest: bytes, *, magic: bytes = MAGIC, version: int = VERSION) -> None:
+    """Writes the header of a filled container, given its payload digest."""
+    HEADER.pack_into(view, 0, magic, version, view.nbytes - HEADER.size, digest)
 
 
 def read_header(blob: bytes | bytearray | memoryview, *, magic: bytes = MAGIC) -> tuple[int, int]:
