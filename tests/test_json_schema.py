@@ -27,7 +27,8 @@ from pydantic import BaseModel, Field
 
 from oxillama.errors import GrammarError, JsonSchemaError
 from oxillama.grammar import Grammar
-from oxillama.grammar.json_schema import MAX_INDENT, schema_to_gbnf
+from oxillama.grammar import gbnf as gbnf_syntax
+from oxillama.grammar.json_schema import MAX_INDENT, schema_to_gbnf, schema_to_rules
 from tests import _gbnf_reference as ref
 from tests._gbnf_reference import accepts
 
@@ -35,9 +36,32 @@ FORMAT_CHECKER = Draft202012Validator.FORMAT_CHECKER
 _PROPERTY = settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 
 
+def _shape(node: Any) -> Any:
+    """A syntax tree without source positions, for comparing trees."""
+    if isinstance(node, list):
+        return [_shape(n) for n in node]
+    if isinstance(node, gbnf_syntax.Rule):
+        return ("rule", node.name, _shape(node.body))
+    if isinstance(node, gbnf_syntax.Alternatives):
+        return ("alts", [[_shape(n) for n in seq] for seq in node.alts])
+    if isinstance(node, gbnf_syntax.Repeat):
+        return ("rep", _shape(node.item), node.min, node.max)
+    if isinstance(node, gbnf_syntax.Ref):
+        return ("ref", node.name)
+    if isinstance(node, gbnf_syntax.Chars):
+        return ("chars", node.ranges)
+    raise AssertionError(type(node))
+
+
 @functools.lru_cache(maxsize=512)
 def _compiled(schema_json: str) -> str:
-    return schema_to_gbnf(json.loads(schema_json))
+    text = schema_to_gbnf(json.loads(schema_json))
+    # Grammar.from_json_schema skips parsing its own text: every schema this
+    # module compiles also checks the tree it builds is the parsed text's.
+    again, rules = schema_to_rules(json.loads(schema_json))
+    assert again == text
+    assert _shape(rules) == _shape(gbnf_syntax.parse(text))
+    return text
 
 
 def gbnf(schema: Any) -> str:

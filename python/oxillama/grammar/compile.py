@@ -188,16 +188,20 @@ class _Lowering:
 
 def _nullable(rules: list[_Rule]) -> list[bool]:
     null = [False] * len(rules)
+    # Only alternatives made of rule references alone can match nothing;
+    # the fixpoint iterates over those (a handful) instead of every rule.
+    candidates: list[tuple[int, list[int]]] = []
+    for i, r in enumerate(rules):
+        for seq in r.alts:
+            refs = [a for k, a in seq if k == "r" and isinstance(a, int)]
+            if len(refs) == len(seq):
+                candidates.append((i, refs))
     changed = True
     while changed:
         changed = False
-        for i, r in enumerate(rules):
-            if null[i]:
-                continue
-            for seq in r.alts:
-                if all(k == "r" and isinstance(a, int) and null[a] for k, a in seq):
-                    null[i] = changed = True
-                    break
+        for i, refs in candidates:
+            if not null[i] and all(null[a] for a in refs):
+                null[i] = changed = True
     return null
 
 
@@ -279,4 +283,9 @@ def _components(adj: list[list[int]]) -> list[int]:
 
 def compile_gbnf(text: str, root: str = "root") -> Compiled:
     """Parses and checks a GBNF grammar."""
-    return _Lowering(gbnf.parse(text), root).run()
+    return compile_rules(gbnf.parse(text), root)
+
+
+def compile_rules(rules: list[gbnf.Rule], root: str = "root") -> Compiled:
+    """Checks and lowers already parsed rules."""
+    return _Lowering(rules, root).run()

@@ -13,6 +13,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from functools import lru_cache
 
+from . import gbnf as _g
 from .charset import MAX_CP, SURROGATES, Ranges, complement, normalize, union
 
 __all__ = [
@@ -47,9 +48,16 @@ class Expr:
     literal: str | None = None
     #: The parts of a sequence, so nested sequences flatten.
     items: tuple[Expr, ...] = ()
+    #: The syntax tree ``gbnf.parse`` would read from ``text``, built
+    #: alongside it so a compiled schema need not be parsed back: for an
+    #: atom its node, for an alternation its options (sequences use
+    #: ``items``). See :func:`rule_body`.
+    ast: object = None
 
 
-EMPTY = Expr('""', _ATOM, literal="")
+EMPTY = Expr('""', _ATOM, literal="", ast=_g.Alternatives([[]]))
+_NO_POS = _g.Pos(0, 0)
+_ANY_CHAR = [(0, 0xD7FF), (0xE000, MAX_CP)]
 
 _NAME_OK = re.compile(r"[A-Za-z0-9-]+")
 
@@ -78,11 +86,18 @@ def _escape_char(cp: int, in_class: bool) -> str:
     return f"\\U{cp:08X}"
 
 
+@lru_cache(maxsize=4096)
 def literal(s: str) -> Expr:
-    """The exact string ``s``."""
+    """The exact string ``s`` (memoized: schemas repeat their punctuation and
+    property names, and sequences rebuild merged literals)."""
     if not s:
         return EMPTY
-    return Expr('"' + "".join(_escape_char(ord(c), False) for c in s) + '"', _ATOM, literal=s)
+    return Expr(
+        '"' + "".join(_escape_char(ord(c), False) for c in s) + '"',
+        _ATOM,
+        literal=s,
+        ast=_g.Alternatives([[_g.Chars([(ord(c), ord(c))]) for c in s]]),
+    )
 
 
 @lru_cache(maxsize=2048)
@@ -100,12 +115,15 @@ def _char_class(ranges: Ranges) -> Expr:
         return literal(chr(ranges[0][0]))
     filled = union(ranges, SURROGATES)
     if filled == ((0, MAX_CP),):
-        return Expr(".", _ATOM)
+        return Expr(".", _ATOM, ast=_g.Chars(list(_ANY_CHAR)))
     positive = min((ranges, filled), key=len)
     negated = min((complement(filled), complement(ranges)), key=len)
+    # Whichever way it is written, the parser reads the same code points
+    # less the surrogates, as sorted merged ranges.
+    node = _g.Chars(_g.normalize(list(ranges)))
     if len(negated) <= len(positive):
-        return Expr("[^" + _class_body(negated) + "]", _ATOM)
-    return Expr("[" + _class_body(positive) + "]", _ATOM)
+        return Expr("[^" + _class_body(negated) + "]", _ATOM, ast=node)
+    return Expr("[" + _class_body(positive) + "]", _ATOM, ast=node)
 
 
 def char_class(ranges: Iterable[tuple[int, int]]) -> Expr:
@@ -128,7 +146,7 @@ def _class_body(ranges: Ranges) -> str:
 
 
 def ref(name: str) -> Expr:
-    return Expr(name, _ATOM, frozenset({name}))
+    return Expr(name, _ATOM, frozenset({name}), ast=_g.Ref(name, _NO_POS))
 
 
 def _wrap(e: Expr, prec: int) -> str:
@@ -177,6 +195,7 @@ def alt(*parts: Expr) -> Expr:
             " | ".join(_wrap(p, _SEQ) for p in options),
             _ALT,
             frozenset().union(*(p.refs for p in options)),
+            ast=tuple(options),
         )
     return opt(body) if nullable else body
 
@@ -204,7 +223,7 @@ def rep(e: Expr, lo: int, hi: int | None) -> Expr:
         suffix = f"{{{lo}}}"
     else:
         suffix = f"{{{lo},{hi}}}"
-    return Expr(atom + suffix, _ATOM, e.refs)
+    return Expr(atom + suffix, _ATOM, e.refs, ast=_g.Repeat(_atom_node(e), lo, hi))
 
 
 def _big_rep(e: Expr, lo: int, hi: int | None) -> Expr:
@@ -277,6 +296,19 @@ class RuleSet:
     def render(self, root: str) -> str:
         """The grammar text: ``root`` first, then every rule it reaches, in
         the order they were created."""
+        return "".join(_line(n, self._bodies[n]) for n in self._order(root))
+
+    def parsed(self, root: str) -> list[_g.Rule]:
+        """The rules as ``gbnf.parse(self.render(root))`` returns them (up to
+        source positions), without writing and parsing the text."""
+        out = []
+        for n in self._order(root):
+            body = self._bodies[n]
+            assert body is not None
+            out.append(_g.Rule(n, rule_body(body), _NO_POS))
+        return out
+
+    def _order(self, root: str) -> Sequence[str]:
         reached = {root}
         todo = [root]
         while todo:
@@ -287,8 +319,37 @@ class RuleSet:
                 if name not in reached:
                     reached.add(name)
                     todo.append(name)
-        order: Sequence[str] = [root] + [n for n in self._bodies if n in reached and n != root]
-        return "".join(_line(n, self._bodies[n]) for n in order)
+        return [root] + [n for n in self._bodies if n in reached and n != root]
+
+
+def _atom_node(e: Expr) -> _g.Node:
+    """``e`` as the operand of a postfix operator (parenthesized unless an atom)."""
+    if e.prec == _ATOM:
+        assert isinstance(e.ast, (_g.Chars, _g.Ref, _g.Repeat, _g.Alternatives))
+        return e.ast
+    return _g.Alternatives(_alts(e))
+
+
+def _elements(e: Expr) -> list[_g.Node]:
+    """The nodes ``e`` contributes to an enclosing sequence."""
+    if e.prec == _ATOM:
+        return [_atom_node(e)]
+    if e.prec == _SEQ:
+        return [n for item in e.items for n in _elements(item)]
+    return [_g.Alternatives(_alts(e))]
+
+
+def _alts(e: Expr) -> list[list[_g.Node]]:
+    """``e`` as a rule body or group: its top-level alternatives."""
+    if e.prec == _ALT:
+        assert isinstance(e.ast, tuple)
+        return [_elements(o) for o in e.ast]
+    return [_elements(e)]
+
+
+def rule_body(e: Expr) -> _g.Alternatives:
+    """What ``gbnf.parse`` returns as the body of ``name ::= {e.text}``."""
+    return _g.Alternatives(_alts(e))
 
 
 def _line(name: str, body: Expr | None) -> str:
