@@ -135,12 +135,19 @@ impl Memo {
     }
 
     /// The set byte `b` leads set `sid` to (possibly the empty set).
-    #[inline]
+    #[inline(always)]
     fn step_set(&mut self, stacks: &mut Stacks, sid: u32, b: u8) -> Result<u32> {
         let r = self.set_rows[sid as usize][b as usize];
         if r != UNKNOWN_SET {
             return Ok(u32::from(r));
         }
+        self.step_set_slow(stacks, sid, b)
+    }
+
+    /// A transition seen for the first time (kept out of the walk's loop).
+    #[cold]
+    #[inline(never)]
+    fn step_set_slow(&mut self, stacks: &mut Stacks, sid: u32, b: u8) -> Result<u32> {
         let members = self.sets[sid as usize].members.clone();
         let mut out = std::mem::take(&mut self.scratch);
         out.clear();
@@ -315,7 +322,7 @@ pub fn walk(
     // `by_depth[d]` is the stack set after the first `d` bytes below
     // `start` on the current path; preorder guarantees the entry for a
     // node's parent depth was written by its parent.
-    let mut by_depth: Vec<u32> = vec![sid];
+    let mut by_depth: Vec<u32> = vec![sid; trie.max_depth() + 1];
     // Tokenless nodes carry `trie::NO_TOKEN`; clamping it to `spare` sends their
     // bit to a spare word, so marking needs no branch per node.
     let spare = (trie.n_vocab() as u32).min(bits.len() as u32 * 64);
@@ -350,11 +357,7 @@ pub fn walk(
             i = n.skip as usize;
             continue;
         }
-        if by_depth.len() <= d {
-            by_depth.push(next);
-        } else {
-            by_depth[d] = next;
-        }
+        by_depth[d] = next;
         i += 1;
     }
     local[spare as usize / 64] &= !(1u64 << (spare % 64));

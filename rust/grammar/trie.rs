@@ -32,6 +32,7 @@ const MAX_PIECE: usize = u16::MAX as usize;
 #[derive(Debug)]
 pub struct VocabTrie {
     nodes: Vec<Node>,
+    max_depth: usize,
     /// `(node, token)` for nodes marked `MANY`, sorted by node.
     extra: Vec<(u32, u32)>,
     /// Every token's bytes, also those outside the trie (specials).
@@ -104,8 +105,10 @@ impl VocabTrie {
             nodes[closed as usize].skip = end;
         }
         extra.sort_unstable();
+        let max_depth = nodes.iter().map(|n| n.depth as usize).max().unwrap_or(0);
         VocabTrie {
             nodes,
+            max_depth,
             extra,
             pieces: pieces.into_iter().map(Vec::into_boxed_slice).collect(),
             special,
@@ -119,6 +122,11 @@ impl VocabTrie {
 
     pub fn n_nodes(&self) -> usize {
         self.nodes.len()
+    }
+
+    /// The longest piece in the trie, in bytes.
+    pub fn max_depth(&self) -> usize {
+        self.max_depth
     }
 
     /// All nodes in preorder (see `Node`).
