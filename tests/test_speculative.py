@@ -77,15 +77,19 @@ def test_split_generations_equal_whole_ones(
     assert first + rest == whole
 
 
-def test_sampling_keeps_the_target_distribution(pair: tuple[Engine, Engine]) -> None:
+@pytest.mark.parametrize("async_draft", [False, True])
+def test_sampling_keeps_the_target_distribution(
+    pair: tuple[Engine, Engine], async_draft: bool
+) -> None:
     """Chi-square of the first sampled token against the target's own
-    distribution (top-k 6, so every category is well populated)."""
+    distribution (top-k 6, so every category is well populated); with
+    ``async_draft`` the drafts' draws are keyed, the rule is the same."""
     target, draft = pair
     cfg = SamplerConfig(temperature=1.5, top_k=6, top_p=1.0, min_p=0.0)
     prompt = "My favourite colour is"
     target.reset()
     logits = target.eval(target.tokenize(prompt, add_special=True))
-    se = SpeculativeEngine(target, draft, num_speculative=2, seed=0)
+    se = SpeculativeEngine(target, draft, num_speculative=2, seed=0, async_draft=async_draft)
     p = se._dist(logits, cfg)
     support = np.nonzero(p)[0]
     assert len(support) == 6
@@ -228,3 +232,41 @@ def test_auto_picks_the_smallest_compatible_draft(tmp_path: Path) -> None:
     with pytest.raises(ParameterError, match="no compatible draft") as e:
         SpeculativeEngine.auto(target, [gemma3_path(), target], context_size=128)
     assert "vocabularies differ" in str(e.value) or "not smaller" in str(e.value)
+
+
+def test_async_drafting_keeps_greedy_output_and_uses_look_aheads(
+    pair: tuple[Engine, Engine],
+) -> None:
+    target, draft = pair
+    greedy = SamplerConfig.greedy()
+    se = SpeculativeEngine(target, draft, num_speculative=2, async_draft=True)
+    used = cancelled = 0
+    for p in PROMPTS:
+        target.reset()
+        want = target.generate(p, 24, sampler=greedy, ignore_eos=True).tokens
+        se.reset()
+        assert se.generate(p, 24, sampler=greedy, ignore_eos=True).tokens == want, p
+        used += se.stats.ahead_used
+        cancelled += se.stats.ahead_cancelled
+    # Look-aheads were taken when the verdict agreed, thrown away otherwise.
+    assert used > 0 and cancelled > 0, (used, cancelled)
+
+
+@pytest.mark.parametrize("cfg", [SamplerConfig.greedy(), SamplerConfig(temperature=0.9, seed=3)])
+def test_async_drafting_is_deterministic_across_splits_and_snapshots(
+    pair: tuple[Engine, Engine], cfg: SamplerConfig
+) -> None:
+    """Seeded async runs repeat exactly, whether a look-ahead was used or
+    dropped (a snapshot drops it), so 20 + snapshot + 40 equals 60."""
+    se = SpeculativeEngine(*pair, num_speculative=3, seed=5, async_draft=True)
+    whole = se.generate("Rain on the roof", 60, sampler=cfg, ignore_eos=True).tokens
+    se.reset()
+    assert se.generate("Rain on the roof", 60, sampler=cfg, ignore_eos=True).tokens == whole
+    se.reset()
+    first = se.generate("Rain on the roof", 20, sampler=cfg, ignore_eos=True).tokens
+    restored = SpeculativeEngine.restore_bytes(se.snapshot_bytes())
+    assert restored.async_draft
+    rest = restored.generate("", 40, sampler=cfg, ignore_eos=True).tokens
+    assert first + rest == whole
+    # The original continues the same way after its snapshot dropped its look-ahead.
+    assert se.generate("", 40, sampler=cfg, ignore_eos=True).tokens == rest

@@ -15,13 +15,27 @@ Each round:
    target's argmax, then take the target's argmax);
 4. both KV caches roll back to the accepted prefix by truncation; nothing
    is evaluated twice.
+
+With ``async_draft=True`` the draft does not wait for the verdict: while the
+target verifies round ``r``, a background thread assumes every draft is
+accepted, guesses the bonus token (the draft's argmax there) and drafts
+round ``r + 1``. When the verdict agrees (all accepted, bonus as guessed),
+round ``r + 1`` starts verifying at once; on any divergence the look-ahead
+is cancelled at its next step and its KV rolled back. The draft's random
+draws are then keyed by (seed, round, slot) instead of taken from one
+stream, so what a seeded run produces does not depend on thread timing,
+nor on whether a look-ahead was used or thrown away. (Grammar-constrained
+rounds draft synchronously: the matcher is one state.)
 """
 
 from __future__ import annotations
 
 import os
+import secrets
+import threading
 import time
 from collections.abc import Iterator, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
@@ -61,9 +75,27 @@ class SpeculativeStats:
     drafted: int = 0
     accepted: int = 0
 
+    #: Rounds that ended with a rejected draft.
+    rejected: int = 0
+    #: Rounds whose drafts came from a look-ahead (``async_draft``).
+    ahead_used: int = 0
+    #: Look-aheads thrown away because the verdict diverged.
+    ahead_cancelled: int = 0
+
     @property
     def acceptance_rate(self) -> float:
         return self.accepted / self.drafted if self.drafted else 0.0
+
+
+@dataclass
+class _LookAhead:
+    """Drafts for the round after the one being verified."""
+
+    #: Committed tokens the drafts assume (the current ones + all drafts + guess).
+    base: int
+    guess: int
+    drafts: list[int]
+    qs: list[npt.NDArray[np.float64]]
 
 
 class SpeculativeEngine:
@@ -80,11 +112,12 @@ class SpeculativeEngine:
         *,
         num_speculative: int = 4,
         seed: int | None = None,
+        async_draft: bool = False,
     ) -> None:
         if not isinstance(num_speculative, int) or not 1 <= num_speculative <= 32:
             raise ParameterError(f"num_speculative must be in 1..32, got {num_speculative!r}")
         _check_vocab(target, draft)
-        self._adopt(target, draft, num_speculative, seed)
+        self._adopt(target, draft, num_speculative, seed, async_draft)
         self.reset()
 
     @classmethod
@@ -130,10 +163,17 @@ class SpeculativeEngine:
             )
         return cls(target, best[1], num_speculative=num_speculative, seed=seed)
 
-    def _adopt(self, target: Engine, draft: Engine, k: int, seed: int | None) -> None:
+    def _adopt(
+        self, target: Engine, draft: Engine, k: int, seed: int | None, async_draft: bool = False
+    ) -> None:
         self.target, self.draft = target, draft
         self.num_speculative = k
         self.seed = seed
+        #: Draft the next round in a background thread while the target
+        #: verifies (see the module docstring).
+        self.async_draft = bool(async_draft)
+        self._executor: ThreadPoolExecutor | None = None
+        self._lookahead: _LookAhead | None = None
         # The engines' own sessions carry the KV, so each engine's OXISNAP1
         # snapshot (inside OXISPEC1) is its part of the state.
         self._t = target._session
@@ -153,7 +193,12 @@ class SpeculativeEngine:
         self._ahead: list[int] = []
         self._ahead_complete: int | None = None
         self._complete_at: int | None = None
+        if getattr(self, "_lookahead", None) is not None:
+            self._lookahead = None
         self._rng = np.random.Generator(np.random.PCG64(self.seed))
+        #: Key of the draft's keyed draws (async mode); saved in snapshots.
+        self._draft_key = self.seed if self.seed is not None else secrets.randbits(63)
+        self._lookahead = None
         self.stats = SpeculativeStats()
 
     @property
@@ -196,11 +241,20 @@ class SpeculativeEngine:
         out: npt.NDArray[np.float64] = p / p.sum()
         return out
 
-    def _draw(self, p: npt.NDArray[np.float64]) -> int:
+    def _draw(self, p: npt.NDArray[np.float64], u: float | None = None) -> int:
+        """A draw from ``p``, with the uniform ``u`` or the engine's RNG."""
         cdf = np.cumsum(p)
-        return int(
-            min(np.searchsorted(cdf, self._rng.random() * cdf[-1], side="right"), p.size - 1)
-        )
+        if u is None:
+            u = self._rng.random()
+        return int(min(np.searchsorted(cdf, u * cdf[-1], side="right"), p.size - 1))
+
+    def _uniform(self, round_id: int, slot: int) -> float:
+        """The draft's uniform for draft ``slot`` of round ``round_id``: a
+        pure function of the key, so a look-ahead and a synchronous redraft
+        of the same round see the same numbers."""
+        counter = np.array([round_id, slot, 0, 0], dtype=np.uint64)
+        raw = np.random.Philox(key=self._draft_key, counter=counter).random_raw()
+        return float(int(raw) >> 11) * 2.0**-53
 
     # ----------------------------------------------------------- decoding
 
@@ -225,6 +279,8 @@ class SpeculativeEngine:
 
     def _round(self, cfg: SamplerConfig, greedy: bool) -> list[int]:
         """One draft-and-verify round; returns the new tokens (>= 1)."""
+        if self.async_draft and self._matcher is None:
+            return self._round_async(cfg, greedy)
         k = self.num_speculative
         n0 = len(self._tokens) - 1  # positions evaluated by the target
         k = max(1, min(k, self._n_ctx - n0 - 1))
@@ -263,6 +319,142 @@ class SpeculativeEngine:
         masks.append(self._allowed(vocab))
         if m is not None:
             m.rollback(len(drafts))
+        new, accepted = self._verify(n0, drafts, qs, masks, cfg, greedy)
+        self._d.truncate(min(self._d.n_past, n0 + 1 + accepted))
+        return new
+
+    # ------------------------------------------------------ async drafting
+
+    def _round_async(self, cfg: SamplerConfig, greedy: bool) -> list[int]:
+        """A round whose drafts may come from the previous round's look-ahead,
+        and which starts the next look-ahead before verifying."""
+        k = self.num_speculative
+        n0 = len(self._tokens) - 1
+        k = max(1, min(k, self._n_ctx - n0 - 1))
+        rid = self.stats.rounds
+        if self._t.n_past < n0:
+            behind = self._tokens[self._t.n_past : n0]
+            self._t.eval(np.asarray(behind, dtype=np.uint32), False)
+        la, self._lookahead = self._lookahead, None
+        if la is not None and la.base == len(self._tokens) and la.drafts:
+            drafts, qs = la.drafts[:k], la.qs[:k]
+            # The draft evaluated all but the last look-ahead draft.
+            self._d.truncate(min(self._d.n_past, n0 + len(drafts)))
+            self.stats.ahead_used += 1
+        else:
+            if la is not None:
+                # Not reachable through the public API (a look-ahead is
+                # dropped whenever the tokens change otherwise); if it is,
+                # the draft's cache is rebuilt rather than trusted.
+                self._d.truncate(0)
+            drafts, qs = self._draft_now(k, rid, cfg, greedy)
+        cancel = threading.Event()
+        job = self._pool().submit(self._look_ahead, n0, drafts, k, rid + 1, cfg, greedy, cancel)
+        try:
+            new, accepted = self._verify(n0, drafts, qs, [None] * (len(drafts) + 1), cfg, greedy)
+        except BaseException:
+            cancel.set()
+            job.result()
+            raise
+        if accepted < len(drafts) or len(new) != len(drafts) + 1:
+            cancel.set()
+        ahead = job.result()
+        if ahead is not None and not cancel.is_set() and ahead.guess == new[-1]:
+            self._lookahead = ahead
+        else:
+            if ahead is not None or cancel.is_set():
+                self.stats.ahead_cancelled += 1
+            self._d.truncate(min(self._d.n_past, n0 + 1 + accepted))
+        return new
+
+    def _draft_now(
+        self, k: int, rid: int, cfg: SamplerConfig, greedy: bool
+    ) -> tuple[list[int], list[npt.NDArray[np.float64]]]:
+        """Drafts round ``rid`` synchronously, with keyed draws."""
+        catch_up = self._tokens[self._d.n_past :]
+        q_logits = self._d.eval(np.asarray(catch_up, dtype=np.uint32), False)
+        return self._draft_from(q_logits, k, rid, cfg, greedy, None)
+
+    def _draft_from(
+        self,
+        q_logits: npt.NDArray[np.float32],
+        k: int,
+        rid: int,
+        cfg: SamplerConfig,
+        greedy: bool,
+        cancel: threading.Event | None,
+    ) -> tuple[list[int], list[npt.NDArray[np.float64]]]:
+        drafts: list[int] = []
+        qs: list[npt.NDArray[np.float64]] = []
+        for i in range(k):
+            if greedy:
+                tok = self._argmax(q_logits, cfg)
+            else:
+                q = self._dist(q_logits, cfg)
+                tok = self._draw(q, self._uniform(rid, i))
+                qs.append(q)
+            drafts.append(tok)
+            if i + 1 == k or self.target.tokenizer.is_eog(tok):
+                break
+            if cancel is not None and cancel.is_set():
+                break
+            q_logits = self._d.eval(np.asarray([tok], dtype=np.uint32), False)
+        return drafts, qs
+
+    def _look_ahead(
+        self,
+        n0: int,
+        drafts: list[int],
+        k: int,
+        rid: int,
+        cfg: SamplerConfig,
+        greedy: bool,
+        cancel: threading.Event,
+    ) -> _LookAhead | None:
+        """Runs in the draft thread while the target verifies ``drafts``:
+        assumes all are accepted, guesses the bonus token, drafts round
+        ``rid``. Stops early once ``cancel`` is set (a divergence)."""
+        if len(drafts) < k or self.target.tokenizer.is_eog(drafts[-1]):
+            return None  # the round ends early: nothing to assume
+        if n0 + 1 + len(drafts) + 1 + k >= self._n_ctx:
+            return None
+        q = self._d.eval(np.asarray([drafts[-1]], dtype=np.uint32), False)
+        guess = self._argmax(q, cfg)
+        if cancel.is_set() or self.target.tokenizer.is_eog(guess):
+            return None
+        q = self._d.eval(np.asarray([guess], dtype=np.uint32), False)
+        nxt, qs = self._draft_from(q, k, rid, cfg, greedy, cancel)
+        if cancel.is_set():
+            return None
+        return _LookAhead(n0 + 1 + len(drafts) + 1, guess, nxt, qs)
+
+    def _pool(self) -> ThreadPoolExecutor:
+        if self._executor is None:
+            self._executor = ThreadPoolExecutor(1, thread_name_prefix="oxillama-draft")
+        return self._executor
+
+    def _drop_lookahead(self) -> None:
+        """Forgets the look-ahead and its KV (snapshots, context changes):
+        its drafts are a pure function of the state, so redrafting them
+        later gives the same ones."""
+        if self._lookahead is not None:
+            self._lookahead = None
+            self._d.truncate(min(self._d.n_past, max(len(self._tokens) - 1, 0)))
+
+    def _verify(
+        self,
+        n0: int,
+        drafts: list[int],
+        qs: list[npt.NDArray[np.float64]],
+        masks: list[npt.NDArray[np.bool_] | None],
+        cfg: SamplerConfig,
+        greedy: bool,
+    ) -> tuple[list[int], int]:
+        """Runs the target over the pending token and ``drafts``, applies
+        the accept/reject rule and rolls the target back to what was
+        accepted; returns the round's new tokens and how many drafts were
+        accepted."""
+        m = self._matcher
         k = len(drafts)
         batch = np.asarray([self._tokens[-1], *drafts], dtype=np.uint32)
         # Verification rows must equal one-token evaluations exactly.
@@ -305,10 +497,11 @@ class SpeculativeEngine:
         self.stats.rounds += 1
         self.stats.drafted += k
         self.stats.accepted += accepted
+        if accepted < k:
+            self.stats.rejected += 1
         # Roll back to the accepted prefix: pending + accepted drafts.
         self._t.truncate(n0 + 1 + accepted)
-        self._d.truncate(min(self._d.n_past, n0 + 1 + accepted))
-        return new
+        return new, accepted
 
     def _run(
         self,
@@ -347,6 +540,7 @@ class SpeculativeEngine:
         t0 = time.perf_counter()
         if toks:
             self._ahead = []  # the context changed: held-back tokens no longer follow
+            self._drop_lookahead()
             # Everything but the last token is evaluated now; the last one
             # is "pending" and goes into the first verification batch.
             head = self._tokens[self._t.n_past :] + toks[:-1]
@@ -422,7 +616,10 @@ class SpeculativeEngine:
         keep = max(n_tokens - 1, 0)
         if self._t.n_past > keep:
             self._t.truncate(keep)
-        if self._d.n_past > keep:
+        la = self._lookahead
+        if la is not None and la.base != n_tokens:
+            self._lookahead = None
+        if self._d.n_past > keep and self._lookahead is None:
             self._d.truncate(keep)
         self._sync()
 
@@ -430,6 +627,8 @@ class SpeculativeEngine:
         """Keeps each engine's token list equal to what its cache holds (the
         pending token is in neither), so its own snapshot is consistent."""
         for eng, sess in ((self.target, self._t), (self.draft, self._d)):
+            # A draft look-ahead runs past the committed tokens; its engine
+            # then only claims those (snapshots drop the look-ahead first).
             eng._tokens = self._tokens[: sess.n_past]
             eng._last_logits = None
             eng._grammar = None

@@ -78,9 +78,9 @@ from fractions import Fraction
 from typing import Any
 
 from ..errors import JsonSchemaError
+from . import gbnf
 from .charset import ALL, Ranges, single, subtract
 from .formats import FORMATS
-from . import gbnf
 from .gbnf_writer import EMPTY, Expr, RuleSet, alt, char_class, literal, opt, ref, rep, seq
 from .json_strings import string_literal, units
 from .keywords import (

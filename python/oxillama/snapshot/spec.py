@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import datetime as _dt
 import os
+import secrets
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -25,10 +26,13 @@ META, TARGET, DRAFT = 1, 2, 3
 
 
 def dumps(spec: SpeculativeEngine) -> bytes:
+    spec._drop_lookahead()
     spec._sync()
     meta = {
         "num_speculative": spec.num_speculative,
         "seed": spec.seed,
+        "async_draft": spec.async_draft,
+        "draft_key": spec._draft_key,
         "tokens": spec._tokens,
         "ahead": spec._ahead,
         "ahead_complete": spec._ahead_complete,
@@ -37,6 +41,9 @@ def dumps(spec: SpeculativeEngine) -> bytes:
             "rounds": spec.stats.rounds,
             "drafted": spec.stats.drafted,
             "accepted": spec.stats.accepted,
+            "rejected": spec.stats.rejected,
+            "ahead_used": spec.stats.ahead_used,
+            "ahead_cancelled": spec.stats.ahead_cancelled,
         },
         "grammar": None
         if spec._grammar is None or spec._matcher is None
@@ -91,8 +98,12 @@ def loads(
     for eng, name in ((target, "target"), (draft, "draft")):
         if eng.tokens != tokens[: eng.n_past] or eng.n_past > max(len(tokens) - 1, 0):
             raise SnapshotFormatError(f"the {name} session does not match the token history")
+    async_draft, key = meta.get("async_draft", False), meta.get("draft_key", seed)
+    if not isinstance(async_draft, bool) or not (key is None or isinstance(key, int)):
+        raise SnapshotFormatError("meta.async_draft / meta.draft_key are invalid")
     spec = SpeculativeEngine.__new__(SpeculativeEngine)
-    spec._adopt(target, draft, k, seed)
+    spec._adopt(target, draft, k, seed, async_draft)
+    spec._draft_key = key if key is not None else secrets.randbits(63)
     spec._tokens = list(tokens)
     spec._ahead = list(ahead)
     done = meta.get("ahead_complete")
@@ -104,7 +115,12 @@ def loads(
         rng = np.random.Generator(np.random.PCG64())
         rng.bit_generator.state = meta["rng"]
         spec.stats = SpeculativeStats(
-            int(stats["rounds"]), int(stats["drafted"]), int(stats["accepted"])
+            int(stats["rounds"]),
+            int(stats["drafted"]),
+            int(stats["accepted"]),
+            int(stats.get("rejected", 0)),
+            int(stats.get("ahead_used", 0)),
+            int(stats.get("ahead_cancelled", 0)),
         )
     except (KeyError, TypeError, ValueError) as e:
         raise SnapshotFormatError(f"meta.rng or meta.stats is invalid: {e}") from None
