@@ -187,21 +187,37 @@ class _Lowering:
 
 
 def _nullable(rules: list[_Rule]) -> list[bool]:
+    """Which rules can match the empty string: a worklist over alternatives
+    made only of rule references, each waiting on its references (linear,
+    where a fixpoint sweep was quadratic on long chains like `x{0,40}`)."""
     null = [False] * len(rules)
-    # Only alternatives made of rule references alone can match nothing;
-    # the fixpoint iterates over those (a handful) instead of every rule.
-    candidates: list[tuple[int, list[int]]] = []
+    # Per candidate alternative: its rule, and how many references are not
+    # yet known to be nullable; per rule, the candidates that reference it.
+    owner: list[int] = []
+    waiting: list[int] = []
+    users: list[list[int]] = [[] for _ in rules]
+    ready: list[int] = []
     for i, r in enumerate(rules):
         for seq in r.alts:
-            refs = [a for k, a in seq if k == "r" and isinstance(a, int)]
-            if len(refs) == len(seq):
-                candidates.append((i, refs))
-    changed = True
-    while changed:
-        changed = False
-        for i, refs in candidates:
-            if not null[i] and all(null[a] for a in refs):
-                null[i] = changed = True
+            if not all(k == "r" and isinstance(a, int) for k, a in seq):
+                continue
+            c = len(owner)
+            owner.append(i)
+            waiting.append(len(seq))
+            for _, a in seq:
+                assert isinstance(a, int)
+                users[a].append(c)
+            if not seq:
+                ready.append(c)
+    while ready:
+        i = owner[ready.pop()]
+        if null[i]:
+            continue
+        null[i] = True
+        for c in users[i]:
+            waiting[c] -= 1
+            if waiting[c] == 0:
+                ready.append(c)
     return null
 
 
