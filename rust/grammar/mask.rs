@@ -26,7 +26,7 @@ use crate::Result;
 pub const DEPTH: usize = 3;
 /// Distinct stacks the transition tables hold before they are cleared.
 const MAX_MEMO_CONFIGS: usize = 1 << 16;
-/// Distinct stack sets (1 KiB of transitions each) before the same.
+/// Distinct stack sets (512 bytes of transitions each) before the same.
 const MAX_MEMO_SETS: usize = 1 << 14;
 const UNKNOWN: u32 = u32::MAX;
 /// Unfilled entry of a set row; rows hold u16 set ids so a walk's working

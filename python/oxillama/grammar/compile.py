@@ -199,6 +199,8 @@ def _nullable(rules: list[_Rule]) -> list[bool]:
     ready: list[int] = []
     for i, r in enumerate(rules):
         for seq in r.alts:
+            if seq and seq[0][0] != "r":
+                continue  # most alternatives start with a terminal
             if not all(k == "r" and isinstance(a, int) for k, a in seq):
                 continue
             c = len(owner)

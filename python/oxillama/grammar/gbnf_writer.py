@@ -156,21 +156,30 @@ def _wrap(e: Expr, prec: int) -> str:
 def seq(*parts: Expr) -> Expr:
     """The concatenation of ``parts``."""
     items: list[Expr] = []
-    for p in (q for part in parts for q in (part.items or (part,))):
-        if p.literal == "":
-            continue
-        if items and p.literal is not None and items[-1].literal is not None:
-            items[-1] = literal(items[-1].literal + p.literal)
-        else:
+    run: list[str] = []  # adjacent literals, merged into one at the end of the run
+    refs: set[str] = set()
+    for part in parts:
+        for p in part.items or (part,):
+            lit = p.literal
+            if lit is not None:
+                if lit:
+                    run.append(lit)
+                continue
+            if run:
+                items.append(literal("".join(run)) if len(run) > 1 else literal(run[0]))
+                run.clear()
             items.append(p)
+            refs.update(p.refs)
+    if run:
+        items.append(literal("".join(run)))
     if not items:
         return EMPTY
     if len(items) == 1:
         return items[0]
     return Expr(
-        " ".join(_wrap(p, _SEQ) for p in items),
+        " ".join([p.text if p.prec >= _SEQ else "(" + p.text + ")" for p in items]),
         _SEQ,
-        frozenset().union(*(p.refs for p in items)),
+        frozenset(refs),
         items=tuple(items),
     )
 
