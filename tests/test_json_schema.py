@@ -1628,3 +1628,17 @@ def test_decimal_texts_near_float_bounds() -> None:
     for x in (0.1, 0.3, 0.2, 0.30000000000000004, 0.09999999999999999):
         assert accepts(grammar, repr(x)) == (0.1 <= x <= 0.3), x
     assert accepts(grammar, str(Decimal("0.10000000000000000000001")))  # 23 fraction digits
+
+
+def test_the_same_schema_shares_one_grammar() -> None:
+    from oxillama import Grammar
+
+    a = {"type": "object", "properties": {"x": {"type": "integer"}, "y": {"type": "string"}}}
+    b = {"properties": {"y": {"type": "string"}, "x": {"type": "integer"}}, "type": "object"}
+    g = Grammar.from_json_schema(a)
+    assert Grammar.from_json_schema(b) is g  # key order does not matter
+    assert Grammar.from_json_schema({"type": "integer"}) is not g
+    assert Grammar.from_json_schema(a, strict=False) is not g
+    # A changed copy is a different schema.
+    a["properties"]["x"] = {"type": "number"}
+    assert Grammar.from_json_schema(a) is not g

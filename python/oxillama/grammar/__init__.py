@@ -12,8 +12,11 @@ pushdown matcher that runs it lives in the Rust extension.
 
 from __future__ import annotations
 
+import collections
 import contextlib
 import gc
+import json
+import threading
 import weakref
 from collections.abc import Iterator, Mapping
 from typing import TYPE_CHECKING, Any
@@ -32,6 +35,12 @@ if TYPE_CHECKING:
     from ..tokenizer import Tokenizer
 
 __all__ = ["Grammar", "GrammarError", "allowed_bytes", "vocab_trie"]
+
+
+#: Grammars of recently compiled schemas, by canonical JSON (LRU).
+_SCHEMA_CACHE_SIZE = 128
+_SCHEMA_GRAMMARS: collections.OrderedDict[str, Grammar] = collections.OrderedDict()
+_SCHEMA_LOCK = threading.Lock()
 
 
 @contextlib.contextmanager
@@ -80,10 +89,32 @@ class Grammar:
         """The grammar of JSON documents valid against ``schema`` (a dict, or
         a pydantic model: anything with ``model_json_schema()``). With
         ``strict=False`` unsupported keywords warn and are ignored instead of
-        raising :class:`~oxillama.errors.JsonSchemaError`."""
+        raising :class:`~oxillama.errors.JsonSchemaError`.
+
+        The same schema (up to key order) returns the same Grammar, so
+        requests that repeat a ``response_format`` share one compile and
+        its warm mask caches."""
+        if not isinstance(schema, (Mapping, bool)) and hasattr(schema, "model_json_schema"):
+            schema = schema.model_json_schema()
+        try:
+            key: str | None = json.dumps(schema, sort_keys=True) + ("" if strict else "~lax")
+        except (TypeError, ValueError):
+            key = None  # not JSON (the compiler reports why)
+        if key is not None:
+            with _SCHEMA_LOCK:
+                hit = _SCHEMA_GRAMMARS.get(key)
+                if hit is not None:
+                    _SCHEMA_GRAMMARS.move_to_end(key)
+                    return hit
         with _no_gc():
             source, rules = schema_to_rules(schema, strict=strict)
-            return cls._from_rules(source, rules)
+            grammar = cls._from_rules(source, rules)
+        if key is not None:
+            with _SCHEMA_LOCK:
+                _SCHEMA_GRAMMARS[key] = grammar
+                while len(_SCHEMA_GRAMMARS) > _SCHEMA_CACHE_SIZE:
+                    _SCHEMA_GRAMMARS.popitem(last=False)
+        return grammar
 
     @property
     def source(self) -> str:
