@@ -11,6 +11,8 @@ pub enum Error {
     Generate(String),
     /// A caller passed a value outside its domain.
     InvalidArgument(String),
+    /// The shared KV pool has no free page left (the scheduler preempts).
+    KvFull(String),
 }
 
 pub type Result<T> = std::result::Result<T, Error>;
@@ -18,7 +20,9 @@ pub type Result<T> = std::result::Result<T, Error>;
 impl fmt::Display for Error {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
-            Error::Load(m) | Error::Generate(m) | Error::InvalidArgument(m) => f.write_str(m),
+            Error::Load(m) | Error::Generate(m) | Error::InvalidArgument(m) | Error::KvFull(m) => {
+                f.write_str(m)
+            }
         }
     }
 }
@@ -34,5 +38,8 @@ impl Error {
     }
     pub fn invalid(msg: impl Into<String>) -> Self {
         Error::InvalidArgument(msg.into())
+    }
+    pub fn kv_full(msg: impl Into<String>) -> Self {
+        Error::KvFull(msg.into())
     }
 }

@@ -86,6 +86,68 @@ def test_leaving_a_stream_early_cancels_it(aengine: AsyncEngine) -> None:
     asyncio.run(main())
 
 
+def test_cancellation_returns_every_kv_page(model_path: Path) -> None:
+    """With the prefix cache off, cancelled and finished requests leave the
+    shared pool exactly as full as it started (empty)."""
+
+    async def main() -> None:
+        async with AsyncEngine(
+            model_path, context_size=256, threads=2, max_batch=4, prefix_cache_bytes=0
+        ) as e:
+            total = e.metrics()["kv_pages_total"]
+            tasks = [asyncio.create_task(e.generate(p, 150, ignore_eos=True)) for p in PROMPTS[:4]]
+            await asyncio.sleep(0.8)
+            busy = e.metrics()
+            assert busy["kv_pages_used"] > 0, busy
+            for t in tasks[:3]:
+                t.cancel()
+            for t in tasks[:3]:
+                with pytest.raises(asyncio.CancelledError):
+                    await t
+            tasks[3].cancel()
+            with pytest.raises(asyncio.CancelledError):
+                await tasks[3]
+            for _ in range(100):
+                m = e.metrics()
+                if m["kv_pages_free"] == total:
+                    break
+                await asyncio.sleep(0.05)
+            assert m["kv_pages_used"] == 0 and m["kv_pages_free"] == total, m
+
+    asyncio.run(main())
+
+
+def test_a_full_kv_pool_preempts_and_recomputes_exactly(model_path: Path) -> None:
+    """Four requests in a pool that holds one context (8 pages of 16): the
+    newest are preempted when it runs out, recomputed later, and every
+    request still gets exactly the tokens a lone Engine gives."""
+    greedy = SamplerConfig.greedy()
+    lone = Engine(model_path, context_size=128, threads=2)
+    want = []
+    for p in PROMPTS[:4]:
+        lone.reset()
+        want.append(lone.generate(p, 60, sampler=greedy, ignore_eos=True).tokens)
+
+    async def main() -> tuple[list[list[int]], dict[str, float | int]]:
+        async with AsyncEngine(
+            model_path,
+            context_size=128,
+            threads=2,
+            max_batch=4,
+            prefix_cache_bytes=0,
+            kv_pages=8,
+        ) as e:
+            outs = await asyncio.gather(
+                *(e.generate(p, 60, sampler=greedy, ignore_eos=True) for p in PROMPTS[:4])
+            )
+            return [o.tokens for o in outs], e.metrics()
+
+    got, m = asyncio.run(main())
+    assert got == want
+    assert m["preempted"] > 0, m
+    assert m["kv_pages_used"] == 0, m
+
+
 def test_the_event_loop_is_never_blocked(aengine: AsyncEngine) -> None:
     async def main() -> float:
         worst = 0.0

@@ -9,6 +9,7 @@ __all__ = [
     "GgufFile",
     "GrammarMatcher",
     "GrammarProgram",
+    "KvPool",
     "Model",
     "Sampler",
     "Session",
@@ -58,10 +59,32 @@ class Model:
     def config(self) -> dict[str, Any]: ...
 
 @final
+@final
+class KvPool:
+    def __new__(cls, model: Model, n_pages: int, kv_dtype: str = "f16") -> KvPool: ...
+    @property
+    def n_pages(self) -> int: ...
+    @property
+    def free_pages(self) -> int: ...
+    @property
+    def page_size(self) -> int: ...
+    @property
+    def nbytes(self) -> int: ...
+
+@final
 class Session:
     def __new__(
-        cls, model: Model, n_ctx: int, threads: int | None = None, kv_dtype: str = "f16"
+        cls,
+        model: Model,
+        n_ctx: int,
+        threads: int | None = None,
+        kv_dtype: str = "f16",
+        pool: KvPool | None = None,
     ) -> Session: ...
+    def pages_needed(self, n: int) -> int: ...
+    @property
+    def pages_held(self) -> int: ...
+    def fork(self, n: int) -> Session: ...
     def eval(
         self, tokens: npt.NDArray[np.uint32], all_logits: bool = False
     ) -> npt.NDArray[np.float32]: ...

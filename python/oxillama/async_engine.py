@@ -44,6 +44,7 @@ class AsyncEngine:
         prefix_cache_bytes: int = 256 << 20,
         sampler: SamplerConfig | None = None,
         kv_dtype: str = "f16",
+        kv_pages: int | None = None,
     ) -> None:
         # The synchronous engine loads the model and tokenizer once; every
         # request gets its own session on the same weights.
@@ -62,6 +63,7 @@ class AsyncEngine:
             prefill_chunk=prefill_chunk,
             max_queue=max_queue,
             prefix_cache_bytes=prefix_cache_bytes,
+            kv_pages=kv_pages,
         )
 
     @property

@@ -166,6 +166,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
         threads=args.threads,
         context_size=args.context_size,
         max_batch=args.max_batch,
+        kv_pages=args.kv_pages,
         model_name=args.model_name,
         sessions_dir=args.sessions_dir,
     )
@@ -222,6 +223,12 @@ def build_parser() -> argparse.ArgumentParser:
     )
     sv.add_argument(
         "--max-batch", type=int, default=8, help="requests decoded together (default: 8)"
+    )
+    sv.add_argument(
+        "--kv-pages",
+        type=int,
+        help="KV memory shared by all requests, in pages of 16 tokens (default: max-batch "
+        "full contexts); when it runs out the newest request is paused and recomputed later",
     )
     sv.add_argument("--model-name", help="name reported by /v1/models (default: the file's stem)")
     sv.add_argument(

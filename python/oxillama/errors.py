@@ -10,6 +10,7 @@ __all__ = [
     "GenerateError",
     "GrammarError",
     "JsonSchemaError",
+    "KvCacheFullError",
     "LoadError",
     "OxiLlamaError",
     "ParameterError",
@@ -27,6 +28,11 @@ class LoadError(OxiLlamaError):
 
 class GenerateError(OxiLlamaError):
     """A generation request cannot be served, e.g. the prompt exceeds the context."""
+
+
+class KvCacheFullError(GenerateError):
+    """A shared KV pool has no free page left (the batching scheduler
+    preempts a sequence and retries; direct callers may free sessions)."""
 
 
 class ParameterError(OxiLlamaError, ValueError):

@@ -5,7 +5,12 @@ Prefixes are cut at 16-token block boundaries and kept in a radix tree over
 token ids (one edge per 16-token block). A node that holds KV stores the
 positions up to its depth; a lookup walks the tree along the prompt and
 returns the deepest stored node. Entries are evicted least recently used
-first when the byte budget is exceeded. Hits and misses are counted.
+first when the byte budget is exceeded (or when the scheduler needs their
+memory: :meth:`PrefixCache.evict_one`). Hits and misses are counted.
+
+What a node keeps is opaque here: the scheduler stores a forked session
+that holds the prefix's KV pages (shared, not copied, with every request
+that reuses it), with its size in bytes.
 """
 
 from __future__ import annotations
@@ -13,6 +18,7 @@ from __future__ import annotations
 import threading
 from collections import OrderedDict
 from dataclasses import dataclass, field
+from typing import Any
 
 BLOCK = 16
 
@@ -23,7 +29,8 @@ class _Node:
     parent: _Node | None
     key: tuple[int, ...] = ()
     children: dict[tuple[int, ...], _Node] = field(default_factory=dict)
-    kv: bytes | None = None
+    kv: Any = None
+    nbytes: int = 0
 
 
 class PrefixCache:
@@ -47,7 +54,7 @@ class PrefixCache:
     def entries(self) -> int:
         return len(self._lru)
 
-    def lookup(self, tokens: list[int]) -> tuple[int, bytes | None]:
+    def lookup(self, tokens: list[int]) -> tuple[int, Any]:
         """The longest stored prefix of ``tokens`` that leaves at least one
         token to evaluate: ``(n, kv)``, or ``(0, None)``."""
         with self._lock:
@@ -78,9 +85,11 @@ class PrefixCache:
             node = self._walk(tokens, n, create=False)
             return 0 if node is not None and node.kv is not None else n
 
-    def store(self, tokens: list[int], n: int, kv: bytes) -> None:
-        """Keeps the KV of ``tokens[:n]`` (``n`` a multiple of the block)."""
-        if n == 0 or n % BLOCK or len(kv) > self.budget:
+    def store(self, tokens: list[int], n: int, kv: Any, nbytes: int | None = None) -> None:
+        """Keeps the KV of ``tokens[:n]`` (``n`` a multiple of the block);
+        ``nbytes`` is its size (``len(kv)`` by default)."""
+        size = len(kv) if nbytes is None else nbytes
+        if n == 0 or n % BLOCK or size > self.budget:
             return
         with self._lock:
             node = self._walk(tokens, n, create=True)
@@ -89,7 +98,8 @@ class PrefixCache:
                 self._lru.move_to_end(node)
                 return
             node.kv = kv
-            self._bytes += len(kv)
+            node.nbytes = size
+            self._bytes += size
             self._lru[node] = None
             while self._bytes > self.budget and self._lru:
                 old, _ = self._lru.popitem(last=False)
@@ -108,10 +118,20 @@ class PrefixCache:
             node = child
         return node
 
+    def evict_one(self) -> bool:
+        """Drops the least recently used entry; False when there is none."""
+        with self._lock:
+            if not self._lru:
+                return False
+            old, _ = self._lru.popitem(last=False)
+            self._drop(old)
+            return True
+
     def _drop(self, node: _Node) -> None:
         assert node.kv is not None
-        self._bytes -= len(node.kv)
+        self._bytes -= node.nbytes
         node.kv = None
+        node.nbytes = 0
         # Prune now-empty branches.
         while node.parent is not None and node.kv is None and not node.children:
             del node.parent.children[node.key]

@@ -2,12 +2,22 @@
 
 One worker thread owns every running sequence. Each iteration it
 
-1. drops cancelled sequences (their KV memory goes with them);
-2. samples the next token of every sequence that is decoding and advances
+1. drops cancelled sequences (their KV pages go back to the pool at once);
+2. makes sure the KV pool has a page for every decoding sequence that
+   needs one, preempting the newest sequences if it has not (their pages
+   are freed and they are recomputed later: the prompt by a normal
+   prefill, the tokens already generated row by row with the one-token
+   kernel, so the continuation is exactly the one it would have been);
+3. samples the next token of every sequence that is decoding and advances
    all of them with **one** batched forward pass (the weights are read once
    for the whole batch);
-3. prefills one chunk of one waiting prompt (round robin), so a long prompt
+4. prefills one chunk of one waiting prompt (round robin), so a long prompt
    never stalls the running streams for more than a chunk.
+
+Every sequence's KV cache is a page table into one shared pool of 16-token
+pages (``kv_pages`` of them), so memory follows the tokens actually held;
+the prefix cache keeps forks of finished prefills, which share their pages
+with every request that reuses them (copied on the first write).
 
 Results go back through callbacks, which :class:`~oxillama.AsyncEngine`
 turns into asyncio futures and queues. The forward passes release the GIL.
@@ -29,10 +39,13 @@ import numpy.typing as npt
 from . import _native
 from ._text import TextAssembler
 from .completion import Completion, FinishReason, Timings
-from .errors import GenerateError, ParameterError
+from .errors import GenerateError, KvCacheFullError, ParameterError
 from .grammar import Grammar, allowed_bytes
 from .prefix_cache import PrefixCache
 from .sampling import SamplerConfig, build_sampler
+
+#: Positions per KV page (the pool's page size).
+PAGE = 16
 
 #: Called from the worker thread with a text piece, or at the end with the
 #: completion, or with the error that ended the request.
@@ -58,6 +71,9 @@ class Request:
     text: TextAssembler = field(init=False)
     cancelled: bool = False
     t_arrive: float = field(default_factory=time.perf_counter)
+    #: After a preemption: the tokens to evaluate again (prompt + generated).
+    replay: list[int] | None = None
+    preempted: int = 0
     t_prefilled: float = 0.0
     t_first_token: float = 0.0
 
@@ -76,6 +92,7 @@ class Metrics:
     decode_steps: int = 0
     finished: int = 0
     cancelled: int = 0
+    preempted: int = 0
 
 
 class Scheduler:
@@ -94,9 +111,20 @@ class Scheduler:
         prefill_chunk: int = 64,
         max_queue: int = 256,
         prefix_cache_bytes: int = 256 << 20,
+        kv_pages: int | None = None,
     ) -> None:
         if max_batch < 1 or prefill_chunk < 1 or max_queue < 1:
             raise ParameterError("max_batch, prefill_chunk and max_queue must be at least 1")
+        per_context = -(-context_size // PAGE)
+        if kv_pages is None:
+            kv_pages = max_batch * per_context
+        if kv_pages < per_context:
+            raise ParameterError(
+                f"kv_pages={kv_pages} cannot hold one full context of {context_size} tokens "
+                f"({per_context} pages of {PAGE})"
+            )
+        self._pool = _native.KvPool(model, kv_pages, kv_dtype)
+        self._page_bytes = self._pool.nbytes // kv_pages
         self._model = model
         self._tokenizer = tokenizer
         self._vocab = vocab_size
@@ -173,6 +201,7 @@ class Scheduler:
             queued = len(self._waiting)
             running = len(self._running)
             kv_seqs = sum(1 for s in self._running if s.session is not None)
+        pool = self._pool
         return {
             "prompt_tokens": m.prompt_tokens,
             "generated_tokens": m.generated_tokens,
@@ -190,6 +219,11 @@ class Scheduler:
             "sequences_with_kv": kv_seqs,
             "finished": m.finished,
             "cancelled": m.cancelled,
+            "preempted": m.preempted,
+            "kv_pages_total": pool.n_pages,
+            "kv_pages_free": pool.free_pages,
+            "kv_pages_used": pool.n_pages - pool.free_pages,
+            "kv_page_tokens": PAGE,
             **self._prefix_metrics(),
         }
 
@@ -236,6 +270,8 @@ class Scheduler:
 
     def _step(self, batch: list[Request]) -> None:
         decoding = [s for s in batch if s.logits is not None]
+        self._make_room(batch, decoding)
+        decoding = [s for s in decoding if s.logits is not None]
         advance: list[tuple[Request, int]] = []
         for s in decoding:
             tok = self._sample(s)
@@ -256,34 +292,82 @@ class Scheduler:
             s = min(prefilling, key=lambda q: (q.fed > 0, q.t_arrive))
             self._prefill_chunk(s)
 
+    def _make_room(self, batch: list[Request], decoding: list[Request]) -> None:
+        """Frees KV pages until every decoding sequence can take its next
+        position: prefix-cache entries first, then the newest sequences."""
+        need = sum(s.session.pages_needed(1) for s in decoding if s.session is not None)
+        while need > self._pool.free_pages:
+            if self.prefix is not None and self.prefix.evict_one():
+                continue
+            holders = [s for s in batch if s.session is not None and s.logits is not None]
+            if len(holders) <= 1:
+                return  # one sequence always fits (kv_pages >= one context)
+            victim = max(holders, key=lambda q: q.t_arrive)
+            assert victim.session is not None
+            need -= victim.session.pages_needed(1)
+            self._preempt(victim)
+
+    def _preempt(self, s: Request) -> None:
+        """Frees a sequence's pages; it is recomputed when pages are free."""
+        s.session = None
+        s.logits = None
+        s.fed = 0
+        s.replay = s.prompt + s.generated
+        s.preempted += 1
+        self._metrics.preempted += 1
+
     def _prefill_chunk(self, s: Request) -> None:
+        replay = s.replay
+        tokens = s.prompt if replay is None else replay
         if s.session is None:
-            s.session = _native.Session(self._model, self._n_ctx, self._threads, self._kv_dtype)
+            s.session = _native.Session(
+                self._model, self._n_ctx, self._threads, self._kv_dtype, pool=self._pool
+            )
             s.session.prefill_chunk = self.prefill_chunk
             if self.prefix is not None:
-                n, kv = self.prefix.lookup(s.prompt)
-                if kv is not None:
+                n, cached = self.prefix.lookup(s.prompt)
+                if isinstance(cached, _native.Session):
                     # A shared prefix (a system prompt, say) is not evaluated
-                    # again: its KV is copied in.
-                    s.session.import_kv(n, kv)
-                    for tok in s.prompt[:n]:
-                        s.sampler.accept(tok)
+                    # again: the new session holds the cached pages.
+                    s.session = cached.fork(n)
+                    s.session.prefill_chunk = self.prefill_chunk
+                    if replay is None:
+                        for tok in s.prompt[:n]:
+                            s.sampler.accept(tok)
                     s.fed = n
-        part = s.prompt[s.fed : s.fed + self.prefill_chunk]
+        # The prompt goes through the normal prefill; tokens generated before
+        # a preemption are evaluated row by row as they first were.
+        in_prompt = s.fed < len(s.prompt)
+        end = min(s.fed + self.prefill_chunk, len(s.prompt) if in_prompt else len(tokens))
+        part = tokens[s.fed : end]
+        if s.session.pages_needed(len(part)) > self._pool.free_pages:
+            if self.prefix is None or not self.prefix.evict_one():
+                if not any(q is not s and q.session is not None for q in self._running):
+                    # Alone and still no room: only the prefix cache's
+                    # pages could be in the way, and it is empty by now.
+                    self._finish(s, None, KvCacheFullError("the KV pool cannot hold this request"))
+                    return
+                return  # wait for running sequences to free pages
         t = time.perf_counter()
+        s.session.exact_rows = not in_prompt
         out = s.session.eval(np.asarray(part, dtype=np.uint32), False)
+        s.session.exact_rows = False
         self._metrics.prefill_seconds += time.perf_counter() - t
-        self._metrics.prompt_tokens += len(part)
-        for tok in part:
-            s.sampler.accept(tok)
+        if replay is None:
+            self._metrics.prompt_tokens += len(part)
+            for tok in part:
+                s.sampler.accept(tok)
         s.fed += len(part)
-        if s.fed == len(s.prompt):
+        if s.fed == len(tokens):
             s.logits = out
-            s.t_prefilled = time.perf_counter()
-            if self.prefix is not None:
+            s.replay = None
+            if replay is None:
+                s.t_prefilled = time.perf_counter()
+            if self.prefix is not None and replay is None:
                 n = self.prefix.wants(s.prompt)
                 if n:
-                    self.prefix.store(s.prompt, n, s.session.export_kv_prefix(n))
+                    fork = s.session.fork(n)
+                    self.prefix.store(s.prompt, n, fork, fork.pages_held * self._page_bytes)
 
     def _sample(self, s: Request) -> int | None:
         """The next token of a decoding sequence, or None when it ended."""

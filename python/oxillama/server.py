@@ -504,13 +504,20 @@ def serve(
     threads: int | None = None,
     context_size: int = 2048,
     max_batch: int = 8,
+    kv_pages: int | None = None,
     model_name: str | None = None,
     sessions_dir: str | os.PathLike[str] | None = None,
 ) -> None:
     """Runs the server until interrupted."""
     import uvicorn
 
-    engine = AsyncEngine(model, context_size=context_size, threads=threads, max_batch=max_batch)
+    engine = AsyncEngine(
+        model,
+        context_size=context_size,
+        threads=threads,
+        max_batch=max_batch,
+        kv_pages=kv_pages,
+    )
     name = model_name or (engine.engine.model_path.stem if engine.engine.model_path else "oxillama")
     app = build_app(engine, model_name=name, sessions_dir=sessions_dir)
     uvicorn.run(app, host=host, port=port, log_level="info")

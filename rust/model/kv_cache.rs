@@ -1,14 +1,17 @@
-//! The per-session key/value cache.
+//! A sequence's key/value cache: a page table into a `KvPool`.
 //!
-//! Layout per layer is `[kv_head][position][dim]`: attention for one KV head
-//! reads one contiguous block, and a snapshot of the first `n` positions is
-//! `n_head_kv` contiguous copies per layer. Buffers are zero-allocated, so
-//! the OS commits pages only as positions are written: a large context costs
-//! address space, not resident memory, until it is used.
+//! Positions live in pages of `PAGE` (16) taken from the pool as the
+//! sequence grows and given back when it shrinks or ends. An engine's own
+//! session has a private pool as large as its context; the batching
+//! scheduler gives all its sequences one shared pool, so memory follows the
+//! tokens actually held, and sequences with a common prefix can hold the
+//! same pages (copied on the first write after the fork). Pool memory is
+//! zero-allocated, so the OS commits it only as pages are first written.
 
 use std::alloc::{alloc_zeroed, Layout};
+use std::sync::Arc;
 
-use crate::ops::vec::f32_to_f16_bits;
+use super::kv_pool::{KvPool, Rows, RowsMut, Side, PAGE};
 use crate::threadpool::{SharedMut, ThreadPool};
 use crate::{Error, Result};
 
@@ -38,74 +41,6 @@ impl KvDtype {
         match self {
             KvDtype::F16 => 2,
             KvDtype::F32 => 4,
-        }
-    }
-}
-
-#[derive(Clone)]
-pub enum KvBuf {
-    F16(Vec<u16>),
-    F32(Vec<f32>),
-}
-
-/// A read view of one KV head's rows.
-#[derive(Clone, Copy)]
-pub enum KvView<'a> {
-    F16(&'a [u16]),
-    F32(&'a [f32]),
-}
-
-impl KvBuf {
-    fn zeroed(dtype: KvDtype, n: usize) -> Result<Self> {
-        Ok(match dtype {
-            KvDtype::F16 => KvBuf::F16(zeroed_vec::<u16>(n)?),
-            KvDtype::F32 => KvBuf::F32(zeroed_vec::<f32>(n)?),
-        })
-    }
-
-    fn write(&mut self, at: usize, src: &[f32]) {
-        match self {
-            KvBuf::F16(v) => f32_to_f16_bits(src, &mut v[at..at + src.len()]),
-            KvBuf::F32(v) => v[at..at + src.len()].copy_from_slice(src),
-        }
-    }
-
-    fn view(&self, at: usize, len: usize) -> KvView<'_> {
-        match self {
-            KvBuf::F16(v) => KvView::F16(&v[at..at + len]),
-            KvBuf::F32(v) => KvView::F32(&v[at..at + len]),
-        }
-    }
-
-    /// Appends elements `[at, at+len)` as little-endian bytes.
-    /// Writes `len` elements from `at` into `out` (exactly their byte size)
-    /// as little-endian bytes.
-    fn write_le(&self, at: usize, len: usize, out: &mut [u8]) {
-        match self {
-            KvBuf::F16(v) => write_u16(&v[at..at + len], out),
-            KvBuf::F32(v) => write_f32(&v[at..at + len], out),
-        }
-    }
-
-    /// Overwrites elements from `at` with little-endian `bytes`.
-    fn read_le(&mut self, at: usize, bytes: &[u8]) {
-        match self {
-            KvBuf::F16(v) => {
-                for (d, c) in v[at..at + bytes.len() / 2]
-                    .iter_mut()
-                    .zip(bytes.chunks_exact(2))
-                {
-                    *d = u16::from_le_bytes([c[0], c[1]]);
-                }
-            }
-            KvBuf::F32(v) => {
-                for (d, c) in v[at..at + bytes.len() / 4]
-                    .iter_mut()
-                    .zip(bytes.chunks_exact(4))
-                {
-                    *d = f32::from_le_bytes([c[0], c[1], c[2], c[3]]);
-                }
-            }
         }
     }
 }
@@ -142,7 +77,7 @@ fn write_f32(src: &[f32], out: &mut [u8]) {
 /// A zero-filled vector from `alloc_zeroed`: large requests come straight
 /// from fresh zero pages that the OS commits only when first written, so an
 /// unused context costs no resident memory. Failure is an error, not an abort.
-fn zeroed_vec<T: Copy>(n: usize) -> Result<Vec<T>> {
+pub(super) fn zeroed_vec<T: Copy>(n: usize) -> Result<Vec<T>> {
     if n == 0 {
         return Ok(Vec::new());
     }
@@ -163,17 +98,71 @@ fn oom(bytes: usize) -> Error {
     ))
 }
 
+/// A read view of one KV head's rows for positions `0..n` of a sequence.
+#[derive(Clone, Copy)]
+pub struct KvView<'a> {
+    pool: &'a KvPool,
+    pages: &'a [u32],
+    layer: usize,
+    side: Side,
+    head: usize,
+    n: usize,
+}
+
+impl<'a> KvView<'a> {
+    pub fn len(&self) -> usize {
+        self.n
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.n == 0
+    }
+
+    pub fn is_f16(&self) -> bool {
+        self.pool.dtype == KvDtype::F16
+    }
+
+    /// Rows `j0..j1` (`j1` at most the end of `j0`'s page and `n`).
+    pub fn rows(&self, j0: usize, j1: usize) -> Rows<'a> {
+        let page = self.pages[j0 / PAGE];
+        assert!(
+            j1 <= self.n && j1 > j0 && (j1 - 1) / PAGE == j0 / PAGE,
+            "rows cross a page"
+        );
+        // SAFETY: the view borrows the sequence's page table, whose pages the
+        // sequence holds; a held page is written only by its sole holder
+        // through `&mut KvCache`, which this borrow excludes.
+        unsafe {
+            self.pool.rows(
+                self.layer,
+                self.side,
+                page,
+                self.head,
+                j0 % PAGE,
+                (j1 - 1) % PAGE + 1,
+            )
+        }
+    }
+
+    /// Where the page holding row `j` ends.
+    pub fn page_end(&self, j: usize) -> usize {
+        ((j / PAGE + 1) * PAGE).min(self.n)
+    }
+}
+
 pub struct KvCache {
     pub dtype: KvDtype,
     pub n_ctx: usize,
     pub n_head_kv: usize,
     pub dim_k: usize,
     pub dim_v: usize,
-    k: Vec<KvBuf>,
-    v: Vec<KvBuf>,
+    pool: Arc<KvPool>,
+    /// Page of positions `i * PAGE..(i + 1) * PAGE`.
+    pages: Vec<u32>,
 }
 
 impl KvCache {
+    /// A cache with a private pool of `n_ctx` positions.
     pub fn new(
         dtype: KvDtype,
         n_layer: usize,
@@ -182,52 +171,177 @@ impl KvCache {
         dim_k: usize,
         dim_v: usize,
     ) -> Result<Self> {
-        let per_k = n_ctx
-            .checked_mul(n_head_kv)
-            .and_then(|x| x.checked_mul(dim_k))
-            .ok_or_else(|| oom(usize::MAX))?;
-        let per_v = n_ctx
-            .checked_mul(n_head_kv)
-            .and_then(|x| x.checked_mul(dim_v))
-            .ok_or_else(|| oom(usize::MAX))?;
-        let k = (0..n_layer)
-            .map(|_| KvBuf::zeroed(dtype, per_k))
-            .collect::<Result<_>>()?;
-        let v = (0..n_layer)
-            .map(|_| KvBuf::zeroed(dtype, per_v))
-            .collect::<Result<_>>()?;
-        Ok(KvCache {
+        let pool = KvPool::new(
             dtype,
-            n_ctx,
+            n_layer,
+            n_ctx.div_ceil(PAGE).max(1),
             n_head_kv,
             dim_k,
             dim_v,
-            k,
-            v,
-        })
+        )
+        .map_err(|_| oom(usize::MAX))?;
+        Ok(Self::with_pool(Arc::new(pool), n_ctx))
+    }
+
+    /// A cache of at most `n_ctx` positions drawing pages from `pool`.
+    pub fn with_pool(pool: Arc<KvPool>, n_ctx: usize) -> Self {
+        KvCache {
+            dtype: pool.dtype,
+            n_ctx,
+            n_head_kv: pool.n_head_kv,
+            dim_k: pool.dim_k,
+            dim_v: pool.dim_v,
+            pool,
+            pages: Vec::new(),
+        }
+    }
+
+    pub fn pool(&self) -> &Arc<KvPool> {
+        &self.pool
     }
 
     pub fn n_layer(&self) -> usize {
-        self.k.len()
+        self.pool.n_layer
+    }
+
+    /// Pages this sequence holds.
+    pub fn pages_held(&self) -> usize {
+        self.pages.len()
+    }
+
+    /// Makes positions `from..to` writable: takes pages up to `to` from the
+    /// pool and copies any page in that range that others also hold. On
+    /// failure (pool exhausted) nothing written so far is lost; pages taken
+    /// stay held and are reused by the next attempt.
+    pub fn reserve(&mut self, from: usize, to: usize) -> Result<()> {
+        if to > self.n_ctx {
+            return Err(Error::generate(format!(
+                "context overflow: {to} positions exceed the context size of {}",
+                self.n_ctx
+            )));
+        }
+        if from < to {
+            let first = from / PAGE;
+            for i in first..self.pages.len().min(to.div_ceil(PAGE)) {
+                let p = self.pages[i];
+                if self.pool.shared(p) {
+                    let q = self.take_page()?;
+                    // SAFETY: we hold `q` alone (fresh) and hold `p`, which
+                    // its other holders only read.
+                    unsafe { self.pool.copy_page(p, q) };
+                    self.pages[i] = q;
+                    self.pool.release(p);
+                }
+            }
+        }
+        while self.pages.len() < to.div_ceil(PAGE) {
+            let p = self.take_page()?;
+            self.pages.push(p);
+        }
+        Ok(())
+    }
+
+    /// Pages `reserve(from, to)` would take from the pool now (new pages
+    /// and copies of shared ones), so a scheduler can make room first.
+    pub fn pages_needed(&self, from: usize, to: usize) -> usize {
+        let mut n = to.div_ceil(PAGE).saturating_sub(self.pages.len());
+        if from < to {
+            for i in from / PAGE..self.pages.len().min(to.div_ceil(PAGE)) {
+                if self.pool.shared(self.pages[i]) {
+                    n += 1;
+                }
+            }
+        }
+        n
+    }
+
+    fn take_page(&self) -> Result<u32> {
+        self.pool.alloc().ok_or_else(|| {
+            Error::kv_full(format!(
+                "the KV pool is exhausted: all {} pages of {PAGE} positions are in use",
+                self.pool.n_pages
+            ))
+        })
+    }
+
+    /// Gives back the pages past position `n`.
+    pub fn truncate(&mut self, n: usize) {
+        let keep = n.div_ceil(PAGE);
+        while self.pages.len() > keep {
+            if let Some(p) = self.pages.pop() {
+                self.pool.release(p);
+            }
+        }
+    }
+
+    /// A new cache holding (not copying) the pages of positions `0..n`;
+    /// either side's first write into a shared page copies it.
+    pub fn fork(&self, n: usize) -> Result<KvCache> {
+        let need = n.div_ceil(PAGE);
+        if need > self.pages.len() {
+            return Err(Error::invalid(format!(
+                "cannot fork {n} positions: the cache holds {}",
+                self.pages.len() * PAGE
+            )));
+        }
+        let mut out = KvCache::with_pool(Arc::clone(&self.pool), self.n_ctx);
+        for &p in &self.pages[..need] {
+            self.pool.retain(p);
+            out.pages.push(p);
+        }
+        Ok(out)
     }
 
     /// Stores one position's keys and values (all KV heads, post-RoPE).
+    /// The position must be reserved.
     pub fn store(&mut self, layer: usize, pos: usize, k: &[f32], v: &[f32]) {
+        let page = self.pages[pos / PAGE];
         for h in 0..self.n_head_kv {
-            let ko = (h * self.n_ctx + pos) * self.dim_k;
-            self.k[layer].write(ko, &k[h * self.dim_k..(h + 1) * self.dim_k]);
-            let vo = (h * self.n_ctx + pos) * self.dim_v;
-            self.v[layer].write(vo, &v[h * self.dim_v..(h + 1) * self.dim_v]);
+            // SAFETY: `reserve` made the page ours alone, and `&mut self`
+            // excludes readers of this sequence's views.
+            unsafe {
+                self.pool.write_row(
+                    layer,
+                    Side::K,
+                    page,
+                    h,
+                    pos % PAGE,
+                    &k[h * self.dim_k..(h + 1) * self.dim_k],
+                );
+                self.pool.write_row(
+                    layer,
+                    Side::V,
+                    page,
+                    h,
+                    pos % PAGE,
+                    &v[h * self.dim_v..(h + 1) * self.dim_v],
+                );
+            }
+        }
+    }
+
+    fn view(&self, layer: usize, side: Side, h: usize, n: usize) -> KvView<'_> {
+        assert!(
+            n <= self.pages.len() * PAGE,
+            "KV view past the reserved positions"
+        );
+        KvView {
+            pool: &self.pool,
+            pages: &self.pages,
+            layer,
+            side,
+            head: h,
+            n,
         }
     }
 
     /// Keys of head `h` for positions `0..n`.
     pub fn keys(&self, layer: usize, h: usize, n: usize) -> KvView<'_> {
-        self.k[layer].view(h * self.n_ctx * self.dim_k, n * self.dim_k)
+        self.view(layer, Side::K, h, n)
     }
 
     pub fn values(&self, layer: usize, h: usize, n: usize) -> KvView<'_> {
-        self.v[layer].view(h * self.n_ctx * self.dim_v, n * self.dim_v)
+        self.view(layer, Side::V, h, n)
     }
 
     /// Bytes that `export(n)` produces.
@@ -236,7 +350,8 @@ impl KvCache {
     }
 
     /// The first `n` positions of every layer as raw little-endian data in
-    /// the cache's dtype: per layer, K of each head then V of each head.
+    /// the cache's dtype: per layer, K of each head then V of each head
+    /// (each head's positions in order).
     pub fn export(&self, n: usize, pool: &ThreadPool) -> Result<Vec<u8>> {
         let mut out = vec![0u8; self.export_len(n.min(self.n_ctx))];
         self.export_into(n, &mut out, pool)?;
@@ -248,10 +363,10 @@ impl KvCache {
     /// Layers are copied in parallel: one thread's memcpy bandwidth is well
     /// below the machine's (24 MB took 4.1 ms on one thread).
     pub fn export_into(&self, n: usize, out: &mut [u8], pool: &ThreadPool) -> Result<()> {
-        if n > self.n_ctx {
+        if n > self.pages.len() * PAGE || n > self.n_ctx {
             return Err(Error::invalid(format!(
-                "cannot export {n} positions from a context of {}",
-                self.n_ctx
+                "cannot export {n} positions: the cache holds {}",
+                (self.pages.len() * PAGE).min(self.n_ctx)
             )));
         }
         if out.len() != self.export_len(n) {
@@ -262,28 +377,42 @@ impl KvCache {
             )));
         }
         let es = self.dtype.size();
-        let (kb, vb) = (n * self.dim_k * es, n * self.dim_v * es);
-        let per_layer = self.n_head_kv * (kb + vb);
-        let (n_ctx, n_head_kv, dim_k, dim_v) = (self.n_ctx, self.n_head_kv, self.dim_k, self.dim_v);
+        let per_layer = self.n_head_kv * n * (self.dim_k + self.dim_v) * es;
         let dst = SharedMut::new(out);
         pool.run(self.n_layer(), |l| {
             // SAFETY: layer `l` writes only its own `per_layer` bytes, and
             // `out` (length checked above: n_layer * per_layer) outlives `run`.
             let out = unsafe { dst.slice(l * per_layer, per_layer) };
             let mut off = 0;
-            for h in 0..n_head_kv {
-                self.k[l].write_le(h * n_ctx * dim_k, n * dim_k, &mut out[off..off + kb]);
-                off += kb;
-            }
-            for h in 0..n_head_kv {
-                self.v[l].write_le(h * n_ctx * dim_v, n * dim_v, &mut out[off..off + vb]);
-                off += vb;
+            for side in [Side::K, Side::V] {
+                for h in 0..self.n_head_kv {
+                    let view = self.view(l, side, h, n);
+                    let mut j = 0;
+                    while j < n {
+                        let end = view.page_end(j);
+                        let rows = view.rows(j, end);
+                        let bytes = match rows {
+                            Rows::F16(x) => {
+                                write_u16(x, &mut out[off..off + x.len() * 2]);
+                                x.len() * 2
+                            }
+                            Rows::F32(x) => {
+                                write_f32(x, &mut out[off..off + x.len() * 4]);
+                                x.len() * 4
+                            }
+                        };
+                        off += bytes;
+                        j = end;
+                    }
+                }
             }
         });
         Ok(())
     }
 
-    /// Inverse of `export`; `data` must be exactly `export_len(n)` bytes.
+    /// Replaces the contents with `n` positions of exported data; `data`
+    /// must be exactly `export_len(n)` bytes. The cache then holds fresh
+    /// pages for exactly those positions.
     pub fn import(&mut self, n: usize, data: &[u8], pool: &ThreadPool) -> Result<()> {
         if n > self.n_ctx {
             return Err(Error::invalid(format!(
@@ -298,43 +427,64 @@ impl KvCache {
                 self.export_len(n)
             )));
         }
+        self.truncate(0);
+        self.reserve(0, n)?;
         let es = self.dtype.size();
-        let (kb, vb) = (n * self.dim_k * es, n * self.dim_v * es);
-        let per_layer = self.n_head_kv * (kb + vb);
-        let (n_ctx, n_head_kv, dim_k, dim_v) = (self.n_ctx, self.n_head_kv, self.dim_k, self.dim_v);
-        let n_layer = self.n_layer();
+        let per_layer = self.n_head_kv * n * (self.dim_k + self.dim_v) * es;
+        let (kv_pool, pages, n_head_kv) = (&*self.pool, &self.pages[..], self.n_head_kv);
+        let dims = [(Side::K, self.dim_k), (Side::V, self.dim_v)];
         // Layers are independent: each pool thread fills whole layers (the
-        // first touch of the cache's pages is most of the cost).
-        let ks = SharedMut::new(&mut self.k[..]);
-        let vs = SharedMut::new(&mut self.v[..]);
-        pool.run(n_layer, |l| {
-            // SAFETY: chunk `l` is the only one touching layer `l`'s K and V
-            // buffers, and both vectors outlive the `run` call.
-            let (k, v) = unsafe { (&mut ks.slice(l, 1)[0], &mut vs.slice(l, 1)[0]) };
+        // first touch of the pages is most of the cost).
+        pool.run(self.n_layer(), |l| {
             let mut off = l * per_layer;
-            for h in 0..n_head_kv {
-                k.read_le(h * n_ctx * dim_k, &data[off..off + kb]);
-                off += kb;
-            }
-            for h in 0..n_head_kv {
-                v.read_le(h * n_ctx * dim_v, &data[off..off + vb]);
-                off += vb;
+            for (side, d) in dims {
+                for h in 0..n_head_kv {
+                    let mut j = 0;
+                    while j < n {
+                        let end = ((j / PAGE + 1) * PAGE).min(n);
+                        let len = (end - j) * d * es;
+                        // SAFETY: `reserve(0, n)` gave us these pages alone
+                        // (fresh after `truncate(0)`), and each layer is
+                        // written by one chunk only.
+                        let rows = unsafe {
+                            kv_pool.rows_mut(
+                                l,
+                                side,
+                                pages[j / PAGE],
+                                h,
+                                j % PAGE,
+                                (end - 1) % PAGE + 1,
+                            )
+                        };
+                        read_le(rows, &data[off..off + len]);
+                        off += len;
+                        j = end;
+                    }
+                }
             }
         });
         Ok(())
     }
+}
 
-    pub fn k_buf(&self, layer: usize) -> &KvBuf {
-        &self.k[layer]
+impl Drop for KvCache {
+    fn drop(&mut self) {
+        self.truncate(0);
     }
-    pub fn v_buf(&self, layer: usize) -> &KvBuf {
-        &self.v[layer]
-    }
-    pub fn k_buf_mut(&mut self, layer: usize) -> &mut KvBuf {
-        &mut self.k[layer]
-    }
-    pub fn v_buf_mut(&mut self, layer: usize) -> &mut KvBuf {
-        &mut self.v[layer]
+}
+
+fn read_le(rows: RowsMut<'_>, bytes: &[u8]) {
+    match rows {
+        RowsMut::F16(v) => {
+            for (d, c) in v.iter_mut().zip(bytes.chunks_exact(2)) {
+                *d = u16::from_le_bytes([c[0], c[1]]);
+            }
+        }
+        RowsMut::F32(v) => {
+            for (d, c) in v.iter_mut().zip(bytes.chunks_exact(4)) {
+                *d = f32::from_le_bytes([c[0], c[1], c[2], c[3]]);
+            }
+        }
     }
 }
 
@@ -345,8 +495,9 @@ mod tests {
     #[test]
     fn export_import_round_trip() {
         for dtype in [KvDtype::F16, KvDtype::F32] {
-            let mut a = KvCache::new(dtype, 2, 8, 2, 4, 3).unwrap();
-            for pos in 0..5 {
+            let mut a = KvCache::new(dtype, 2, 40, 2, 4, 3).unwrap();
+            a.reserve(0, 37).unwrap();
+            for pos in 0..37 {
                 let k: Vec<f32> = (0..8).map(|i| (pos * 10 + i) as f32).collect();
                 let v: Vec<f32> = (0..6).map(|i| -((pos * 10 + i) as f32)).collect();
                 a.store(0, pos, &k, &v);
@@ -358,18 +509,108 @@ mod tests {
                 );
             }
             let pool = ThreadPool::new(2);
-            let bytes = a.export(5, &ThreadPool::new(1)).unwrap();
-            assert_eq!(bytes.len(), a.export_len(5));
+            // 37 positions: two full pages and a partial third.
+            let bytes = a.export(37, &ThreadPool::new(1)).unwrap();
+            assert_eq!(bytes.len(), a.export_len(37));
             assert_eq!(
-                a.export(5, &pool).unwrap(),
+                a.export(37, &pool).unwrap(),
                 bytes,
                 "parallel export differs"
             );
-            let mut b = KvCache::new(dtype, 2, 16, 2, 4, 3).unwrap();
-            b.import(5, &bytes, &pool).unwrap();
-            assert_eq!(b.export(5, &pool).unwrap(), bytes);
-            assert!(b.import(5, &bytes[1..], &pool).is_err());
-            assert!(b.import(17, &bytes, &pool).is_err());
+            // Positions in export order: layer, side, head, position.
+            let row = |l: usize, side: usize, h: usize, pos: usize, d: usize, i: usize| {
+                let (dk, dv, heads, es) = (4, 3, 2, dtype.size());
+                let layer = heads * 37 * (dk + dv);
+                let start = l * layer
+                    + if side == 0 {
+                        h * 37 * dk + pos * dk
+                    } else {
+                        heads * 37 * dk + h * 37 * dv + pos * dv
+                    }
+                    + i;
+                let _ = d;
+                match dtype {
+                    KvDtype::F32 => {
+                        f32::from_le_bytes(bytes[start * es..start * es + 4].try_into().unwrap())
+                    }
+                    KvDtype::F16 => half::f16::from_bits(u16::from_le_bytes(
+                        bytes[start * es..start * es + 2].try_into().unwrap(),
+                    ))
+                    .to_f32(),
+                }
+            };
+            assert_eq!(row(0, 0, 1, 33, 4, 2), (33 * 10 + 4 + 2) as f32);
+            assert_eq!(row(0, 1, 0, 20, 3, 1), -((20 * 10 + 1) as f32));
+            let mut b = KvCache::new(dtype, 2, 48, 2, 4, 3).unwrap();
+            b.import(37, &bytes, &pool).unwrap();
+            assert_eq!(b.export(37, &pool).unwrap(), bytes);
+            assert!(b.import(37, &bytes[1..], &pool).is_err());
+            assert!(b.import(49, &bytes, &pool).is_err());
         }
+    }
+}
+
+#[cfg(test)]
+mod pool_tests {
+    use super::*;
+
+    fn filled(pool: &Arc<KvPool>, n: usize, seed: f32) -> KvCache {
+        let mut c = KvCache::with_pool(Arc::clone(pool), 64);
+        c.reserve(0, n).unwrap();
+        for pos in 0..n {
+            let k: Vec<f32> = (0..4).map(|i| seed + (pos * 4 + i) as f32).collect();
+            c.store(0, pos, &k, &k[..2]);
+        }
+        c
+    }
+
+    #[test]
+    fn sequences_share_a_pool_and_return_their_pages() {
+        let pool = Arc::new(KvPool::new(KvDtype::F32, 1, 5, 1, 4, 2).unwrap());
+        let a = filled(&pool, 20, 0.0); // 2 pages
+        let mut b = filled(&pool, 40, 1000.0); // 3 pages
+        assert_eq!(pool.free_pages(), 0);
+        // A full pool is a typed error and changes nothing.
+        let err = b.reserve(40, 50).unwrap_err();
+        assert!(matches!(err, Error::KvFull(_)), "{err:?}");
+        assert_eq!(b.pages_held(), 3);
+        // Each sequence still reads its own rows.
+        let t = ThreadPool::new(1);
+        let ea = a.export(20, &t).unwrap();
+        assert_eq!(
+            f32::from_le_bytes(ea[4 * 4 * 17..4 * 4 * 17 + 4].try_into().unwrap()),
+            68.0
+        );
+        b.truncate(17); // keeps 2 pages
+        assert_eq!(pool.free_pages(), 1);
+        drop(a);
+        assert_eq!(pool.free_pages(), 3);
+        drop(b);
+        assert_eq!(pool.free_pages(), 5);
+    }
+
+    #[test]
+    fn a_fork_shares_pages_until_either_side_writes() {
+        let pool = Arc::new(KvPool::new(KvDtype::F16, 1, 8, 1, 4, 2).unwrap());
+        let t = ThreadPool::new(1);
+        let mut a = filled(&pool, 24, 0.0); // pages 0 and 1 (half full)
+        let before = a.export(24, &t).unwrap();
+        let mut b = a.fork(24).unwrap();
+        assert_eq!(pool.free_pages(), 6, "a fork copies nothing");
+        // b writes position 24 (inside the shared half-full page): copied first.
+        b.reserve(24, 25).unwrap();
+        b.store(0, 24, &[9.0, 9.0, 9.0, 9.0], &[9.0, 9.0]);
+        assert_eq!(pool.free_pages(), 5);
+        // a writes the same position differently; neither sees the other.
+        a.reserve(24, 25).unwrap();
+        a.store(0, 24, &[7.0, 7.0, 7.0, 7.0], &[7.0, 7.0]);
+        let (ea, eb) = (a.export(25, &t).unwrap(), b.export(25, &t).unwrap());
+        assert_eq!(&ea[..24 * 4 * 2], &before[..24 * 4 * 2]);
+        assert_eq!(&eb[..24 * 4 * 2], &before[..24 * 4 * 2]);
+        assert_ne!(ea, eb);
+        // The full first page is still shared; dropping both frees all.
+        drop(a);
+        drop(b);
+        assert_eq!(pool.free_pages(), 8);
     }
 }

@@ -3,6 +3,7 @@
 use std::sync::Arc;
 
 use super::kv_cache::{KvCache, KvDtype};
+use super::kv_pool::KvPool;
 use super::llama::{Model, Scratch, Segment};
 use crate::ops::vec::{self, VecKernels};
 use crate::threadpool::{shared_pool, ThreadPool};
@@ -34,7 +35,37 @@ impl Session {
         }
         let c = &model.cfg;
         let kv = KvCache::new(kv_dtype, c.n_layer, n_ctx, c.n_head_kv, c.dim_k, c.dim_v)?;
-        Ok(Session {
+        Ok(Self::with_kv(model, kv, threads))
+    }
+
+    /// A session whose KV pages come from `pool`, shared with other
+    /// sessions of the same model (see `kv_pool.rs`).
+    pub fn with_pool(
+        model: Arc<Model>,
+        n_ctx: usize,
+        threads: usize,
+        pool: Arc<KvPool>,
+    ) -> Result<Self> {
+        if n_ctx == 0 {
+            return Err(Error::invalid("context_size must be at least 1"));
+        }
+        let c = &model.cfg;
+        if (pool.n_layer, pool.n_head_kv, pool.dim_k, pool.dim_v)
+            != (c.n_layer, c.n_head_kv, c.dim_k, c.dim_v)
+        {
+            return Err(Error::invalid(
+                "the KV pool was made for a model of another shape",
+            ));
+        }
+        Ok(Self::with_kv(
+            model,
+            KvCache::with_pool(pool, n_ctx),
+            threads,
+        ))
+    }
+
+    fn with_kv(model: Arc<Model>, kv: KvCache, threads: usize) -> Self {
+        Session {
             pool: shared_pool(threads),
             vk: vec::best(),
             kv,
@@ -45,7 +76,7 @@ impl Session {
             single_row_head: false,
             exact_rows: false,
             model,
-        })
+        }
     }
 
     pub fn n_past(&self) -> usize {
@@ -86,6 +117,9 @@ impl Session {
                 self.n_ctx()
             )));
         }
+        // Every page the call needs is taken up front, so a full pool fails
+        // it before anything changed.
+        self.kv.reserve(self.n_past, need)?;
         let chunk = self.prefill_chunk.max(1);
         let mut out = Vec::with_capacity(if all_logits {
             tokens.len() * n_vocab
@@ -134,12 +168,14 @@ impl Session {
             self.hidden_valid = false;
         }
         self.n_past = n;
+        self.kv.truncate(n);
         Ok(())
     }
 
     pub fn reset(&mut self) {
         self.n_past = 0;
         self.hidden_valid = false;
+        self.kv.truncate(0);
     }
 
     /// The last position's normalized hidden state (what the output head
@@ -203,17 +239,19 @@ impl Session {
         Ok(())
     }
 
-    /// Restores the position after the KV cache was filled externally (snapshots).
-    pub fn set_n_past(&mut self, n: usize) -> Result<()> {
-        if n > self.n_ctx() {
+    /// A session on the same KV pool whose first `n` positions are this
+    /// one's, holding the same pages (copied on the first write into one).
+    pub fn fork(&self, n: usize) -> Result<Session> {
+        if n > self.n_past {
             return Err(Error::invalid(format!(
-                "n_past {n} exceeds context size {}",
-                self.n_ctx()
+                "cannot fork {n} positions: only {} are in the context",
+                self.n_past
             )));
         }
-        self.n_past = n;
-        self.hidden_valid = false;
-        Ok(())
+        let mut s = Self::with_kv(Arc::clone(&self.model), self.kv.fork(n)?, self.threads());
+        s.n_past = n;
+        s.prefill_chunk = self.prefill_chunk;
+        Ok(s)
     }
 
     /// Appends `tokens[i]` to `sessions[i]` for every session in one
@@ -252,6 +290,10 @@ impl Session {
                     s.n_ctx()
                 )));
             }
+        }
+        for (s, toks) in sessions.iter_mut().zip(tokens) {
+            let from = s.n_past;
+            s.kv.reserve(from, from + toks.len())?;
         }
         let pool = Arc::clone(&sessions[0].pool);
         let vk = sessions[0].vk;

@@ -18,6 +18,7 @@
 use half::f16;
 
 use crate::model::kv_cache::{KvCache, KvView};
+use crate::model::kv_pool::Rows;
 use crate::ops::vec::VecKernels;
 use crate::threadpool::{SharedMut, ThreadPool};
 
@@ -41,7 +42,7 @@ pub struct AttnParams {
 /// softmax weights before the value product, as llama.cpp's f16 matrix
 /// products do.
 fn rounds(keys: KvView<'_>) -> bool {
-    matches!(keys, KvView::F16(_))
+    keys.is_f16()
 }
 
 fn round16(x: f32) -> f32 {
@@ -53,7 +54,9 @@ fn round16(x: f32) -> f32 {
 const TILE: usize = 32;
 
 /// Calls `f(j0, rows)` for consecutive tiles of rows `lo..hi` of a KV head,
-/// as f32 (f16 rows are converted into `buf` once per tile).
+/// as f32 (f16 rows are converted into `buf` once per tile). A tile never
+/// crosses a KV page. Scores are per key and values are summed in key
+/// order, so where tiles end changes no result.
 fn tiles(
     vk: &VecKernels,
     view: KvView<'_>,
@@ -67,15 +70,26 @@ fn tiles(
     let mut j0 = lo;
     while j0 < hi {
         let j1 = (j0 + TILE).min(hi);
-        match view {
-            KvView::F16(x) => {
-                let dst = &mut buf[..(j1 - j0) * d];
-                (vk.f16_to_f32)(&x[j0 * d..j1 * d], dst);
-                f(j0, dst);
+        if view.is_f16() {
+            // Converted page by page into one tile: pages are 16 rows and a
+            // tile 32, so calls per key stay those of a contiguous cache.
+            let mut j = j0;
+            while j < j1 {
+                let end = j1.min(view.page_end(j));
+                if let Rows::F16(x) = view.rows(j, end) {
+                    (vk.f16_to_f32)(x, &mut buf[(j - j0) * d..(end - j0) * d]);
+                }
+                j = end;
             }
-            KvView::F32(x) => f(j0, &x[j0 * d..j1 * d]),
+            f(j0, &buf[..(j1 - j0) * d]);
+            j0 = j1;
+        } else {
+            let end = j1.min(view.page_end(j0));
+            if let Rows::F32(x) = view.rows(j0, end) {
+                f(j0, x);
+            }
+            j0 = end;
         }
-        j0 = j1;
     }
 }
 
@@ -417,6 +431,7 @@ mod tests {
             for threads in [1, 2, 3] {
                 let pool = ThreadPool::new(threads);
                 let mut cache = KvCache::new(dtype, 1, 256, n_kv, d, d).unwrap();
+                cache.reserve(0, n).unwrap();
                 let mut ks = vec![vec![]; n_kv];
                 let mut vs = vec![vec![]; n_kv];
                 for pos in 0..n {

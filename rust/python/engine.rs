@@ -10,6 +10,7 @@ use pyo3::types::{PyBytes, PyDict};
 
 use super::errors::IntoPyResult;
 use super::gguf::PyGgufFile;
+use crate::model::kv_pool::{KvPool, PAGE};
 use crate::model::{KvDtype, Model, Session};
 use crate::threadpool::physical_cores;
 
@@ -62,6 +63,50 @@ impl PyModel {
     }
 }
 
+/// Pages of KV memory (16 positions each) shared by the sessions of one
+/// model (the batching scheduler's memory budget).
+#[pyclass(name = "KvPool", module = "oxillama._native", frozen)]
+pub struct PyKvPool {
+    inner: Arc<KvPool>,
+}
+
+#[pymethods]
+impl PyKvPool {
+    #[new]
+    #[pyo3(signature = (model, n_pages, kv_dtype="f16"))]
+    fn new(model: &PyModel, n_pages: usize, kv_dtype: &str) -> PyResult<Self> {
+        let dtype = KvDtype::parse(kv_dtype).py_err()?;
+        let c = &model.inner.cfg;
+        let pool =
+            KvPool::new(dtype, c.n_layer, n_pages, c.n_head_kv, c.dim_k, c.dim_v).py_err()?;
+        Ok(PyKvPool {
+            inner: Arc::new(pool),
+        })
+    }
+
+    #[getter]
+    fn n_pages(&self) -> usize {
+        self.inner.n_pages
+    }
+
+    #[getter]
+    fn free_pages(&self) -> usize {
+        self.inner.free_pages()
+    }
+
+    /// Positions per page.
+    #[getter]
+    fn page_size(&self) -> usize {
+        PAGE
+    }
+
+    /// Bytes of page memory.
+    #[getter]
+    fn nbytes(&self) -> usize {
+        self.inner.bytes()
+    }
+}
+
 #[pyclass(name = "Session", module = "oxillama._native")]
 pub struct PySession {
     inner: Session,
@@ -70,12 +115,13 @@ pub struct PySession {
 #[pymethods]
 impl PySession {
     #[new]
-    #[pyo3(signature = (model, n_ctx, threads=None, kv_dtype="f16"))]
+    #[pyo3(signature = (model, n_ctx, threads=None, kv_dtype="f16", pool=None))]
     fn new(
         model: &PyModel,
         n_ctx: usize,
         threads: Option<usize>,
         kv_dtype: &str,
+        pool: Option<&PyKvPool>,
     ) -> PyResult<Self> {
         let dtype = KvDtype::parse(kv_dtype).py_err()?;
         let threads = threads.unwrap_or_else(physical_cores);
@@ -84,8 +130,38 @@ impl PySession {
                 "threads must be at least 1",
             ));
         }
-        let s = Session::new(Arc::clone(&model.inner), n_ctx, threads, dtype).py_err()?;
+        let model = Arc::clone(&model.inner);
+        let s = match pool {
+            None => Session::new(model, n_ctx, threads, dtype),
+            Some(p) if p.inner.dtype != dtype => Err(crate::Error::invalid(format!(
+                "the KV pool holds {} but the session asks for {}",
+                p.inner.dtype.name(),
+                dtype.name()
+            ))),
+            Some(p) => Session::with_pool(model, n_ctx, threads, Arc::clone(&p.inner)),
+        }
+        .py_err()?;
         Ok(PySession { inner: s })
+    }
+
+    /// Pages of its pool that appending `n` tokens would take now (new
+    /// pages, and copies of pages shared with a fork).
+    fn pages_needed(&self, n: usize) -> usize {
+        let past = self.inner.n_past();
+        self.inner.kv.pages_needed(past, past + n)
+    }
+
+    /// KV pages (16 positions each) this session holds.
+    #[getter]
+    fn pages_held(&self) -> usize {
+        self.inner.kv.pages_held()
+    }
+
+    /// A new session on the same pool whose first `n` positions are this
+    /// one's, sharing (not copying) their pages; either side's first write
+    /// into a shared page copies that page.
+    fn fork(&self, n: usize) -> PyResult<PySession> {
+        self.inner.fork(n).map(|inner| PySession { inner }).py_err()
     }
 
     /// Appends tokens; returns last-position logits `(vocab,)`, or
@@ -313,6 +389,7 @@ pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(eval_batch, m)?)?;
     m.add_class::<PyModel>()?;
     m.add_class::<PySession>()?;
+    m.add_class::<PyKvPool>()?;
     m.add_function(wrap_pyfunction!(physical_core_count, m)?)?;
     m.add_function(wrap_pyfunction!(blake3_digest, m)?)?;
     m.add_function(wrap_pyfunction!(write_hashed, m)?)?;

@@ -18,6 +18,7 @@ pub fn to_py(err: Error) -> PyErr {
         Error::Load(m) => raise(py, "LoadError", m),
         Error::Generate(m) => raise(py, "GenerateError", m),
         Error::InvalidArgument(m) => raise(py, "ParameterError", m),
+        Error::KvFull(m) => raise(py, "KvCacheFullError", m),
     })
 }
 

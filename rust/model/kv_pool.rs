@@ -1,0 +1,347 @@
+//! Pages of KV memory shared by the sequences of one model.
+//!
+//! A page holds `PAGE` consecutive positions of every layer and KV head.
+//! Sequences hold pages through their page tables (`KvCache`), growing one
+//! page at a time from a free list. A page can be held by several
+//! sequences at once (a common prompt prefix): it is then read-only, and a
+//! sequence about to write into it first copies it (copy on write, in
+//! `KvCache::reserve`). Reference counts and the free list sit behind one
+//! mutex; page contents are read and written without locks, under that
+//! ownership protocol:
+//!
+//! - only a page with a single holder is ever written, by that holder;
+//! - a holder reads only its own pages, and pages are not recycled while
+//!   held, so no page is written while someone else reads it.
+//!
+//! Layout per layer: `[page][kv_head][slot][dim]`, so one head's rows in a
+//! page are contiguous (attention reads them as one tile).
+
+use std::sync::Mutex;
+
+use super::kv_cache::{zeroed_vec, KvDtype};
+use crate::ops::vec::f32_to_f16_bits;
+use crate::{Error, Result};
+
+/// Positions per page.
+pub const PAGE: usize = 16;
+
+/// Keys or values.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Side {
+    K,
+    V,
+}
+
+/// One layer's page memory (either side), owned here and addressed through
+/// a pointer taken once: the vector is never resized or borrowed again.
+enum Store {
+    F16(Vec<u16>, *mut u16),
+    F32(Vec<f32>, *mut f32),
+}
+
+impl Store {
+    fn new(dtype: KvDtype, n: usize) -> Result<Self> {
+        Ok(match dtype {
+            KvDtype::F16 => {
+                let mut v = zeroed_vec::<u16>(n)?;
+                let p = v.as_mut_ptr();
+                Store::F16(v, p)
+            }
+            KvDtype::F32 => {
+                let mut v = zeroed_vec::<f32>(n)?;
+                let p = v.as_mut_ptr();
+                Store::F32(v, p)
+            }
+        })
+    }
+
+    fn len(&self) -> usize {
+        match self {
+            Store::F16(v, _) => v.len(),
+            Store::F32(v, _) => v.len(),
+        }
+    }
+}
+
+/// Rows of one head inside one page, as stored.
+#[derive(Clone, Copy)]
+pub enum Rows<'a> {
+    F16(&'a [u16]),
+    F32(&'a [f32]),
+}
+
+struct Counts {
+    free: Vec<u32>,
+    refs: Vec<u32>,
+}
+
+pub struct KvPool {
+    pub dtype: KvDtype,
+    pub n_layer: usize,
+    pub n_head_kv: usize,
+    pub dim_k: usize,
+    pub dim_v: usize,
+    pub n_pages: usize,
+    k: Vec<Store>,
+    v: Vec<Store>,
+    counts: Mutex<Counts>,
+}
+
+// SAFETY: the raw pointers in `Store` point into vectors this pool owns for
+// its whole life; concurrent access to page contents follows the ownership
+// protocol in the module comment (writers hold a page alone), and the
+// bookkeeping is behind a mutex.
+unsafe impl Sync for KvPool {}
+// SAFETY: as above; nothing in the pool is tied to a thread.
+unsafe impl Send for KvPool {}
+
+impl KvPool {
+    pub fn new(
+        dtype: KvDtype,
+        n_layer: usize,
+        n_pages: usize,
+        n_head_kv: usize,
+        dim_k: usize,
+        dim_v: usize,
+    ) -> Result<Self> {
+        if n_pages == 0 || n_pages > u32::MAX as usize {
+            return Err(Error::invalid(format!(
+                "a KV pool needs 1 to {} pages, got {n_pages}",
+                u32::MAX
+            )));
+        }
+        let elems = |dim: usize| {
+            n_pages
+                .checked_mul(n_head_kv)
+                .and_then(|x| x.checked_mul(PAGE))
+                .and_then(|x| x.checked_mul(dim))
+                .ok_or_else(|| {
+                    Error::invalid(format!(
+                        "a KV pool of {n_pages} pages does not fit in memory"
+                    ))
+                })
+        };
+        let (ek, ev) = (elems(dim_k)?, elems(dim_v)?);
+        let k = (0..n_layer)
+            .map(|_| Store::new(dtype, ek))
+            .collect::<Result<_>>()?;
+        let v = (0..n_layer)
+            .map(|_| Store::new(dtype, ev))
+            .collect::<Result<_>>()?;
+        Ok(KvPool {
+            dtype,
+            n_layer,
+            n_head_kv,
+            dim_k,
+            dim_v,
+            n_pages,
+            k,
+            v,
+            counts: Mutex::new(Counts {
+                // Popped from the end: hand out low page numbers first.
+                free: (0..n_pages as u32).rev().collect(),
+                refs: vec![0; n_pages],
+            }),
+        })
+    }
+
+    fn counts(&self) -> std::sync::MutexGuard<'_, Counts> {
+        self.counts.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// A fresh page held once, or `None` when the pool is exhausted.
+    pub fn alloc(&self) -> Option<u32> {
+        let mut c = self.counts();
+        let p = c.free.pop()?;
+        c.refs[p as usize] = 1;
+        Some(p)
+    }
+
+    /// One more holder of page `p`.
+    pub fn retain(&self, p: u32) {
+        self.counts().refs[p as usize] += 1;
+    }
+
+    /// One holder fewer; the page returns to the free list with the last.
+    pub fn release(&self, p: u32) {
+        let mut c = self.counts();
+        let r = &mut c.refs[p as usize];
+        debug_assert!(*r > 0, "page {p} released more often than held");
+        *r = r.saturating_sub(1);
+        if *r == 0 {
+            c.free.push(p);
+        }
+    }
+
+    /// Whether page `p` has other holders than the caller.
+    pub fn shared(&self, p: u32) -> bool {
+        self.counts().refs[p as usize] > 1
+    }
+
+    pub fn free_pages(&self) -> usize {
+        self.counts().free.len()
+    }
+
+    fn dim(&self, side: Side) -> usize {
+        match side {
+            Side::K => self.dim_k,
+            Side::V => self.dim_v,
+        }
+    }
+
+    fn store(&self, layer: usize, side: Side) -> &Store {
+        match side {
+            Side::K => &self.k[layer],
+            Side::V => &self.v[layer],
+        }
+    }
+
+    /// Element offset of `(page, head, slot)` on one side.
+    fn offset(&self, side: Side, page: u32, head: usize, slot: usize) -> usize {
+        ((page as usize * self.n_head_kv + head) * PAGE + slot) * self.dim(side)
+    }
+
+    /// Writes one position's row of one head.
+    ///
+    /// # Safety
+    /// The caller holds `page` alone (see the module comment), and nobody
+    /// reads this row concurrently.
+    pub unsafe fn write_row(
+        &self,
+        layer: usize,
+        side: Side,
+        page: u32,
+        head: usize,
+        slot: usize,
+        src: &[f32],
+    ) {
+        let d = self.dim(side);
+        assert!(
+            src.len() == d
+                && (page as usize) < self.n_pages
+                && head < self.n_head_kv
+                && slot < PAGE,
+            "KV row out of range"
+        );
+        let at = self.offset(side, page, head, slot);
+        match self.store(layer, side) {
+            Store::F16(v, p) => {
+                debug_assert!(at + d <= v.len());
+                // SAFETY: `at + d` is within the vector (page, head and slot
+                // checked above); exclusive per the caller's contract.
+                let dst = unsafe { std::slice::from_raw_parts_mut(p.add(at), d) };
+                f32_to_f16_bits(src, dst);
+            }
+            Store::F32(v, p) => {
+                debug_assert!(at + d <= v.len());
+                // SAFETY: as above.
+                let dst = unsafe { std::slice::from_raw_parts_mut(p.add(at), d) };
+                dst.copy_from_slice(src);
+            }
+        }
+    }
+
+    /// Rows `slot0..slot1` of one head in one page.
+    ///
+    /// # Safety
+    /// The caller holds `page`, so it is not written while the returned
+    /// rows live.
+    pub unsafe fn rows(
+        &self,
+        layer: usize,
+        side: Side,
+        page: u32,
+        head: usize,
+        slot0: usize,
+        slot1: usize,
+    ) -> Rows<'_> {
+        assert!(
+            (page as usize) < self.n_pages
+                && head < self.n_head_kv
+                && slot0 <= slot1
+                && slot1 <= PAGE,
+            "KV rows out of range"
+        );
+        let d = self.dim(side);
+        let at = self.offset(side, page, head, slot0);
+        let n = (slot1 - slot0) * d;
+        match self.store(layer, side) {
+            // SAFETY: in bounds (checked above); no concurrent writer per
+            // the caller's contract.
+            Store::F16(_, p) => Rows::F16(unsafe { std::slice::from_raw_parts(p.add(at), n) }),
+            // SAFETY: as above.
+            Store::F32(_, p) => Rows::F32(unsafe { std::slice::from_raw_parts(p.add(at), n) }),
+        }
+    }
+
+    /// Mutable rows `slot0..slot1` of one head in one page.
+    ///
+    /// # Safety
+    /// The caller holds `page` alone and nobody reads it concurrently.
+    #[allow(clippy::mut_from_ref)]
+    pub unsafe fn rows_mut(
+        &self,
+        layer: usize,
+        side: Side,
+        page: u32,
+        head: usize,
+        slot0: usize,
+        slot1: usize,
+    ) -> RowsMut<'_> {
+        assert!(
+            (page as usize) < self.n_pages
+                && head < self.n_head_kv
+                && slot0 <= slot1
+                && slot1 <= PAGE,
+            "KV rows out of range"
+        );
+        let d = self.dim(side);
+        let at = self.offset(side, page, head, slot0);
+        let n = (slot1 - slot0) * d;
+        match self.store(layer, side) {
+            // SAFETY: in bounds (checked above); exclusive per the contract.
+            Store::F16(_, p) => {
+                RowsMut::F16(unsafe { std::slice::from_raw_parts_mut(p.add(at), n) })
+            }
+            // SAFETY: as above.
+            Store::F32(_, p) => {
+                RowsMut::F32(unsafe { std::slice::from_raw_parts_mut(p.add(at), n) })
+            }
+        }
+    }
+
+    /// Copies every layer and head of page `from` into page `to`.
+    ///
+    /// # Safety
+    /// The caller holds `to` alone and holds `from` (so nobody writes it).
+    pub unsafe fn copy_page(&self, from: u32, to: u32) {
+        for layer in 0..self.n_layer {
+            for side in [Side::K, Side::V] {
+                for h in 0..self.n_head_kv {
+                    // SAFETY: per the caller's contract.
+                    let (src, dst) = unsafe {
+                        (
+                            self.rows(layer, side, from, h, 0, PAGE),
+                            self.rows_mut(layer, side, to, h, 0, PAGE),
+                        )
+                    };
+                    match (src, dst) {
+                        (Rows::F16(s), RowsMut::F16(d)) => d.copy_from_slice(s),
+                        (Rows::F32(s), RowsMut::F32(d)) => d.copy_from_slice(s),
+                        _ => unreachable!("one pool has one dtype"),
+                    }
+                }
+            }
+        }
+    }
+
+    /// Bytes of page memory (both sides, every layer).
+    pub fn bytes(&self) -> usize {
+        self.k.iter().chain(&self.v).map(Store::len).sum::<usize>() * self.dtype.size()
+    }
+}
+
+pub enum RowsMut<'a> {
+    F16(&'a mut [u16]),
+    F32(&'a mut [f32]),
+}
