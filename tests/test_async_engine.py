@@ -196,3 +196,37 @@ def test_async_snapshot_and_restore(model_path: Path, tmp_path: Path) -> None:
         return restored.generate("", 20, ignore_eos=True).tokens
 
     assert first + asyncio.run(main()) == whole
+
+
+def test_preemption_during_chunked_prefill_is_exact_too(model_path: Path) -> None:
+    """Long prompts prefilled in small chunks while others decode, in a pool
+    of one context: sequences are preempted half-prefilled as well, and the
+    sampler (with a repetition penalty, which sees every prompt token) still
+    gives the tokens of a lone Engine with the same seed."""
+    prompts = [f"{p} " + " ".join(["and then"] * 30) for p in PROMPTS[:3]]
+    cfg = SamplerConfig(temperature=0.7, seed=5, repetition_penalty=1.3)
+    lone = Engine(model_path, context_size=160, threads=2)
+    want = []
+    for p in prompts:
+        lone.reset()
+        want.append(lone.generate(p, 40, sampler=cfg, ignore_eos=True).tokens)
+
+    async def main() -> tuple[list[list[int]], dict[str, float | int]]:
+        async with AsyncEngine(
+            model_path,
+            context_size=160,
+            threads=2,
+            max_batch=3,
+            prefill_chunk=16,
+            prefix_cache_bytes=0,
+            kv_pages=10,
+        ) as e:
+            outs = await asyncio.gather(
+                *(e.generate(p, 40, sampler=cfg, ignore_eos=True) for p in prompts)
+            )
+            return [o.tokens for o in outs], e.metrics()
+
+    got, m = asyncio.run(main())
+    assert got == want
+    assert m["preempted"] > 0, m
+    assert m["kv_pages_used"] == 0, m

@@ -73,6 +73,9 @@ class Request:
     t_arrive: float = field(default_factory=time.perf_counter)
     #: After a preemption: the tokens to evaluate again (prompt + generated).
     replay: list[int] | None = None
+    #: Prompt tokens the sampler has seen (penalties, DRY): a recomputed
+    #: prompt is not fed to it twice.
+    seen: int = 0
     preempted: int = 0
     t_prefilled: float = 0.0
     t_first_token: float = 0.0
@@ -280,7 +283,15 @@ class Scheduler:
         if advance:
             t = time.perf_counter()
             sessions = [s.session for s, _ in advance]
-            logits = _native.eval_batch(sessions, [[tok] for _, tok in advance])  # type: ignore[arg-type]
+            try:
+                logits = _native.eval_batch(sessions, [[tok] for _, tok in advance])  # type: ignore[arg-type]
+            except KvCacheFullError:
+                # `_make_room` counted the pages, so this is not expected;
+                # the sampled tokens are already emitted, so their sequences
+                # are recomputed (with them) rather than failed.
+                for q, _ in advance:
+                    self._preempt(q)
+                return
             self._metrics.decode_seconds += time.perf_counter() - t
             self._metrics.decode_steps += 1
             for i, (s, _) in enumerate(advance):
@@ -299,12 +310,16 @@ class Scheduler:
         while need > self._pool.free_pages:
             if self.prefix is not None and self.prefix.evict_one():
                 continue
-            holders = [s for s in batch if s.session is not None and s.logits is not None]
+            # Any sequence holding pages may go, a half-prefilled one too;
+            # the oldest stays (one sequence always fits: kv_pages >= one
+            # context).
+            holders = [s for s in batch if s.session is not None]
             if len(holders) <= 1:
-                return  # one sequence always fits (kv_pages >= one context)
+                return
             victim = max(holders, key=lambda q: q.t_arrive)
             assert victim.session is not None
-            need -= victim.session.pages_needed(1)
+            if victim.logits is not None:
+                need -= victim.session.pages_needed(1)
             self._preempt(victim)
 
     def _preempt(self, s: Request) -> None:
@@ -312,7 +327,7 @@ class Scheduler:
         s.session = None
         s.logits = None
         s.fed = 0
-        s.replay = s.prompt + s.generated
+        s.replay = s.prompt + s.generated if s.generated else None
         s.preempted += 1
         self._metrics.preempted += 1
 
@@ -331,32 +346,33 @@ class Scheduler:
                     # again: the new session holds the cached pages.
                     s.session = cached.fork(n)
                     s.session.prefill_chunk = self.prefill_chunk
-                    if replay is None:
-                        for tok in s.prompt[:n]:
-                            s.sampler.accept(tok)
+                    self._feed_sampler(s, n)
                     s.fed = n
         # The prompt goes through the normal prefill; tokens generated before
         # a preemption are evaluated row by row as they first were.
         in_prompt = s.fed < len(s.prompt)
         end = min(s.fed + self.prefill_chunk, len(s.prompt) if in_prompt else len(tokens))
         part = tokens[s.fed : end]
-        if s.session.pages_needed(len(part)) > self._pool.free_pages:
-            if self.prefix is None or not self.prefix.evict_one():
-                if not any(q is not s and q.session is not None for q in self._running):
-                    # Alone and still no room: only the prefix cache's
-                    # pages could be in the way, and it is empty by now.
-                    self._finish(s, None, KvCacheFullError("the KV pool cannot hold this request"))
-                    return
-                return  # wait for running sequences to free pages
+        while s.session.pages_needed(len(part)) > self._pool.free_pages:
+            if self.prefix is not None and self.prefix.evict_one():
+                continue
+            if not any(q is not s and q.session is not None for q in self._running):
+                # Alone, with the prefix cache empty, and still no room.
+                self._finish(s, None, KvCacheFullError("the KV pool cannot hold this request"))
+                return
+            return  # wait for the running sequences to free pages
         t = time.perf_counter()
         s.session.exact_rows = not in_prompt
-        out = s.session.eval(np.asarray(part, dtype=np.uint32), False)
-        s.session.exact_rows = False
+        try:
+            out = s.session.eval(np.asarray(part, dtype=np.uint32), False)
+        except KvCacheFullError:
+            return  # counted above, so not expected; wait like above
+        finally:
+            s.session.exact_rows = False
         self._metrics.prefill_seconds += time.perf_counter() - t
-        if replay is None:
-            self._metrics.prompt_tokens += len(part)
-            for tok in part:
-                s.sampler.accept(tok)
+        if in_prompt:
+            self._metrics.prompt_tokens += max(0, end - max(s.fed, s.seen))
+            self._feed_sampler(s, end)
         s.fed += len(part)
         if s.fed == len(tokens):
             s.logits = out
@@ -368,6 +384,13 @@ class Scheduler:
                 if n:
                     fork = s.session.fork(n)
                     self.prefix.store(s.prompt, n, fork, fork.pages_held * self._page_bytes)
+
+    @staticmethod
+    def _feed_sampler(s: Request, upto: int) -> None:
+        """Shows the sampler the prompt up to ``upto``, once per token."""
+        for tok in s.prompt[s.seen : upto]:
+            s.sampler.accept(tok)
+        s.seen = max(s.seen, upto)
 
     def _sample(self, s: Request) -> int | None:
         """The next token of a decoding sequence, or None when it ended."""
