@@ -117,28 +117,23 @@ def test_cancellation_returns_every_kv_page(model_path: Path) -> None:
     asyncio.run(main())
 
 
-def test_a_full_kv_pool_preempts_and_recomputes_exactly(model_path: Path) -> None:
-    """Four requests in a pool that holds one context (8 pages of 16): the
-    newest are preempted when it runs out, recomputed later, and every
-    request still gets exactly the tokens a lone Engine gives."""
-    greedy = SamplerConfig.greedy()
-    lone = Engine(model_path, context_size=128, threads=2)
+def _preempted_runs_match_a_lone_engine(
+    model_path: Path, prompts: list[str], cfg: SamplerConfig, n: int, **engine_kw: int
+) -> None:
+    """Runs ``prompts`` together in a small shared KV pool (the caller's
+    ``engine_kw``) and checks every output against a lone Engine, that
+    preemption happened, and that every page came back."""
+    n_ctx = engine_kw["context_size"]
+    lone = Engine(model_path, context_size=n_ctx, threads=2)
     want = []
-    for p in PROMPTS[:4]:
+    for p in prompts:
         lone.reset()
-        want.append(lone.generate(p, 60, sampler=greedy, ignore_eos=True).tokens)
+        want.append(lone.generate(p, n, sampler=cfg, ignore_eos=True).tokens)
 
     async def main() -> tuple[list[list[int]], dict[str, float | int]]:
-        async with AsyncEngine(
-            model_path,
-            context_size=128,
-            threads=2,
-            max_batch=4,
-            prefix_cache_bytes=0,
-            kv_pages=8,
-        ) as e:
+        async with AsyncEngine(model_path, threads=2, prefix_cache_bytes=0, **engine_kw) as e:
             outs = await asyncio.gather(
-                *(e.generate(p, 60, sampler=greedy, ignore_eos=True) for p in PROMPTS[:4])
+                *(e.generate(p, n, sampler=cfg, ignore_eos=True) for p in prompts)
             )
             return [o.tokens for o in outs], e.metrics()
 
@@ -146,6 +141,21 @@ def test_a_full_kv_pool_preempts_and_recomputes_exactly(model_path: Path) -> Non
     assert got == want
     assert m["preempted"] > 0, m
     assert m["kv_pages_used"] == 0, m
+
+
+def test_a_full_kv_pool_preempts_and_recomputes_exactly(model_path: Path) -> None:
+    """Four requests in a pool that holds one context (8 pages of 16): the
+    newest are preempted when it runs out, recomputed later, and every
+    request still gets exactly the tokens a lone Engine gives."""
+    _preempted_runs_match_a_lone_engine(
+        model_path,
+        PROMPTS[:4],
+        SamplerConfig.greedy(),
+        60,
+        context_size=128,
+        max_batch=4,
+        kv_pages=8,
+    )
 
 
 def test_the_event_loop_is_never_blocked(aengine: AsyncEngine) -> None:
@@ -203,30 +213,13 @@ def test_preemption_during_chunked_prefill_is_exact_too(model_path: Path) -> Non
     of one context: sequences are preempted half-prefilled as well, and the
     sampler (with a repetition penalty, which sees every prompt token) still
     gives the tokens of a lone Engine with the same seed."""
-    prompts = [f"{p} " + " ".join(["and then"] * 30) for p in PROMPTS[:3]]
-    cfg = SamplerConfig(temperature=0.7, seed=5, repetition_penalty=1.3)
-    lone = Engine(model_path, context_size=160, threads=2)
-    want = []
-    for p in prompts:
-        lone.reset()
-        want.append(lone.generate(p, 40, sampler=cfg, ignore_eos=True).tokens)
-
-    async def main() -> tuple[list[list[int]], dict[str, float | int]]:
-        async with AsyncEngine(
-            model_path,
-            context_size=160,
-            threads=2,
-            max_batch=3,
-            prefill_chunk=16,
-            prefix_cache_bytes=0,
-            kv_pages=10,
-        ) as e:
-            outs = await asyncio.gather(
-                *(e.generate(p, 40, sampler=cfg, ignore_eos=True) for p in prompts)
-            )
-            return [o.tokens for o in outs], e.metrics()
-
-    got, m = asyncio.run(main())
-    assert got == want
-    assert m["preempted"] > 0, m
-    assert m["kv_pages_used"] == 0, m
+    _preempted_runs_match_a_lone_engine(
+        model_path,
+        [f"{p} " + " ".join(["and then"] * 30) for p in PROMPTS[:3]],
+        SamplerConfig(temperature=0.7, seed=5, repetition_penalty=1.3),
+        40,
+        context_size=160,
+        max_batch=3,
+        prefill_chunk=16,
+        kv_pages=10,
+    )

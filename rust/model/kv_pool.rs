@@ -215,30 +215,35 @@ impl KvPool {
         slot: usize,
         src: &[f32],
     ) {
-        let d = self.dim(side);
-        assert!(
-            src.len() == d
-                && (page as usize) < self.n_pages
-                && head < self.n_head_kv
-                && slot < PAGE,
-            "KV row out of range"
-        );
-        let at = self.offset(side, page, head, slot);
-        match self.store(layer, side) {
-            Store::F16(v, p) => {
-                debug_assert!(at + d <= v.len());
-                // SAFETY: `at + d` is within the vector (page, head and slot
-                // checked above); exclusive per the caller's contract.
-                let dst = unsafe { std::slice::from_raw_parts_mut(p.add(at), d) };
-                f32_to_f16_bits(src, dst);
-            }
-            Store::F32(v, p) => {
-                debug_assert!(at + d <= v.len());
-                // SAFETY: as above.
-                let dst = unsafe { std::slice::from_raw_parts_mut(p.add(at), d) };
-                dst.copy_from_slice(src);
-            }
+        assert_eq!(src.len(), self.dim(side), "KV row of the wrong width");
+        // SAFETY: forwarded from the caller.
+        match unsafe { self.rows_mut(layer, side, page, head, slot, slot + 1) } {
+            RowsMut::F16(dst) => f32_to_f16_bits(src, dst),
+            RowsMut::F32(dst) => dst.copy_from_slice(src),
         }
+    }
+
+    /// Element offset and length of rows `slot0..slot1` of one head in one
+    /// page, checked against the pool's bounds.
+    fn span(
+        &self,
+        side: Side,
+        page: u32,
+        head: usize,
+        slot0: usize,
+        slot1: usize,
+    ) -> (usize, usize) {
+        assert!(
+            (page as usize) < self.n_pages
+                && head < self.n_head_kv
+                && slot0 <= slot1
+                && slot1 <= PAGE,
+            "KV rows out of range"
+        );
+        (
+            self.offset(side, page, head, slot0),
+            (slot1 - slot0) * self.dim(side),
+        )
     }
 
     /// Rows `slot0..slot1` of one head in one page.
@@ -255,18 +260,9 @@ impl KvPool {
         slot0: usize,
         slot1: usize,
     ) -> Rows<'_> {
-        assert!(
-            (page as usize) < self.n_pages
-                && head < self.n_head_kv
-                && slot0 <= slot1
-                && slot1 <= PAGE,
-            "KV rows out of range"
-        );
-        let d = self.dim(side);
-        let at = self.offset(side, page, head, slot0);
-        let n = (slot1 - slot0) * d;
+        let (at, n) = self.span(side, page, head, slot0, slot1);
         match self.store(layer, side) {
-            // SAFETY: in bounds (checked above); no concurrent writer per
+            // SAFETY: in bounds (`span` checks); no concurrent writer per
             // the caller's contract.
             Store::F16(_, p) => Rows::F16(unsafe { std::slice::from_raw_parts(p.add(at), n) }),
             // SAFETY: as above.
@@ -288,18 +284,9 @@ impl KvPool {
         slot0: usize,
         slot1: usize,
     ) -> RowsMut<'_> {
-        assert!(
-            (page as usize) < self.n_pages
-                && head < self.n_head_kv
-                && slot0 <= slot1
-                && slot1 <= PAGE,
-            "KV rows out of range"
-        );
-        let d = self.dim(side);
-        let at = self.offset(side, page, head, slot0);
-        let n = (slot1 - slot0) * d;
+        let (at, n) = self.span(side, page, head, slot0, slot1);
         match self.store(layer, side) {
-            // SAFETY: in bounds (checked above); exclusive per the contract.
+            // SAFETY: in bounds (`span` checks); exclusive per the contract.
             Store::F16(_, p) => {
                 RowsMut::F16(unsafe { std::slice::from_raw_parts_mut(p.add(at), n) })
             }
