@@ -8,7 +8,7 @@ use super::kv_cache::KvCache;
 use super::weights::{matrix, opt_vector, vector, LayerWeights, MatRef};
 use crate::gguf::GgufFile;
 use crate::ops::activation::{geglu, swiglu};
-use crate::ops::attention::{attention, AttnParams};
+use crate::ops::attention::{attention, decode_many, AttnParams, DecodeRow};
 use crate::ops::matmul::{matmul, matmul_multi, ActScratch};
 use crate::ops::norm::{rms_norm, rms_norm_inplace};
 use crate::ops::rope::{Rope, RopeScaling};
@@ -349,35 +349,46 @@ impl Model {
                 window: if local { c.sliding_window } else { None },
             };
             fit(&mut s.att, n * od);
+            // Multi-token segments (prefill) attend as blocks; every
+            // single-token row (decode, and rows attended one by one) goes
+            // into one batched decode, two pool dispatches for the layer
+            // instead of two per row.
+            let one_by_one = |seg: &Segment<'_>, a: usize, b: usize| b - a == 1 || seg.decode_rows;
             for (g, seg) in segs.iter().enumerate() {
                 let (a, b) = (starts[g], starts[g + 1]);
-                if seg.decode_rows && b - a > 1 {
-                    for (t, &pos) in rows_pos.iter().enumerate().take(b).skip(a) {
-                        attention(
-                            pool,
-                            vk,
-                            seg.kv,
-                            il,
-                            &s.q[t * qd..(t + 1) * qd],
-                            pos,
-                            1,
-                            &p,
-                            &mut s.att[t * od..(t + 1) * od],
-                        );
-                    }
-                    continue;
+                if !one_by_one(seg, a, b) {
+                    attention(
+                        pool,
+                        vk,
+                        seg.kv,
+                        il,
+                        &s.q[a * qd..b * qd],
+                        seg.pos0,
+                        b - a,
+                        &p,
+                        &mut s.att[a * od..b * od],
+                    );
                 }
-                attention(
-                    pool,
-                    vk,
-                    seg.kv,
-                    il,
-                    &s.q[a * qd..b * qd],
-                    seg.pos0,
-                    b - a,
-                    &p,
-                    &mut s.att[a * od..b * od],
-                );
+            }
+            let mut outs: Vec<Option<&mut [f32]>> = s.att.chunks_exact_mut(od).map(Some).collect();
+            let mut rows = Vec::new();
+            for (g, seg) in segs.iter().enumerate() {
+                let (a, b) = (starts[g], starts[g + 1]);
+                if one_by_one(seg, a, b) {
+                    for t in a..b {
+                        if let Some(out) = outs[t].take() {
+                            rows.push(DecodeRow {
+                                cache: &*seg.kv,
+                                q: &s.q[t * qd..(t + 1) * qd],
+                                pos: rows_pos[t],
+                                out,
+                            });
+                        }
+                    }
+                }
+            }
+            if !rows.is_empty() {
+                decode_many(pool, vk, il, &p, &mut rows);
             }
             matmul(
                 pool,

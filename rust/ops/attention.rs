@@ -280,33 +280,98 @@ fn decode(
     p: &AttnParams,
     out: &mut [f32],
 ) {
+    decode_many(pool, vk, layer, p, &mut [DecodeRow { cache, q, pos, out }]);
+}
+
+/// One single-token query: a sequence's cache, its query (`n_head x
+/// dim_k`, post-RoPE), its position, and where its output goes.
+pub struct DecodeRow<'a> {
+    pub cache: &'a KvCache,
+    pub q: &'a [f32],
+    pub pos: usize,
+    pub out: &'a mut [f32],
+}
+
+/// Per-row plan: how the key range is split into work units.
+struct Plan {
+    lo: usize,
+    span: usize,
+    n_split: usize,
+    per: usize,
+    /// First global unit index of this row.
+    first: usize,
+}
+
+impl Plan {
+    fn range(&self, s: usize) -> (usize, usize) {
+        (
+            self.lo + s * self.per,
+            (self.lo + (s + 1) * self.per).min(self.lo + self.span),
+        )
+    }
+}
+
+/// Single-token attention for many sequences at once (a batched decode
+/// step): every row's work units run in the same two pool dispatches
+/// instead of two per row. Each row is split exactly as a lone decode
+/// would split it, so results are identical to calling `attention` row by
+/// row.
+pub fn decode_many(
+    pool: &ThreadPool,
+    vk: &VecKernels,
+    layer: usize,
+    p: &AttnParams,
+    rows: &mut [DecodeRow<'_>],
+) {
     let group = p.n_head / p.n_head_kv;
-    let kv_len = pos + 1;
-    let (lo, hi) = visible(p, pos);
-    let span = hi - lo;
-    let n_split = DECODE_UNITS
-        .div_ceil(p.n_head_kv)
-        .min(span.div_ceil(MIN_SPLIT))
-        .max(1);
-    let per = span.div_ceil(n_split);
-    let units = p.n_head_kv * n_split;
-    let range = |s: usize| (lo + s * per, (lo + (s + 1) * per).min(hi));
+    let mut plans = Vec::with_capacity(rows.len());
+    let mut total = 0;
+    for r in rows.iter() {
+        let (lo, hi) = visible(p, r.pos);
+        let span = hi - lo;
+        let n_split = DECODE_UNITS
+            .div_ceil(p.n_head_kv)
+            .min(span.div_ceil(MIN_SPLIT))
+            .max(1);
+        plans.push(Plan {
+            lo,
+            span,
+            n_split,
+            per: span.div_ceil(n_split),
+            first: total,
+        });
+        total += p.n_head_kv * n_split;
+    }
+    // Global unit -> (row, unit within the row).
+    let locate = |u: usize| {
+        let i = plans.partition_point(|pl| pl.first <= u) - 1;
+        (i, u - plans[i].first)
+    };
 
     // Phase 1: scores of every query head against its split of the keys.
-    let mut all = vec![0f32; p.n_head * span];
-    let mut maxes = vec![f32::NEG_INFINITY; p.n_head * n_split];
+    let mut alls: Vec<Vec<f32>> = plans
+        .iter()
+        .map(|pl| vec![0f32; p.n_head * pl.span])
+        .collect();
+    let mut maxes: Vec<Vec<f32>> = plans
+        .iter()
+        .map(|pl| vec![f32::NEG_INFINITY; p.n_head * pl.n_split])
+        .collect();
     {
-        let sh = SharedMut::new(&mut all);
-        let mx = SharedMut::new(&mut maxes);
-        pool.run(units, |u| {
-            let (g, s) = (u / n_split, u % n_split);
-            let (a, b) = range(s);
+        let shs: Vec<SharedMut<f32>> = alls.iter_mut().map(|a| SharedMut::new(a)).collect();
+        let mxs: Vec<SharedMut<f32>> = maxes.iter_mut().map(|m| SharedMut::new(m)).collect();
+        let rows_ref = &*rows;
+        pool.run(total, |gu| {
+            let (i, u) = locate(gu);
+            let (pl, r) = (&plans[i], &rows_ref[i]);
+            let (g, s) = (u / pl.n_split, u % pl.n_split);
+            let (a, b) = pl.range(s);
             if a >= b {
                 return;
             }
-            let keys = cache.keys(layer, g, kv_len);
+            let keys = r.cache.keys(layer, g, r.pos + 1);
             let round = rounds(keys);
-            let qbuf: Vec<f32> = q[g * group * p.dim_k..(g + 1) * group * p.dim_k]
+            let qbuf: Vec<f32> = r.q[g * group * p.dim_k..(g + 1) * group * p.dim_k]
                 .iter()
                 .map(|&x| if round { round16(x) } else { x })
                 .collect();
@@ -333,38 +398,45 @@ fn decode(
             );
             for (gi, src) in local.chunks_exact(b - a).enumerate() {
                 let hq = g * group + gi;
-                // SAFETY: unit (g, s) owns keys a..b of the heads of group g,
-                // and slot (hq, s) of the maxima.
+                // SAFETY: unit (i, g, s) owns keys a..b of the heads of group
+                // g in row i, and slot (hq, s) of that row's maxima.
                 unsafe {
-                    sh.slice(hq * span + (a - lo), b - a).copy_from_slice(src);
-                    mx.slice(hq * n_split + s, 1)[0] =
+                    shs[i]
+                        .slice(hq * pl.span + (a - pl.lo), b - a)
+                        .copy_from_slice(src);
+                    mxs[i].slice(hq * pl.n_split + s, 1)[0] =
                         src.iter().fold(f32::NEG_INFINITY, |m, &x| m.max(x));
                 }
             }
         });
     }
     // Normalize each head's row (cheap: one exp per key).
-    let round = rounds(cache.keys(layer, 0, kv_len));
-    for hq in 0..p.n_head {
-        let m = maxes[hq * n_split..(hq + 1) * n_split]
-            .iter()
-            .fold(f32::NEG_INFINITY, |a, &b| a.max(b));
-        let row = &mut all[hq * span..(hq + 1) * span];
-        let sum = exp_sum(row, m);
-        normalize(row, sum, round);
+    for (i, r) in rows.iter().enumerate() {
+        let (pl, all, mx) = (&plans[i], &mut alls[i], &maxes[i]);
+        let round = rounds(r.cache.keys(layer, 0, r.pos + 1));
+        for hq in 0..p.n_head {
+            let m = mx[hq * pl.n_split..(hq + 1) * pl.n_split]
+                .iter()
+                .fold(f32::NEG_INFINITY, |a, &b| a.max(b));
+            let row = &mut all[hq * pl.span..(hq + 1) * pl.span];
+            let sum = exp_sum(row, m);
+            normalize(row, sum, round);
+        }
     }
     // Phase 2: weighted values per split, then a fixed-order sum of splits.
-    let mut partial = vec![0f32; units * group * p.dim_v];
+    let mut partial = vec![0f32; total * group * p.dim_v];
     {
         let ps = SharedMut::new(&mut partial);
-        let all = &all;
-        pool.run(units, |u| {
-            let (g, s) = (u / n_split, u % n_split);
-            let (a, b) = range(s);
+        let (alls, rows_ref) = (&alls, &*rows);
+        pool.run(total, |gu| {
+            let (i, u) = locate(gu);
+            let (pl, r) = (&plans[i], &rows_ref[i]);
+            let (g, s) = (u / pl.n_split, u % pl.n_split);
+            let (a, b) = pl.range(s);
             if a >= b {
                 return;
             }
-            let vals = cache.values(layer, g, kv_len);
+            let vals = r.cache.values(layer, g, r.pos + 1);
             let queries: Vec<Query<'_>> = (0..group)
                 .map(|_| Query {
                     q: &[],
@@ -373,25 +445,28 @@ fn decode(
                 })
                 .collect();
             let mut accs: Vec<&mut [f32]> = (0..group)
-                // SAFETY: unit u owns its own slice of `partial`.
-                .map(|gi| unsafe { ps.slice((u * group + gi) * p.dim_v, p.dim_v) })
+                // SAFETY: global unit gu owns its own slice of `partial`.
+                .map(|gi| unsafe { ps.slice((gu * group + gi) * p.dim_v, p.dim_v) })
                 .collect();
-            let weights = &all[g * group * span..(g + 1) * group * span];
+            let weights = &alls[i][g * group * pl.span..(g + 1) * group * pl.span];
             let mut tile = Vec::new();
             weighted_values(
-                vk, &queries, vals, p.dim_v, lo, span, weights, &mut accs, &mut tile,
+                vk, &queries, vals, p.dim_v, pl.lo, pl.span, weights, &mut accs, &mut tile,
             );
         });
     }
-    for g in 0..p.n_head_kv {
-        for gi in 0..group {
-            let hq = g * group + gi;
-            let o = &mut out[hq * p.dim_v..(hq + 1) * p.dim_v];
-            o.iter_mut().for_each(|x| *x = 0.0);
-            for s in 0..n_split {
-                let u = g * n_split + s;
-                let src = &partial[(u * group + gi) * p.dim_v..(u * group + gi + 1) * p.dim_v];
-                o.iter_mut().zip(src).for_each(|(x, y)| *x += y);
+    for (i, r) in rows.iter_mut().enumerate() {
+        let pl = &plans[i];
+        for g in 0..p.n_head_kv {
+            for gi in 0..group {
+                let hq = g * group + gi;
+                let o = &mut r.out[hq * p.dim_v..(hq + 1) * p.dim_v];
+                o.iter_mut().for_each(|x| *x = 0.0);
+                for s in 0..pl.n_split {
+                    let u = pl.first + g * pl.n_split + s;
+                    let src = &partial[(u * group + gi) * p.dim_v..(u * group + gi + 1) * p.dim_v];
+                    o.iter_mut().zip(src).for_each(|(x, y)| *x += y);
+                }
             }
         }
     }
@@ -495,6 +570,80 @@ mod tests {
                         }
                     }
                 }
+            }
+        }
+    }
+
+    /// A batched decode of rows from three sequences (different lengths, one
+    /// of them sharing pages with another through a fork) equals decoding
+    /// each row alone, bit for bit.
+    #[test]
+    fn batched_decode_equals_row_by_row() {
+        use crate::model::kv_pool::KvPool;
+        use std::sync::Arc;
+        let mut rng = rand::rngs::StdRng::seed_from_u64(9);
+        let (n_head, n_kv, d) = (6, 2, 16);
+        let p = AttnParams {
+            n_head,
+            n_head_kv: n_kv,
+            dim_k: d,
+            dim_v: d,
+            scale: 0.3,
+            window: None,
+        };
+        for dtype in [KvDtype::F16, KvDtype::F32] {
+            let kvp = Arc::new(KvPool::new(dtype, 1, 64, n_kv, d, d).unwrap());
+            let mut fill = |c: &mut KvCache, from: usize, to: usize| {
+                c.reserve(from, to).unwrap();
+                for pos in from..to {
+                    let k: Vec<f32> = (0..n_kv * d).map(|_| rng.random_range(-1.0..1.0)).collect();
+                    let v: Vec<f32> = (0..n_kv * d).map(|_| rng.random_range(-1.0..1.0)).collect();
+                    c.store(0, pos, &k, &v);
+                }
+            };
+            let mut a = KvCache::with_pool(Arc::clone(&kvp), 512);
+            fill(&mut a, 0, 300);
+            let mut b = a.fork(200).unwrap();
+            fill(&mut b, 200, 231);
+            let mut c = KvCache::with_pool(Arc::clone(&kvp), 512);
+            fill(&mut c, 0, 7);
+            let cases: [(&KvCache, usize); 3] = [(&a, 299), (&b, 230), (&c, 6)];
+            let qs: Vec<Vec<f32>> = (0..3)
+                .map(|_| {
+                    (0..n_head * d)
+                        .map(|_| rng.random_range(-1.0..1.0))
+                        .collect()
+                })
+                .collect();
+            for threads in [1, 2] {
+                let pool = ThreadPool::new(threads);
+                let mut alone = vec![vec![0f32; n_head * d]; 3];
+                for (i, (cache, pos)) in cases.iter().enumerate() {
+                    attention(
+                        &pool,
+                        vec::best(),
+                        cache,
+                        0,
+                        &qs[i],
+                        *pos,
+                        1,
+                        &p,
+                        &mut alone[i],
+                    );
+                }
+                let mut outs = vec![vec![0f32; n_head * d]; 3];
+                let mut rows: Vec<DecodeRow<'_>> = outs
+                    .iter_mut()
+                    .zip(cases.iter().zip(&qs))
+                    .map(|(out, ((cache, pos), q))| DecodeRow {
+                        cache,
+                        q,
+                        pos: *pos,
+                        out,
+                    })
+                    .collect();
+                decode_many(&pool, vec::best(), 0, &p, &mut rows);
+                assert_eq!(outs, alone, "{dtype:?}, {threads} threads");
             }
         }
     }
