@@ -207,18 +207,6 @@ impl Session {
         self.kv.export(self.n_past, &self.pool)
     }
 
-    /// The first `n` positions of the KV cache (`n <= n_past`), in the
-    /// `export_kv` layout: what a prefix cache keeps of a prompt.
-    pub fn export_kv_prefix(&self, n: usize) -> Result<Vec<u8>> {
-        if n > self.n_past {
-            return Err(Error::invalid(format!(
-                "cannot export {n} positions: only {} are in the context",
-                self.n_past
-            )));
-        }
-        self.kv.export(n, &self.pool)
-    }
-
     /// Size in bytes of `export_kv()`.
     pub fn export_kv_len(&self) -> usize {
         self.kv.export_len(self.n_past)

@@ -276,13 +276,6 @@ impl PySession {
         Ok(PyBytes::new(py, &data))
     }
 
-    /// The first `n` positions' KV (`n <= n_past`), as `import_kv` takes it.
-    fn export_kv_prefix<'py>(&self, py: Python<'py>, n: usize) -> PyResult<Bound<'py, PyBytes>> {
-        let session = &self.inner;
-        let data = py.detach(|| session.export_kv_prefix(n)).py_err()?;
-        Ok(PyBytes::new(py, &data))
-    }
-
     /// Size in bytes of `export_kv()`.
     fn export_kv_len(&self) -> usize {
         self.inner.export_kv_len()
