@@ -29,7 +29,7 @@ from .compile import Compiled, compile_gbnf, compile_rules
 # Imported here, not on first use: the module defines dataclasses, whose
 # generated methods cost ~20 ms to build, and that belongs to importing
 # oxillama, not to the first schema a server compiles.
-from .json_schema import schema_to_rules
+from .json_schema import as_schema, schema_to_rules
 
 if TYPE_CHECKING:
     from ..tokenizer import Tokenizer
@@ -94,8 +94,7 @@ class Grammar:
         The same schema (up to key order) returns the same Grammar, so
         requests that repeat a ``response_format`` share one compile and
         its warm mask caches."""
-        if not isinstance(schema, (Mapping, bool)) and hasattr(schema, "model_json_schema"):
-            schema = schema.model_json_schema()
+        schema = as_schema(schema)
         try:
             key: str | None = json.dumps(schema, sort_keys=True) + ("" if strict else "~lax")
         except (TypeError, ValueError):

@@ -124,9 +124,15 @@ def schema_to_rules(
     return rules.render("root"), rules.parsed("root")
 
 
-def _build(schema: Mapping[str, Any] | Any, strict: bool) -> RuleSet:
+def as_schema(schema: Mapping[str, Any] | Any) -> Any:
+    """``schema`` itself, or the JSON Schema of a pydantic model."""
     if not isinstance(schema, (Mapping, bool)) and hasattr(schema, "model_json_schema"):
-        schema = schema.model_json_schema()
+        return schema.model_json_schema()
+    return schema
+
+
+def _build(schema: Mapping[str, Any] | Any, strict: bool) -> RuleSet:
+    schema = as_schema(schema)
     compiler = _Compiler(schema, strict)
     body = compiler.compile(schema, "#", "")
     compiler.rules.define("root", body)
