@@ -9,7 +9,8 @@ use std::hint::black_box;
 
 use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion, Throughput};
 use oxillama::quant::{
-    kernels, pack_act_scales, scalar_kernels, GgmlType, QuantKernels, GEMM_COLS,
+    kernels, pack_panel, scalar_kernels, GgmlType, QuantKernels, GEMM_COLS, PANEL_BLOCK,
+    PANEL_SCALES,
 };
 
 /// Deterministic bytes, each masked with 0x3b so that every f16 scale field
@@ -76,14 +77,24 @@ fn bench(c: &mut Criterion) {
             });
         }
         if let (Some(gs), Some(gr)) = (simd.gemm, scalar.gemm) {
-            let cols8: [&[u8]; GEMM_COLS] = std::array::from_fn(|i| a_rows[i]);
+            let cols8 = &a_rows[..GEMM_COLS];
             let nb = n / ty.block_size();
-            let mut scales = vec![0f32; nb * 16];
-            pack_act_scales(simd.act, &cols8, nb, &mut scales);
+            let mut quants = vec![0u8; nb * PANEL_BLOCK];
+            let mut scales = vec![0f32; nb * PANEL_SCALES];
+            pack_panel(simd.act, cols8, nb, &mut quants, &mut scales);
             for (name, f) in [("simd", gs), ("scalar", gr)] {
                 let mut out = vec![0f32; rows * GEMM_COLS];
                 g.bench_function(BenchmarkId::new("gemm16x8", name), |b| {
-                    b.iter(|| f(n, black_box(&w_rows), black_box(&cols8), &scales, &mut out))
+                    b.iter(|| {
+                        f(
+                            n,
+                            black_box(&w_rows),
+                            black_box(cols8),
+                            &quants,
+                            &scales,
+                            &mut out,
+                        )
+                    })
                 });
             }
         }

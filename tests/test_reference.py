@@ -62,15 +62,40 @@ def _closeness(ours: np.ndarray, ids: np.ndarray, logits: np.ndarray) -> tuple[f
     return float(np.abs(mine - logits).mean()), float(corr)
 
 
+def _margins(top: np.ndarray) -> np.ndarray:
+    return top[:, 0] - top[:, 1]  # type: ignore[no-any-return]
+
+
+def _noise_margin(ref: dict[str, np.ndarray]) -> float:
+    """The largest top-1/top-2 margin at which llama.cpp's two paths (batched
+    and token by token) pick different tokens: below it, a different pick
+    is rounding, not error. Int8 activations make this model sensitive:
+    rounding differences as small as a changed summation order move logits
+    by ~0.15 on average (llama.cpp against itself)."""
+    split = ref["seq_argmax"] != ref["batch_argmax"]
+    both = np.maximum(_margins(ref["seq_top_logits"]), _margins(ref["batch_top_logits"]))
+    return float(both[split].max())
+
+
+# llama.cpp's own two paths agree on 93% of argmaxes here (80 of 86); we ask
+# for 90% against either of them.
+MIN_AGREEMENT = 0.90
+
+
 def test_argmax_agrees_with_llama_cpp_decode_path(
     teacher_forced: tuple[np.ndarray, dict[str, np.ndarray]], teacher_forced_seq: np.ndarray
 ) -> None:
-    """Decoding paths compared: ours and llama.cpp's, one token at a time."""
+    """Decoding paths compared: ours and llama.cpp's, one token at a time.
+    Wherever llama.cpp picks its top token by more than the noise margin,
+    we must pick it too."""
     _, ref = teacher_forced
     ours = teacher_forced_seq
     assert len(ref["tokens"]) >= 50
-    agree = float((ours.argmax(axis=1) == ref["seq_argmax"]).mean())
-    assert agree >= 0.95, f"argmax agreement {agree:.3f}"
+    agree = ours.argmax(axis=1) == ref["seq_argmax"]
+    assert float(agree.mean()) >= MIN_AGREEMENT, f"argmax agreement {agree.mean():.3f}"
+    decisive = _margins(ref["seq_top_logits"]) > _noise_margin(ref)
+    assert decisive.sum() >= len(decisive) // 2
+    assert agree[decisive].all(), np.nonzero(decisive & ~agree)
     delta, corr = _closeness(ours, ref["seq_top_ids"], ref["seq_top_logits"])
     assert delta < 0.35 and corr > 0.97, (delta, corr)
 
@@ -78,17 +103,27 @@ def test_argmax_agrees_with_llama_cpp_decode_path(
 def test_decisive_positions_agree_with_llama_cpp_batched_path(
     teacher_forced: tuple[np.ndarray, dict[str, np.ndarray]],
 ) -> None:
-    """llama.cpp's batched prefill differs from its own token-by-token path
-    by rounding (they agree on only ~93% of argmaxes here, mean |delta| 0.15).
-    Wherever it picks its top token by a clear margin, we must agree."""
+    """The same for the batched paths (our prefill against llama.cpp's)."""
     ours, ref = teacher_forced
     top = ref["batch_top_logits"]
-    decisive = (top[:, 0] - top[:, 1]) >= 0.25
-    assert decisive.sum() >= 2 * len(decisive) // 3
+    decisive = _margins(top) > _noise_margin(ref)
+    assert decisive.sum() >= len(decisive) // 2
     agree = ours.argmax(axis=1) == ref["batch_argmax"]
+    assert float(agree.mean()) >= MIN_AGREEMENT - 0.05, f"argmax agreement {agree.mean():.3f}"
     assert agree[decisive].all(), np.nonzero(decisive & ~agree)
     delta, corr = _closeness(ours, ref["batch_top_ids"], top)
     assert delta < 0.35 and corr > 0.97, (delta, corr)
+
+
+def test_noise_margin_is_llama_cpp_self_disagreement() -> None:
+    """The margin the two tests above use is measured, not chosen: llama.cpp
+    disagrees with itself at margins up to it and never above."""
+    ref = dict(np.load(REF / "logits_smollm2.npz"))
+    m = _noise_margin(ref)
+    assert 0.0 < m < 0.5
+    for a, b in (("seq", "batch"), ("batch", "seq")):
+        above = _margins(ref[f"{b}_top_logits"]) > m
+        assert (ref[f"{a}_argmax"][above] == ref[f"{b}_argmax"][above]).all()
 
 
 def test_our_batched_and_decoding_paths_agree(

@@ -7,7 +7,9 @@
 //! one matrix-vector product per token). Several matrices that read the
 //! same input (q/k/v, gate/up) go in a single dispatch.
 
-use crate::quant::{kernels, pack_act_scales, GgmlType, QuantKernels, GEMM_COLS};
+use crate::quant::{
+    kernels, pack_panel, GgmlType, QuantKernels, GEMM_COLS, PANEL_BLOCK, PANEL_SCALES,
+};
 use crate::threadpool::{SharedMut, ThreadPool};
 use crate::{Error, Result};
 
@@ -57,35 +59,44 @@ impl<'a> QMatrix<'a> {
     }
 }
 
+/// Quantized activations of one format, as rows and as GEMM panels.
+struct ActBuf {
+    ty: GgmlType,
+    rows: Vec<u8>,
+    /// Panels of GEMM_COLS tokens each, `nb * PANEL_BLOCK` bytes apiece.
+    panels: Vec<u8>,
+    /// Their block scales, `nb * PANEL_SCALES` floats apiece.
+    panel_scales: Vec<f32>,
+}
+
 /// Reusable buffers for quantized activations, one per activation format.
 #[derive(Default)]
 pub struct ActScratch {
-    bufs: Vec<(GgmlType, Vec<u8>)>,
+    bufs: Vec<ActBuf>,
 }
 
 impl ActScratch {
-    fn buf(&mut self, ty: GgmlType) -> &mut Vec<u8> {
-        let i = match self.bufs.iter().position(|(t, _)| *t == ty) {
+    fn buf(&mut self, ty: GgmlType) -> &mut ActBuf {
+        let i = match self.bufs.iter().position(|b| b.ty == ty) {
             Some(i) => i,
             None => {
-                self.bufs.push((ty, Vec::new()));
+                self.bufs.push(ActBuf {
+                    ty,
+                    rows: Vec::new(),
+                    panels: Vec::new(),
+                    panel_scales: Vec::new(),
+                });
                 self.bufs.len() - 1
             }
         };
-        &mut self.bufs[i].1
+        &mut self.bufs[i]
     }
 
-    fn get(&self, ty: GgmlType) -> &[u8] {
-        self.bufs
-            .iter()
-            .find(|(t, _)| *t == ty)
-            .map_or(&[][..], |(_, b)| b.as_slice())
+    fn get(&self, ty: GgmlType) -> Option<&ActBuf> {
+        self.bufs.iter().find(|b| b.ty == ty)
     }
 }
 
-/// Tokens handled together against one block of weight rows: their
-/// quantized activations stay in L1 while the rows stream past.
-const TOKEN_TILE: usize = 4;
 const ROW_TILE: usize = 4;
 
 fn quantize_inputs(
@@ -120,6 +131,49 @@ fn quantize_inputs(
     });
 }
 
+/// Interleaves the quantized rows of `buf` into GEMM panels of GEMM_COLS
+/// tokens (the last one zero-padded), in parallel when there are many.
+fn pack_panels(pool: &ThreadPool, buf: &mut ActBuf, cols: usize, n_tok: usize) {
+    let nb = cols / 32;
+    let groups = n_tok.div_ceil(GEMM_COLS);
+    buf.panels.resize(groups * nb * PANEL_BLOCK, 0);
+    buf.panel_scales.resize(groups * nb * PANEL_SCALES, 0.0);
+    let arb = buf.rows.len() / n_tok.max(1);
+    let (ty, rows) = (buf.ty, &buf.rows);
+    let pack = |g: usize, q: &mut [u8], s: &mut [f32]| {
+        let t1 = ((g + 1) * GEMM_COLS).min(n_tok);
+        let acts: Vec<&[u8]> = rows[g * GEMM_COLS * arb..t1 * arb]
+            .chunks_exact(arb)
+            .collect();
+        pack_panel(ty, &acts, nb, q, s);
+    };
+    if groups < 2 * pool.n_threads() {
+        for ((g, q), s) in buf
+            .panels
+            .chunks_exact_mut(nb * PANEL_BLOCK)
+            .enumerate()
+            .zip(buf.panel_scales.chunks_exact_mut(nb * PANEL_SCALES))
+        {
+            pack(g, q, s);
+        }
+        return;
+    }
+    let (pq, ps) = (
+        SharedMut::new(&mut buf.panels),
+        SharedMut::new(&mut buf.panel_scales),
+    );
+    pool.run(groups, |g| {
+        // SAFETY: task g alone owns panel g of both buffers.
+        let (q, s) = unsafe {
+            (
+                pq.slice(g * nb * PANEL_BLOCK, nb * PANEL_BLOCK),
+                ps.slice(g * nb * PANEL_SCALES, nb * PANEL_SCALES),
+            )
+        };
+        pack(g, q, s);
+    });
+}
+
 /// `outs[j][t * rows_j + r] = dot(ws[j].row(r), x[t])` for all matrices in one
 /// dispatch. All matrices must have `cols == x.len() / n_tok`.
 pub fn matmul_multi(
@@ -137,10 +191,18 @@ pub fn matmul_multi(
         .iter()
         .map(|w| kernels(w.ty).expect("QMatrix::new checked the kernel exists"))
         .collect();
+    // Several tokens go through the GEMM microkernel (zero-padding the
+    // last group of GEMM_COLS is cheaper than a slower kernel for it); a
+    // single token, the decode step, through the tile kernel.
+    let use_gemm = |k: &QuantKernels| k.gemm.is_some() && n_tok >= 2;
     let mut done: Vec<GgmlType> = Vec::new();
     for k in &ks {
         if !done.contains(&k.act) {
-            quantize_inputs(pool, k, x, cols, n_tok, scratch.buf(k.act));
+            let buf = scratch.buf(k.act);
+            quantize_inputs(pool, k, x, cols, n_tok, &mut buf.rows);
+            if ks.iter().any(|k2| k2.act == k.act && use_gemm(k2)) {
+                pack_panels(pool, buf, cols, n_tok);
+            }
             done.push(k.act);
         }
     }
@@ -167,55 +229,48 @@ pub fn matmul_multi(
     pool.run(chunks.len(), |c| {
         let (j, r0, r1) = chunks[c];
         let (w, k) = (&ws[j], ks[j]);
-        let acts = scratch.get(k.act);
+        let Some(buf) = scratch.get(k.act) else {
+            return;
+        };
+        let acts = &buf.rows;
         let arb = acts.len() / n_tok;
         let rows = w.rows;
-        let mut t0 = 0;
         let rb = w.row_bytes();
         let w_rows: Vec<&[u8]> = w.data[r0 * rb..r1 * rb].chunks_exact(rb).collect();
-        // Whole groups of GEMM_COLS tokens go through the format's GEMM
-        // microkernel; what is left (all of decode) through the tile kernel.
-        if let Some(gemm) = k.gemm.filter(|_| n_tok >= GEMM_COLS) {
-            let nb = w.cols / k.weight.block_size();
-            let mut scales = vec![0f32; nb * 16];
-            let mut buf = vec![0f32; (r1 - r0) * GEMM_COLS];
-            while t0 + GEMM_COLS <= n_tok {
-                let act_rows: [&[u8]; GEMM_COLS] =
-                    std::array::from_fn(|i| &acts[(t0 + i) * arb..(t0 + i + 1) * arb]);
-                pack_act_scales(k.act, &act_rows, nb, &mut scales);
-                gemm(w.cols, &w_rows, &act_rows, &scales, &mut buf);
-                scatter(&shared[j], &buf, GEMM_COLS, t0, rows, r0, r1);
-                t0 += GEMM_COLS;
+        let act_rows: Vec<&[u8]> = acts.chunks_exact(arb).take(n_tok).collect();
+        match k.gemm.filter(|_| use_gemm(k)) {
+            Some(gemm) => {
+                let nb = w.cols / k.weight.block_size();
+                let mut out = vec![0f32; (r1 - r0) * GEMM_COLS];
+                for (g, group) in act_rows.chunks(GEMM_COLS).enumerate() {
+                    let q = &buf.panels[g * nb * PANEL_BLOCK..(g + 1) * nb * PANEL_BLOCK];
+                    let s = &buf.panel_scales[g * nb * PANEL_SCALES..(g + 1) * nb * PANEL_SCALES];
+                    gemm(w.cols, &w_rows, group, q, s, &mut out);
+                    let t0 = g * GEMM_COLS;
+                    scatter(&shared[j], &out, GEMM_COLS, group.len(), t0, rows, r0, r1);
+                }
             }
-        }
-        // The rest in tiles of up to TOKEN_TILE tokens; the tile kernel walks
-        // all of this chunk's rows in one call.
-        let mut buf = Vec::new();
-        while t0 < n_tok {
-            let nt = (n_tok - t0).min(TOKEN_TILE);
-            let act_rows: Vec<&[u8]> = (t0..t0 + nt)
-                .map(|t| &acts[t * arb..(t + 1) * arb])
-                .collect();
-            if nt == 1 {
-                // SAFETY: chunk c alone owns rows r0..r1 of matrix j, and each
-                // token's segment is a distinct range of the output.
-                let o = unsafe { shared[j].slice(t0 * rows + r0, r1 - r0) };
+            None if n_tok == 1 => {
+                // SAFETY: chunk c alone owns rows r0..r1 of matrix j.
+                let o = unsafe { shared[j].slice(r0, r1 - r0) };
                 (k.vec_dot_tile)(w.cols, &w_rows, &act_rows, o);
-            } else {
-                buf.resize((r1 - r0) * nt, 0.0);
-                (k.vec_dot_tile)(w.cols, &w_rows, &act_rows, &mut buf);
-                scatter(&shared[j], &buf, nt, t0, rows, r0, r1);
             }
-            t0 += nt;
+            None => {
+                let mut out = vec![0f32; (r1 - r0) * n_tok];
+                (k.vec_dot_tile)(w.cols, &w_rows, &act_rows, &mut out);
+                scatter(&shared[j], &out, n_tok, n_tok, 0, rows, r0, r1);
+            }
         }
     });
 }
 
-/// Writes a `(r1 - r0) x nt` row-major tile into tokens `t0..t0 + nt` of an
-/// output laid out `[token][row]`.
+/// Writes the first `nt` columns of a `(r1 - r0) x stride` row-major tile
+/// into tokens `t0..t0 + nt` of an output laid out `[token][row]`.
+#[allow(clippy::too_many_arguments)]
 fn scatter(
     out: &SharedMut<f32>,
     tile: &[f32],
+    stride: usize,
     nt: usize,
     t0: usize,
     rows: usize,
@@ -227,7 +282,7 @@ fn scatter(
         // and each token's segment is a distinct range of it.
         let o = unsafe { out.slice((t0 + ti) * rows + r0, r1 - r0) };
         for (ri, v) in o.iter_mut().enumerate() {
-            *v = tile[ri * nt + ti];
+            *v = tile[ri * stride + ti];
         }
     }
 }

@@ -10,9 +10,10 @@
 //!   already quantized by `quantize_act`.
 //! - `vec_dot_tile(n, w_rows, acts, out)`: `out[r * acts.len() + c]` is the
 //!   dot of weight row `r` with activation row `c`.
-//! - `gemm(n, w_rows, acts, scales, out)` (32-element block formats): the
-//!   same for exactly [`GEMM_COLS`] activation rows, `out[r * 8 + c]`, with
-//!   the columns' block scales unpacked by [`pack_act_scales`].
+//! - `gemm(n, w_rows, acts, quants, scales, out)` (32-element block
+//!   formats): the same for up to [`GEMM_COLS`] activation rows,
+//!   `out[r * 8 + c]`, given both as rows (`acts`, for the scalar twin) and
+//!   as the panel [`pack_panel`] made of them (for the SIMD kernels).
 //!
 //! Callers check lengths.
 
@@ -21,6 +22,7 @@ mod block;
 mod f16;
 mod float;
 mod kquant_scales;
+pub mod panel;
 mod q2_k;
 mod q3_k;
 mod q4_0;
@@ -50,7 +52,9 @@ use crate::{Error, Result};
 pub type DotFn = fn(n: usize, w: &[u8], a: &[u8]) -> f32;
 pub type TileFn = fn(n: usize, w_rows: &[&[u8]], acts: &[&[u8]], out: &mut [f32]);
 pub type GemmFn =
-    fn(n: usize, w_rows: &[&[u8]], acts: &[&[u8]; GEMM_COLS], scales: &[f32], out: &mut [f32]);
+    fn(n: usize, w_rows: &[&[u8]], acts: &[&[u8]], quants: &[u8], scales: &[f32], out: &mut [f32]);
+
+pub use panel::{pack_panel, PANEL_BLOCK, PANEL_SCALES};
 
 /// Activation columns a GEMM microkernel handles at once.
 pub const GEMM_COLS: usize = 8;
@@ -104,12 +108,12 @@ macro_rules! table_tiled {
 }
 
 /// A GEMM kernel that is a loop over `$dot` (the scalar twin of the SIMD
-/// microkernels; the unpacked scales are not needed).
+/// microkernels; it reads the rows, not the panel).
 macro_rules! gemm_of {
     ($dot:path) => {{
-        fn gemm(n: usize, w_rows: &[&[u8]], acts: &[&[u8]; GEMM_COLS], _: &[f32], out: &mut [f32]) {
+        fn gemm(n: usize, w_rows: &[&[u8]], acts: &[&[u8]], _: &[u8], _: &[f32], out: &mut [f32]) {
             for (r, w) in w_rows.iter().enumerate() {
-                for (c, a) in acts.iter().enumerate() {
+                for (c, a) in acts.iter().enumerate().take(GEMM_COLS) {
                     out[r * GEMM_COLS + c] = $dot(n, w, a);
                 }
             }
@@ -354,27 +358,6 @@ static AVX2: [QuantKernels; 13] = [
         avx2::tile_q6_k
     ),
 ];
-
-/// Unpacks the f32 block scales of eight activation rows for a GEMM
-/// microkernel: `out[i * 16 + c]` is row c's `d` in block i and
-/// `out[i * 16 + 8 + c]` its Q8_1 sum `s` (0 for Q8_0). Rows past the
-/// end of a short `acts` are zeros. Only Q8_0 and Q8_1 have this layout.
-pub fn pack_act_scales(act: GgmlType, acts: &[&[u8]], nb: usize, out: &mut [f32]) {
-    let (bytes, has_s) = match act {
-        T::Q8_0 => (q8_0::BLOCK, false),
-        T::Q8_1 => (q8_1::BLOCK, true),
-        _ => return,
-    };
-    out[..nb * 16].fill(0.0);
-    for (c, a) in acts.iter().enumerate().take(GEMM_COLS) {
-        for (i, b) in a.chunks_exact(bytes).take(nb).enumerate() {
-            out[i * 16 + c] = block::f16_at(b, 0);
-            if has_s {
-                out[i * 16 + 8 + c] = block::f16_at(b, 2);
-            }
-        }
-    }
-}
 
 /// Name of the SIMD level the dispatcher picked ("avx2" or "scalar").
 pub fn simd_level() -> &'static str {

@@ -347,12 +347,13 @@ fn gemm_microkernels_equal_single_dots() {
                     .map(|_| quantize_act(s, &random_f32(n, 2.0, &mut rng)))
                     .collect();
                 let wr: Vec<&[u8]> = ws.iter().map(|v| v.as_slice()).collect();
-                let ar: [&[u8]; GEMM_COLS] = std::array::from_fn(|c| acts[c].as_slice());
-                let mut scales = vec![f32::NAN; nb * 16];
-                pack_act_scales(s.act, &ar, nb, &mut scales);
+                let ar: Vec<&[u8]> = acts.iter().map(|v| v.as_slice()).collect();
+                let mut quants = vec![0xAAu8; nb * PANEL_BLOCK];
+                let mut scales = vec![f32::NAN; nb * PANEL_SCALES];
+                pack_panel(s.act, &ar, nb, &mut quants, &mut scales);
                 for (gemm, table) in [(gs, s), (gk, k)] {
                     let mut out = vec![f32::NAN; rows * GEMM_COLS];
-                    gemm(n, &wr, &ar, &scales, &mut out);
+                    gemm(n, &wr, &ar, &quants, &scales, &mut out);
                     for r in 0..rows {
                         for c in 0..GEMM_COLS {
                             let want = (s.vec_dot)(n, wr[r], ar[c]);
@@ -377,5 +378,78 @@ fn gemm_microkernels_equal_single_dots() {
                 }
             }
         }
+    }
+}
+
+#[test]
+fn gemm_short_column_groups_equal_single_dots() {
+    // Fewer than eight columns: the panel's missing ones are zeros, and the
+    // real ones still match their single dots bit for bit.
+    let mut rng = StdRng::seed_from_u64(23);
+    for ty in WEIGHTS {
+        let Some(k) = kernels(ty).filter(|k| k.gemm.is_some()) else {
+            continue;
+        };
+        let gemm = k.gemm.unwrap();
+        let (n, rows) = (160, 5);
+        let nb = n / 32;
+        let ws: Vec<Vec<u8>> = (0..rows).map(|_| random_row(ty, n, &mut rng)).collect();
+        let wr: Vec<&[u8]> = ws.iter().map(|v| v.as_slice()).collect();
+        for ncols in 1..GEMM_COLS {
+            let acts: Vec<Vec<u8>> = (0..ncols)
+                .map(|_| quantize_act(k, &random_f32(n, 3.0, &mut rng)))
+                .collect();
+            let ar: Vec<&[u8]> = acts.iter().map(|v| v.as_slice()).collect();
+            let mut quants = vec![0x55u8; nb * PANEL_BLOCK];
+            let mut scales = vec![f32::NAN; nb * PANEL_SCALES];
+            pack_panel(k.act, &ar, nb, &mut quants, &mut scales);
+            let mut out = vec![f32::NAN; rows * GEMM_COLS];
+            gemm(n, &wr, &ar, &quants, &scales, &mut out);
+            for r in 0..rows {
+                for c in 0..GEMM_COLS {
+                    let got = out[r * GEMM_COLS + c];
+                    if c < ncols {
+                        let want = (k.vec_dot)(n, wr[r], ar[c]);
+                        assert_eq!(got.to_bits(), want.to_bits(), "{} {ncols} cols", ty.name());
+                    } else {
+                        assert_eq!(got, 0.0, "{} padding column {c}", ty.name());
+                    }
+                }
+            }
+        }
+    }
+}
+
+#[test]
+fn panel_interleaves_four_elements_per_column() {
+    let mut rng = StdRng::seed_from_u64(29);
+    let k = kernels(T::Q4_1).unwrap();
+    let acts: Vec<Vec<u8>> = (0..3)
+        .map(|_| quantize_act(k, &random_f32(64, 1.0, &mut rng)))
+        .collect();
+    let ar: Vec<&[u8]> = acts.iter().map(|v| v.as_slice()).collect();
+    let (mut q, mut s) = (vec![7u8; 2 * PANEL_BLOCK], vec![f32::NAN; 2 * PANEL_SCALES]);
+    pack_panel(T::Q8_1, &ar, 2, &mut q, &mut s);
+    for i in 0..2 {
+        for j in 0..8 {
+            for c in 0..GEMM_COLS {
+                for e in 0..4 {
+                    let got = q[i * PANEL_BLOCK + j * 32 + c * 4 + e];
+                    let want = if c < 3 {
+                        ar[c][i * 36 + 4 + 4 * j + e]
+                    } else {
+                        0
+                    };
+                    assert_eq!(got, want, "block {i} group {j} column {c}");
+                }
+            }
+            let c = j % 3;
+            assert_eq!(s[i * PANEL_SCALES + c], block::f16_at(&ar[c][i * 36..], 0));
+            assert_eq!(
+                s[i * PANEL_SCALES + 8 + c],
+                block::f16_at(&ar[c][i * 36..], 2)
+            );
+        }
+        assert_eq!(s[i * PANEL_SCALES + 5], 0.0);
     }
 }

@@ -1,92 +1,112 @@
-//! The prefill GEMM microkernel for the 32-element block formats: one weight
-//! row against eight activation columns at a time.
+//! The GEMM microkernel for the 32-element block formats: weight rows, two at
+//! a time, against a panel of eight activation columns.
 //!
-//! Why this shape: a weight block is decoded once into a register and used
-//! by eight `maddubs` whose activation operand comes straight from memory.
-//! The eight per-column block scales `d_w * d_a[c]` come from one vector
-//! multiply against the columns' f32 scales (packed once per column group
-//! by the caller), and the Q8_1 minimum terms `m_w * s_a[c]` of all eight
-//! columns are one multiply and one add into one register.
+//! Why this shape: the eight columns live in the eight lanes of one
+//! accumulator. The panel (`quant::panel`) stores each block as eight groups
+//! of 32 bytes, group `j` holding elements `4j..4j + 4` of every column, so
+//! one `maddubs` of that group against four weight bytes broadcast to all
+//! lanes advances all eight columns at once, and its i16 pair sums sit two
+//! per column. Up to `FOLD` groups add as i16, one `madd` by ones widens to
+//! the eight exact per-column block sums, then a single conversion and FMA
+//! scale all eight. Per block and row that is eight multiplies and one
+//! widening where a dot-product layout needs eight of each plus eight
+//! conversions, FMAs and a horizontal sum per column; integer multiplies
+//! are the one port this CPU family has least of.
 //!
-//! Every (row, column) result is bit-identical to the single-dot kernels
-//! (`dot_rc`, and ggml's `vec_dot`): the same products `d_w * d_a`, one
-//! 8-lane FMA accumulator per column in block order, the same horizontal
-//! sum, and the minimum terms rounded then added in block order. So the
-//! prefill and decode paths share their matrix arithmetic exactly, and both
-//! match llama.cpp's. (Folding the `maddubs` lanes as i16 first was measured
-//! at +33% kernel throughput on Zen 1, but changes the rounding order and so
-//! loses that parity; we keep parity.)
+//! The per-(row, column) arithmetic is that of every other `Block32`
+//! kernel (see `avx2/mod.rs`), so results are bit-identical to a single
+//! row's decode.
 
 use std::arch::x86_64::*;
 
-use super::{block_sum, hsum, load, Block32};
+use super::{load, read_u32, widen, Block32};
+use crate::quant::panel::{PANEL_BLOCK, PANEL_SCALES};
 use crate::quant::GEMM_COLS;
 
 const C: usize = GEMM_COLS;
 
-/// `out[r * 8 + c]` = row `r` of `w_rows` . column `c` of `acts`.
-///
-/// `scales[i * 16 + c]` is column c's f32 scale in block i and
-/// `scales[i * 16 + 8 + c]` its Q8_1 sum `s` (unused without a minimum).
+/// Row tile: two rows share each panel load; four would spill registers.
+const R: usize = 2;
+
+/// Weight rows `w` (R of them, decoded into `dec`: 32 bytes per block in
+/// element order) against the panel; writes `out[r * 8 + c]`.
 ///
 /// # Safety
 /// AVX2, FMA and F16C are available; every row holds `nb` weight blocks,
-/// every column `nb` activation blocks, `scales` `nb * 16` floats and `out`
-/// `w_rows.len() * 8` floats.
+/// `dec` `R * nb * 32` bytes, `panel` `nb * PANEL_BLOCK` bytes, `scales`
+/// `nb * PANEL_SCALES` floats and `out` `R * 8` floats.
 #[target_feature(enable = "avx2,fma,f16c")]
-unsafe fn gemm_rows<F: Block32>(
+unsafe fn rows<F: Block32, const N: usize>(
     nb: usize,
-    w_rows: &[&[u8]],
-    acts: &[*const u8; C],
+    w: [*const u8; N],
+    dec: *mut u8,
+    panel: *const u8,
     scales: *const f32,
     out: *mut f32,
 ) {
-    for (r, w) in w_rows.iter().enumerate() {
-        let w = w.as_ptr();
-        let mut acc = [_mm256_setzero_ps(); C];
-        let mut mins = _mm256_setzero_ps();
-        let mut prod = [0f32; C];
+    // Decode once; the block loop then broadcasts four bytes at a time
+    // from this L1-resident copy (loads, not shuffles).
+    for (r, w) in w.iter().enumerate() {
         for i in 0..nb {
-            // SAFETY: block i of the row is in bounds (caller's contract).
-            let bw = unsafe { w.add(i * F::W) };
-            // SAFETY: as above; `scales` holds 16 floats per block.
-            let (qw, dm, da) = unsafe {
-                (
-                    F::quants(bw),
-                    F::scales(bw),
-                    _mm256_loadu_ps(scales.add(i * 16)),
-                )
-            };
-            // SAFETY: `prod` is 8 floats; each column then broadcasts its
-            // scale from memory, a load rather than a shuffle.
+            // SAFETY: block i of row r is in bounds, and so is its 32-byte
+            // slot in `dec` (caller's contract).
             unsafe {
-                _mm256_storeu_ps(
-                    prod.as_mut_ptr(),
-                    _mm256_mul_ps(_mm256_broadcastss_ps(dm), da),
+                _mm256_storeu_si256(
+                    dec.add((r * nb + i) * 32) as *mut __m256i,
+                    F::quants(w.add(i * F::W)),
                 )
             };
+        }
+    }
+    let mut acc = [_mm256_setzero_ps(); N];
+    let mut mins = [_mm256_setzero_ps(); N];
+    for i in 0..nb {
+        let mut isum = [_mm256_setzero_si256(); N];
+        let mut part = [_mm256_setzero_si256(); N];
+        for j in 0..8 {
+            // SAFETY: group j of block i is inside the panel.
+            let a = unsafe { load(panel.add(i * PANEL_BLOCK + j * 32)) };
+            for r in 0..N {
+                // SAFETY: bytes 4j..4j + 4 of row r's decoded block i.
+                let wj = unsafe { read_u32(dec.add((r * nb + i) * 32 + 4 * j)) };
+                let p = super::products::<F>(_mm256_set1_epi32(wj as i32), a);
+                if F::FOLD == 1 {
+                    isum[r] = _mm256_add_epi32(isum[r], widen(p));
+                } else {
+                    part[r] = _mm256_add_epi16(part[r], p);
+                    if (j + 1) % F::FOLD == 0 {
+                        isum[r] = _mm256_add_epi32(isum[r], widen(part[r]));
+                        part[r] = _mm256_setzero_si256();
+                    }
+                }
+            }
+        }
+        // SAFETY: block i's eight scales and eight sums are in `scales`.
+        let (da, sa) = unsafe {
+            (
+                _mm256_loadu_ps(scales.add(i * PANEL_SCALES)),
+                _mm256_loadu_ps(scales.add(i * PANEL_SCALES + C)),
+            )
+        };
+        for r in 0..N {
+            // SAFETY: block i of row r is in bounds.
+            let dm = unsafe { F::scales(w[r].add(i * F::W)) };
+            let prod = _mm256_mul_ps(_mm256_broadcastss_ps(dm), da);
+            acc[r] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum[r]), prod, acc[r]);
             if F::MIN {
                 let m = _mm256_broadcastss_ps(_mm_movehdup_ps(dm));
-                // SAFETY: as above.
-                let s = unsafe { _mm256_loadu_ps(scales.add(i * 16 + 8)) };
-                mins = _mm256_add_ps(mins, _mm256_mul_ps(m, s));
-            }
-            for (c, a) in acc.iter_mut().enumerate() {
-                // SAFETY: block i of column c is in bounds; its 32 quants end it.
-                let qa = unsafe { load(acts[c].add(i * F::A + F::A - 32)) };
-                *a = _mm256_fmadd_ps(_mm256_set1_ps(prod[c]), block_sum::<F>(qw, qa), *a);
+                mins[r] = _mm256_add_ps(mins[r], _mm256_mul_ps(m, sa));
             }
         }
-        let mut m = [0f32; C];
-        // SAFETY: `m` is 8 floats.
-        unsafe { _mm256_storeu_ps(m.as_mut_ptr(), mins) };
-        for c in 0..C {
-            // SAFETY: features enabled on this function; out holds 8 floats per row.
-            unsafe {
-                let s = hsum(acc[c]);
-                *out.add(r * C + c) = if F::MIN { s + m[c] } else { s };
-            }
-        }
+    }
+    for r in 0..N {
+        let v = if F::MIN {
+            _mm256_add_ps(acc[r], mins[r])
+        } else {
+            acc[r]
+        };
+        // SAFETY: out holds 8 floats per row.
+        unsafe { _mm256_storeu_ps(out.add(r * C), v) };
     }
 }
 
@@ -94,20 +114,32 @@ unsafe fn gemm_rows<F: Block32>(
 pub(super) fn gemm<F: Block32>(
     n: usize,
     w_rows: &[&[u8]],
-    acts: &[&[u8]; C],
+    panel: &[u8],
     scales: &[f32],
     out: &mut [f32],
 ) {
     let nb = n / 32;
     assert!(
         w_rows.iter().all(|w| w.len() >= nb * F::W)
-            && acts.iter().all(|a| a.len() >= nb * F::A)
-            && scales.len() >= nb * 16
+            && panel.len() >= nb * PANEL_BLOCK
+            && scales.len() >= nb * PANEL_SCALES
             && out.len() >= w_rows.len() * C,
         "gemm operand too short"
     );
-    let ptrs = acts.map(|a| a.as_ptr());
-    // SAFETY: the table holding this function is installed only after AVX2,
-    // FMA and F16C were detected; the assert bounds every read and write.
-    unsafe { gemm_rows::<F>(nb, w_rows, &ptrs, scales.as_ptr(), out.as_mut_ptr()) }
+    let mut dec = vec![0u8; R * nb * 32];
+    let (p, s, d) = (panel.as_ptr(), scales.as_ptr(), dec.as_mut_ptr());
+    let mut r = 0;
+    // SAFETY (both calls): the table holding this function is installed
+    // only after AVX2, FMA and F16C were detected; the assert bounds every
+    // read of the rows, panel and scales, `dec` holds R rows, and `out`
+    // 8 floats for each row.
+    while r + R <= w_rows.len() {
+        let w = std::array::from_fn(|k| w_rows[r + k].as_ptr());
+        unsafe { rows::<F, R>(nb, w, d, p, s, out[r * C..].as_mut_ptr()) };
+        r += R;
+    }
+    if r < w_rows.len() {
+        let w = [w_rows[r].as_ptr()];
+        unsafe { rows::<F, 1>(nb, w, d, p, s, out[r * C..].as_mut_ptr()) };
+    }
 }

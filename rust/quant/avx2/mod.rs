@@ -103,21 +103,6 @@ unsafe fn f16_at(p: *const u8) -> f32 {
     _mm_cvtss_f32(_mm_cvtph_ps(_mm_cvtsi32_si128(bits as i32)))
 }
 
-/// Eight i32 lane sums of unsigned(x) * signed(y) byte products, as f32.
-#[inline]
-#[target_feature(enable = "avx2,fma")]
-unsafe fn mul_sum_us8(x: __m256i, y: __m256i) -> __m256 {
-    let p16 = _mm256_maddubs_epi16(x, y);
-    _mm256_cvtepi32_ps(_mm256_madd_epi16(p16, _mm256_set1_epi16(1)))
-}
-
-/// The same for two signed operands: move x's sign onto y so x can be unsigned.
-#[inline]
-#[target_feature(enable = "avx2,fma")]
-unsafe fn mul_sum_i8(x: __m256i, y: __m256i) -> __m256 {
-    mul_sum_us8(_mm256_sign_epi8(x, x), _mm256_sign_epi8(y, x))
-}
-
 /// Expands 16 bytes of nibbles into 32 bytes: low nibbles then high nibbles.
 #[inline]
 #[target_feature(enable = "avx2")]
@@ -186,6 +171,15 @@ unsafe fn scale_pair(scales8: __m128i, p: usize) -> __m256i {
 
 // ---------------------------------------------------------------------------
 // 32-element block formats (Q4_0, Q4_1, Q5_0, Q5_1, Q8_0) share one driver.
+//
+// Arithmetic, the same in every kernel below and in the GEMM microkernel:
+// each block's integer dot is formed exactly as an i32 (the order of integer
+// additions cannot change it), then, per (row, column) and in block order,
+// `acc = fma(isum, d_w * d_a, acc)` and, for formats with a minimum,
+// `mins = mins + m_w * s_a`; the result is `acc + mins`. So whatever way a
+// kernel lays its lanes out (over columns in the GEMM, over rows in decode,
+// one scalar in `dot1`) each (row, column) gets the same bits, and a
+// sequence decoded alone gets the logits it gets inside a batch.
 
 /// One 32-element block format paired with Q8_0 or Q8_1 activations.
 trait Block32 {
@@ -193,96 +187,82 @@ trait Block32 {
     const W: usize;
     /// Activation block bytes: 34 (Q8_0) or 36 (Q8_1, quants from byte 4).
     const A: usize;
-    /// The weight values are unsigned (else signed, via `mul_sum_i8`).
+    /// The weight values are unsigned (else signed, their sign moved onto
+    /// the activation so `maddubs` sees an unsigned operand).
     const UNSIGNED: bool;
     /// The weight has a minimum, multiplied by Q8_1's `s` (lane 1 below).
     const MIN: bool;
+    /// How many `maddubs` results (each lane a sum of two products) may be
+    /// added as i16 before widening: `2 * FOLD * max|w| * 128 < 2^15`.
+    const FOLD: usize;
     /// The 32 weight values of the block at `p`, in element order.
     unsafe fn quants(p: *const u8) -> __m256i;
     /// Lane 0: the block's scale; lane 1: its minimum when `MIN`.
     unsafe fn scales(p: *const u8) -> __m128;
 }
 
-/// Integer block sum of weights against activations, as f32 lanes.
+/// i16 pair sums of weight bytes `w` times activation bytes `a`.
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c")]
-unsafe fn block_sum<F: Block32>(qw: __m256i, qa: __m256i) -> __m256 {
+unsafe fn products<F: Block32>(w: __m256i, a: __m256i) -> __m256i {
     if F::UNSIGNED {
-        mul_sum_us8(qw, qa)
+        _mm256_maddubs_epi16(w, a)
     } else {
-        mul_sum_i8(qw, qa)
+        _mm256_maddubs_epi16(_mm256_sign_epi8(w, w), _mm256_sign_epi8(a, w))
     }
 }
 
-/// One row against one column: one 8-lane accumulator in block order, as
-/// `dot_rc`, the GEMM microkernel and ggml do, so every path gives the same
-/// bits for the same (row, column).
+/// i16 lanes widened to i32 by summing adjacent pairs.
+#[inline]
+#[target_feature(enable = "avx2")]
+unsafe fn widen(p: __m256i) -> __m256i {
+    _mm256_madd_epi16(p, _mm256_set1_epi16(1))
+}
+
+/// The exact integer dot of one weight block with one activation block.
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn block_isum<F: Block32>(qw: __m256i, qa: __m256i) -> i32 {
+    hsum_i32(widen(products::<F>(qw, qa)))
+}
+
+/// One row against one column, one scalar accumulator in block order.
 #[target_feature(enable = "avx2,fma,f16c")]
 unsafe fn dot1<F: Block32>(nb: usize, w: *const u8, a: *const u8) -> f32 {
-    // SAFETY: same contract as ours.
-    unsafe { dot_rc::<F, 1, 1>(nb, [w], [a])[0][0] }
-}
-
-/// R weight rows against C activation rows: each activation block is loaded
-/// once per R rows and each weight block decoded once per C columns, with
-/// R * C independent accumulators.
-#[target_feature(enable = "avx2,fma,f16c")]
-unsafe fn dot_rc<F: Block32, const R: usize, const C: usize>(
-    nb: usize,
-    w: [*const u8; R],
-    a: [*const u8; C],
-) -> [[f32; C]; R] {
-    let mut acc = [[_mm256_setzero_ps(); C]; R];
-    let mut mins = [[_mm_setzero_ps(); C]; R];
+    let mut acc = _mm_setzero_ps();
+    let mut mins = _mm_setzero_ps();
     for i in 0..nb {
-        let mut qa = [_mm256_setzero_si256(); C];
-        let mut da = [_mm_setzero_ps(); C];
-        for c in 0..C {
-            // SAFETY: the caller guarantees nb whole activation blocks.
-            let ba = unsafe { a[c].add(i * F::A) };
-            // SAFETY: a block holds its scale and 32 quants.
-            unsafe {
-                qa[c] = load(ba.add(F::A - 32));
-                da[c] = f16_pair(ba);
-            }
-        }
-        for r in 0..R {
-            // SAFETY: the caller guarantees nb whole weight blocks per row.
-            let bw = unsafe { w[r].add(i * F::W) };
-            // SAFETY: as above.
-            let (qw, dw) = unsafe { (F::quants(bw), F::scales(bw)) };
-            for c in 0..C {
-                let prod = _mm_mul_ps(dw, da[c]);
-                acc[r][c] = _mm256_fmadd_ps(
-                    _mm256_broadcastss_ps(prod),
-                    block_sum::<F>(qw, qa[c]),
-                    acc[r][c],
-                );
-                if F::MIN {
-                    mins[r][c] = _mm_add_ps(mins[r][c], prod);
-                }
-            }
-        }
+        // SAFETY: the caller guarantees nb whole blocks on both sides; each
+        // starts with its scales and ends with its 32 quants.
+        let (qa, da, qw, dw) = unsafe {
+            let (ba, bw) = (a.add(i * F::A), w.add(i * F::W));
+            (
+                load(ba.add(F::A - 32)),
+                f16_pair(ba),
+                F::quants(bw),
+                F::scales(bw),
+            )
+        };
+        // Lane 0: d_w * d_a; lane 1: m_w * s_a.
+        let prod = _mm_mul_ps(dw, da);
+        let s = _mm_cvtsi32_ss(_mm_setzero_ps(), block_isum::<F>(qw, qa));
+        acc = _mm_fmadd_ss(s, prod, acc);
+        mins = _mm_add_ps(mins, prod);
     }
-    let mut out = [[0f32; C]; R];
-    for r in 0..R {
-        for c in 0..C {
-            out[r][c] = hsum(acc[r][c]);
-            if F::MIN {
-                out[r][c] += _mm_cvtss_f32(_mm_shuffle_ps(mins[r][c], mins[r][c], 1));
-            }
-        }
+    let s = _mm_cvtss_f32(acc);
+    if F::MIN {
+        s + _mm_cvtss_f32(_mm_shuffle_ps(mins, mins, 1))
+    } else {
+        s
     }
-    out
 }
 
-/// Four weight rows against one activation column: the decode kernel.
+/// Four weight rows against one activation column: the decode kernel, with
+/// the four rows in the lanes of one accumulator.
 ///
-/// Same arithmetic as `dot_rc::<F, 4, 1>` (so the same bits), but the four
-/// rows' scale pairs are converted and multiplied as one vector: one f16
-/// conversion, one multiply and one minimum add per block instead of four
-/// each. Each row's product is then broadcast from memory (a load, not a
-/// shuffle).
+/// Per block: the four rows' exact sums are folded into one vector by
+/// horizontal adds, their four scale pairs converted and multiplied as one
+/// vector, then one FMA and one minimum add serve all four rows.
 #[target_feature(enable = "avx2,fma,f16c")]
 unsafe fn dot_rows4<F: Block32>(nb: usize, w: [*const u8; 4], a: *const u8) -> [f32; 4] {
     // Decode streams the weights from memory once per token: prefetch the
@@ -290,9 +270,10 @@ unsafe fn dot_rows4<F: Block32>(nb: usize, w: [*const u8; 4], a: *const u8) -> [
     // fetch overlaps this group's arithmetic. A prefetch never faults, so
     // running past the end of the matrix is harmless.
     let ahead = 4 * nb * F::W;
-    let mut acc = [_mm256_setzero_ps(); 4];
-    let mut mins = _mm256_setzero_ps();
-    let mut prod = [0f32; 8];
+    // [d_0 d_1 d_2 d_3 | m_0 m_1 m_2 m_3] from interleaved (d, m) pairs.
+    let split = _mm256_setr_epi32(0, 2, 4, 6, 1, 3, 5, 7);
+    let mut acc = _mm_setzero_ps();
+    let mut mins = _mm_setzero_ps();
     for i in 0..nb {
         // SAFETY: the caller guarantees nb whole blocks on both sides; every
         // block starts with its 4 bytes of scales.
@@ -312,32 +293,23 @@ unsafe fn dot_rows4<F: Block32>(nb: usize, w: [*const u8; 4], a: *const u8) -> [
         };
         // [d_a, s_a] in every 64-bit lane, against [d_r, m_r] of row r.
         let da = _mm256_castpd_ps(_mm256_broadcastsd_pd(_mm_castps_pd(das)));
-        let p = _mm256_mul_ps(dm, da);
-        if F::MIN {
-            mins = _mm256_add_ps(mins, p);
-        }
-        // SAFETY: `prod` holds 8 floats.
-        unsafe { _mm256_storeu_ps(prod.as_mut_ptr(), p) };
-        for (r, acc) in acc.iter_mut().enumerate() {
+        let p = _mm256_permutevar8x32_ps(_mm256_mul_ps(dm, da), split);
+        let q: [__m256i; 4] = std::array::from_fn(|r| {
             let bw = w[r].wrapping_add(i * F::W);
             _mm_prefetch::<_MM_HINT_T0>(bw.wrapping_add(ahead) as *const i8);
             // SAFETY: as above.
-            let qw = unsafe { F::quants(bw) };
-            *acc = _mm256_fmadd_ps(_mm256_set1_ps(prod[2 * r]), block_sum::<F>(qw, qa), *acc);
-        }
+            widen(products::<F>(unsafe { F::quants(bw) }, qa))
+        });
+        let h = _mm256_hadd_epi32(_mm256_hadd_epi32(q[0], q[1]), _mm256_hadd_epi32(q[2], q[3]));
+        let s = _mm_add_epi32(_mm256_castsi256_si128(h), _mm256_extracti128_si256(h, 1));
+        acc = _mm_fmadd_ps(_mm_cvtepi32_ps(s), _mm256_castps256_ps128(p), acc);
+        mins = _mm_add_ps(mins, _mm256_extractf128_ps(p, 1));
     }
-    let mut m = [0f32; 8];
-    // SAFETY: `m` holds 8 floats.
-    unsafe { _mm256_storeu_ps(m.as_mut_ptr(), mins) };
-    std::array::from_fn(|r| {
-        // SAFETY: features enabled on this function.
-        let s = unsafe { hsum(acc[r]) };
-        if F::MIN {
-            s + m[2 * r + 1]
-        } else {
-            s
-        }
-    })
+    let out = if F::MIN { _mm_add_ps(acc, mins) } else { acc };
+    let mut o = [0f32; 4];
+    // SAFETY: `o` holds 4 floats.
+    unsafe { _mm_storeu_ps(o.as_mut_ptr(), out) };
+    o
 }
 
 /// Checks that every row holds `nb` blocks of `bytes` and `out` the product.
@@ -356,44 +328,30 @@ fn check_tile(nb: usize, wb: usize, ab: usize, w_rows: &[&[u8]], acts: &[&[u8]],
     );
 }
 
-/// `out[r * cols + c]` through 4x2 and 4x1 kernels, then 1x2 and 1x1 ones.
+/// `out[r * cols + c]`, column by column through the decode kernels (four
+/// rows, then single rows). Several columns go through the GEMM instead.
 fn tile32<F: Block32>(n: usize, w_rows: &[&[u8]], acts: &[&[u8]], out: &mut [f32]) {
     let nb = n / 32;
     let nc = acts.len();
     check_tile(nb, F::W, F::A, w_rows, acts, out);
-    let mut r = 0;
-    while r < w_rows.len() {
-        let four = r + 4 <= w_rows.len();
-        let mut c = 0;
-        while c < nc {
-            let two = c + 2 <= nc;
-            let (a0, a1) = (acts[c].as_ptr(), acts[if two { c + 1 } else { c }].as_ptr());
+    for (c, a) in acts.iter().enumerate() {
+        let mut r = 0;
+        while r < w_rows.len() {
             // SAFETY: AVX2/FMA/F16C were detected before the table holding
             // this function was installed; check_tile bounds every block.
             unsafe {
-                if four {
+                if r + 4 <= w_rows.len() {
                     let w4 = std::array::from_fn(|k| w_rows[r + k].as_ptr());
-                    if two {
-                        let v = dot_rc::<F, 4, 2>(nb, w4, [a0, a1]);
-                        for (k, row) in v.iter().enumerate() {
-                            out[(r + k) * nc + c..(r + k) * nc + c + 2].copy_from_slice(row);
-                        }
-                    } else {
-                        let v = dot_rows4::<F>(nb, w4, a0);
-                        for (k, x) in v.into_iter().enumerate() {
-                            out[(r + k) * nc + c] = x;
-                        }
+                    for (k, x) in dot_rows4::<F>(nb, w4, a.as_ptr()).into_iter().enumerate() {
+                        out[(r + k) * nc + c] = x;
                     }
-                } else if two {
-                    let v = dot_rc::<F, 1, 2>(nb, [w_rows[r].as_ptr()], [a0, a1]);
-                    out[r * nc + c..r * nc + c + 2].copy_from_slice(&v[0]);
+                    r += 4;
                 } else {
-                    out[r * nc + c] = dot1::<F>(nb, w_rows[r].as_ptr(), a0);
+                    out[r * nc + c] = dot1::<F>(nb, w_rows[r].as_ptr(), a.as_ptr());
+                    r += 1;
                 }
             }
-            c += if two { 2 } else { 1 };
         }
-        r += if four { 4 } else { 1 };
     }
 }
 
@@ -498,11 +456,12 @@ macro_rules! block32_entries {
         pub fn $gemm(
             n: usize,
             w_rows: &[&[u8]],
-            acts: &[&[u8]; crate::quant::GEMM_COLS],
+            _acts: &[&[u8]],
+            quants: &[u8],
             scales: &[f32],
             out: &mut [f32],
         ) {
-            super::gemm::gemm::<$fmt>(n, w_rows, acts, scales, out)
+            super::gemm::gemm::<$fmt>(n, w_rows, quants, scales, out)
         }
     };
 }

@@ -12,6 +12,8 @@ impl Block32 for Q4_0 {
     const A: usize = q8_0::BLOCK;
     const UNSIGNED: bool = false;
     const MIN: bool = false;
+    // |w| <= 8: 16 products of at most 8 * 128 per lane.
+    const FOLD: usize = 8;
 
     #[inline]
     #[target_feature(enable = "avx2,fma,f16c")]

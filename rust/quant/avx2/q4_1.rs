@@ -12,6 +12,8 @@ impl Block32 for Q4_1 {
     const A: usize = q8_1::BLOCK;
     const UNSIGNED: bool = true;
     const MIN: bool = true;
+    // w <= 15: 16 products of at most 15 * 128 per lane.
+    const FOLD: usize = 8;
 
     #[inline]
     #[target_feature(enable = "avx2,fma,f16c")]

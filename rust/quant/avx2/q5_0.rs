@@ -12,6 +12,8 @@ impl Block32 for Q5_0 {
     const A: usize = q8_0::BLOCK;
     const UNSIGNED: bool = false;
     const MIN: bool = false;
+    // |w| <= 16: 8 products of at most 16 * 128 per lane.
+    const FOLD: usize = 4;
 
     #[inline]
     #[target_feature(enable = "avx2,fma,f16c")]

@@ -12,6 +12,8 @@ impl Block32 for Q5_1 {
     const A: usize = q8_1::BLOCK;
     const UNSIGNED: bool = true;
     const MIN: bool = true;
+    // w <= 31: 8 products of at most 31 * 128 per lane.
+    const FOLD: usize = 4;
 
     #[inline]
     #[target_feature(enable = "avx2,fma,f16c")]

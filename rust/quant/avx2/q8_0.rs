@@ -12,6 +12,8 @@ impl Block32 for Q8_0 {
     const A: usize = q8_0::BLOCK;
     const UNSIGNED: bool = false;
     const MIN: bool = false;
+    // |w| <= 128: two products already fill an i16 lane.
+    const FOLD: usize = 1;
 
     #[inline]
     #[target_feature(enable = "avx2,fma,f16c")]
