@@ -122,9 +122,19 @@ def _preempted_runs_match_a_lone_engine(
 ) -> None:
     """Runs ``prompts`` together in a small shared KV pool (the caller's
     ``engine_kw``) and checks every output against a lone Engine, that
-    preemption happened, and that every page came back."""
+    preemption happened, and that every page came back.
+
+    The lone Engine prefills in the scheduler's chunks. A chunk of one token
+    goes through the one-token kernel, whose attention splits long key
+    ranges and so rounds differently from a prefill; the same chunks make the
+    comparison exact by construction rather than by luck."""
     n_ctx = engine_kw["context_size"]
-    lone = Engine(model_path, context_size=n_ctx, threads=2)
+    lone = Engine(
+        model_path,
+        context_size=n_ctx,
+        threads=2,
+        prefill_chunk=engine_kw.get("prefill_chunk", 64),
+    )
     want = []
     for p in prompts:
         lone.reset()

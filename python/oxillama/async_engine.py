@@ -8,9 +8,10 @@ import os
 from collections.abc import AsyncGenerator, Mapping, Sequence
 from typing import Any
 
+from ._mailbox import Mailbox
 from .completion import Completion
 from .engine import Engine, Message, Prompt, _constraint
-from .errors import ParameterError
+from .errors import GenerateError, ParameterError
 from .grammar import Grammar
 from .sampling import SamplerConfig
 from .scheduler import Request, Scheduler
@@ -65,6 +66,16 @@ class AsyncEngine:
             prefix_cache_bytes=prefix_cache_bytes,
             kv_pages=kv_pages,
         )
+        self._mailboxes: dict[asyncio.AbstractEventLoop, Mailbox] = {}
+
+    def _mailbox(self) -> Mailbox:
+        loop = asyncio.get_running_loop()
+        box = self._mailboxes.get(loop)
+        if box is None:
+            for old in [lp for lp in self._mailboxes if lp.is_closed()]:
+                del self._mailboxes[old]
+            box = self._mailboxes[loop] = Mailbox(loop)
+        return box
 
     @property
     def engine(self) -> Engine:
@@ -139,12 +150,12 @@ class AsyncEngine:
         if isinstance(stop, str):
             stop = [stop]
         constraint = _constraint(grammar, json_schema)
-        loop = asyncio.get_running_loop()
+        box = self._mailbox()
         queue: asyncio.Queue[Any] = asyncio.Queue()
 
         def emit(piece: str | None, done: Completion | None, err: BaseException | None) -> None:
             item: Any = piece if piece is not None else (err if err is not None else (_END, done))
-            loop.call_soon_threadsafe(queue.put_nowait, item)
+            box.post(queue.put_nowait, item)
 
         req: Request = self._scheduler.submit(
             self._prompt(prompt),
@@ -181,20 +192,49 @@ class AsyncEngine:
         grammar: str | Grammar | None = None,
         json_schema: Mapping[str, Any] | Any | None = None,
     ) -> Completion:
-        """The whole completion of one request."""
-        result: list[Completion] = []
-        async for _ in self.stream(
-            prompt,
+        """The whole completion of one request.
+
+        Pieces are not delivered one by one: the event loop wakes once, when
+        the completion is done (or failed)."""
+        if not isinstance(max_tokens, int) or max_tokens < 0:
+            raise ParameterError(f"max_tokens must be a non-negative integer, got {max_tokens!r}")
+        if isinstance(stop, str):
+            stop = [stop]
+        constraint = _constraint(grammar, json_schema)
+        box = self._mailbox()
+        fut: asyncio.Future[Completion] = asyncio.get_running_loop().create_future()
+
+        def settle(outcome: Completion | BaseException) -> None:
+            if fut.done():
+                return
+            if isinstance(outcome, BaseException):
+                fut.set_exception(outcome)
+            else:
+                fut.set_result(outcome)
+
+        def emit(piece: str | None, done: Completion | None, err: BaseException | None) -> None:
+            if err is not None:
+                box.post(settle, err)
+            elif done is not None:
+                box.post(settle, done)
+            elif piece is None:
+                box.post(settle, GenerateError("the request ended without a completion"))
+
+        req: Request = self._scheduler.submit(
+            self._prompt(prompt),
             max_tokens,
-            sampler=sampler,
+            sampler or self._sampler,
             stop=stop,
             ignore_eos=ignore_eos,
-            grammar=grammar,
-            json_schema=json_schema,
-            result=result,
-        ):
-            pass
-        return result[0]
+            grammar=constraint,
+            emit=emit,
+        )
+        try:
+            return await fut
+        finally:
+            # Cancellation or error: the request stops at once (a no-op once
+            # it has finished).
+            self._scheduler.cancel(req)
 
     async def chat(
         self,

@@ -415,7 +415,7 @@ impl Model {
                 &mut s.acts,
             );
             match c.traits.activation {
-                Activation::Silu => swiglu(&mut s.gate, &s.up),
+                Activation::Silu => swiglu(pool, &mut s.gate, &s.up),
                 Activation::GeluTanh => geglu(&mut s.gate, &s.up),
             }
             matmul(

@@ -292,6 +292,23 @@ pub struct DecodeRow<'a> {
     pub out: &'a mut [f32],
 }
 
+/// The inputs of a `DecodeRow`, without its output.
+struct RowView<'a> {
+    cache: &'a KvCache,
+    q: &'a [f32],
+    pos: usize,
+}
+
+impl<'a> RowView<'a> {
+    fn of(r: &DecodeRow<'a>) -> Self {
+        RowView {
+            cache: r.cache,
+            q: r.q,
+            pos: r.pos,
+        }
+    }
+}
+
 /// Per-row plan: how the key range is split into work units.
 struct Plan {
     lo: usize,
@@ -312,10 +329,15 @@ impl Plan {
 }
 
 /// Single-token attention for many sequences at once (a batched decode
-/// step): every row's work units run in the same two pool dispatches
-/// instead of two per row. Each row is split exactly as a lone decode
-/// would split it, so results are identical to calling `attention` row by
-/// row.
+/// step). Each row is split exactly as a lone decode would split it, so
+/// results are identical to calling `attention` row by row.
+///
+/// A row whose keys fit one split (short contexts: most of a serving
+/// batch) is done start to finish by the units of its KV heads in the first
+/// dispatch: scores, softmax, values, straight into its output. Rows split
+/// across units take three more steps: their softmax, one unit per (row,
+/// head); their values per split; then a fixed-order sum of the splits.
+/// Either way every weight and sum is formed in the same order.
 pub fn decode_many(
     pool: &ThreadPool,
     vk: &VecKernels,
@@ -347,23 +369,45 @@ pub fn decode_many(
         let i = plans.partition_point(|pl| pl.first <= u) - 1;
         (i, u - plans[i].first)
     };
+    let split = |i: usize| plans[i].n_split > 1;
 
-    // Phase 1: scores of every query head against its split of the keys.
+    // Scores of split rows, and their per-split maxima (empty otherwise).
     let mut alls: Vec<Vec<f32>> = plans
         .iter()
-        .map(|pl| vec![0f32; p.n_head * pl.span])
+        .map(|pl| {
+            vec![
+                0f32;
+                if pl.n_split > 1 {
+                    p.n_head * pl.span
+                } else {
+                    0
+                }
+            ]
+        })
         .collect();
     let mut maxes: Vec<Vec<f32>> = plans
         .iter()
-        .map(|pl| vec![f32::NEG_INFINITY; p.n_head * pl.n_split])
+        .map(|pl| {
+            vec![
+                f32::NEG_INFINITY;
+                if pl.n_split > 1 {
+                    p.n_head * pl.n_split
+                } else {
+                    0
+                }
+            ]
+        })
         .collect();
     {
         let shs: Vec<SharedMut<f32>> = alls.iter_mut().map(|a| SharedMut::new(a)).collect();
         let mxs: Vec<SharedMut<f32>> = maxes.iter_mut().map(|m| SharedMut::new(m)).collect();
-        let rows_ref = &*rows;
+        // The read-only parts of each row, copied out so that its output
+        // can be handed to the units without aliasing a shared borrow.
+        let views: Vec<RowView<'_>> = rows.iter().map(RowView::of).collect();
+        let outs: Vec<SharedMut<f32>> = rows.iter_mut().map(|r| SharedMut::new(r.out)).collect();
         pool.run(total, |gu| {
             let (i, u) = locate(gu);
-            let (pl, r) = (&plans[i], &rows_ref[i]);
+            let (pl, r) = (&plans[i], &views[i]);
             let (g, s) = (u / pl.n_split, u % pl.n_split);
             let (a, b) = pl.range(s);
             if a >= b {
@@ -396,6 +440,35 @@ pub fn decode_many(
                 &mut local,
                 &mut tile,
             );
+            if !split(i) {
+                for row in local.chunks_exact_mut(b - a) {
+                    let m = row.iter().fold(f32::NEG_INFINITY, |m, &x| m.max(x));
+                    let sum = exp_sum(row, m);
+                    normalize(row, sum, round);
+                }
+                let mut accs: Vec<&mut [f32]> = (0..group)
+                    .map(|gi| {
+                        // SAFETY: this unit alone covers the heads of group g
+                        // of row i (the row has one split).
+                        let o = unsafe { outs[i].slice((g * group + gi) * p.dim_v, p.dim_v) };
+                        o.fill(0.0);
+                        o
+                    })
+                    .collect();
+                let vals = r.cache.values(layer, g, r.pos + 1);
+                weighted_values(
+                    vk,
+                    &queries,
+                    vals,
+                    p.dim_v,
+                    a,
+                    b - a,
+                    &local,
+                    &mut accs,
+                    &mut tile,
+                );
+                return;
+            }
             for (gi, src) in local.chunks_exact(b - a).enumerate() {
                 let hq = g * group + gi;
                 // SAFETY: unit (i, g, s) owns keys a..b of the heads of group
@@ -410,26 +483,46 @@ pub fn decode_many(
             }
         });
     }
-    // Normalize each head's row (cheap: one exp per key).
-    for (i, r) in rows.iter().enumerate() {
-        let (pl, all, mx) = (&plans[i], &mut alls[i], &maxes[i]);
-        let round = rounds(r.cache.keys(layer, 0, r.pos + 1));
-        for hq in 0..p.n_head {
-            let m = mx[hq * pl.n_split..(hq + 1) * pl.n_split]
+    let split_rows: Vec<usize> = (0..rows.len()).filter(|&i| split(i)).collect();
+    if split_rows.is_empty() {
+        return;
+    }
+    // Softmax of each split row's heads (one exp per key), one unit each.
+    {
+        let shs: Vec<SharedMut<f32>> = alls.iter_mut().map(|a| SharedMut::new(a)).collect();
+        let (rows_ref, maxes) = (&*rows, &maxes);
+        pool.run(split_rows.len() * p.n_head, |u| {
+            let (i, hq) = (split_rows[u / p.n_head], u % p.n_head);
+            let pl = &plans[i];
+            let round = rounds(rows_ref[i].cache.keys(layer, 0, rows_ref[i].pos + 1));
+            let m = maxes[i][hq * pl.n_split..(hq + 1) * pl.n_split]
                 .iter()
                 .fold(f32::NEG_INFINITY, |a, &b| a.max(b));
-            let row = &mut all[hq * pl.span..(hq + 1) * pl.span];
+            // SAFETY: unit (i, hq) alone owns head hq's scores of row i.
+            let row = unsafe { shs[i].slice(hq * pl.span, pl.span) };
             let sum = exp_sum(row, m);
             normalize(row, sum, round);
-        }
+        });
     }
-    // Phase 2: weighted values per split, then a fixed-order sum of splits.
-    let mut partial = vec![0f32; total * group * p.dim_v];
+    // Weighted values per split, then a fixed-order sum of splits.
+    let firsts: Vec<usize> = split_rows
+        .iter()
+        .scan(0, |n, &i| {
+            let f = *n;
+            *n += p.n_head_kv * plans[i].n_split;
+            Some(f)
+        })
+        .collect();
+    let n_units = firsts.last().map_or(0, |&f| {
+        f + p.n_head_kv * plans[split_rows[split_rows.len() - 1]].n_split
+    });
+    let mut partial = vec![0f32; n_units * group * p.dim_v];
     {
         let ps = SharedMut::new(&mut partial);
         let (alls, rows_ref) = (&alls, &*rows);
-        pool.run(total, |gu| {
-            let (i, u) = locate(gu);
+        pool.run(n_units, |gu| {
+            let k = firsts.partition_point(|&f| f <= gu) - 1;
+            let (i, u) = (split_rows[k], gu - firsts[k]);
             let (pl, r) = (&plans[i], &rows_ref[i]);
             let (g, s) = (u / pl.n_split, u % pl.n_split);
             let (a, b) = pl.range(s);
@@ -455,15 +548,15 @@ pub fn decode_many(
             );
         });
     }
-    for (i, r) in rows.iter_mut().enumerate() {
-        let pl = &plans[i];
+    for (k, &i) in split_rows.iter().enumerate() {
+        let (pl, r) = (&plans[i], &mut rows[i]);
         for g in 0..p.n_head_kv {
             for gi in 0..group {
                 let hq = g * group + gi;
                 let o = &mut r.out[hq * p.dim_v..(hq + 1) * p.dim_v];
                 o.iter_mut().for_each(|x| *x = 0.0);
                 for s in 0..pl.n_split {
-                    let u = pl.first + g * pl.n_split + s;
+                    let u = firsts[k] + g * pl.n_split + s;
                     let src = &partial[(u * group + gi) * p.dim_v..(u * group + gi + 1) * p.dim_v];
                     o.iter_mut().zip(src).for_each(|(x, y)| *x += y);
                 }

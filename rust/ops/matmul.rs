@@ -109,7 +109,9 @@ fn quantize_inputs(
 ) {
     let arb = k.act.row_bytes(cols).unwrap_or(0);
     dst.resize(arb * n_tok, 0);
-    if n_tok < 8 {
+    // A batched decode step quantizes a few rows: cheaper on this thread
+    // than a dispatch.
+    if n_tok * cols < 1 << 14 {
         for (xr, dr) in x.chunks_exact(cols).zip(dst.chunks_exact_mut(arb)) {
             (k.quantize_act)(xr, dr);
         }
