@@ -1,35 +1,15 @@
 //! Gated feed-forward activations.
 //!
-//! SwiGLU's exponential is our own: Cody-Waite reduction to
-//! `r in [-ln2/2, ln2/2]`, a degree-6 polynomial (fitted for relative
-//! error, about 1 ulp), and the power of two put into the exponent bits.
-//! The AVX2 path and its scalar twin perform the same IEEE operations in
-//! the same order (FMAs included), so they agree bit for bit, and libm's
-//! `expf` (one call per element, a third of a batched decode step's serial
-//! time before this) is out of the loop.
+//! SwiGLU uses our own exponential (`ops::exp`), whose AVX2 form and scalar
+//! twin agree bit for bit; libm's `expf`, one call per element, was a third
+//! of a batched decode step's serial time.
 
+use crate::ops::exp::exp;
 use crate::threadpool::{SharedMut, ThreadPool};
 
 /// Elements below which one thread does the whole product: a dispatch
 /// costs more than it saves.
 const PARALLEL_FROM: usize = 1 << 15;
-
-const LOG2E: f32 = std::f32::consts::LOG2_E;
-/// ln 2 split so that `n * LN2_HI` is exact for every `n` we use.
-const LN2_HI: f32 = 0.693_359_4;
-const LN2_LO: f32 = -2.121_944_4e-4;
-/// `(e^r - 1 - r) / r^2` on `[-ln2/2, ln2/2]`, lowest degree first.
-const C: [f32; 5] = [
-    0.499_999_88,
-    0.166_665_06,
-    0.041_669_764,
-    0.008_370_347,
-    0.001_374_621_9,
-];
-/// `e^x` stays finite and normal for `x` in this range; outside it the
-/// gate's sigmoid is 0 or 1 to f32 precision anyway.
-const X_MIN: f32 = -87.0;
-const X_MAX: f32 = 88.0;
 
 /// `gate = silu(gate) * up`, in place (SwiGLU), on the pool when large.
 pub fn swiglu(pool: &ThreadPool, gate: &mut [f32], up: &[f32]) {
@@ -58,27 +38,10 @@ fn best() -> SwigluFn {
     swiglu_scalar
 }
 
-/// `e^x` for `x` in `[X_MIN, X_MAX]` (callers clamp).
-#[inline]
-fn exp_scalar(x: f32) -> f32 {
-    let n = (x * LOG2E).round_ties_even();
-    let r = n.mul_add(-LN2_LO, n.mul_add(-LN2_HI, x));
-    let mut p = C[4];
-    for &c in C[..4].iter().rev() {
-        p = p.mul_add(r, c);
-    }
-    let e = p.mul_add(r * r, r) + 1.0;
-    e * f32::from_bits(((n as i32 + 127) as u32) << 23)
-}
-
 /// The scalar twin of the AVX2 kernel (same operations, same bits).
 pub fn swiglu_scalar(gate: &mut [f32], up: &[f32]) {
     for (g, &u) in gate.iter_mut().zip(up) {
-        // `min`/`max` spelled as the SIMD instructions behave.
-        let x = -*g;
-        let x = if x < X_MAX { x } else { X_MAX };
-        let x = if x > X_MIN { x } else { X_MIN };
-        *g = *g / (1.0 + exp_scalar(x)) * u;
+        *g = *g / (1.0 + exp(-*g)) * u;
     }
 }
 
@@ -86,11 +49,8 @@ pub fn swiglu_scalar(gate: &mut [f32], up: &[f32]) {
 mod avx2 {
     use std::arch::x86_64::*;
 
-    use super::{C, LN2_HI, LN2_LO, LOG2E, X_MAX, X_MIN};
-
-    pub fn available() -> bool {
-        is_x86_feature_detected!("avx2") && is_x86_feature_detected!("fma")
-    }
+    pub use crate::ops::exp::avx2::available;
+    use crate::ops::exp::avx2::exp8;
 
     pub fn swiglu(gate: &mut [f32], up: &[f32]) {
         let n = gate.len().min(up.len());
@@ -109,29 +69,8 @@ mod avx2 {
         while i < n {
             // SAFETY: i + 8 <= n (caller's contract).
             let (gv, uv) = unsafe { (_mm256_loadu_ps(g.add(i)), _mm256_loadu_ps(u.add(i))) };
-            let x = _mm256_sub_ps(_mm256_setzero_ps(), gv);
-            let x = _mm256_max_ps(
-                _mm256_min_ps(x, _mm256_set1_ps(X_MAX)),
-                _mm256_set1_ps(X_MIN),
-            );
-            let nf = _mm256_round_ps::<{ _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC }>(
-                _mm256_mul_ps(x, _mm256_set1_ps(LOG2E)),
-            );
-            let r = _mm256_fmadd_ps(nf, _mm256_set1_ps(-LN2_HI), x);
-            let r = _mm256_fmadd_ps(nf, _mm256_set1_ps(-LN2_LO), r);
-            let mut p = _mm256_set1_ps(C[4]);
-            for &c in C[..4].iter().rev() {
-                p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(c));
-            }
-            let e = _mm256_add_ps(
-                _mm256_fmadd_ps(p, _mm256_mul_ps(r, r), r),
-                _mm256_set1_ps(1.0),
-            );
-            let bits = _mm256_slli_epi32::<23>(_mm256_add_epi32(
-                _mm256_cvtps_epi32(nf),
-                _mm256_set1_epi32(127),
-            ));
-            let e = _mm256_mul_ps(e, _mm256_castsi256_ps(bits));
+            // -g as the scalar twin forms it: a sign flip, not 0 - g.
+            let e = exp8(_mm256_xor_ps(gv, _mm256_set1_ps(-0.0)));
             let s = _mm256_div_ps(gv, _mm256_add_ps(_mm256_set1_ps(1.0), e));
             // SAFETY: as above.
             unsafe { _mm256_storeu_ps(g.add(i), _mm256_mul_ps(s, uv)) };
@@ -154,20 +93,6 @@ pub fn geglu(gate: &mut [f32], up: &[f32]) {
 mod tests {
     use super::*;
     use rand::{Rng, SeedableRng};
-
-    #[test]
-    fn exp_is_within_two_ulp_of_f64() {
-        let mut x = X_MIN;
-        while x <= X_MAX {
-            let got = exp_scalar(x) as f64;
-            let want = (x as f64).exp();
-            assert!(
-                ((got - want) / want).abs() < 2.0 * f32::EPSILON as f64,
-                "{x}: {got} {want}"
-            );
-            x += 0.0137;
-        }
-    }
 
     #[test]
     fn swiglu_matches_its_definition_and_simd_its_scalar_twin() {

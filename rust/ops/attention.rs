@@ -15,8 +15,6 @@
 //! The split depends on the model and context only, never on the thread
 //! count, so results are identical for any number of threads.
 
-use half::f16;
-
 use crate::model::kv_cache::{KvCache, KvView};
 use crate::model::kv_pool::Rows;
 use crate::ops::vec::VecKernels;
@@ -45,10 +43,6 @@ fn rounds(keys: KvView<'_>) -> bool {
     keys.is_f16()
 }
 
-fn round16(x: f32) -> f32 {
-    f16::from_f32(x).to_f32()
-}
-
 /// Keys (or values) processed per tile: converted from f16 once and then
 /// used by every query of the unit.
 const TILE: usize = 32;
@@ -66,7 +60,12 @@ fn tiles(
     buf: &mut Vec<f32>,
     mut f: impl FnMut(usize, &[f32]),
 ) {
-    buf.resize(TILE * d, 0.0);
+    // Sized for the rows actually visited: a short decode range needs a
+    // fraction of a tile, and zeroing a whole one per unit showed up.
+    let need = TILE.min(hi.saturating_sub(lo)) * d;
+    if buf.len() < need {
+        buf.resize(need, 0.0);
+    }
     let mut j0 = lo;
     while j0 < hi {
         let j1 = (j0 + TILE).min(hi);
@@ -165,21 +164,19 @@ fn weighted_values(
 
 /// Turns scores into normalized weights in place (`exp(s - max) / sum`,
 /// the sum accumulated in f64 as ggml does), rounded to f16 when asked.
-fn normalize(s: &mut [f32], sum: f64, round: bool) {
+fn normalize(vk: &VecKernels, s: &mut [f32], sum: f64, round: bool) {
     let inv = (1.0 / sum) as f32;
-    for x in s.iter_mut() {
-        let w = *x * inv;
-        *x = if round { round16(w) } else { w };
+    if round {
+        (vk.scale_round16)(s, inv);
+    } else {
+        s.iter_mut().for_each(|x| *x *= inv);
     }
 }
 
-fn exp_sum(s: &mut [f32], max: f32) -> f64 {
-    let mut sum = 0f64;
-    for x in s.iter_mut() {
-        *x = (*x - max).exp();
-        sum += *x as f64;
-    }
-    sum
+/// `s = exp(s - max)`, returning the sum in key order, in f64.
+fn exp_sum(vk: &VecKernels, s: &mut [f32], max: f32) -> f64 {
+    (vk.exp_shifted)(s, max);
+    s.iter().fold(0f64, |a, &x| a + x as f64)
 }
 
 fn visible(p: &AttnParams, pos: usize) -> (usize, usize) {
@@ -225,12 +222,11 @@ pub fn attention(
         for t in t0..t1 {
             for hq in heads.clone() {
                 let qo = t * q_stride + hq * p.dim_k;
-                qbuf.extend(
-                    q[qo..qo + p.dim_k]
-                        .iter()
-                        .map(|&x| if round { round16(x) } else { x }),
-                );
+                qbuf.extend_from_slice(&q[qo..qo + p.dim_k]);
             }
+        }
+        if round {
+            (vk.scale_round16)(&mut qbuf, 1.0);
         }
         let queries: Vec<Query<'_>> = (t0..t1)
             .flat_map(|t| std::iter::repeat_n(t, group))
@@ -250,8 +246,8 @@ pub fn attention(
         for (i, qr) in queries.iter().enumerate() {
             let s = &mut rows[i * stride + qr.lo - base..i * stride + qr.hi - base];
             let m = s.iter().fold(f32::NEG_INFINITY, |a, &b| a.max(b));
-            let sum = exp_sum(s, m);
-            normalize(s, sum, round);
+            let sum = exp_sum(vk, s, m);
+            normalize(vk, s, sum, round);
         }
         let mut accs: Vec<&mut [f32]> = (t0..t1)
             .flat_map(|t| heads.clone().map(move |hq| (t, hq)))
@@ -415,10 +411,10 @@ pub fn decode_many(
             }
             let keys = r.cache.keys(layer, g, r.pos + 1);
             let round = rounds(keys);
-            let qbuf: Vec<f32> = r.q[g * group * p.dim_k..(g + 1) * group * p.dim_k]
-                .iter()
-                .map(|&x| if round { round16(x) } else { x })
-                .collect();
+            let mut qbuf = r.q[g * group * p.dim_k..(g + 1) * group * p.dim_k].to_vec();
+            if round {
+                (vk.scale_round16)(&mut qbuf, 1.0);
+            }
             let queries: Vec<Query<'_>> = qbuf
                 .chunks_exact(p.dim_k)
                 .map(|qv| Query {
@@ -443,8 +439,8 @@ pub fn decode_many(
             if !split(i) {
                 for row in local.chunks_exact_mut(b - a) {
                     let m = row.iter().fold(f32::NEG_INFINITY, |m, &x| m.max(x));
-                    let sum = exp_sum(row, m);
-                    normalize(row, sum, round);
+                    let sum = exp_sum(vk, row, m);
+                    normalize(vk, row, sum, round);
                 }
                 let mut accs: Vec<&mut [f32]> = (0..group)
                     .map(|gi| {
@@ -500,8 +496,8 @@ pub fn decode_many(
                 .fold(f32::NEG_INFINITY, |a, &b| a.max(b));
             // SAFETY: unit (i, hq) alone owns head hq's scores of row i.
             let row = unsafe { shs[i].slice(hq * pl.span, pl.span) };
-            let sum = exp_sum(row, m);
-            normalize(row, sum, round);
+            let sum = exp_sum(vk, row, m);
+            normalize(vk, row, sum, round);
         });
     }
     // Weighted values per split, then a fixed-order sum of splits.

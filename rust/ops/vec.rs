@@ -21,6 +21,11 @@ pub struct VecKernels {
     /// `y += sum_j w[j] * tile[j]`, rows in order, with the exact arithmetic
     /// of one `axpy` per row (one FMA per element and row).
     pub axpy_rows: fn(&mut [f32], &[f32], &[f32]),
+    /// `x = exp(x - m)` with `ops::exp` (SIMD and scalar agree bit for bit).
+    pub exp_shifted: fn(&mut [f32], f32),
+    /// `x = f16(x * s)` as f32, rounding to nearest even (bit for bit in
+    /// both tables).
+    pub scale_round16: fn(&mut [f32], f32),
     pub name: &'static str,
 }
 
@@ -33,6 +38,8 @@ pub fn scalar() -> &'static VecKernels {
         f16_to_f32: scalar_impl::f16_to_f32,
         dot_rows: scalar_impl::dot_rows,
         axpy_rows: scalar_impl::axpy_rows,
+        exp_shifted: scalar_impl::exp_shifted,
+        scale_round16: scalar_impl::scale_round16,
         name: "scalar",
     };
     &K
@@ -114,6 +121,18 @@ mod scalar_impl {
             axpy(y, wj, row);
         }
     }
+
+    pub fn exp_shifted(x: &mut [f32], m: f32) {
+        for v in x {
+            *v = crate::ops::exp::exp(*v - m);
+        }
+    }
+
+    pub fn scale_round16(x: &mut [f32], s: f32) {
+        for v in x {
+            *v = f16::from_f32(*v * s).to_f32();
+        }
+    }
 }
 
 #[cfg(target_arch = "x86_64")]
@@ -131,6 +150,8 @@ mod avx2 {
         f16_to_f32,
         dot_rows,
         axpy_rows,
+        exp_shifted,
+        scale_round16,
         name: "avx2",
     };
 
@@ -270,6 +291,51 @@ mod avx2 {
         }
     }
 
+    fn exp_shifted(x: &mut [f32], m: f32) {
+        // SAFETY: installed only when AVX2, FMA and F16C are present.
+        unsafe { exp_shifted_impl(x, m) }
+    }
+    #[target_feature(enable = "avx2,fma")]
+    unsafe fn exp_shifted_impl(x: &mut [f32], m: f32) {
+        let n8 = x.len() / 8 * 8;
+        let mv = _mm256_set1_ps(m);
+        let p = x.as_mut_ptr();
+        let mut i = 0;
+        while i < n8 {
+            // SAFETY: i + 8 <= len keeps the load and store in bounds.
+            unsafe {
+                let v = _mm256_sub_ps(_mm256_loadu_ps(p.add(i)), mv);
+                _mm256_storeu_ps(p.add(i), crate::ops::exp::avx2::exp8(v));
+            }
+            i += 8;
+        }
+        super::scalar_impl::exp_shifted(&mut x[n8..], m);
+    }
+
+    fn scale_round16(x: &mut [f32], s: f32) {
+        // SAFETY: installed only when AVX2, FMA and F16C are present.
+        unsafe { scale_round16_impl(x, s) }
+    }
+    #[target_feature(enable = "avx2,f16c")]
+    unsafe fn scale_round16_impl(x: &mut [f32], s: f32) {
+        let n8 = x.len() / 8 * 8;
+        let sv = _mm256_set1_ps(s);
+        let p = x.as_mut_ptr();
+        let mut i = 0;
+        while i < n8 {
+            // SAFETY: i + 8 <= len keeps the load and store in bounds.
+            unsafe {
+                let h = _mm256_cvtps_ph::<{ _MM_FROUND_TO_NEAREST_INT }>(_mm256_mul_ps(
+                    _mm256_loadu_ps(p.add(i)),
+                    sv,
+                ));
+                _mm256_storeu_ps(p.add(i), _mm256_cvtph_ps(h));
+            }
+            i += 8;
+        }
+        super::scalar_impl::scale_round16(&mut x[n8..], s);
+    }
+
     fn dot_rows(q: &[f32], tile: &[f32], out: &mut [f32]) {
         assert!(tile.len() >= out.len() * q.len(), "tile too short");
         // SAFETY: installed only when AVX2 and FMA are present; the assert
@@ -405,6 +471,30 @@ mod tests {
             (s.axpy_f16)(&mut y2, -0.7, &xh);
             assert!(y1.iter().zip(&y2).all(|(p, q)| (p - q).abs() < 1e-5));
         }
+    }
+
+    #[test]
+    fn softmax_helpers_equal_their_scalar_twins_bit_for_bit() {
+        let mut rng = rand::rngs::StdRng::seed_from_u64(13);
+        let (b, s) = (best(), scalar());
+        for n in [0usize, 1, 7, 8, 9, 64, 67] {
+            let x: Vec<f32> = (0..n).map(|_| rng.random_range(-120.0f32..3.0)).collect();
+            let (mut e1, mut e2) = (x.clone(), x.clone());
+            (b.exp_shifted)(&mut e1, 2.5);
+            (s.exp_shifted)(&mut e2, 2.5);
+            assert_eq!(bits(&e1), bits(&e2), "exp n={n}");
+            let (mut r1, mut r2) = (x.clone(), x.clone());
+            (b.scale_round16)(&mut r1, 0.37);
+            (s.scale_round16)(&mut r2, 0.37);
+            assert_eq!(bits(&r1), bits(&r2), "round n={n}");
+            for (v, r) in x.iter().zip(&r1) {
+                assert_eq!(*r, half::f16::from_f32(v * 0.37).to_f32());
+            }
+        }
+    }
+
+    fn bits(v: &[f32]) -> Vec<u32> {
+        v.iter().map(|x| x.to_bits()).collect()
     }
 
     /// The row kernels give the bits of the one-row kernels they replace
