@@ -424,32 +424,37 @@ fn gemm_short_column_groups_equal_single_dots() {
 fn panel_interleaves_four_elements_per_column() {
     let mut rng = StdRng::seed_from_u64(29);
     let k = kernels(T::Q4_1).unwrap();
-    let acts: Vec<Vec<u8>> = (0..3)
-        .map(|_| quantize_act(k, &random_f32(64, 1.0, &mut rng)))
-        .collect();
-    let ar: Vec<&[u8]> = acts.iter().map(|v| v.as_slice()).collect();
-    let (mut q, mut s) = (vec![7u8; 2 * PANEL_BLOCK], vec![f32::NAN; 2 * PANEL_SCALES]);
-    pack_panel(T::Q8_1, &ar, 2, &mut q, &mut s);
-    for i in 0..2 {
-        for j in 0..8 {
-            for c in 0..GEMM_COLS {
-                for e in 0..4 {
-                    let got = q[i * PANEL_BLOCK + j * 32 + c * 4 + e];
-                    let want = if c < 3 {
-                        ar[c][i * 36 + 4 + 4 * j + e]
-                    } else {
-                        0
-                    };
-                    assert_eq!(got, want, "block {i} group {j} column {c}");
+    // Three columns (the row-by-row path) and eight (the transposing one).
+    for ncols in [3, GEMM_COLS] {
+        let acts: Vec<Vec<u8>> = (0..ncols)
+            .map(|_| quantize_act(k, &random_f32(64, 1.0, &mut rng)))
+            .collect();
+        let ar: Vec<&[u8]> = acts.iter().map(|v| v.as_slice()).collect();
+        let (mut q, mut s) = (vec![7u8; 2 * PANEL_BLOCK], vec![f32::NAN; 2 * PANEL_SCALES]);
+        pack_panel(T::Q8_1, &ar, 2, &mut q, &mut s);
+        for i in 0..2 {
+            for j in 0..8 {
+                for c in 0..GEMM_COLS {
+                    for e in 0..4 {
+                        let got = q[i * PANEL_BLOCK + j * 32 + c * 4 + e];
+                        let want = if c < ncols {
+                            ar[c][i * 36 + 4 + 4 * j + e]
+                        } else {
+                            0
+                        };
+                        assert_eq!(got, want, "block {i} group {j} column {c}");
+                    }
                 }
+                let c = j % ncols;
+                assert_eq!(s[i * PANEL_SCALES + c], block::f16_at(&ar[c][i * 36..], 0));
+                assert_eq!(
+                    s[i * PANEL_SCALES + 8 + c],
+                    block::f16_at(&ar[c][i * 36..], 2)
+                );
             }
-            let c = j % 3;
-            assert_eq!(s[i * PANEL_SCALES + c], block::f16_at(&ar[c][i * 36..], 0));
-            assert_eq!(
-                s[i * PANEL_SCALES + 8 + c],
-                block::f16_at(&ar[c][i * 36..], 2)
-            );
+            if ncols < GEMM_COLS {
+                assert_eq!(s[i * PANEL_SCALES + 5], 0.0);
+            }
         }
-        assert_eq!(s[i * PANEL_SCALES + 5], 0.0);
     }
 }
