@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import os
-from collections.abc import AsyncGenerator, Mapping, Sequence
+from collections.abc import AsyncGenerator, Callable, Mapping, Sequence
 from typing import Any
 
 from ._mailbox import Mailbox
@@ -131,6 +131,32 @@ class AsyncEngine:
             return self.tokenize(prompt)
         return self._engine._check_tokens(prompt)
 
+    def _submit(
+        self,
+        prompt: Prompt,
+        max_tokens: int,
+        sampler: SamplerConfig | None,
+        stop: Sequence[str],
+        ignore_eos: bool,
+        grammar: str | Grammar | None,
+        json_schema: Mapping[str, Any] | Any | None,
+        emit: Callable[[str | None, Completion | None, BaseException | None], None],
+    ) -> Request:
+        """Checks the parameters, then queues the request."""
+        if not isinstance(max_tokens, int) or max_tokens < 0:
+            raise ParameterError(f"max_tokens must be a non-negative integer, got {max_tokens!r}")
+        if isinstance(stop, str):
+            stop = [stop]
+        return self._scheduler.submit(
+            self._prompt(prompt),
+            max_tokens,
+            sampler or self._sampler,
+            stop=stop,
+            ignore_eos=ignore_eos,
+            grammar=_constraint(grammar, json_schema),
+            emit=emit,
+        )
+
     async def stream(
         self,
         prompt: Prompt,
@@ -145,11 +171,6 @@ class AsyncEngine:
     ) -> AsyncGenerator[str, None]:
         """Yields text pieces as they are produced; ``result``, when given,
         receives the final :class:`Completion`."""
-        if not isinstance(max_tokens, int) or max_tokens < 0:
-            raise ParameterError(f"max_tokens must be a non-negative integer, got {max_tokens!r}")
-        if isinstance(stop, str):
-            stop = [stop]
-        constraint = _constraint(grammar, json_schema)
         box = self._mailbox()
         queue: asyncio.Queue[Any] = asyncio.Queue()
 
@@ -157,14 +178,8 @@ class AsyncEngine:
             item: Any = piece if piece is not None else (err if err is not None else (_END, done))
             box.post(queue.put_nowait, item)
 
-        req: Request = self._scheduler.submit(
-            self._prompt(prompt),
-            max_tokens,
-            sampler or self._sampler,
-            stop=stop,
-            ignore_eos=ignore_eos,
-            grammar=constraint,
-            emit=emit,
+        req = self._submit(
+            prompt, max_tokens, sampler, stop, ignore_eos, grammar, json_schema, emit
         )
         try:
             while True:
@@ -196,11 +211,6 @@ class AsyncEngine:
 
         Pieces are not delivered one by one: the event loop wakes once, when
         the completion is done (or failed)."""
-        if not isinstance(max_tokens, int) or max_tokens < 0:
-            raise ParameterError(f"max_tokens must be a non-negative integer, got {max_tokens!r}")
-        if isinstance(stop, str):
-            stop = [stop]
-        constraint = _constraint(grammar, json_schema)
         box = self._mailbox()
         fut: asyncio.Future[Completion] = asyncio.get_running_loop().create_future()
 
@@ -220,14 +230,8 @@ class AsyncEngine:
             elif piece is None:
                 box.post(settle, GenerateError("the request ended without a completion"))
 
-        req: Request = self._scheduler.submit(
-            self._prompt(prompt),
-            max_tokens,
-            sampler or self._sampler,
-            stop=stop,
-            ignore_eos=ignore_eos,
-            grammar=constraint,
-            emit=emit,
+        req = self._submit(
+            prompt, max_tokens, sampler, stop, ignore_eos, grammar, json_schema, emit
         )
         try:
             return await fut

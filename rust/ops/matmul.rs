@@ -231,9 +231,9 @@ pub fn matmul_multi(
     pool.run(chunks.len(), |c| {
         let (j, r0, r1) = chunks[c];
         let (w, k) = (&ws[j], ks[j]);
-        let Some(buf) = scratch.get(k.act) else {
-            return;
-        };
+        let buf = scratch
+            .get(k.act)
+            .expect("every activation format in use was quantized above");
         let acts = &buf.rows;
         let arb = acts.len() / n_tok;
         let rows = w.rows;
