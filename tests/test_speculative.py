@@ -6,6 +6,7 @@ distribution (chi-square), and split generations equal whole ones."""
 from __future__ import annotations
 
 import importlib.util
+import threading
 from pathlib import Path
 
 import numpy as np
@@ -250,6 +251,30 @@ def test_async_drafting_keeps_greedy_output_and_uses_look_aheads(
         cancelled += se.stats.ahead_cancelled
     # Look-aheads were taken when the verdict agreed, thrown away otherwise.
     assert used > 0 and cancelled > 0, (used, cancelled)
+
+
+def test_close_ends_the_drafting_thread_and_loses_nothing(pair: tuple[Engine, Engine]) -> None:
+    def drafting() -> set[threading.Thread]:
+        return {t for t in threading.enumerate() if t.name.startswith("oxillama-draft")}
+
+    greedy = SamplerConfig.greedy()
+    # Other tests' engines may still own (or be releasing) drafting threads.
+    before = drafting()
+    with SpeculativeEngine(*pair, num_speculative=2, async_draft=True) as se:
+        first = se.generate(PROMPTS[0], 12, sampler=greedy, ignore_eos=True).tokens
+        ours = drafting() - before
+        assert len(ours) == 1
+        se.close()
+        assert not any(t.is_alive() for t in ours)
+        # Continues where it was, starting a new thread for its look-aheads.
+        more = se.generate("", 12, sampler=greedy, ignore_eos=True).tokens
+        second = drafting() - before - ours
+        assert len(second) == 1
+    assert not any(t.is_alive() for t in second)
+    target = pair[0]
+    target.reset()
+    want = target.generate(PROMPTS[0], 24, sampler=greedy, ignore_eos=True).tokens
+    assert first + more == want
 
 
 @pytest.mark.parametrize("cfg", [SamplerConfig.greedy(), SamplerConfig(temperature=0.9, seed=3)])

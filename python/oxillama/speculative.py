@@ -428,6 +428,21 @@ class SpeculativeEngine:
             return None
         return _LookAhead(n0 + 1 + len(drafts) + 1, guess, nxt, qs)
 
+    def close(self) -> None:
+        """Ends the background drafting thread of ``async_draft`` now rather
+        than when the engine is collected. Nothing is lost: no draft runs
+        between calls, a kept look-ahead stays valid, and the next round
+        starts a new thread if it needs one."""
+        ex, self._executor = self._executor, None
+        if ex is not None:
+            ex.shutdown(wait=True)
+
+    def __enter__(self) -> SpeculativeEngine:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
     def _pool(self) -> ThreadPoolExecutor:
         if self._executor is None:
             self._executor = ThreadPoolExecutor(1, thread_name_prefix="oxillama-draft")
