@@ -233,3 +233,39 @@ def test_preemption_during_chunked_prefill_is_exact_too(model_path: Path) -> Non
         prefill_chunk=16,
         kv_pages=10,
     )
+
+
+def test_prefills_that_fill_the_pool_never_jam(model_path: Path) -> None:
+    """Eight requests prefilled in small chunks into a pool of one context:
+    every page ends up held by half-prefilled sequences that each wait for
+    more. The newest gives its pages up so the oldest goes on; before that
+    rule the scheduler spun forever here. Results stay exact."""
+    prompts = [f"{p} " + " ".join(["and so on"] * 4) for p in PROMPTS]
+    greedy = SamplerConfig.greedy()
+    lone = Engine(model_path, context_size=64, threads=2, prefill_chunk=8)
+    want = []
+    for p in prompts:
+        lone.reset()
+        want.append(lone.generate(p, 8, sampler=greedy, ignore_eos=True).tokens)
+
+    async def main() -> tuple[list[list[int]], dict[str, float | int]]:
+        async with AsyncEngine(
+            model_path,
+            context_size=64,
+            threads=2,
+            max_batch=8,
+            prefill_chunk=8,
+            prefix_cache_bytes=0,
+            kv_pages=4,
+        ) as e:
+            outs = await asyncio.wait_for(
+                asyncio.gather(
+                    *(e.generate(p, 8, sampler=greedy, ignore_eos=True) for p in prompts)
+                ),
+                timeout=120,
+            )
+            return [o.tokens for o in outs], e.metrics()
+
+    got, m = asyncio.run(main())
+    assert got == want
+    assert m["preempted"] > 0 and m["kv_pages_used"] == 0, m

@@ -298,10 +298,57 @@ class Scheduler:
                 s.logits = logits[i]
         prefilling = [s for s in batch if s.logits is None and not s.cancelled]
         if prefilling:
-            # The one that has waited longest (fewest prompt tokens fed wins
-            # ties), so several long prompts share the prefill time.
-            s = min(prefilling, key=lambda q: (q.fed > 0, q.t_arrive))
-            self._prefill_chunk(s)
+            # Requests not started yet first (a short request's first token
+            # never waits behind a long prompt), then the one that has waited
+            # longest; the first that has room takes one chunk.
+            order = sorted(prefilling, key=lambda q: (q.fed > 0, q.t_arrive))
+            for s in order:
+                if self._may_take_pages(s, prefilling) and self._prefill_chunk(s):
+                    break
+            else:
+                if not advance:
+                    self._unjam(batch)
+
+    def _chunk(self, s: Request) -> list[int]:
+        """The tokens of ``s``'s next prefill chunk."""
+        tokens = s.prompt if s.replay is None else s.replay
+        in_prompt = s.fed < len(s.prompt)
+        end = min(s.fed + self.prefill_chunk, len(s.prompt) if in_prompt else len(tokens))
+        return tokens[s.fed : end]
+
+    def _pages_for_chunk(self, s: Request) -> int:
+        n = len(self._chunk(s))
+        if s.session is None:
+            return -(-n // PAGE)
+        return int(s.session.pages_needed(n))
+
+    def _may_take_pages(self, s: Request, prefilling: list[Request]) -> bool:
+        """Free pages go to the oldest started prefill first: ``s`` may take
+        some only if enough are left for every older one that needs more.
+        Without this, requests not started yet (which go first, for their
+        first token) took each freed page from sequences that had been
+        waiting longer, and a full pool could cycle forever."""
+        need = self._pages_for_chunk(s)
+        if need == 0:
+            return True
+        reserve = sum(
+            self._pages_for_chunk(q)
+            for q in prefilling
+            if q.t_arrive < s.t_arrive and q.session is not None and q.session.pages_held
+        )
+        return need + reserve <= self._pool.free_pages or not reserve
+
+    def _unjam(self, batch: list[Request]) -> None:
+        """Nothing decodes and no prefill has room: every page is held by
+        sequences that each wait for more. The newest holder gives its pages
+        up (it is recomputed later); the freed pages go to the oldest (see
+        `_may_take_pages`), which so advances at least a chunk per jam; one
+        context always fits in the pool, so it finishes and frees its pages."""
+        holders = [
+            q for q in batch if q.session is not None and q.session.pages_held and not q.cancelled
+        ]
+        if len(holders) > 1:
+            self._preempt(max(holders, key=lambda q: q.t_arrive))
 
     def _make_room(self, batch: list[Request], decoding: list[Request]) -> None:
         """Frees KV pages until every decoding sequence can take its next
@@ -331,7 +378,9 @@ class Scheduler:
         s.preempted += 1
         self._metrics.preempted += 1
 
-    def _prefill_chunk(self, s: Request) -> None:
+    def _prefill_chunk(self, s: Request) -> bool:
+        """Feeds ``s`` its next chunk; False when the pool had no room for it
+        (nothing changed then), True otherwise."""
         replay = s.replay
         tokens = s.prompt if replay is None else replay
         if s.session is None:
@@ -351,22 +400,22 @@ class Scheduler:
         # The prompt goes through the normal prefill; tokens generated before
         # a preemption are evaluated row by row as they first were.
         in_prompt = s.fed < len(s.prompt)
-        end = min(s.fed + self.prefill_chunk, len(s.prompt) if in_prompt else len(tokens))
-        part = tokens[s.fed : end]
+        part = self._chunk(s)
+        end = s.fed + len(part)
         while s.session.pages_needed(len(part)) > self._pool.free_pages:
             if self.prefix is not None and self.prefix.evict_one():
                 continue
             if not any(q is not s and q.session is not None for q in self._running):
                 # Alone, with the prefix cache empty, and still no room.
                 self._finish(s, None, KvCacheFullError("the KV pool cannot hold this request"))
-                return
-            return  # wait for the running sequences to free pages
+                return True
+            return False  # wait for the running sequences to free pages
         t = time.perf_counter()
         s.session.exact_rows = not in_prompt
         try:
             out = s.session.eval(np.asarray(part, dtype=np.uint32), False)
         except KvCacheFullError:
-            return  # counted above, so not expected; wait like above
+            return False  # counted above, so not expected; wait like above
         finally:
             s.session.exact_rows = False
         self._metrics.prefill_seconds += time.perf_counter() - t
@@ -384,6 +433,7 @@ class Scheduler:
                 if n:
                     fork = s.session.fork(n)
                     self.prefix.store(s.prompt, n, fork, fork.pages_held * self._page_bytes)
+        return True
 
     @staticmethod
     def _feed_sampler(s: Request, upto: int) -> None:
