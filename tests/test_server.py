@@ -5,10 +5,7 @@ requests, response_format with a JSON Schema, the extra sampling fields,
 
 from __future__ import annotations
 
-import asyncio
 import json
-import socket
-import threading
 import time
 import urllib.error
 import urllib.request
@@ -18,12 +15,11 @@ from pathlib import Path
 
 import openai
 import pytest
-import uvicorn
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from oxillama import AsyncEngine
-from oxillama.server import build_app
+from tests._serve import serving
 
 MODEL = "smollm2"
 
@@ -31,25 +27,8 @@ MODEL = "smollm2"
 @pytest.fixture(scope="module")
 def base_url(model_path: Path) -> Iterator[str]:
     engine = AsyncEngine(model_path, context_size=256, threads=2, max_batch=8)
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    server = uvicorn.Server(
-        uvicorn.Config(build_app(engine, model_name=MODEL), port=port, log_level="warning")
-    )
-    thread = threading.Thread(target=server.run, daemon=True)
-    thread.start()
-    url = f"http://127.0.0.1:{port}"
-    for _ in range(200):
-        try:
-            urllib.request.urlopen(url + "/health", timeout=1)
-            break
-        except OSError:
-            time.sleep(0.05)
-    yield url
-    server.should_exit = True
-    thread.join(timeout=10)
-    asyncio.run(engine.close())
+    with serving(engine, MODEL) as url:
+        yield url
 
 
 @pytest.fixture(scope="module")

@@ -8,19 +8,15 @@ back in the pool afterwards."""
 from __future__ import annotations
 
 import asyncio
-import socket
-import threading
-import time
 import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 
 import openai
 import pytest
-import uvicorn
 
 from oxillama import AsyncEngine
-from oxillama.server import build_app
+from tests._serve import serving
 
 MODEL = "smollm2"
 CLIENTS = 32
@@ -40,25 +36,8 @@ def served(model_path: Path) -> Iterator[tuple[str, AsyncEngine]]:
         prefix_cache_bytes=0,  # so "no page leaked" means exactly zero in use
         kv_pages=KV_PAGES,
     )
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    server = uvicorn.Server(
-        uvicorn.Config(build_app(engine, model_name=MODEL), port=port, log_level="warning")
-    )
-    thread = threading.Thread(target=server.run, daemon=True)
-    thread.start()
-    url = f"http://127.0.0.1:{port}"
-    for _ in range(200):
-        try:
-            urllib.request.urlopen(url + "/health", timeout=1)
-            break
-        except OSError:
-            time.sleep(0.05)
-    yield url, engine
-    server.should_exit = True
-    thread.join(timeout=10)
-    asyncio.run(engine.close())
+    with serving(engine, MODEL) as url:
+        yield url, engine
 
 
 TOPICS = ["the sea", "a robot", "Paris", "prime numbers", "tea", "winter", "a river", "music"]
