@@ -173,6 +173,18 @@ fn normalize(vk: &VecKernels, s: &mut [f32], sum: f64, round: bool) {
     }
 }
 
+/// The largest score of a row (or of a row's per-split maxima).
+fn row_max(s: &[f32]) -> f32 {
+    s.iter().fold(f32::NEG_INFINITY, |m, &x| m.max(x))
+}
+
+/// Scores to weights in place, given the row's maximum: the one softmax
+/// every attention path uses, so they all round alike.
+fn softmax(vk: &VecKernels, s: &mut [f32], max: f32, round: bool) {
+    let sum = exp_sum(vk, s, max);
+    normalize(vk, s, sum, round);
+}
+
 /// `s = exp(s - max)`, returning the sum in key order, in f64.
 fn exp_sum(vk: &VecKernels, s: &mut [f32], max: f32) -> f64 {
     (vk.exp_shifted)(s, max);
@@ -245,9 +257,7 @@ pub fn attention(
         );
         for (i, qr) in queries.iter().enumerate() {
             let s = &mut rows[i * stride + qr.lo - base..i * stride + qr.hi - base];
-            let m = s.iter().fold(f32::NEG_INFINITY, |a, &b| a.max(b));
-            let sum = exp_sum(vk, s, m);
-            normalize(vk, s, sum, round);
+            softmax(vk, s, row_max(s), round);
         }
         let mut accs: Vec<&mut [f32]> = (t0..t1)
             .flat_map(|t| heads.clone().map(move |hq| (t, hq)))
@@ -438,9 +448,7 @@ pub fn decode_many(
             );
             if !split(i) {
                 for row in local.chunks_exact_mut(b - a) {
-                    let m = row.iter().fold(f32::NEG_INFINITY, |m, &x| m.max(x));
-                    let sum = exp_sum(vk, row, m);
-                    normalize(vk, row, sum, round);
+                    softmax(vk, row, row_max(row), round);
                 }
                 let mut accs: Vec<&mut [f32]> = (0..group)
                     .map(|gi| {
@@ -473,8 +481,7 @@ pub fn decode_many(
                     shs[i]
                         .slice(hq * pl.span + (a - pl.lo), b - a)
                         .copy_from_slice(src);
-                    mxs[i].slice(hq * pl.n_split + s, 1)[0] =
-                        src.iter().fold(f32::NEG_INFINITY, |m, &x| m.max(x));
+                    mxs[i].slice(hq * pl.n_split + s, 1)[0] = row_max(src);
                 }
             }
         });
@@ -491,13 +498,10 @@ pub fn decode_many(
             let (i, hq) = (split_rows[u / p.n_head], u % p.n_head);
             let pl = &plans[i];
             let round = rounds(rows_ref[i].cache.keys(layer, 0, rows_ref[i].pos + 1));
-            let m = maxes[i][hq * pl.n_split..(hq + 1) * pl.n_split]
-                .iter()
-                .fold(f32::NEG_INFINITY, |a, &b| a.max(b));
+            let m = row_max(&maxes[i][hq * pl.n_split..(hq + 1) * pl.n_split]);
             // SAFETY: unit (i, hq) alone owns head hq's scores of row i.
             let row = unsafe { shs[i].slice(hq * pl.span, pl.span) };
-            let sum = exp_sum(vk, row, m);
-            normalize(vk, row, sum, round);
+            softmax(vk, row, m, round);
         });
     }
     // Weighted values per split, then a fixed-order sum of splits.
