@@ -13,13 +13,12 @@ import numpy.typing as npt
 
 from . import _native
 from ._text import TextAssembler
-from .chat_template import ChatTemplate
 from .completion import Completion, FinishReason, Timings
-from .errors import GenerateError, LoadError, ParameterError
+from .errors import GenerateError, ParameterError
 from .grammar import Grammar, allowed_bytes
-from .models import resolve_model_path
+from .model import Model
 from .sampling import SamplerConfig, build_sampler
-from .tokenizer import Tokenizer
+from .session_state import SessionState
 
 __all__ = ["Engine"]
 
@@ -55,7 +54,7 @@ class Engine:
 
     def __init__(
         self,
-        model_path: str | os.PathLike[str] | None = None,
+        model: Model | str | os.PathLike[str] | None = None,
         *,
         context_size: int | None = None,
         threads: int | None = None,
@@ -64,19 +63,17 @@ class Engine:
         kv_dtype: str = "f16",
         prefill_chunk: int = 512,
     ) -> None:
-        path = resolve_model_path(model_path)
-        gguf = _native.GgufFile.open(str(path))
-        self._init(
-            gguf,
-            path,
-            context_size,
-            threads,
-            sampler,
-            tokenizer_path,
-            None,
-            kv_dtype,
-            prefill_chunk,
-        )
+        if isinstance(model, Model):
+            if tokenizer_path is not None:
+                raise ParameterError(
+                    "tokenizer_path applies when opening a file; pass it to Model(...) instead"
+                )
+            m = model
+        else:
+            # The process-wide cache: a file this process already holds is
+            # not loaded again.
+            m = Model(model, tokenizer_path=tokenizer_path)
+        self._init(m, context_size, threads, sampler, kv_dtype, prefill_chunk)
 
     @classmethod
     def from_bytes(
@@ -92,32 +89,17 @@ class Engine:
     ) -> Engine:
         """An engine on a GGUF image held in memory (``tokenizer_json`` is
         the text of a tokenizer.json that overrides the GGUF vocabulary)."""
-        if not isinstance(data, (bytes, bytearray, memoryview)):
-            raise TypeError(f"data must be bytes, not {type(data).__name__}")
-        gguf = _native.GgufFile.from_bytes(bytes(data))
+        model = Model.from_bytes(data, tokenizer_json=tokenizer_json)
         self = cls.__new__(cls)
-        self._init(
-            gguf,
-            None,
-            context_size,
-            threads,
-            sampler,
-            None,
-            tokenizer_json,
-            kv_dtype,
-            prefill_chunk,
-        )
+        self._init(model, context_size, threads, sampler, kv_dtype, prefill_chunk)
         return self
 
     def _init(
         self,
-        gguf: _native.GgufFile,
-        path: Path | None,
+        model: Model,
         context_size: int | None,
         threads: int | None,
         sampler: SamplerConfig | None,
-        tokenizer_path: str | os.PathLike[str] | None,
-        tokenizer_json: str | None,
         kv_dtype: str,
         prefill_chunk: int,
     ) -> None:
@@ -125,37 +107,99 @@ class Engine:
             raise ParameterError(f"context_size must be a positive integer, got {context_size!r}")
         if threads is not None and (not isinstance(threads, int) or threads < 1):
             raise ParameterError(f"threads must be a positive integer, got {threads!r}")
-        self.model_path = path
-        self.tokenizer_path = Path(tokenizer_path) if tokenizer_path is not None else None
-        self._gguf = gguf
-        self.metadata: dict[str, Any] = gguf.metadata()
-        self._model = _native.Model(gguf)
-        if tokenizer_json is not None:
-            self.tokenizer = Tokenizer.from_json_str(tokenizer_json, self.metadata)
-        elif tokenizer_path is not None:
-            self.tokenizer = Tokenizer.from_file(tokenizer_path, self.metadata)
-        else:
-            self.tokenizer = Tokenizer.from_gguf_metadata(self.metadata)
-        if self.tokenizer.vocab_size > self._model.n_vocab:
-            raise LoadError(
-                f"tokenizer has {self.tokenizer.vocab_size} tokens but the model's "
-                f"embedding has {self._model.n_vocab} rows"
-            )
-        n_ctx = context_size if context_size is not None else self._model.n_ctx_train
-        self._session = _native.Session(self._model, n_ctx, threads, kv_dtype)
-        self._session.prefill_chunk = prefill_chunk
+        n_ctx = context_size if context_size is not None else model.n_ctx_train
+        session = _native.Session(model.native, n_ctx, threads, kv_dtype)
+        session.prefill_chunk = prefill_chunk
+        self._bind(model)
+        self._session = session
         #: The grammar of the last constrained call and its live matcher.
         self._grammar: tuple[Grammar, _native.GrammarMatcher] | None = None
-        self._chat_template = ChatTemplate.from_metadata(self.metadata)
         self._tokens: list[int] = []
-        self._last_logits: npt.NDArray[np.float32] | None = None
+        self._logits: npt.NDArray[np.float32] | None = None
+        self._hidden: npt.NDArray[np.float32] | None = None
         self.set_sampler(sampler if sampler is not None else SamplerConfig())
+
+    def _bind(self, model: Model) -> None:
+        self.model = model
+        self.model_path = model.model_path
+        self.tokenizer_path = model.tokenizer_path
+        self.metadata: dict[str, Any] = model.metadata
+        self.tokenizer = model.tokenizer
+        self._model = model.native
+        self._chat_template = model.chat_template
+
+    # ---------------------------------------------------------------- state
+
+    @property
+    def _last_logits(self) -> npt.NDArray[np.float32] | None:
+        # A restored or adopted session may hold the hidden state instead:
+        # the head turns it into the same logits bit for bit, when needed.
+        if self._logits is None and self._hidden is not None:
+            self._logits = self._session.head_logits(self._hidden)
+            self._hidden = None
+        return self._logits
+
+    @_last_logits.setter
+    def _last_logits(self, logits: npt.NDArray[np.float32] | None) -> None:
+        self._logits = logits
+        self._hidden = None
+
+    def export_state(self) -> SessionState:
+        """Moves the session out (KV, tokens, sampler, grammar, logits) and
+        leaves this engine empty, on a fresh context of the same size."""
+        state = SessionState(
+            model=self.model,
+            kv=self._session,
+            sampler_config=self._sampler_config,
+            sampler=self._sampler,
+            tokens=self._tokens,
+            logits=self._logits,
+            hidden=self._hidden,
+            grammar=self._grammar,
+        )
+        fresh = _native.Session(
+            self._model, self._session.n_ctx, self._session.threads, self._session.kv_dtype
+        )
+        fresh.prefill_chunk = self._session.prefill_chunk
+        self._session = fresh
+        self._tokens = []
+        self._logits = self._hidden = None
+        self._grammar = None
+        self.set_sampler(self._sampler_config)
+        return state
+
+    @classmethod
+    def from_state(cls, state: SessionState) -> Engine:
+        """An engine that continues ``state`` (which it takes over)."""
+        self = cls.__new__(cls)
+        self._bind(state.model)
+        self._session = state.kv
+        self._tokens = state.tokens
+        self._logits = state.logits
+        self._hidden = state.hidden
+        self._grammar = state.grammar
+        self._sampler = state.sampler
+        self._sampler_config = state.sampler_config
+        return self
+
+    def _view_state(self) -> SessionState:
+        """The live state, shared (not moved): for writing a snapshot."""
+        return SessionState(
+            model=self.model,
+            kv=self._session,
+            sampler_config=self._sampler_config,
+            sampler=self._sampler,
+            tokens=self._tokens,
+            logits=self._logits,
+            hidden=self._hidden,
+            grammar=self._grammar,
+        )
 
     # ------------------------------------------------------------------ info
 
     @property
     def vocab_size(self) -> int:
-        return int(self._model.n_vocab)
+        return self.model.vocab_size
 
     @property
     def n_ctx(self) -> int:
@@ -507,13 +551,13 @@ class Engine:
         the new file (llama.cpp's own state files have that guarantee)."""
         from . import snapshot
 
-        snapshot.dump(self, path, durable=durable)
+        snapshot.dump(self._view_state(), path, durable=durable)
 
     def snapshot_bytes(self) -> bytes:
         """The session as OXISNAP1 bytes."""
         from . import snapshot
 
-        return snapshot.dumps(self)
+        return snapshot.dumps(self._view_state())
 
     @classmethod
     def restore(

@@ -63,6 +63,15 @@ impl Scratch {
     pub fn last_hidden(&self, n_embd: usize) -> Option<&[f32]> {
         (n_embd > 0 && self.h.len() >= n_embd).then(|| &self.h[self.h.len() - n_embd..])
     }
+
+    /// Frees every buffer but the last position's hidden state, which
+    /// stays readable through `last_hidden`. An idle session then costs its
+    /// KV pages and `n_embd` floats, not a chunk's activations.
+    pub fn shrink_to_last(&mut self, n_embd: usize) {
+        let keep = self.last_hidden(n_embd).map(<[f32]>::to_vec);
+        *self = Scratch::default();
+        self.h = keep.unwrap_or_default();
+    }
 }
 
 fn fit(v: &mut Vec<f32>, n: usize) -> &mut [f32] {

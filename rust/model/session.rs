@@ -187,6 +187,12 @@ impl Session {
             .filter(|_| self.hidden_valid && self.n_past > 0)
     }
 
+    /// Frees the activation buffers of the last forward pass, keeping
+    /// `last_hidden` (they are allocated again by the next one).
+    pub fn release_scratch(&mut self) {
+        self.scratch.shrink_to_last(self.model.cfg.n_embd);
+    }
+
     /// Whether `head_logits(last_hidden())` is the last `eval`'s logits by
     /// construction (no need to recompute them to check).
     pub fn logits_from_head(&self) -> bool {

@@ -157,6 +157,12 @@ impl PySession {
         self.inner.kv.pages_held()
     }
 
+    /// Whether this session's pages come from `pool` (an engine's own
+    /// session has a private pool of its own).
+    fn in_pool(&self, pool: &PyKvPool) -> bool {
+        Arc::ptr_eq(self.inner.kv.pool(), &pool.inner)
+    }
+
     /// A new session on the same pool whose first `n` positions are this
     /// one's, sharing (not copying) their pages; either side's first write
     /// into a shared page copies that page.
@@ -216,6 +222,12 @@ impl PySession {
         let session = &mut self.inner;
         let logits = py.detach(|| session.head_logits(&h)).py_err()?;
         Ok(PyArray1::from_vec(py, logits))
+    }
+
+    /// Frees the activations of the last forward pass (megabytes for a
+    /// prefill chunk), keeping `last_hidden()`; for sessions that wait.
+    fn release_scratch(&mut self) {
+        self.inner.release_scratch()
     }
 
     /// Whether the last logits are `head_logits(last_hidden())` by

@@ -14,8 +14,9 @@ import contextlib
 import mmap
 import os
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
+from ..session_state import SessionState
 from .errors import ModelMismatchError, SnapshotError, SnapshotFormatError
 from .fingerprint import Fingerprint, fingerprint
 from .info import SnapshotInfo, info
@@ -23,6 +24,14 @@ from .session import capture, restore, write_atomic, writers
 
 if TYPE_CHECKING:
     from ..engine import Engine
+
+
+class _HoldsState(Protocol):
+    def _view_state(self) -> SessionState: ...
+
+
+def _state(source: SessionState | _HoldsState) -> SessionState:
+    return source if isinstance(source, SessionState) else source._view_state()
 
 __all__ = [
     "Fingerprint",
@@ -39,15 +48,17 @@ __all__ = [
 ]
 
 
-def dumps(engine: Engine) -> bytes:
+def dumps(engine: Engine | SessionState) -> bytes:
     """The engine's session as bytes."""
-    return bytes(capture(engine))
+    return bytes(capture(_state(engine)))
 
 
-def dump(engine: Engine, path: str | os.PathLike[str], *, durable: bool = True) -> None:
+def dump(
+    engine: Engine | SessionState, path: str | os.PathLike[str], *, durable: bool = True
+) -> None:
     """Writes the engine's session to ``path`` atomically (temp file, fsync
     unless ``durable=False``, rename)."""
-    write_atomic(path, writers(engine), durable=durable)
+    write_atomic(path, writers(_state(engine)), durable=durable)
 
 
 def loads(
@@ -57,7 +68,7 @@ def loads(
     threads: int | None = None,
 ) -> Engine:
     """A new engine continuing the session in ``blob`` (no temp file)."""
-    return restore(blob, model_path=model_path, threads=threads)
+    return _engine(restore(blob, model_path=model_path, threads=threads))
 
 
 def load(
@@ -67,6 +78,22 @@ def load(
     threads: int | None = None,
 ) -> Engine:
     """A new engine continuing the session saved at ``path``."""
+    return _engine(read_state(path, model_path=model_path, threads=threads))
+
+
+def _engine(state: SessionState) -> Engine:
+    # The one place this package names the engine: load() and loads() are
+    # conveniences for Engine.restore; everything else works on the state.
+    from ..engine import Engine
+
+    return Engine.from_state(state)
+
+
+def read_state(
+    path: str | os.PathLike[str], **kwargs: object
+) -> SessionState:
+    """The session saved at ``path`` (see :func:`~.session.restore` for
+    ``kwargs``), read through a mapping of the file."""
     # Mapped, not read: the checksum and the KV import then read the page
     # cache directly, and nothing is copied that is not kept.
     try:
@@ -75,14 +102,14 @@ def load(
         raise SnapshotError(f"cannot read snapshot {str(path)!r}: {e}") from e
     with f:
         if os.fstat(f.fileno()).st_size == 0:
-            return restore(b"", model_path=model_path, threads=threads)
+            return restore(b"", **kwargs)  # type: ignore[arg-type]
         m = _map(f.fileno())
     # On an error the traceback still references slices of the mapping; it
     # is then unmapped with the last of them rather than closed here.
-    engine = restore(memoryview(m), model_path=model_path, threads=threads)
+    state = restore(memoryview(m), **kwargs)  # type: ignore[arg-type]
     with contextlib.suppress(BufferError):
         m.close()
-    return engine
+    return state
 
 
 def _map(fd: int) -> mmap.mmap:

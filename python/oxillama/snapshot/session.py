@@ -1,4 +1,8 @@
-"""Freezing an :class:`~oxillama.Engine` session into OXISNAP1 and back."""
+"""Freezing a :class:`~oxillama.SessionState` into OXISNAP1 and back.
+
+This module knows the session's state, never the engines that hold it:
+:class:`~oxillama.Engine` and :class:`~oxillama.AsyncSession` hand it a
+state to write and build themselves on the state it reads."""
 
 from __future__ import annotations
 
@@ -10,52 +14,55 @@ import secrets
 import threading
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
-
-import numpy as np
-import numpy.typing as npt
+from typing import Any
 
 from .. import _native
 from .._native import GrammarMatcher, __version__
 from ..errors import OxiLlamaError
 from ..grammar import Grammar
-from ..sampling import SamplerConfig
+from ..model import Model
+from ..sampling import SamplerConfig, build_sampler
+from ..session_state import SessionState
 from . import sections as S
 from .errors import ModelMismatchError, SnapshotError, SnapshotFormatError
-from .fingerprint import Fingerprint, cached_fingerprint
+from .fingerprint import Fingerprint
 from .format import HEADER, Writer, decode, encode_into, encoded_size, fill_payload, seal
-
-if TYPE_CHECKING:
-    from ..engine import Engine
 
 #: What an engine offloads to other devices; CPU-only today, recorded so a
 #: future reader restores the same policy.
 OFFLOAD_POLICY = "cpu"
 
+#: Builds the native session a restored state lives in: (model, context
+#: size, threads, kv dtype). The default is a private one; the batching
+#: scheduler passes one that draws pages from its shared pool.
+MakeKv = Callable[[Model, int, int | None, str], _native.Session]
 
-def capture(engine: Engine) -> bytearray:
-    """The engine's live session as one OXISNAP1 blob (weights excluded)."""
-    out = encode_into(writers(engine))
+
+def capture(state: SessionState) -> bytearray:
+    """The session as one OXISNAP1 blob (weights excluded)."""
+    out = encode_into(writers(state))
     assert isinstance(out, bytearray)
     return out
 
 
-def writers(engine: Engine) -> list[Writer]:
-    """The engine's live session as OXISNAP1 sections, each written in place
-    by :func:`~oxillama.snapshot.format.encode_into`."""
-    if engine.model_path is None:
+def writers(state: SessionState) -> list[Writer]:
+    """The session as OXISNAP1 sections, each written in place by
+    :func:`~oxillama.snapshot.format.encode_into`."""
+    model = state.model
+    if model.model_path is None:
         raise SnapshotError(
             "this engine was loaded from bytes: a snapshot references its model by "
             "path, so open the model from a file to snapshot it"
         )
-    cfg = engine.config
+    cfg = model.config
+    kv = state.kv
     meta: dict[str, Any] = {
-        "arch": engine.arch,
-        "model_path": str(engine.model_path),
-        "tokenizer_path": None if engine.tokenizer_path is None else str(engine.tokenizer_path),
-        "fingerprint": cached_fingerprint(engine.model_path).to_dict(),
-        "vocab_size": engine.vocab_size,
-        "n_past": engine.n_past,
+        "arch": model.arch,
+        "model_path": str(model.model_path),
+        "tokenizer_path": None if model.tokenizer_path is None else str(model.tokenizer_path),
+        "fingerprint": model.fingerprint().to_dict(),
+        "vocab_size": model.vocab_size,
+        "n_past": kv.n_past,
         "kv_layout": {
             "n_layer": cfg["n_layer"],
             "n_head_kv": cfg["n_head_kv"],
@@ -63,10 +70,10 @@ def writers(engine: Engine) -> list[Writer]:
             "dim_v": cfg["dim_v"],
         },
         "engine": {
-            "context_size": engine.n_ctx,
-            "threads": engine.threads,
-            "prefill_chunk": engine._session.prefill_chunk,
-            "kv_dtype": engine._session.kv_dtype,
+            "context_size": kv.n_ctx,
+            "threads": kv.threads,
+            "prefill_chunk": kv.prefill_chunk,
+            "kv_dtype": kv.kv_dtype,
             "offload": OFFLOAD_POLICY,
         },
         "created_at": _dt.datetime.now(_dt.timezone.utc).isoformat(),
@@ -74,32 +81,40 @@ def writers(engine: Engine) -> list[Writer]:
     }
     small: list[tuple[int, bytes]] = [
         (S.META, S.encode_json(meta)),
-        (S.TOKENS, S.encode_u32(engine._tokens)),
-        (S.SAMPLER_CONFIG, S.encode_json(engine.sampler.to_dict())),
-        (S.SAMPLER_STATE, S.encode_sampler_state(engine._sampler.get_state())),
+        (S.TOKENS, S.encode_u32(state.tokens)),
+        (S.SAMPLER_CONFIG, S.encode_json(state.sampler_config.to_dict())),
+        (S.SAMPLER_STATE, S.encode_sampler_state(state.sampler.get_state())),
     ]
-    if engine._last_logits is not None:
-        small.append(_last_position(engine, engine._last_logits))
-    if engine._grammar is not None:
-        grammar, matcher = engine._grammar
-        state = {"source": grammar.source, "root": grammar.root, "state": matcher.export_state()}
-        small.append((S.GRAMMAR, S.encode_json(state)))
+    last = _last_position(state)
+    if last is not None:
+        small.append(last)
+    if state.grammar is not None:
+        grammar, matcher = state.grammar
+        g = {"source": grammar.source, "root": grammar.root, "state": matcher.export_state()}
+        small.append((S.GRAMMAR, S.encode_json(g)))
     out: list[Writer] = [(tag, len(data), _copier(data)) for tag, data in small]
-    # The KV cache goes straight from the engine into the file image.
-    out.insert(2, (S.KV, engine._session.export_kv_len(), engine._session.export_kv_into))
+    # The KV cache goes straight from the session into the file image.
+    out.insert(2, (S.KV, kv.export_kv_len(), kv.export_kv_into))
     return out
 
 
-def _last_position(engine: Engine, logits: npt.NDArray[np.float32]) -> tuple[int, bytes]:
+def _last_position(state: SessionState) -> tuple[int, bytes] | None:
     """The hidden state when the output head turns it back into exactly
-    these logits, else the logits themselves. After a plain ``eval`` that
-    holds by construction (the session says so); otherwise it is checked
-    here, bit for bit, by recomputing the head (2.5 ms on SmolLM2)."""
-    hidden = engine._session.last_hidden()
-    if hidden is not None and engine._session.logits_from_head:
+    the next-token logits, else the logits themselves. A state parked as
+    its hidden state, or just after a plain ``eval``, holds that by
+    construction; otherwise it is checked here, bit for bit, by recomputing
+    the head (2.5 ms on SmolLM2)."""
+    if state.hidden is not None:
+        return S.HIDDEN, S.encode_f32(state.hidden)
+    logits = state.logits
+    if logits is None:
+        return None
+    kv = state.kv
+    hidden = kv.last_hidden()
+    if hidden is not None and kv.logits_from_head:
         return S.HIDDEN, S.encode_f32(hidden)
     if hidden is not None:
-        again = engine._session.head_logits(hidden)
+        again = kv.head_logits(hidden)
         if again.shape == logits.shape and again.tobytes() == logits.tobytes():
             return S.HIDDEN, S.encode_f32(hidden)
     return S.LOGITS, S.encode_f32(logits)
@@ -132,93 +147,128 @@ def _int(d: dict[str, Any], key: str, what: str) -> int:
     return v
 
 
+def _private_kv(model: Model, n_ctx: int, threads: int | None, kv_dtype: str) -> _native.Session:
+    return _native.Session(model.native, n_ctx, threads, kv_dtype)
+
+
+def _model_for(
+    meta: dict[str, Any], model: Model | None, model_path: str | os.PathLike[str] | None
+) -> Model:
+    """The model the snapshot names, checked against its fingerprint: the
+    one given, else the process's copy of the file (loaded if it has none)."""
+    expected = Fingerprint.from_dict(meta["fingerprint"])
+    if model is None:
+        path = Path(model_path) if model_path is not None else Path(str(meta["model_path"]))
+        if not path.is_file():
+            raise SnapshotError(
+                f"model file {str(path)!r} not found; pass model_path= to point at its new place"
+            )
+        tok_path = meta.get("tokenizer_path")
+        try:
+            model = Model(path, tokenizer_path=tok_path if isinstance(tok_path, str) else None)
+        except OxiLlamaError as e:
+            raise SnapshotError(f"cannot load the model for this snapshot: {e}") from e
+    if model.model_path is None:
+        raise SnapshotError("a model loaded from bytes cannot be checked against a snapshot")
+    found = (
+        model.fingerprint()
+        if expected.probe == model.fingerprint().probe
+        else _refingerprint(model.model_path, expected.probe)
+    )
+    if not expected.matches(found):
+        raise ModelMismatchError(
+            f"{model.model_path} is not the model this snapshot was taken with: "
+            f"expected {expected}, found {found}",
+            expected=expected,
+            found=found,
+        )
+    vocab = _int(meta, "vocab_size", "meta")
+    if model.arch != meta["arch"] or model.vocab_size != vocab:
+        raise ModelMismatchError(
+            f"snapshot is for a {meta['arch']} model with {vocab} tokens, "
+            f"{model.model_path} holds a {model.arch} model with {model.vocab_size}",
+            expected=(meta["arch"], vocab),
+            found=(model.arch, model.vocab_size),
+        )
+    return model
+
+
+def _refingerprint(path: Path, probe: int) -> Fingerprint:
+    from .fingerprint import cached_fingerprint
+
+    return cached_fingerprint(path, probe)
+
+
 def restore(
     blob: bytes | bytearray | memoryview,
     *,
+    model: Model | None = None,
     model_path: str | os.PathLike[str] | None = None,
     threads: int | None = None,
-) -> Engine:
-    """A new engine continuing the session in ``blob``; nothing else changes."""
-    from ..engine import Engine
+    make_kv: MakeKv = _private_kv,
+    context_size: int | None = None,
+) -> SessionState:
+    """The session in ``blob``, on ``model`` or on the model it names.
 
+    In a process that already holds the model this verifies the checksum,
+    compares fingerprints (cached) and imports the KV: nothing else. The
+    next-token logits stay a hidden state until first needed."""
     meta, secs = parse(blob)
     eng = meta["engine"]
     if not isinstance(eng, dict):
         raise SnapshotFormatError("meta.engine is not an object")
     n_past = _int(meta, "n_past", "meta")
-    vocab = _int(meta, "vocab_size", "meta")
-    path = Path(model_path) if model_path is not None else Path(str(meta["model_path"]))
-    if not path.is_file():
-        raise SnapshotError(
-            f"model file {str(path)!r} not found; pass model_path= to point at its new place"
-        )
-    expected = Fingerprint.from_dict(meta["fingerprint"])
-    found = cached_fingerprint(path, expected.probe)
-    if not expected.matches(found):
-        raise ModelMismatchError(
-            f"{path} is not the model this snapshot was taken with: "
-            f"expected {expected}, found {found}",
-            expected=expected,
-            found=found,
-        )
+    m = _model_for(meta, model, model_path)
+    vocab = m.vocab_size
     tokens = S.decode_u32(secs[S.TOKENS], "tokens")
     if len(tokens) != n_past:
         raise SnapshotFormatError(f"tokens section holds {len(tokens)} ids, n_past is {n_past}")
+    if any(t >= vocab for t in tokens):
+        raise SnapshotFormatError("tokens section holds ids outside the vocabulary")
     sampler_state = S.decode_sampler_state(secs[S.SAMPLER_STATE])
-    tok_path = meta.get("tokenizer_path")
     try:
-        sampler = SamplerConfig.from_dict(S.decode_json(secs[S.SAMPLER_CONFIG], "sampler_config"))
-        engine = Engine(
-            path,
-            context_size=_int(eng, "context_size", "meta.engine"),
-            threads=threads if threads is not None else _int(eng, "threads", "meta.engine"),
-            sampler=sampler,
-            tokenizer_path=tok_path if isinstance(tok_path, str) else None,
-            kv_dtype=str(eng.get("kv_dtype", "f16")),
-            prefill_chunk=_int(eng, "prefill_chunk", "meta.engine"),
+        config = SamplerConfig.from_dict(S.decode_json(secs[S.SAMPLER_CONFIG], "sampler_config"))
+        n_ctx = context_size if context_size is not None else _int(eng, "context_size", "meta.engine")
+        kv = make_kv(
+            m,
+            n_ctx,
+            threads if threads is not None else _int(eng, "threads", "meta.engine"),
+            str(eng.get("kv_dtype", "f16")),
         )
+        kv.prefill_chunk = _int(eng, "prefill_chunk", "meta.engine")
+        sampler = build_sampler(config, m.tokenizer, vocab)
     except (ValueError, TypeError, KeyError) as e:
         raise SnapshotFormatError(f"snapshot settings are invalid: {e}") from None
     except OxiLlamaError as e:
         if isinstance(e, SnapshotError):
             raise
-        raise SnapshotError(f"cannot rebuild the engine: {e}") from e
-    if engine.arch != meta["arch"] or engine.vocab_size != vocab:
-        raise ModelMismatchError(
-            f"snapshot is for a {meta['arch']} model with {vocab} tokens, "
-            f"{path} holds a {engine.arch} model with {engine.vocab_size}",
-            expected=(meta["arch"], vocab),
-            found=(engine.arch, engine.vocab_size),
-        )
-    if any(t >= vocab for t in tokens):
-        raise SnapshotFormatError("tokens section holds ids outside the vocabulary")
+        raise SnapshotError(f"cannot rebuild the session: {e}") from e
     try:
-        engine._session.import_kv(n_past, secs[S.KV])
-        engine._sampler.set_state(sampler_state)
+        kv.import_kv(n_past, secs[S.KV])
+        sampler.set_state(sampler_state)
     except (OxiLlamaError, ValueError, OverflowError, TypeError) as e:
         raise SnapshotFormatError(f"snapshot session data is invalid: {e}") from None
-    engine._tokens = list(tokens)
+    state = SessionState(
+        model=m, kv=kv, sampler_config=config, sampler=sampler, tokens=list(tokens)
+    )
     if S.LOGITS in secs:
-        engine._last_logits = S.decode_f32(secs[S.LOGITS], vocab, "logits")
+        state.logits = S.decode_f32(secs[S.LOGITS], vocab, "logits")
     elif S.HIDDEN in secs and n_past:
-        n_embd = int(engine.config["n_embd"])
-        hidden = S.decode_f32(secs[S.HIDDEN], n_embd, "hidden")
-        engine._last_logits = engine._session.head_logits(hidden)
-    else:
-        engine._last_logits = None
+        n_embd = int(m.config["n_embd"])
+        state.hidden = S.decode_f32(secs[S.HIDDEN], n_embd, "hidden")
     if S.GRAMMAR in secs:
-        engine._grammar = _grammar(engine, S.decode_json(secs[S.GRAMMAR], "grammar"))
-    return engine
+        state.grammar = _grammar(m, S.decode_json(secs[S.GRAMMAR], "grammar"))
+    return state
 
 
-def _grammar(engine: Engine, d: dict[str, Any]) -> tuple[Grammar, GrammarMatcher]:
+def _grammar(model: Model, d: dict[str, Any]) -> tuple[Grammar, GrammarMatcher]:
     """The grammar and matcher a snapshot's GRAMMAR section describes."""
     source, root, state = d.get("source"), d.get("root"), d.get("state")
     if not isinstance(source, str) or not isinstance(root, str) or not isinstance(state, list):
         raise SnapshotFormatError("grammar section needs source, root and state")
     try:
         grammar = Grammar(source, root=root)
-        matcher = grammar.matcher(engine.tokenizer)
+        matcher = grammar.matcher(model.tokenizer)
         matcher.import_state([int(w) for w in state])
     except (OxiLlamaError, ValueError, TypeError, OverflowError) as e:
         raise SnapshotFormatError(f"grammar section is invalid: {e}") from None

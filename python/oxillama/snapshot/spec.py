@@ -130,7 +130,7 @@ def loads(
     if g is not None:
         from .session import _grammar
 
-        spec._grammar, spec._matcher = _grammar(target, g if isinstance(g, dict) else {})
+        spec._grammar, spec._matcher = _grammar(target.model, g if isinstance(g, dict) else {})
     return spec
 
 

@@ -1,0 +1,67 @@
+"""`SessionState`: everything a conversation is, apart from the weights.
+
+A synchronous :class:`~oxillama.Engine` holds one; an
+:class:`~oxillama.AsyncSession` holds one inside the batching scheduler; a
+snapshot is one written to bytes. Moving a session between them moves this
+object, so what continues is exactly what stopped.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+import numpy.typing as npt
+
+from . import _native
+from .grammar import Grammar
+from .model import Model
+from .sampling import SamplerConfig
+
+__all__ = ["SessionState"]
+
+
+@dataclass(eq=False)
+class SessionState:
+    """A session's KV cache and position (``kv``), its token history, its
+    live sampler and grammar matcher, and the next-token logits.
+
+    The logits may be held as the last position's hidden state instead
+    (``hidden``): the output head turns it into bit-identical logits on
+    first use, so a restore or a session waiting for its next turn does not
+    spend the head's matrix product (or its 4 bytes per vocabulary entry) on
+    logits that a new prompt will replace."""
+
+    model: Model
+    kv: _native.Session
+    sampler_config: SamplerConfig
+    sampler: _native.Sampler
+    tokens: list[int] = field(default_factory=list)
+    logits: npt.NDArray[np.float32] | None = None
+    hidden: npt.NDArray[np.float32] | None = None
+    grammar: tuple[Grammar, _native.GrammarMatcher] | None = None
+
+    @property
+    def n_past(self) -> int:
+        return int(self.kv.n_past)
+
+    def last_logits(self) -> npt.NDArray[np.float32] | None:
+        """The next-token logits, computed from ``hidden`` when needed."""
+        if self.logits is None and self.hidden is not None:
+            self.logits = self.kv.head_logits(self.hidden)
+            self.hidden = None
+        return self.logits
+
+    def set_logits(self, logits: npt.NDArray[np.float32] | None) -> None:
+        self.logits = logits
+        self.hidden = None
+
+    def park(self) -> None:
+        """Between turns: keeps the next-token logits as the hidden state
+        when the head reproduces them bit for bit (by construction after a
+        one-row eval), and lets the native session free its activations."""
+        if self.logits is not None and self.kv.logits_from_head:
+            h = self.kv.last_hidden()
+            if h is not None:
+                self.hidden, self.logits = h, None
+        self.kv.release_scratch()
