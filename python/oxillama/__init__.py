@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from ._native import __version__
 from .async_engine import AsyncEngine
+from .async_session import AsyncSession
 from .completion import Completion, Timings
 from .engine import Engine
 from .errors import (
@@ -20,12 +21,15 @@ from .errors import (
     ParameterError,
 )
 from .grammar import Grammar
+from .model import Model
 from .models import default_model_path
 from .sampling import SamplerConfig
+from .session_state import SessionState
 from .speculative import SpeculativeEngine
 
 __all__ = [
     "AsyncEngine",
+    "AsyncSession",
     "Completion",
     "Engine",
     "GenerateError",
@@ -33,9 +37,11 @@ __all__ = [
     "GrammarError",
     "JsonSchemaError",
     "LoadError",
+    "Model",
     "OxiLlamaError",
     "ParameterError",
     "SamplerConfig",
+    "SessionState",
     "SpeculativeEngine",
     "Timings",
     "__version__",

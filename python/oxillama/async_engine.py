@@ -9,14 +9,18 @@ from collections.abc import AsyncGenerator, Callable, Mapping, Sequence
 from typing import Any
 
 from ._mailbox import Mailbox
+from .async_session import AsyncSession
 from .completion import Completion
-from .engine import Engine, Message, Prompt, _constraint
+from .engine import Engine, Message, Prompt
+from .grammar import constraint as _constraint
 from .errors import GenerateError, ParameterError
 from .grammar import Grammar
-from .sampling import SamplerConfig
-from .scheduler import Request, Scheduler
+from .model import Model
+from .sampling import SamplerConfig, build_sampler
+from .scheduler import Emit, Request, Scheduler
+from .session_state import SessionState
 
-__all__ = ["AsyncEngine"]
+__all__ = ["AsyncEngine", "AsyncSession"]
 
 _END = object()
 
@@ -35,7 +39,7 @@ class AsyncEngine:
 
     def __init__(
         self,
-        model_path: str | os.PathLike[str] | None = None,
+        model: Model | str | os.PathLike[str] | None = None,
         *,
         context_size: int = 2048,
         threads: int | None = None,
@@ -47,11 +51,10 @@ class AsyncEngine:
         kv_dtype: str = "f16",
         kv_pages: int | None = None,
     ) -> None:
-        # The synchronous engine loads the model and tokenizer once; every
-        # request gets its own session on the same weights.
-        self._engine = Engine(
-            model_path, context_size=context_size, threads=threads, kv_dtype=kv_dtype
-        )
+        # The model (weights, tokenizer, template) is the process's one copy
+        # of it; every request and session gets its own KV on those weights.
+        self._engine = Engine(model, context_size=context_size, threads=threads, kv_dtype=kv_dtype)
+        self._kv_dtype = kv_dtype
         self._sampler = sampler or SamplerConfig()
         self._scheduler = Scheduler(
             self._engine._model,
@@ -81,6 +84,92 @@ class AsyncEngine:
     def engine(self) -> Engine:
         """The synchronous engine holding the model (tokenizer, templates)."""
         return self._engine
+
+    @property
+    def model(self) -> Model:
+        """The model every request and session runs on."""
+        return self._engine.model
+
+    @property
+    def scheduler(self) -> Scheduler:
+        return self._scheduler
+
+    # ------------------------------------------------------------- sessions
+
+    def session(self, *, sampler: SamplerConfig | None = None) -> AsyncSession:
+        """A new, empty session: each call on it appends to its context, and
+        its KV pages stay in the shared pool between calls (see
+        :class:`AsyncSession`)."""
+        config = sampler or self._sampler
+        kv = self._scheduler.pool_kv(self.model, self._engine.n_ctx, None, self._kv_dtype)
+        state = SessionState(
+            model=self.model,
+            kv=kv,
+            sampler_config=config,
+            sampler=build_sampler(config, self.model.tokenizer, self.model.vocab_size),
+        )
+        return AsyncSession(self, self._scheduler.open_session(state))
+
+    async def restore_session(
+        self, source: str | os.PathLike[str] | bytes | bytearray | memoryview
+    ) -> AsyncSession:
+        """A session continuing the OXISNAP1 snapshot at ``source`` (a path
+        or the bytes), exactly as :meth:`Engine.restore` would. The snapshot
+        must be of this engine's model (its fingerprint is checked: a
+        :class:`~oxillama.snapshot.ModelMismatchError` otherwise). The
+        checksum is verified off the event loop; the KV enters the pool when
+        the first turn starts."""
+        from . import snapshot
+
+        sched = self._scheduler
+
+        def read() -> SessionState:
+            kw: dict[str, Any] = {"model": self.model, "make_kv": sched.pool_kv, "defer_kv": True}
+            if isinstance(source, (bytes, bytearray, memoryview)):
+                return snapshot.session.restore(source, **kw)
+            return snapshot.read_state(source, **kw)
+
+        state = await asyncio.get_running_loop().run_in_executor(None, read)
+        return AsyncSession(self, sched.open_session(state))
+
+    async def adopt(self, engine: Engine) -> AsyncSession:
+        """Moves a synchronous engine's session (KV, tokens, sampler,
+        grammar) into this engine's scheduler; ``engine`` is left empty.
+
+        On the same :class:`Model` with the same KV dtype nothing is copied:
+        the session keeps its pages and joins the batch as it is. Otherwise
+        its KV is copied into the pool (the models must be the same file)."""
+        if not isinstance(engine, Engine):
+            raise TypeError(f"adopt takes an Engine, not {type(engine).__name__}")
+        same = engine.model is self.model and engine._session.kv_dtype == self._kv_dtype
+        if not same:
+            self._check_same_file(engine)
+        state = engine.export_state()
+        state.model = self.model
+        if same:
+            state.kv.threads = self._engine.threads
+        else:
+            old = state.kv
+            state.kv = self._scheduler.pool_kv(self.model, old.n_ctx, None, self._kv_dtype)
+            state.swapped = (int(old.n_past), old.export_kv())
+            state.logits = state.last_logits() if state.hidden is not None else state.logits
+            state.hidden = None
+        state.kv.prefill_chunk = self._scheduler.prefill_chunk
+        return AsyncSession(self, self._scheduler.open_session(state))
+
+    def _check_same_file(self, engine: Engine) -> None:
+        a, b = engine.model, self.model
+        if a.model_path is None or b.model_path is None:
+            raise ParameterError("adopt needs both models opened from files, or the same Model")
+        if not a.fingerprint().matches(b.fingerprint()):
+            raise ParameterError(
+                f"adopt: {a.model_path} is not this engine's model ({b.model_path})"
+            )
+        if engine._session.kv_dtype != self._kv_dtype:
+            raise ParameterError(
+                f"adopt: the engine's KV cache is {engine._session.kv_dtype}, "
+                f"this engine's pool holds {self._kv_dtype}"
+            )
 
     def tokenize(self, text: str, *, add_special: bool = True) -> list[int]:
         return self._engine.tokenize(text, add_special=add_special, parse_special=True)
@@ -171,6 +260,18 @@ class AsyncEngine:
     ) -> AsyncGenerator[str, None]:
         """Yields text pieces as they are produced; ``result``, when given,
         receives the final :class:`Completion`."""
+        async for piece in self._pieces(
+            lambda emit: self._submit(
+                prompt, max_tokens, sampler, stop, ignore_eos, grammar, json_schema, emit
+            ),
+            result,
+        ):
+            yield piece
+
+    async def _pieces(
+        self, submit: Callable[[Emit], Request], result: list[Completion] | None
+    ) -> AsyncGenerator[str, None]:
+        """The pieces of the request ``submit`` queues with the emit it is given."""
         box = self._mailbox()
         queue: asyncio.Queue[Any] = asyncio.Queue()
 
@@ -178,9 +279,7 @@ class AsyncEngine:
             item: Any = piece if piece is not None else (err if err is not None else (_END, done))
             box.post(queue.put_nowait, item)
 
-        req = self._submit(
-            prompt, max_tokens, sampler, stop, ignore_eos, grammar, json_schema, emit
-        )
+        req = submit(emit)
         try:
             while True:
                 item = await queue.get()
@@ -211,6 +310,14 @@ class AsyncEngine:
 
         Pieces are not delivered one by one: the event loop wakes once, when
         the completion is done (or failed)."""
+        return await self._complete(
+            lambda emit: self._submit(
+                prompt, max_tokens, sampler, stop, ignore_eos, grammar, json_schema, emit
+            )
+        )
+
+    async def _complete(self, submit: Callable[[Emit], Request]) -> Completion:
+        """The completion of the request ``submit`` queues."""
         box = self._mailbox()
         fut: asyncio.Future[Completion] = asyncio.get_running_loop().create_future()
 
@@ -230,9 +337,7 @@ class AsyncEngine:
             elif piece is None:
                 box.post(settle, GenerateError("the request ended without a completion"))
 
-        req = self._submit(
-            prompt, max_tokens, sampler, stop, ignore_eos, grammar, json_schema, emit
-        )
+        req = submit(emit)
         try:
             return await fut
         finally:

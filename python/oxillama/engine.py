@@ -16,21 +16,12 @@ from ._text import TextAssembler
 from .completion import Completion, FinishReason, Timings
 from .errors import GenerateError, ParameterError
 from .grammar import Grammar, allowed_bytes
+from .grammar import constraint as _constraint
 from .model import Model
 from .sampling import SamplerConfig, build_sampler
 from .session_state import SessionState
 
 __all__ = ["Engine"]
-
-
-def _constraint(grammar: str | Grammar | None, json_schema: Any) -> Grammar | None:
-    if grammar is not None and json_schema is not None:
-        raise ParameterError("pass grammar or json_schema, not both")
-    if isinstance(grammar, Grammar) or grammar is None:
-        return grammar if json_schema is None else Grammar.from_json_schema(json_schema)
-    if isinstance(grammar, str):
-        return Grammar(grammar)
-    raise ParameterError(f"grammar must be GBNF text or a Grammar, not {type(grammar).__name__}")
 
 
 Prompt = str | Sequence[int]

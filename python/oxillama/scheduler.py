@@ -19,13 +19,25 @@ pages (``kv_pages`` of them), so memory follows the tokens actually held;
 the prefix cache keeps forks of finished prefills, which share their pages
 with every request that reuses them (copied on the first write).
 
+Sessions (:class:`Conversation`) are sequences whose pages outlive their
+requests: a turn is a request that starts from the session's KV, sampler and
+grammar state and hands them back when it ends. Their turns batch and
+prefill like any request. An idle session's pages are never dropped; under
+pressure the least recently used idle session is hibernated (its KV copied
+out of the pool exactly, as bytes) and woken when its next turn starts. A
+running turn that must give its pages up is swapped out the same way, never
+recomputed, because its earlier context was computed in other chunks.
+
 Results go back through callbacks, which :class:`~oxillama.AsyncEngine`
 turns into asyncio futures and queues. The forward passes release the GIL.
+Work that must see a session at rest (snapshots, adoption, closing) runs on
+the worker between steps, through :meth:`Scheduler.call`.
 """
 
 from __future__ import annotations
 
 import collections
+import concurrent.futures
 import itertools
 import threading
 import time
@@ -39,10 +51,11 @@ import numpy.typing as npt
 from . import _native
 from ._text import TextAssembler
 from .completion import Completion, FinishReason, Timings
-from .errors import GenerateError, KvCacheFullError, ParameterError
+from .errors import GenerateError, KvCacheFullError, OxiLlamaError, ParameterError
 from .grammar import Grammar, allowed_bytes
 from .prefix_cache import PrefixCache
 from .sampling import SamplerConfig, build_sampler
+from .session_state import SessionState
 
 #: Positions per KV page (the pool's page size).
 PAGE = 16
@@ -50,6 +63,33 @@ PAGE = 16
 #: Called from the worker thread with a text piece, or at the end with the
 #: completion, or with the error that ended the request.
 Emit = Callable[[str | None, Completion | None, BaseException | None], None]
+
+
+@dataclass(eq=False)
+class Conversation:
+    """A session living in the scheduler: its state, and the turn using it."""
+
+    id: int
+    state: SessionState
+    #: Whether its KV pages come from the scheduler's pool (an adopted
+    #: engine's session keeps its own private pages until it hibernates).
+    pooled: bool
+    busy: bool = False
+    closed: bool = False
+    last_used: float = field(default_factory=time.perf_counter)
+
+
+@dataclass(eq=False)
+class Turn:
+    """What a session turn asks for, resolved on the worker when it starts
+    (the session's position is only known then)."""
+
+    text: str | None = None
+    tokens: list[int] | None = None
+    #: A chat's rendered tokens: the common prefix with the session is kept.
+    chat: list[int] | None = None
+    sampler: SamplerConfig | None = None
+    grammar: Grammar | None = None
 
 
 @dataclass(eq=False)
@@ -79,6 +119,14 @@ class Request:
     preempted: int = 0
     t_prefilled: float = 0.0
     t_first_token: float = 0.0
+    #: A session turn: the session, and the turn until it has started.
+    conv: Conversation | None = None
+    turn: Turn | None = None
+    #: A stop string ended a session turn: its last token is evaluated
+    #: first, as a synchronous engine does, and the turn ends next step.
+    stop_next: bool = False
+    #: A turn's sampled token not yet evaluated when it was swapped out.
+    pending: int | None = None
 
     def __post_init__(self) -> None:
         self.text = TextAssembler(self.stop)
@@ -96,6 +144,14 @@ class Metrics:
     finished: int = 0
     cancelled: int = 0
     preempted: int = 0
+    session_turns: int = 0
+    session_decode_tokens: int = 0
+    #: Decode steps whose one forward pass held session turns and other
+    #: requests together.
+    mixed_decode_steps: int = 0
+    hibernated: int = 0
+    woken: int = 0
+    swapped: int = 0
 
 
 class Scheduler:
@@ -144,6 +200,10 @@ class Scheduler:
         self._closed = False
         self._metrics = Metrics()
         self.prefix = PrefixCache(prefix_cache_bytes) if prefix_cache_bytes > 0 else None
+        #: Live sessions (busy or idle), by id; guarded by ``_cv``.
+        self._convs: dict[int, Conversation] = {}
+        self._jobs: collections.deque[tuple[Callable[[], Any], concurrent.futures.Future[Any]]]
+        self._jobs = collections.deque()
         self._thread = threading.Thread(target=self._loop, name="oxillama-scheduler", daemon=True)
         self._thread.start()
 
@@ -187,6 +247,92 @@ class Scheduler:
             self._cv.notify()
         return seq
 
+    # ------------------------------------------------------------ sessions
+
+    def pool_kv(
+        self, model: Any, n_ctx: int, threads: int | None, kv_dtype: str
+    ) -> _native.Session:
+        """A native session drawing its pages from this scheduler's pool (no
+        pages are taken until it evaluates or imports)."""
+        if model.native is not self._model:
+            raise ParameterError("this session's model is not the scheduler's model")
+        kv = _native.Session(self._model, n_ctx, self._threads, kv_dtype, pool=self._pool)
+        kv.prefill_chunk = self.prefill_chunk
+        return kv
+
+    def open_session(self, state: SessionState) -> Conversation:
+        """Registers a session; its pages (if any) stay pinned until it closes."""
+        pooled = state.kv.in_pool(self._pool)
+        with self._cv:
+            if self._closed:
+                raise GenerateError("the engine is closed")
+            conv = Conversation(id=next(self._ids), state=state, pooled=pooled)
+            self._convs[conv.id] = conv
+        return conv
+
+    def close_session(self, conv: Conversation) -> None:
+        """Forgets a session and frees its pages at once (any thread; a turn
+        in flight is cancelled first)."""
+        with self._cv:
+            conv.closed = True
+            self._convs.pop(conv.id, None)
+            for q in [*self._running, *self._waiting]:
+                if q.conv is conv:
+                    q.cancelled = True
+            self._cv.notify()
+        if not conv.busy:
+            # Not in a turn: nothing else touches it, so its pages go now.
+            self.call(lambda: conv.state.kv.truncate(0) if not conv.busy else None)
+
+    def submit_turn(
+        self,
+        conv: Conversation,
+        turn: Turn,
+        max_tokens: int,
+        *,
+        stop: Sequence[str],
+        ignore_eos: bool,
+        emit: Emit,
+    ) -> Request:
+        """Queues a session turn (the caller runs one turn of a session at a
+        time); its prompt is resolved when it starts."""
+        if conv.closed:
+            raise GenerateError("this session is closed")
+        seq = Request(
+            id=next(self._ids),
+            prompt=[],
+            max_tokens=max_tokens,
+            stop=stop,
+            ignore_eos=ignore_eos,
+            sampler=conv.state.sampler,
+            matcher=None,
+            emit=emit,
+            conv=conv,
+            turn=turn,
+        )
+        with self._cv:
+            if self._closed:
+                raise GenerateError("the engine is closed")
+            if len(self._waiting) >= self.max_queue:
+                raise GenerateError(f"overloaded: {len(self._waiting)} requests are waiting")
+            conv.busy = True
+            self._waiting.append(seq)
+            self._cv.notify()
+        return seq
+
+    def call(self, fn: Callable[[], Any]) -> concurrent.futures.Future[Any]:
+        """Runs ``fn`` on the worker between two steps (when no forward pass
+        is running and no session is being changed); its result or error
+        goes to the returned future."""
+        fut: concurrent.futures.Future[Any] = concurrent.futures.Future()
+        with self._cv:
+            if self._closed:
+                fut.set_exception(GenerateError("the engine is closed"))
+                return fut
+            self._jobs.append((fn, fut))
+            self._cv.notify()
+        return fut
+
     def cancel(self, seq: Request) -> None:
         with self._cv:
             seq.cancelled = True
@@ -204,6 +350,7 @@ class Scheduler:
             queued = len(self._waiting)
             running = len(self._running)
             kv_seqs = sum(1 for s in self._running if s.session is not None)
+            convs = list(self._convs.values())
         pool = self._pool
         return {
             "prompt_tokens": m.prompt_tokens,
@@ -227,6 +374,14 @@ class Scheduler:
             "kv_pages_free": pool.free_pages,
             "kv_pages_used": pool.n_pages - pool.free_pages,
             "kv_page_tokens": PAGE,
+            "sessions": len(convs),
+            "sessions_hibernated": sum(1 for c in convs if c.state.swapped is not None),
+            "session_turns": m.session_turns,
+            "session_decode_tokens": m.session_decode_tokens,
+            "mixed_decode_steps": m.mixed_decode_steps,
+            "session_hibernations": m.hibernated,
+            "session_wakes": m.woken,
+            "session_swaps": m.swapped,
             **self._prefix_metrics(),
         }
 
@@ -249,22 +404,37 @@ class Scheduler:
     def _loop(self) -> None:
         while True:
             with self._cv:
-                while not self._closed and not self._waiting and not self._running:
+                while (
+                    not self._closed and not self._waiting and not self._running and not self._jobs
+                ):
                     self._cv.wait()
                 if self._closed:
                     for s in [*self._running, *self._waiting]:
                         s.emit(None, None, GenerateError("the engine was closed"))
+                    for _, fut in self._jobs:
+                        fut.set_exception(GenerateError("the engine was closed"))
                     self._running.clear()
                     self._waiting.clear()
+                    self._jobs.clear()
                     return
+                jobs = list(self._jobs)
+                self._jobs.clear()
                 while self._waiting and len(self._running) < self.max_batch:
                     self._running.append(self._waiting.popleft())
-                for s in self._running:
-                    if s.cancelled:
-                        s.session = None  # its KV memory is released here
-                        self._metrics.cancelled += 1
+                cancelled = [s for s in self._running if s.cancelled]
                 self._running = [s for s in self._running if not s.cancelled]
                 batch = list(self._running)
+            for fn, fut in jobs:
+                if fut.set_running_or_notify_cancel():
+                    try:
+                        fut.set_result(fn())
+                    except BaseException as e:
+                        fut.set_exception(e)
+            for s in cancelled:
+                self._metrics.cancelled += 1
+                if s.conv is not None:
+                    self._end_turn(s)
+                s.session = None  # its KV memory is released here
             try:
                 self._step(batch)
             except BaseException as e:  # a bug must not hang every caller
@@ -272,9 +442,9 @@ class Scheduler:
                     self._finish(s, None, e)
 
     def _step(self, batch: list[Request]) -> None:
-        decoding = [s for s in batch if s.logits is not None]
+        decoding = [s for s in batch if s.logits is not None and s.session is not None]
         self._make_room(batch, decoding)
-        decoding = [s for s in decoding if s.logits is not None]
+        decoding = [s for s in decoding if s.logits is not None and s.session is not None]
         advance: list[tuple[Request, int]] = []
         for s in decoding:
             tok = self._sample(s)
@@ -288,15 +458,27 @@ class Scheduler:
             except KvCacheFullError:
                 # `_make_room` counted the pages, so this is not expected;
                 # the sampled tokens are already emitted, so their sequences
-                # are recomputed (with them) rather than failed.
-                for q, _ in advance:
+                # are recomputed (with them) rather than failed; a session
+                # turn evaluates its token when it is swapped back in.
+                for q, tok in advance:
+                    if q.conv is not None:
+                        q.pending, q.logits = tok, None
                     self._preempt(q)
                 return
-            self._metrics.decode_seconds += time.perf_counter() - t
-            self._metrics.decode_steps += 1
+            m = self._metrics
+            m.decode_seconds += time.perf_counter() - t
+            m.decode_steps += 1
+            turns = sum(1 for s, _ in advance if s.conv is not None)
+            m.session_decode_tokens += turns
+            if 0 < turns < len(advance):
+                m.mixed_decode_steps += 1
             for i, (s, _) in enumerate(advance):
                 s.logits = logits[i]
-        prefilling = [s for s in batch if s.logits is None and not s.cancelled]
+        prefilling = [
+            s
+            for s in batch
+            if (s.logits is None or s.session is None) and not s.cancelled
+        ]
         if prefilling:
             # Requests not started yet first (a short request's first token
             # never waits behind a long prompt), then the one that has waited
@@ -316,11 +498,24 @@ class Scheduler:
         end = min(s.fed + self.prefill_chunk, len(s.prompt) if in_prompt else len(tokens))
         return tokens[s.fed : end]
 
+    def _need(self, kv: _native.Session | None, n: int) -> int:
+        """Pool pages ``kv`` would take to append ``n`` positions (none for
+        a session on private pages)."""
+        if kv is None or not kv.in_pool(self._pool):
+            return 0
+        return int(kv.pages_needed(n))
+
     def _pages_for_chunk(self, s: Request) -> int:
+        if s.conv is not None and s.session is None:
+            return self._wake_pages(s.conv)
         n = len(self._chunk(s))
         if s.session is None:
             return -(-n // PAGE)
-        return int(s.session.pages_needed(n))
+        return self._need(s.session, n)
+
+    def _wake_pages(self, conv: Conversation) -> int:
+        sw = conv.state.swapped
+        return -(-sw[0] // PAGE) if sw is not None and conv.pooled else 0
 
     def _may_take_pages(self, s: Request, prefilling: list[Request]) -> bool:
         """Free pages go to the oldest started prefill first: ``s`` may take
@@ -334,7 +529,7 @@ class Scheduler:
         reserve = sum(
             self._pages_for_chunk(q)
             for q in prefilling
-            if q.t_arrive < s.t_arrive and q.session is not None and q.session.pages_held
+            if q.t_arrive < s.t_arrive and self._holds_pages(q)
         )
         return need + reserve <= self._pool.free_pages or not reserve
 
@@ -344,33 +539,74 @@ class Scheduler:
         up (it is recomputed later); the freed pages go to the oldest (see
         `_may_take_pages`), which so advances at least a chunk per jam; one
         context always fits in the pool, so it finishes and frees its pages."""
-        holders = [
-            q for q in batch if q.session is not None and q.session.pages_held and not q.cancelled
-        ]
+        if self._hibernate_one():
+            return
+        holders = [q for q in batch if self._holds_pages(q) and not q.cancelled]
         if len(holders) > 1:
             self._preempt(max(holders, key=lambda q: q.t_arrive))
+
+    def _holds_pages(self, s: Request) -> bool:
+        kv = s.session
+        return kv is not None and kv.in_pool(self._pool) and kv.pages_held > 0
 
     def _make_room(self, batch: list[Request], decoding: list[Request]) -> None:
         """Frees KV pages until every decoding sequence can take its next
         position: prefix-cache entries first, then the newest sequences."""
-        need = sum(s.session.pages_needed(1) for s in decoding if s.session is not None)
+        need = sum(self._need(s.session, 1) for s in decoding)
         while need > self._pool.free_pages:
             if self.prefix is not None and self.prefix.evict_one():
+                continue
+            if self._hibernate_one():
                 continue
             # Any sequence holding pages may go, a half-prefilled one too;
             # the oldest stays (one sequence always fits: kv_pages >= one
             # context).
-            holders = [s for s in batch if s.session is not None]
+            holders = [s for s in batch if self._holds_pages(s)]
             if len(holders) <= 1:
                 return
             victim = max(holders, key=lambda q: q.t_arrive)
-            assert victim.session is not None
             if victim.logits is not None:
-                need -= victim.session.pages_needed(1)
+                need -= self._need(victim.session, 1)
             self._preempt(victim)
 
+    def _hibernate_one(self, keep: Conversation | None = None) -> bool:
+        """Hibernates the least recently used idle session holding pool
+        pages (its KV is copied out exactly); False when there is none."""
+        with self._cv:
+            idle = [
+                c
+                for c in self._convs.values()
+                if not c.busy
+                and c.pooled
+                and c is not keep
+                and c.state.swapped is None
+                and c.state.kv.pages_held
+            ]
+        if not idle:
+            return False
+        min(idle, key=lambda c: c.last_used).state.hibernate()
+        self._metrics.hibernated += 1
+        return True
+
+    def _room(self, need: int, keep: Conversation | None) -> bool:
+        """Frees pool pages until ``need`` are free, without touching a
+        running sequence: prefix-cache entries, then idle sessions."""
+        while need > self._pool.free_pages:
+            if self.prefix is not None and self.prefix.evict_one():
+                continue
+            if not self._hibernate_one(keep):
+                return False
+        return True
+
     def _preempt(self, s: Request) -> None:
-        """Frees a sequence's pages; it is recomputed when pages are free."""
+        """Frees a sequence's pages; it is recomputed when pages are free.
+        A session turn is swapped out instead (exact, see the module doc)."""
+        if s.conv is not None:
+            s.conv.state.hibernate()
+            s.session = None
+            s.preempted += 1
+            self._metrics.swapped += 1
+            return
         s.session = None
         s.logits = None
         s.fed = 0
@@ -381,6 +617,8 @@ class Scheduler:
     def _prefill_chunk(self, s: Request) -> bool:
         """Feeds ``s`` its next chunk; False when the pool had no room for it
         (nothing changed then), True otherwise."""
+        if s.conv is not None:
+            return self._turn_chunk(s)
         replay = s.replay
         tokens = s.prompt if replay is None else replay
         if s.session is None:
@@ -435,6 +673,157 @@ class Scheduler:
                     self.prefix.store(s.prompt, n, fork, fork.pages_held * self._page_bytes)
         return True
 
+    # --------------------------------------------------------- session turns
+
+    def _turn_chunk(self, s: Request) -> bool:
+        """A session turn's next piece of work: waking its session, starting
+        the turn, evaluating a pending token, or one prompt chunk."""
+        conv = s.conv
+        assert conv is not None
+        st = conv.state
+        if s.session is None:
+            if not self._room(self._wake_pages(conv), conv):
+                return self._no_room(s)
+            if st.swapped is not None:
+                st.wake()
+                self._metrics.woken += 1
+            s.session = st.kv
+        kv = s.session
+        if s.turn is not None:
+            try:
+                self._start_turn(s)
+            except (OxiLlamaError, ValueError) as e:
+                self._finish(s, None, e)
+                return True
+            if s.logits is not None:
+                return True  # an empty prompt: it decodes from the next step
+        if s.pending is not None:
+            if not self._room(self._need(kv, 1), conv):
+                return self._no_room(s)
+            kv.exact_rows = True  # as the one-token decode it replaces
+            try:
+                s.logits = kv.eval(np.asarray([s.pending], dtype=np.uint32), False)
+            finally:
+                kv.exact_rows = False
+            s.pending = None
+            return True
+        if s.logits is not None:
+            return True  # swapped out while decoding, now back
+        part = s.prompt[s.fed : s.fed + self.prefill_chunk]
+        if not self._room(self._need(kv, len(part)), conv):
+            return self._no_room(s)
+        t = time.perf_counter()
+        out = kv.eval(np.asarray(part, dtype=np.uint32), False)
+        self._metrics.prefill_seconds += time.perf_counter() - t
+        end = s.fed + len(part)
+        self._metrics.prompt_tokens += max(0, end - max(s.fed, s.seen))
+        self._feed_sampler(s, end)
+        s.fed = end
+        if s.fed == len(s.prompt):
+            s.logits = out
+            s.t_prefilled = time.perf_counter()
+        return True
+
+    def _no_room(self, s: Request) -> bool:
+        """A turn found no free pages: it waits while running sequences hold
+        some (they finish or are swapped out by `_unjam`), and fails when
+        nothing else does (its session keeps what it had)."""
+        if any(q is not s and self._holds_pages(q) for q in self._running):
+            return False
+        self._finish(s, None, KvCacheFullError("the KV pool cannot hold this session turn"))
+        return True
+
+    def _start_turn(self, s: Request) -> None:
+        """Resolves a turn against its session, as a synchronous engine's
+        ``generate`` / ``chat`` would at this point: the sampler, the prompt
+        (a chat keeps the common prefix), the grammar matcher, and the
+        logits an empty prompt continues from."""
+        conv, t = s.conv, s.turn
+        assert conv is not None and t is not None
+        st = conv.state
+        s.turn = None
+        self._metrics.session_turns += 1
+        if t.sampler is not None:
+            st.sampler = build_sampler(t.sampler, self._tokenizer, self._vocab)
+            st.sampler_config = t.sampler
+        s.sampler = st.sampler
+        if t.chat is not None:
+            toks = t.chat
+            common = 0
+            for a, b in zip(st.tokens, toks, strict=False):
+                if a != b:
+                    break
+                common += 1
+            common = min(common, len(toks) - 1)
+            if common < st.n_past:
+                st.kv.truncate(common)
+                del st.tokens[common:]
+                st.set_logits(None)
+                st.grammar = None
+            prompt = toks[common:]
+        elif t.text is not None:
+            prompt = (
+                self._tokenizer.encode(t.text, add_special=st.n_past == 0, parse_special=True)
+                if t.text
+                else []
+            )
+        else:
+            prompt = list(t.tokens or [])
+        free = st.n_ctx - st.n_past
+        if len(prompt) > free:
+            raise GenerateError(
+                f"prompt of {len(prompt)} tokens does not fit in the context: "
+                f"context size is {st.n_ctx} with {st.n_past} tokens already used "
+                f"({free} free)"
+            )
+        if t.grammar is None:
+            st.grammar = None
+            s.matcher = None
+        else:
+            live = st.grammar
+            if not prompt and live is not None and live[0] == t.grammar:
+                if not live[1].is_terminated():
+                    s.matcher = live[1]
+            if s.matcher is None:
+                s.matcher = t.grammar.matcher(self._tokenizer)
+                st.grammar = (t.grammar, s.matcher)
+        if not prompt:
+            logits = st.last_logits()
+            if logits is not None:
+                s.logits = logits
+                s.t_prefilled = time.perf_counter()
+            else:
+                if not st.tokens:
+                    raise GenerateError("empty prompt and empty context: nothing to continue from")
+                # After a truncate the last position is evaluated again (the
+                # sampler has seen it already).
+                last = st.tokens.pop()
+                st.kv.truncate(st.n_past - 1)
+                prompt, s.seen = [last], 1
+        s.prompt = prompt
+        s.fed = 0
+
+    def _end_turn(self, s: Request) -> None:
+        """Hands a finished (or failed, or cancelled) turn's state back to
+        its session: the tokens now in its KV, the next-token logits."""
+        conv = s.conv
+        assert conv is not None
+        st = conv.state
+        if s.turn is None:
+            new = s.prompt[: s.fed] + s.generated
+            st.tokens = (st.tokens + new)[: st.n_past]
+            st.set_logits(s.logits if s.pending is None else None)
+            if st.swapped is None:
+                st.park()
+        s.turn = None
+        s.session = None
+        s.logits = None
+        conv.last_used = time.perf_counter()
+        if conv.closed:
+            st.kv.truncate(0)
+            st.swapped = None
+        conv.busy = False
+
     @staticmethod
     def _feed_sampler(s: Request, upto: int) -> None:
         """Shows the sampler the prompt up to ``upto``, once per token."""
@@ -447,7 +836,9 @@ class Scheduler:
         assert s.logits is not None and s.session is not None
         m = s.matcher
         finish: FinishReason | None = None
-        if len(s.generated) >= s.max_tokens or s.session.n_past >= self._n_ctx:
+        if s.stop_next:
+            finish = "stop"
+        elif len(s.generated) >= s.max_tokens or s.session.n_past >= s.session.n_ctx:
             finish = "length"
         elif m is not None and m.is_terminated():
             finish = "stop"
@@ -468,9 +859,14 @@ class Scheduler:
                 piece = s.text.push(self._tokenizer.token_to_piece(tok))
                 if piece:
                     s.emit(piece, None, None)
-                if s.text.stopped:
+                if not s.text.stopped:
+                    return tok
+                if s.conv is None:
                     finish = "stop"
                 else:
+                    # A session keeps the token in its context, as a
+                    # synchronous engine does: evaluated, then the end.
+                    s.stop_next = True
                     return tok
         tail = s.text.finish()
         if tail:
@@ -494,6 +890,9 @@ class Scheduler:
         with self._cv:
             if s in self._running:
                 self._running.remove(s)
+        if s.conv is not None and not s.cancelled:
+            self._end_turn(s)
+        with self._cv:
             s.session = None
             s.logits = None
             s.cancelled = True  # never scheduled again

@@ -33,7 +33,8 @@ from starlette.routing import Route
 
 from .async_engine import AsyncEngine
 from .completion import Completion
-from .engine import Engine, _constraint
+from .engine import Engine
+from .grammar import constraint as _constraint
 from .errors import GenerateError, GrammarError, OxiLlamaError, ParameterError
 from .sampling import SamplerConfig
 from .snapshot import SnapshotError

@@ -40,10 +40,42 @@ class SessionState:
     logits: npt.NDArray[np.float32] | None = None
     hidden: npt.NDArray[np.float32] | None = None
     grammar: tuple[Grammar, _native.GrammarMatcher] | None = None
+    #: While hibernated: the KV of the first ``n`` positions, exported, and
+    #: ``kv`` holds no pages (see :meth:`hibernate`).
+    swapped: tuple[int, bytes] | None = None
 
     @property
     def n_past(self) -> int:
-        return int(self.kv.n_past)
+        return self.swapped[0] if self.swapped is not None else int(self.kv.n_past)
+
+    @property
+    def n_ctx(self) -> int:
+        return int(self.kv.n_ctx)
+
+    def hibernate(self) -> None:
+        """Moves the KV out of its pages into bytes (exactly: the raw
+        cache, not a recomputation) and gives the pages back."""
+        if self.swapped is None:
+            self.swapped = (int(self.kv.n_past), self.kv.export_kv())
+            self.kv.truncate(0)
+            self.kv.release_scratch()
+
+    def wake(self) -> None:
+        """Puts hibernated KV back into pages (which must be free)."""
+        if self.swapped is not None:
+            n, data = self.swapped
+            self.kv.import_kv(n, data)
+            self.swapped = None
+
+    def kv_len(self) -> int:
+        """Bytes of the exported KV cache."""
+        return len(self.swapped[1]) if self.swapped is not None else int(self.kv.export_kv_len())
+
+    def export_kv_into(self, out: memoryview) -> None:
+        if self.swapped is not None:
+            out[:] = self.swapped[1]
+        else:
+            self.kv.export_kv_into(out)
 
     def last_logits(self) -> npt.NDArray[np.float32] | None:
         """The next-token logits, computed from ``hidden`` when needed."""

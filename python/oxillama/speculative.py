@@ -45,7 +45,8 @@ import numpy.typing as npt
 from ._native import GrammarMatcher
 from ._text import TextAssembler
 from .completion import Completion, FinishReason, Timings
-from .engine import Engine, Prompt, _constraint
+from .engine import Engine, Prompt
+from .grammar import constraint as _constraint
 from .errors import GenerateError, OxiLlamaError, ParameterError
 from .grammar import Grammar
 from .sampling import SamplerConfig

@@ -22,7 +22,7 @@ from collections.abc import Iterator, Mapping
 from typing import TYPE_CHECKING, Any
 
 from .. import _native
-from ..errors import GrammarError
+from ..errors import GrammarError, ParameterError
 from . import gbnf
 from .compile import Compiled, compile_gbnf, compile_rules
 
@@ -34,7 +34,7 @@ from .json_schema import as_schema, schema_to_rules
 if TYPE_CHECKING:
     from ..tokenizer import Tokenizer
 
-__all__ = ["Grammar", "GrammarError", "allowed_bytes", "vocab_trie"]
+__all__ = ["Grammar", "GrammarError", "allowed_bytes", "constraint", "vocab_trie"]
 
 
 #: Grammars of recently compiled schemas, by canonical JSON (LRU).
@@ -198,3 +198,15 @@ def allowed_bytes(matcher: _native.GrammarMatcher, vocab_size: int) -> bytes:
     allowed = matcher.mask()
     need = (vocab_size + 7) // 8
     return allowed if len(allowed) >= need else allowed.ljust(need, b"\0")
+
+
+def constraint(grammar: str | Grammar | None, json_schema: Any) -> Grammar | None:
+    """The grammar a call's ``grammar`` (GBNF text or a :class:`Grammar`) or
+    ``json_schema`` asks for, compiled; None when it asks for none."""
+    if grammar is not None and json_schema is not None:
+        raise ParameterError("pass grammar or json_schema, not both")
+    if isinstance(grammar, Grammar) or grammar is None:
+        return grammar if json_schema is None else Grammar.from_json_schema(json_schema)
+    if isinstance(grammar, str):
+        return Grammar(grammar)
+    raise ParameterError(f"grammar must be GBNF text or a Grammar, not {type(grammar).__name__}")

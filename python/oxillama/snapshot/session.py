@@ -62,7 +62,7 @@ def writers(state: SessionState) -> list[Writer]:
         "tokenizer_path": None if model.tokenizer_path is None else str(model.tokenizer_path),
         "fingerprint": model.fingerprint().to_dict(),
         "vocab_size": model.vocab_size,
-        "n_past": kv.n_past,
+        "n_past": state.n_past,
         "kv_layout": {
             "n_layer": cfg["n_layer"],
             "n_head_kv": cfg["n_head_kv"],
@@ -94,7 +94,7 @@ def writers(state: SessionState) -> list[Writer]:
         small.append((S.GRAMMAR, S.encode_json(g)))
     out: list[Writer] = [(tag, len(data), _copier(data)) for tag, data in small]
     # The KV cache goes straight from the session into the file image.
-    out.insert(2, (S.KV, kv.export_kv_len(), kv.export_kv_into))
+    out.insert(2, (S.KV, state.kv_len(), state.export_kv_into))
     return out
 
 
@@ -110,6 +110,8 @@ def _last_position(state: SessionState) -> tuple[int, bytes] | None:
     if logits is None:
         return None
     kv = state.kv
+    if state.swapped is not None:
+        return S.LOGITS, S.encode_f32(logits)
     hidden = kv.last_hidden()
     if hidden is not None and kv.logits_from_head:
         return S.HIDDEN, S.encode_f32(hidden)
@@ -207,12 +209,16 @@ def restore(
     threads: int | None = None,
     make_kv: MakeKv = _private_kv,
     context_size: int | None = None,
+    defer_kv: bool = False,
 ) -> SessionState:
     """The session in ``blob``, on ``model`` or on the model it names.
 
     In a process that already holds the model this verifies the checksum,
     compares fingerprints (cached) and imports the KV: nothing else. The
-    next-token logits stay a hidden state until first needed."""
+    next-token logits stay a hidden state until first needed.
+
+    ``defer_kv`` leaves the KV hibernated (checked and copied, not
+    imported): the batching scheduler imports it when pages are free."""
     meta, secs = parse(blob)
     eng = meta["engine"]
     if not isinstance(eng, dict):
@@ -243,13 +249,30 @@ def restore(
         if isinstance(e, SnapshotError):
             raise
         raise SnapshotError(f"cannot rebuild the session: {e}") from e
+    swapped = None
     try:
-        kv.import_kv(n_past, secs[S.KV])
+        if defer_kv:
+            want = _kv_bytes(m, kv.kv_dtype, n_past)
+            if len(secs[S.KV]) != want or n_past > kv.n_ctx:
+                raise SnapshotFormatError(
+                    f"KV section is {len(secs[S.KV])} bytes for {n_past} positions "
+                    f"(expected {want}, context {kv.n_ctx})"
+                )
+            swapped = (n_past, bytes(secs[S.KV]))
+        else:
+            kv.import_kv(n_past, secs[S.KV])
         sampler.set_state(sampler_state)
     except (OxiLlamaError, ValueError, OverflowError, TypeError) as e:
+        if isinstance(e, SnapshotFormatError):
+            raise
         raise SnapshotFormatError(f"snapshot session data is invalid: {e}") from None
     state = SessionState(
-        model=m, kv=kv, sampler_config=config, sampler=sampler, tokens=list(tokens)
+        model=m,
+        kv=kv,
+        sampler_config=config,
+        sampler=sampler,
+        tokens=list(tokens),
+        swapped=swapped,
     )
     if S.LOGITS in secs:
         state.logits = S.decode_f32(secs[S.LOGITS], vocab, "logits")
@@ -259,6 +282,12 @@ def restore(
     if S.GRAMMAR in secs:
         state.grammar = _grammar(m, S.decode_json(secs[S.GRAMMAR], "grammar"))
     return state
+
+
+def _kv_bytes(model: Model, kv_dtype: str, n: int) -> int:
+    c = model.config
+    size = 2 if kv_dtype == "f16" else 4
+    return int(c["n_layer"]) * int(c["n_head_kv"]) * n * (int(c["dim_k"]) + int(c["dim_v"])) * size
 
 
 def _grammar(model: Model, d: dict[str, Any]) -> tuple[Grammar, GrammarMatcher]:
