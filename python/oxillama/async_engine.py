@@ -12,9 +12,9 @@ from ._mailbox import Mailbox
 from .async_session import AsyncSession
 from .completion import Completion
 from .engine import Engine, Message, Prompt
-from .grammar import constraint as _constraint
 from .errors import GenerateError, ParameterError
 from .grammar import Grammar
+from .grammar import constraint as _constraint
 from .model import Model
 from .sampling import SamplerConfig, build_sampler
 from .scheduler import Emit, Request, Scheduler

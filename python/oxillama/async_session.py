@@ -98,9 +98,7 @@ class AsyncSession:
             turn.tokens = self._engine.engine._check_tokens(prompt)
         return turn
 
-    def _submit(
-        self, turn: Turn, max_tokens: int, stop: Sequence[str], ignore_eos: bool
-    ) -> Any:
+    def _submit(self, turn: Turn, max_tokens: int, stop: Sequence[str], ignore_eos: bool) -> Any:
         if not isinstance(max_tokens, int) or max_tokens < 0:
             raise ParameterError(f"max_tokens must be a non-negative integer, got {max_tokens!r}")
         stops = [stop] if isinstance(stop, str) else list(stop)
@@ -211,7 +209,7 @@ class AsyncSession:
         async with self._lock:
             self._check_open()
             fut = self._engine.scheduler.call(lambda: bytes(capture(state)))
-            return await asyncio.wrap_future(fut)  # type: ignore[no-any-return]
+            return await asyncio.wrap_future(fut)
 
     async def snapshot(self, path: str | os.PathLike[str], *, durable: bool = True) -> None:
         """Writes the session to ``path`` as OXISNAP1, atomically (see

@@ -78,7 +78,9 @@ class Model:
             return self
 
     @classmethod
-    def from_bytes(cls, data: bytes | bytearray | memoryview, *, tokenizer_json: str | None = None) -> Model:
+    def from_bytes(
+        cls, data: bytes | bytearray | memoryview, *, tokenizer_json: str | None = None
+    ) -> Model:
         """A model from a GGUF image held in memory (``tokenizer_json`` is
         the text of a tokenizer.json that overrides the GGUF vocabulary).
         Not cached: there is no file to identify it by."""

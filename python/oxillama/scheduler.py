@@ -475,9 +475,7 @@ class Scheduler:
             for i, (s, _) in enumerate(advance):
                 s.logits = logits[i]
         prefilling = [
-            s
-            for s in batch
-            if (s.logits is None or s.session is None) and not s.cancelled
+            s for s in batch if (s.logits is None or s.session is None) and not s.cancelled
         ]
         if prefilling:
             # Requests not started yet first (a short request's first token

@@ -14,15 +14,12 @@ Needs ``pip install oxillama[server]`` (Starlette and uvicorn).
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
 import json
 import os
 import re
-import threading
 import time
 import uuid
-from collections.abc import AsyncIterator, Callable, Mapping
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -32,9 +29,8 @@ from starlette.responses import JSONResponse, PlainTextResponse, Response, Strea
 from starlette.routing import Route
 
 from .async_engine import AsyncEngine
+from .async_session import AsyncSession
 from .completion import Completion
-from .engine import Engine
-from .grammar import constraint as _constraint
 from .errors import GenerateError, GrammarError, OxiLlamaError, ParameterError
 from .sampling import SamplerConfig
 from .snapshot import SnapshotError
@@ -99,6 +95,9 @@ def _sampler(body: Mapping[str, Any]) -> SamplerConfig:
 
 _SESSION_ID = re.compile(r"[A-Za-z0-9_-]{1,64}")
 
+#: How a route runs one request: the whole completion, or its pieces.
+Turn = tuple[Callable[..., Awaitable[Completion]], Callable[..., AsyncIterator[str]]]
+
 
 class Server:
     def __init__(
@@ -107,9 +106,10 @@ class Server:
         self.engine = engine
         self.model_name = model_name
         self.sessions_dir = sessions_dir
-        #: Stateful sessions: id -> (engine, lock). A request naming a
-        #: session continues its context instead of starting a new one.
-        self.sessions: dict[str, tuple[Engine, asyncio.Lock]] = {}
+        #: Stateful sessions by id. A request naming a session continues its
+        #: context instead of starting a new one; its turns batch with every
+        #: other request and its KV stays in the shared pool between turns.
+        self.sessions: dict[str, AsyncSession] = {}
 
     def session_id(self, request: Request) -> str:
         sid = str(request.path_params["sid"])
@@ -117,12 +117,11 @@ class Server:
             raise ApiError(400, "session ids are 1-64 characters of A-Z a-z 0-9 _ -")
         return sid
 
-    def session(self, sid: str) -> tuple[Engine, asyncio.Lock]:
-        if sid not in self.sessions:
-            base = self.engine.engine
-            eng = Engine(base.model_path, context_size=base.n_ctx, threads=base.threads)
-            self.sessions[sid] = (eng, asyncio.Lock())
-        return self.sessions[sid]
+    def session(self, sid: str) -> AsyncSession:
+        sess = self.sessions.get(sid)
+        if sess is None or sess.closed:
+            sess = self.sessions[sid] = self.engine.session()
+        return sess
 
     def snapshot_path(self, sid: str) -> Path:
         if self.sessions_dir is None:
@@ -134,10 +133,9 @@ class Server:
         path = self.snapshot_path(sid)
         if sid not in self.sessions:
             raise ApiError(404, f"no session '{sid}' on this replica", kind="not_found_error")
-        eng, lock = self.sessions[sid]
-        async with lock:
-            await AsyncEngine.snapshot(eng, path)
-        return JSONResponse({"id": sid, "tokens": eng.n_past, "path": path.name})
+        sess = self.sessions[sid]
+        await sess.snapshot(path)
+        return JSONResponse({"id": sid, "tokens": sess.n_past, "path": path.name})
 
     async def restore(self, request: Request) -> Response:
         sid = self.session_id(request)
@@ -145,11 +143,14 @@ class Server:
         if not path.is_file():
             raise ApiError(404, f"no saved session '{sid}'", kind="not_found_error")
         try:
-            eng = await AsyncEngine.restore(path, threads=self.engine.engine.threads)
+            sess = await self.engine.restore_session(path)
         except SnapshotError as e:
             raise ApiError(400, f"cannot restore session '{sid}': {e}") from None
-        self.sessions[sid] = (eng, asyncio.Lock())
-        return JSONResponse({"id": sid, "tokens": eng.n_past})
+        old = self.sessions.get(sid)
+        self.sessions[sid] = sess
+        if old is not None:
+            await old.close()
+        return JSONResponse({"id": sid, "tokens": sess.n_past})
 
     async def body(self, request: Request) -> dict[str, Any]:
         try:
@@ -220,7 +221,7 @@ class Server:
         body: Mapping[str, Any],
         shape: Callable[[str, Completion | None, str | None], dict[str, Any]],
         final: Callable[[Completion], dict[str, Any]],
-        stateful: Callable[[Engine, int, dict[str, Any]], Completion],
+        stateful: Callable[[AsyncSession], Turn],
     ) -> Response:
         max_tokens = _field(body, "max_tokens", int, None)
         if max_tokens is None:
@@ -239,34 +240,29 @@ class Server:
             **self.constraint(body),
         }
         sid = _field(body, "session", str, None)
+        if sid is not None and not _SESSION_ID.fullmatch(sid):
+            raise ApiError(400, "session ids are 1-64 characters of A-Z a-z 0-9 _ -")
+        streaming = bool(_field(body, "stream", bool, False))
         if sid is not None:
-            if not _SESSION_ID.fullmatch(sid):
-                raise ApiError(400, "session ids are 1-64 characters of A-Z a-z 0-9 _ -")
+            # A session turn: the session appends what it has not seen.
+            generate, stream = stateful(self.session(sid))
+        else:
+
+            def generate(n: int, **kw: Any) -> Awaitable[Completion]:
+                return self.engine.generate(tokens, n, **kw)
+
+            def stream(n: int, **kw: Any) -> AsyncIterator[str]:
+                return self.engine.stream(tokens, n, **kw)
+
+        if not streaming:
             try:
-                # Compile now, so a bad grammar is a 400 even when streaming.
-                grammar = _constraint(kwargs.pop("grammar", None), kwargs.pop("json_schema", None))
-            except GrammarError as e:
-                raise ApiError(400, str(e), param="grammar") from None
-            kwargs["grammar"] = grammar
-            eng, lock = self.session(sid)
-            if _field(body, "stream", bool, False):
-                return StreamingResponse(
-                    self.session_events(eng, lock, stateful, max_tokens, kwargs, shape),
-                    media_type="text/event-stream",
-                )
-            async with lock:
-                loop = asyncio.get_running_loop()
-                out = await loop.run_in_executor(None, lambda: stateful(eng, max_tokens, kwargs))
-            return JSONResponse(final(out))
-        if not _field(body, "stream", bool, False):
-            try:
-                out = await self.engine.generate(tokens, max_tokens, **kwargs)
+                out = await generate(max_tokens, **kwargs)
             except GrammarError as e:
                 raise ApiError(400, str(e), param="grammar") from None
             return JSONResponse(final(out))
         result: list[Completion] = []
         try:
-            pieces = self.engine.stream(tokens, max_tokens, result=result, **kwargs)
+            pieces = stream(max_tokens, result=result, **kwargs)
             first = await anext(pieces, None)
         except GrammarError as e:
             raise ApiError(400, str(e), param="grammar") from None
@@ -283,59 +279,9 @@ class Server:
                 yield _sse(shape("", done, done.finish_reason if done else "stop"))
                 yield b"data: [DONE]\n\n"
             finally:
-                await pieces.aclose()
+                await pieces.aclose()  # type: ignore[attr-defined]
 
         return StreamingResponse(events(), media_type="text/event-stream")
-
-    async def session_events(
-        self,
-        eng: Engine,
-        lock: asyncio.Lock,
-        stateful: Callable[[Engine, int, dict[str, Any]], Completion],
-        max_tokens: int,
-        kwargs: dict[str, Any],
-        shape: Callable[[str, Completion | None, str | None], dict[str, Any]],
-    ) -> AsyncIterator[bytes]:
-        """SSE events of a stateful session's generation, which runs in a
-        worker thread; a client that goes away stops it at the next token."""
-        loop = asyncio.get_running_loop()
-        queue: asyncio.Queue[str] = asyncio.Queue()
-        gone = threading.Event()
-
-        def on_token(_tok: int, piece: str) -> bool:
-            if piece:
-                loop.call_soon_threadsafe(queue.put_nowait, piece)
-            return not gone.is_set()
-
-        async with lock:
-            fut = loop.run_in_executor(
-                None, lambda: stateful(eng, max_tokens, {**kwargs, "on_token": on_token})
-            )
-            sent: list[str] = []
-            try:
-                while True:
-                    get: asyncio.Future[Any] = asyncio.ensure_future(queue.get())
-                    waiting: set[asyncio.Future[Any]] = {get, fut}
-                    done, _ = await asyncio.wait(waiting, return_when=asyncio.FIRST_COMPLETED)
-                    if get in done:
-                        sent.append(get.result())
-                        yield _sse(shape(sent[-1], None, None))
-                        continue
-                    get.cancel()
-                    while not queue.empty():
-                        sent.append(queue.get_nowait())
-                        yield _sse(shape(sent[-1], None, None))
-                    out = fut.result()
-                    tail = out.text[len("".join(sent)) :]
-                    if tail:
-                        yield _sse(shape(tail, None, None))
-                    yield _sse(shape("", out, out.finish_reason))
-                    yield b"data: [DONE]\n\n"
-                    return
-            finally:
-                gone.set()
-                with contextlib.suppress(BaseException):
-                    await fut
 
     # ------------------------------------------------------------ routes
 
@@ -361,11 +307,14 @@ class Server:
             return d
 
         prompt = body["prompt"]
+        # A session appends the prompt to its context (BOS only at the start).
+        p = prompt[0] if isinstance(prompt, list) and len(prompt) == 1 else prompt
 
-        def stateful(eng: Engine, n: int, kw: dict[str, Any]) -> Completion:
-            # A session appends the prompt to its context (BOS only at the start).
-            p = prompt[0] if isinstance(prompt, list) and len(prompt) == 1 else prompt
-            return eng.generate(p, n, **kw)
+        def stateful(sess: AsyncSession) -> Turn:
+            return (
+                lambda n, **kw: sess.generate(p, n, **kw),
+                lambda n, **kw: sess.stream(p, n, **kw),
+            )
 
         return await self.run(request, tokens, body, shape, final, stateful)
 
@@ -413,9 +362,12 @@ class Server:
                 "usage": _usage(len(tokens), out),
             }
 
-        def stateful(eng: Engine, n: int, kw: dict[str, Any]) -> Completion:
+        def stateful(sess: AsyncSession) -> Turn:
             # Only the turns the session has not seen are evaluated.
-            return eng.chat(messages, n, **kw)
+            return (
+                lambda n, **kw: sess.chat(messages, n, **kw),
+                lambda n, **kw: sess.chat_stream(messages, n, **kw),
+            )
 
         return await self.run(request, tokens, body, shape, final, stateful)
 

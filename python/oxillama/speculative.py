@@ -46,9 +46,9 @@ from ._native import GrammarMatcher
 from ._text import TextAssembler
 from .completion import Completion, FinishReason, Timings
 from .engine import Engine, Prompt
-from .grammar import constraint as _constraint
 from .errors import GenerateError, OxiLlamaError, ParameterError
 from .grammar import Grammar
+from .grammar import constraint as _constraint
 from .sampling import SamplerConfig
 
 __all__ = ["SpeculativeEngine", "SpeculativeStats"]

@@ -33,6 +33,7 @@ class _HoldsState(Protocol):
 def _state(source: SessionState | _HoldsState) -> SessionState:
     return source if isinstance(source, SessionState) else source._view_state()
 
+
 __all__ = [
     "Fingerprint",
     "ModelMismatchError",
@@ -89,9 +90,7 @@ def _engine(state: SessionState) -> Engine:
     return Engine.from_state(state)
 
 
-def read_state(
-    path: str | os.PathLike[str], **kwargs: object
-) -> SessionState:
+def read_state(path: str | os.PathLike[str], **kwargs: object) -> SessionState:
     """The session saved at ``path`` (see :func:`~.session.restore` for
     ``kwargs``), read through a mapping of the file."""
     # Mapped, not read: the checksum and the KV import then read the page

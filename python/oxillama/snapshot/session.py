@@ -234,7 +234,9 @@ def restore(
     sampler_state = S.decode_sampler_state(secs[S.SAMPLER_STATE])
     try:
         config = SamplerConfig.from_dict(S.decode_json(secs[S.SAMPLER_CONFIG], "sampler_config"))
-        n_ctx = context_size if context_size is not None else _int(eng, "context_size", "meta.engine")
+        n_ctx = (
+            context_size if context_size is not None else _int(eng, "context_size", "meta.engine")
+        )
         kv = make_kv(
             m,
             n_ctx,
