@@ -374,6 +374,7 @@ class Scheduler:
             "kv_pages_free": pool.free_pages,
             "kv_pages_used": pool.n_pages - pool.free_pages,
             "kv_page_tokens": PAGE,
+            "kv_page_bytes": self._page_bytes,
             "sessions": len(convs),
             "sessions_hibernated": sum(1 for c in convs if c.state.swapped is not None),
             "session_turns": m.session_turns,
@@ -545,6 +546,8 @@ class Scheduler:
 
     def _holds_pages(self, s: Request) -> bool:
         kv = s.session
+        if kv is None and s.conv is not None and s.conv.state.swapped is None:
+            kv = s.conv.state.kv  # a turn not started yet: its session's pages
         return kv is not None and kv.in_pool(self._pool) and kv.pages_held > 0
 
     def _make_room(self, batch: list[Request], decoding: list[Request]) -> None:

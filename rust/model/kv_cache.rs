@@ -6,9 +6,8 @@
 //! scheduler gives all its sequences one shared pool, so memory follows the
 //! tokens actually held, and sequences with a common prefix can hold the
 //! same pages (copied on the first write after the fork). Pool memory is
-//! zero-allocated, so the OS commits it only as pages are first written.
+//! an anonymous mapping, so the OS commits it only as pages are written.
 
-use std::alloc::{alloc_zeroed, Layout};
 use std::sync::Arc;
 
 use super::kv_pool::{KvPool, Rows, RowsMut, Side, PAGE};
@@ -72,30 +71,6 @@ fn write_f32(src: &[f32], out: &mut [u8]) {
     for (x, o) in src.iter().zip(out.chunks_exact_mut(4)) {
         o.copy_from_slice(&x.to_le_bytes());
     }
-}
-
-/// A zero-filled vector from `alloc_zeroed`: large requests come straight
-/// from fresh zero pages that the OS commits only when first written, so an
-/// unused context costs no resident memory. Failure is an error, not an abort.
-pub(super) fn zeroed_vec<T: Copy>(n: usize) -> Result<Vec<T>> {
-    if n == 0 {
-        return Ok(Vec::new());
-    }
-    let layout = Layout::array::<T>(n).map_err(|_| oom(usize::MAX))?;
-    // SAFETY: the layout has non-zero size (n > 0 and T is u16 or f32).
-    let ptr = unsafe { alloc_zeroed(layout) };
-    if ptr.is_null() {
-        return Err(oom(layout.size()));
-    }
-    // SAFETY: `ptr` was allocated by the global allocator with the layout of
-    // exactly `n` T's, and all-zero bits are a valid u16 / f32 (0.0).
-    Ok(unsafe { Vec::from_raw_parts(ptr.cast::<T>(), n, n) })
-}
-
-fn oom(bytes: usize) -> Error {
-    Error::invalid(format!(
-        "cannot allocate {bytes} bytes for the KV cache; use a smaller context_size"
-    ))
 }
 
 /// A read view of one KV head's rows for positions `0..n` of a sequence.
@@ -178,8 +153,7 @@ impl KvCache {
             n_head_kv,
             dim_k,
             dim_v,
-        )
-        .map_err(|_| oom(usize::MAX))?;
+        )?;
         Ok(Self::with_pool(Arc::new(pool), n_ctx))
     }
 

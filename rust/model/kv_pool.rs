@@ -18,7 +18,9 @@
 
 use std::sync::Mutex;
 
-use super::kv_cache::{zeroed_vec, KvDtype};
+use memmap2::MmapMut;
+
+use super::kv_cache::KvDtype;
 use crate::ops::vec::f32_to_f16_bits;
 use crate::{Error, Result};
 
@@ -32,34 +34,48 @@ pub enum Side {
     V,
 }
 
-/// One layer's page memory (either side), owned here and addressed through
-/// a pointer taken once: the vector is never resized or borrowed again.
-enum Store {
-    F16(Vec<u16>, *mut u16),
-    F32(Vec<f32>, *mut f32),
+/// One layer's page memory (either side): an anonymous mapping, so the OS
+/// commits a page of it only when it is first written (a pool sized for
+/// many contexts costs the memory of the positions actually used, and an
+/// engine's private pool costs nothing until it evaluates). The heap would
+/// not promise that: a recycled `calloc` block is zeroed by hand, which
+/// touches all of it. The pointer is taken once; the mapping never moves.
+struct Store {
+    _map: MmapMut,
+    data: Data,
+    len: usize,
+}
+
+#[derive(Clone, Copy)]
+enum Data {
+    F16(*mut u16),
+    F32(*mut f32),
 }
 
 impl Store {
     fn new(dtype: KvDtype, n: usize) -> Result<Self> {
-        Ok(match dtype {
-            KvDtype::F16 => {
-                let mut v = zeroed_vec::<u16>(n)?;
-                let p = v.as_mut_ptr();
-                Store::F16(v, p)
-            }
-            KvDtype::F32 => {
-                let mut v = zeroed_vec::<f32>(n)?;
-                let p = v.as_mut_ptr();
-                Store::F32(v, p)
-            }
+        let bytes = n
+            .checked_mul(dtype.size())
+            .ok_or_else(|| Error::invalid("a KV pool of this size does not fit in memory"))?;
+        let mut map = MmapMut::map_anon(bytes.max(1)).map_err(|e| {
+            Error::invalid(format!(
+                "cannot reserve {bytes} bytes for the KV cache ({e}); use a smaller context_size"
+            ))
+        })?;
+        let p = map.as_mut_ptr();
+        let data = match dtype {
+            KvDtype::F16 => Data::F16(p.cast::<u16>()),
+            KvDtype::F32 => Data::F32(p.cast::<f32>()),
+        };
+        Ok(Store {
+            _map: map,
+            data,
+            len: n,
         })
     }
 
     fn len(&self) -> usize {
-        match self {
-            Store::F16(v, _) => v.len(),
-            Store::F32(v, _) => v.len(),
-        }
+        self.len
     }
 }
 
@@ -87,8 +103,8 @@ pub struct KvPool {
     counts: Mutex<Counts>,
 }
 
-// SAFETY: the raw pointers in `Store` point into vectors this pool owns for
-// its whole life; concurrent access to page contents follows the ownership
+// SAFETY: the raw pointers in `Store` point into mappings this pool owns
+// for its whole life; concurrent access to page contents follows the ownership
 // protocol in the module comment (writers hold a page alone), and the
 // bookkeeping is behind a mutex.
 unsafe impl Sync for KvPool {}
@@ -261,12 +277,12 @@ impl KvPool {
         slot1: usize,
     ) -> Rows<'_> {
         let (at, n) = self.span(side, page, head, slot0, slot1);
-        match self.store(layer, side) {
+        match self.store(layer, side).data {
             // SAFETY: in bounds (`span` checks); no concurrent writer per
             // the caller's contract.
-            Store::F16(_, p) => Rows::F16(unsafe { std::slice::from_raw_parts(p.add(at), n) }),
+            Data::F16(p) => Rows::F16(unsafe { std::slice::from_raw_parts(p.add(at), n) }),
             // SAFETY: as above.
-            Store::F32(_, p) => Rows::F32(unsafe { std::slice::from_raw_parts(p.add(at), n) }),
+            Data::F32(p) => Rows::F32(unsafe { std::slice::from_raw_parts(p.add(at), n) }),
         }
     }
 
@@ -285,15 +301,11 @@ impl KvPool {
         slot1: usize,
     ) -> RowsMut<'_> {
         let (at, n) = self.span(side, page, head, slot0, slot1);
-        match self.store(layer, side) {
+        match self.store(layer, side).data {
             // SAFETY: in bounds (`span` checks); exclusive per the contract.
-            Store::F16(_, p) => {
-                RowsMut::F16(unsafe { std::slice::from_raw_parts_mut(p.add(at), n) })
-            }
+            Data::F16(p) => RowsMut::F16(unsafe { std::slice::from_raw_parts_mut(p.add(at), n) }),
             // SAFETY: as above.
-            Store::F32(_, p) => {
-                RowsMut::F32(unsafe { std::slice::from_raw_parts_mut(p.add(at), n) })
-            }
+            Data::F32(p) => RowsMut::F32(unsafe { std::slice::from_raw_parts_mut(p.add(at), n) }),
         }
     }
 

@@ -1,0 +1,326 @@
+"""Sessions on shared weights (issue 24), on the real SmolLM2.
+
+One model per process; an `AsyncSession` continues exactly as one
+uninterrupted synchronous `Engine` would — through turns batched with other
+requests, through a snapshot restored into the scheduler, and after adopting
+a synchronous engine halfway — for a greedy, a DRY-sampled and a
+grammar-constrained conversation. Idle sessions hibernate under pressure
+and come back exactly; the server's sessions cost their KV pages."""
+
+from __future__ import annotations
+
+import asyncio
+import gc
+import json
+import shutil
+import subprocess
+import sys
+import urllib.request
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from oxillama import AsyncEngine, AsyncSession, Engine, Grammar, Model, SamplerConfig
+from oxillama.errors import GenerateError
+from oxillama.snapshot import ModelMismatchError, SnapshotFormatError
+from tests._serve import serving
+
+CTX = 512
+N = 12  # tokens per turn
+
+GBNF = r"""root ::= item+
+item ::= "- " [a-z]+ (" " [a-z]+)? "\n"
+"""
+
+CASES: dict[str, tuple[SamplerConfig, str | None, list[str]]] = {
+    "greedy": (
+        SamplerConfig.greedy(),
+        None,
+        ["The three primary colors are", " Now name three animals:", " And three rivers:"],
+    ),
+    "dry": (
+        SamplerConfig(temperature=0.9, seed=11, top_k=40, dry_multiplier=0.8),
+        None,
+        ["Write a short story about a cat.", " Then the cat met a dog.", " The end came"],
+    ),
+    # Turns 2 and 3 continue the constrained text with an empty prompt: the
+    # live matcher carries over (and through snapshots and adoption).
+    "grammar": (
+        SamplerConfig(temperature=0.7, seed=5),
+        GBNF,
+        ["A shopping list of fruits:\n", "", ""],
+    ),
+}
+
+OTHERS = ["Once upon a time", "def fibonacci(n):", "In 1969, astronauts"]
+
+
+def rss() -> int:
+    with open("/proc/self/statm") as f:
+        return int(f.read().split()[1]) * 4096
+
+
+def _grammar(g: str | None) -> Grammar | None:
+    return None if g is None else Grammar(g)
+
+
+def reference(model: Model, case: str) -> list[list[int]]:
+    """The tokens of each turn from one uninterrupted synchronous engine."""
+    sampler, g, turns = CASES[case]
+    e = Engine(model, context_size=CTX, threads=2, sampler=sampler)
+    return [e.generate(t, N, grammar=_grammar(g)).tokens for t in turns]
+
+
+@pytest.fixture(scope="module")
+def model(model_path: Path) -> Model:
+    return Model(model_path)
+
+
+@pytest.fixture(scope="module")
+def aengine(model: Model) -> Iterator[AsyncEngine]:
+    e = AsyncEngine(model, context_size=CTX, threads=2, max_batch=8, prefill_chunk=32)
+    yield e
+    asyncio.run(e.close())
+
+
+@pytest.fixture(scope="module")
+def refs(model: Model) -> dict[str, list[list[int]]]:
+    return {case: reference(model, case) for case in CASES}
+
+
+def test_a_second_engine_on_the_same_file_loads_nothing(model_path: Path) -> None:
+    # A fresh process: this one already holds the model.
+    code = f"""
+import json, time
+from oxillama import Engine
+def rss():
+    return int(open("/proc/self/statm").read().split()[1]) * 4096
+r0, t0 = rss(), time.perf_counter()
+a = Engine({str(model_path)!r}, context_size=1024, threads=2)
+t1, r1 = time.perf_counter(), rss()
+b = Engine({str(model_path)!r}, context_size=1024, threads=2)
+t2, r2 = time.perf_counter(), rss()
+print(json.dumps({{"first_s": t1 - t0, "first_rss": r1 - r0, "second_s": t2 - t1,
+                  "second_rss": r2 - r1, "same": a.model is b.model}}))
+"""
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    m = json.loads(out.stdout)
+    print(
+        f"first Engine: {m['first_s'] * 1e3:.1f} ms, +{m['first_rss'] / 2**20:.1f} MiB RSS; "
+        f"second: {m['second_s'] * 1e3:.2f} ms, +{m['second_rss'] / 2**20:.2f} MiB RSS"
+    )
+    assert m["same"]
+    assert m["second_s"] < 0.05 * m["first_s"]
+    assert m["second_rss"] < 0.05 * m["first_rss"]
+
+
+def test_model_cache_is_keyed_by_the_file_and_held_weakly(model_path: Path, tmp_path: Path) -> None:
+    a = Model(model_path)
+    assert Model(str(model_path)) is a
+    assert Engine(a, context_size=16).model is a
+    copy = tmp_path / "copy.gguf"
+    shutil.copyfile(model_path, copy)
+    other = Model(copy)
+    assert other is not a  # another file (inode), another model
+    assert other.fingerprint().matches(a.fingerprint())
+    import weakref
+
+    ref = weakref.ref(other)
+    del other
+    gc.collect()
+    assert ref() is None  # nothing holds it: the weights are gone
+
+
+@pytest.mark.parametrize("case", list(CASES))
+def test_turns_batch_with_other_requests_and_match_a_lone_engine(
+    aengine: AsyncEngine, refs: dict[str, list[list[int]]], case: str
+) -> None:
+    sampler, g, turns = CASES[case]
+
+    async def main() -> list[list[int]]:
+        s = aengine.session(sampler=sampler)
+        others = [
+            asyncio.create_task(aengine.generate(p, 80, ignore_eos=True, sampler=sampler))
+            for p in OTHERS
+        ]
+        got = [(await s.generate(t, N, grammar=_grammar(g))).tokens for t in turns]
+        assert s.n_past == len(s.tokens) and s.n_past > 0
+        await asyncio.gather(*others)
+        await s.close()
+        return got
+
+    before = aengine.metrics()
+    got = asyncio.run(main())
+    after = aengine.metrics()
+    assert got == refs[case]
+    turns_run = after["session_turns"] - before["session_turns"]
+    session_rows = after["session_decode_tokens"] - before["session_decode_tokens"]
+    mixed = after["mixed_decode_steps"] - before["mixed_decode_steps"]
+    print(f"{case}: {turns_run} turns, {session_rows} session decode rows, {mixed} mixed steps")
+    assert turns_run == 3
+    # Every session token after each turn's first was decoded in a forward
+    # pass shared with the other requests.
+    assert session_rows >= sum(len(t) for t in got) - 3
+    assert mixed >= session_rows * 0.9
+    assert after["sessions"] == before["sessions"]  # closed: its pages are back
+
+
+@pytest.mark.parametrize("case", list(CASES))
+def test_restore_session_continues_a_sync_engines_snapshot(
+    model: Model, aengine: AsyncEngine, refs: dict[str, list[list[int]]], case: str, tmp_path: Path
+) -> None:
+    sampler, g, turns = CASES[case]
+    e = Engine(model, context_size=CTX, threads=2, sampler=sampler)
+    assert e.generate(turns[0], N, grammar=_grammar(g)).tokens == refs[case][0]
+    blob = e.snapshot_bytes()
+    e.snapshot(tmp_path / "s.oxisnap")
+
+    async def main() -> tuple[list[list[int]], list[list[int]]]:
+        from_bytes = await aengine.restore_session(blob)
+        from_file = await aengine.restore_session(tmp_path / "s.oxisnap")
+        a = [(await from_bytes.generate(t, N, grammar=_grammar(g))).tokens for t in turns[1:]]
+        b = [(await from_file.generate(t, N, grammar=_grammar(g))).tokens for t in turns[1:]]
+        return a, b
+
+    a, b = asyncio.run(main())
+    assert a == refs[case][1:]
+    assert b == refs[case][1:]
+
+
+@pytest.mark.parametrize("case", list(CASES))
+def test_a_sessions_snapshot_is_an_ordinary_oxisnap1(
+    model: Model, aengine: AsyncEngine, refs: dict[str, list[list[int]]], case: str, tmp_path: Path
+) -> None:
+    sampler, g, turns = CASES[case]
+    path = tmp_path / "s.oxisnap"
+
+    async def main() -> list[list[int]]:
+        s = aengine.session(sampler=sampler)
+        got = [(await s.generate(t, N, grammar=_grammar(g))).tokens for t in turns[:2]]
+        await s.snapshot(path)
+        return got
+
+    got = asyncio.run(main())
+    assert got == refs[case][:2]
+    e = Engine.restore(path)
+    assert e.model is model  # the process's copy: nothing loaded
+    assert e.generate(turns[2], N, grammar=_grammar(g)).tokens == refs[case][2]
+
+
+@pytest.mark.parametrize("case", list(CASES))
+def test_adopt_takes_a_sync_engine_halfway(
+    model: Model, aengine: AsyncEngine, refs: dict[str, list[list[int]]], case: str
+) -> None:
+    sampler, g, turns = CASES[case]
+    e = Engine(model, context_size=CTX, threads=2, sampler=sampler)
+    assert e.generate(turns[0], N, grammar=_grammar(g)).tokens == refs[case][0]
+    n = e.n_past
+
+    async def main() -> tuple[AsyncSession, list[list[int]], int]:
+        used = aengine.metrics()["kv_pages_used"]
+        s = await aengine.adopt(e)
+        moved = aengine.metrics()["kv_pages_used"] - used
+        got = [(await s.generate(t, N, grammar=_grammar(g))).tokens for t in turns[1:]]
+        return s, got, moved
+
+    s, got, moved = asyncio.run(main())
+    assert got == refs[case][1:]
+    # Same model, same KV dtype: the session kept its pages (no copy).
+    assert moved == 0 and not s._conv.pooled
+    assert e.n_past == 0 and e.tokens == []  # moved out, not shared
+    assert s.tokens[:n] != [] and len(s.tokens) == s.n_past
+
+
+def test_idle_sessions_hibernate_under_pressure_and_come_back_exactly(model: Model) -> None:
+    sampler = SamplerConfig(temperature=0.8, seed=3, dry_multiplier=0.5)
+    texts = [f"Story number {i}: " + "the river ran on and on, " * 10 for i in range(6)]
+
+    def lone(text: str) -> list[list[int]]:
+        e = Engine(model, context_size=256, threads=2, sampler=sampler)
+        return [e.generate(text, 16).tokens, e.generate(" And then", 16).tokens]
+
+    want = [lone(t) for t in texts]
+    # 24 pages of 16 positions: room for three of these sessions at a time.
+    ae = AsyncEngine(model, context_size=256, threads=2, kv_pages=24, prefix_cache_bytes=0)
+
+    async def main() -> list[list[list[int]]]:
+        sessions = [ae.session(sampler=sampler) for _ in texts]
+        first = await asyncio.gather(
+            *(s.generate(t, 16) for s, t in zip(sessions, texts, strict=True))
+        )
+        second = await asyncio.gather(*(s.generate(" And then", 16) for s in sessions))
+        return [[a.tokens, b.tokens] for a, b in zip(first, second, strict=True)]
+
+    try:
+        got = asyncio.run(main())
+        m = ae.metrics()
+    finally:
+        asyncio.run(ae.close())
+    print({k: m[k] for k in ("session_hibernations", "session_wakes", "session_swaps")})
+    assert got == want
+    assert m["session_hibernations"] > 0 and m["session_wakes"] > 0
+
+
+def test_session_errors_are_typed_and_lose_nothing(
+    aengine: AsyncEngine, model_path: Path, tmp_path: Path
+) -> None:
+    async def main() -> None:
+        s = aengine.session(sampler=SamplerConfig.greedy())
+        with pytest.raises(GenerateError, match="nothing to continue"):
+            await s.generate("", 4)
+        await s.generate("Hello there", 4)
+        held = s.tokens
+        with pytest.raises(GenerateError, match="does not fit"):
+            await s.generate(list(range(100, 100 + CTX)), 4)
+        assert s.tokens == held and s.n_past == len(held)  # nothing lost
+        with pytest.raises(SnapshotFormatError):
+            await aengine.restore_session(b"OXISNAP1 but not really")
+        await s.close()
+        with pytest.raises(GenerateError, match="closed"):
+            await s.generate("more", 4)
+
+    asyncio.run(main())
+
+    # A snapshot of another model file (same bytes plus a tail) is refused.
+    other = tmp_path / "other.gguf"
+    shutil.copyfile(model_path, other)
+    with other.open("ab") as f:
+        f.write(b"\0" * 64)
+    e = Engine(other, context_size=64, threads=1)
+    e.eval(e.tokenize("Hi"))
+
+    async def mismatch() -> None:
+        with pytest.raises(ModelMismatchError):
+            await aengine.restore_session(e.snapshot_bytes())
+
+    asyncio.run(mismatch())
+
+
+def test_server_sessions_cost_their_kv_pages(model: Model) -> None:
+    ae = AsyncEngine(model, context_size=1024, threads=2, max_batch=8)
+
+    def post(url: str, body: dict[str, Any]) -> dict[str, Any]:
+        req = urllib.request.Request(
+            url, json.dumps(body).encode(), {"Content-Type": "application/json"}
+        )
+        with urllib.request.urlopen(req, timeout=60) as r:
+            out: dict[str, Any] = json.loads(r.read())
+            return out
+
+    with serving(ae, "smol") as url:
+        turn = {"prompt": "Hello, my name is", "max_tokens": 4, "temperature": 0}
+        post(url + "/v1/completions", {**turn, "session": "warm"})
+        gc.collect()
+        before, used0 = rss(), ae.metrics()["kv_pages_used"]
+        for i in range(40):
+            out = post(url + "/v1/completions", {**turn, "session": f"s{i}"})
+            assert out["choices"][0]["text"]
+        gc.collect()
+        m = ae.metrics()
+        grown = rss() - before
+        kv = (m["kv_pages_used"] - used0) * m["kv_page_bytes"]
+    print(f"40 sessions: RSS +{grown / 2**20:.1f} MiB, KV held {kv / 2**20:.1f} MiB")
+    assert m["sessions"] >= 40
+    assert grown < kv + (64 << 20)
