@@ -23,7 +23,7 @@ from typing import Any
 import pytest
 
 from oxillama import AsyncEngine, AsyncSession, Engine, Grammar, Model, SamplerConfig
-from oxillama.errors import GenerateError
+from oxillama.errors import GenerateError, ParameterError
 from oxillama.snapshot import ModelMismatchError, SnapshotFormatError
 from tests._serve import serving
 
@@ -324,3 +324,41 @@ def test_server_sessions_cost_their_kv_pages(model: Model) -> None:
     print(f"40 sessions: RSS +{grown / 2**20:.1f} MiB, KV held {kv / 2**20:.1f} MiB")
     assert m["sessions"] >= 40
     assert grown < kv + (64 << 20)
+
+
+def test_snapshot_into_a_buffer_and_load_snapshot_in_place(model: Model, tmp_path: Path) -> None:
+    sampler = SamplerConfig(temperature=0.8, seed=9, dry_multiplier=0.5)
+    a = Engine(model, context_size=CTX, threads=2, sampler=sampler)
+    a.generate("The weather today", 10)
+    n = a.snapshot_size()
+    buf = bytearray(n + 100)  # larger than needed, as llama_state_get_data allows
+    assert a.snapshot_into(buf) == n
+    a.snapshot(tmp_path / "a.oxisnap")
+    assert (tmp_path / "a.oxisnap").stat().st_size == n
+    want = a.generate(" and tomorrow", 10).tokens
+
+    b = Engine(model, context_size=CTX, threads=2)
+    b.generate("Something else entirely", 5)
+    own = b._session
+    b.load_snapshot(memoryview(buf)[:n])
+    assert b._session is own  # same context size and dtype: its own memory
+    assert b.generate(" and tomorrow", 10).tokens == want
+
+    # A different context size gets a new context; a path works too.
+    c = Engine(model, context_size=64, threads=1)
+    c.load_snapshot(tmp_path / "a.oxisnap")
+    assert c.n_ctx == CTX and c.threads == 1
+    assert c.generate(" and tomorrow", 10).tokens == want
+
+    # Bad input: a typed error, and the engine is unchanged.
+    held = b.tokens
+    bad = bytearray(buf[:n])
+    bad[-1] ^= 1
+    with pytest.raises(SnapshotFormatError):
+        b.load_snapshot(bytes(bad))
+    assert b.tokens == held and b.n_past == len(held)
+    assert b.generate(" more", 3).tokens  # and still usable
+    with pytest.raises(ParameterError, match="needs"):
+        a.snapshot_into(bytearray(10))
+    with pytest.raises(ParameterError, match="writable"):
+        a.snapshot_into(b"x" * (2 * n))

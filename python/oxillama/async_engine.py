@@ -144,6 +144,11 @@ class AsyncEngine:
         same = engine.model is self.model and engine._session.kv_dtype == self._kv_dtype
         if not same:
             self._check_same_file(engine)
+            if engine.n_past > self._engine.n_ctx:
+                raise ParameterError(
+                    f"adopt: the engine holds {engine.n_past} tokens, more than this "
+                    f"engine's context of {self._engine.n_ctx}"
+                )
         state = engine.export_state()
         state.model = self.model
         if same:

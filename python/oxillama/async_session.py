@@ -203,12 +203,12 @@ class AsyncSession:
 
     async def snapshot_bytes(self) -> bytes:
         """The session as OXISNAP1 bytes (taken between turns)."""
-        from .snapshot.session import capture
+        from .snapshot.session import capture_bytes
 
         state = self._conv.state
         async with self._lock:
             self._check_open()
-            fut = self._engine.scheduler.call(lambda: bytes(capture(state)))
+            fut = self._engine.scheduler.call(lambda: capture_bytes(state))
             return await asyncio.wrap_future(fut)
 
     async def snapshot(self, path: str | os.PathLike[str], *, durable: bool = True) -> None:

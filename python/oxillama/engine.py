@@ -549,6 +549,53 @@ class Engine:
 
         return snapshot.dumps(self._view_state())
 
+    def snapshot_size(self) -> int:
+        """Bytes :meth:`snapshot_into` writes for the session as it is now
+        (``llama_state_get_size``)."""
+        from .snapshot.session import snapshot_size
+
+        return snapshot_size(self._view_state())
+
+    def snapshot_into(self, buffer: bytearray | memoryview | Any) -> int:
+        """Writes the session as OXISNAP1 into the start of a writable
+        buffer of at least :meth:`snapshot_size` bytes and returns the bytes
+        written (``llama_state_get_data``): with a buffer reused across
+        saves, nothing is allocated."""
+        from .snapshot.session import capture_into
+
+        return capture_into(self._view_state(), buffer)
+
+    def load_snapshot(
+        self, source: str | os.PathLike[str] | bytes | bytearray | memoryview
+    ) -> None:
+        """Replaces this engine's session with the OXISNAP1 snapshot at
+        ``source`` (a path or the bytes), in place, as
+        ``llama_state_set_data`` does for a loaded context: the snapshot
+        must be of this engine's model (fingerprint checked), and its KV
+        goes into this engine's own memory when the context size and KV
+        dtype match (a new context otherwise). The engine keeps its thread
+        count. On any error the engine is unchanged."""
+        from . import snapshot
+        from .snapshot import session
+
+        live = self._session
+
+        def into_self(model: Model, n_ctx: int, threads: int | None, kv_dtype: str) -> Any:
+            if n_ctx == live.n_ctx and kv_dtype == live.kv_dtype:
+                return live
+            return _native.Session(model.native, n_ctx, live.threads, kv_dtype)
+
+        kw: dict[str, Any] = {"model": self.model, "make_kv": into_self}
+        if isinstance(source, (bytes, bytearray, memoryview)):
+            state = session.restore(source, **kw)
+        else:
+            state = snapshot.read_state(source, **kw)
+        self._session = state.kv
+        self._tokens = state.tokens
+        self._logits, self._hidden = state.logits, state.hidden
+        self._grammar = state.grammar
+        self._sampler, self._sampler_config = state.sampler, state.sampler_config
+
     @classmethod
     def restore(
         cls,

@@ -253,9 +253,11 @@ class Scheduler:
         self, model: Any, n_ctx: int, threads: int | None, kv_dtype: str
     ) -> _native.Session:
         """A native session drawing its pages from this scheduler's pool (no
-        pages are taken until it evaluates or imports)."""
+        pages are taken until it evaluates or imports), of at most the
+        scheduler's context size (the pool is sized in those)."""
         if model.native is not self._model:
             raise ParameterError("this session's model is not the scheduler's model")
+        n_ctx = min(n_ctx, self._n_ctx)
         kv = _native.Session(self._model, n_ctx, self._threads, kv_dtype, pool=self._pool)
         kv.prefill_chunk = self.prefill_chunk
         return kv

@@ -398,5 +398,6 @@ pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(physical_core_count, m)?)?;
     m.add_function(wrap_pyfunction!(blake3_digest, m)?)?;
     m.add_function(wrap_pyfunction!(write_hashed, m)?)?;
+    m.add_function(wrap_pyfunction!(super::buffer::filled_bytes, m)?)?;
     Ok(())
 }

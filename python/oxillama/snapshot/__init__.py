@@ -20,7 +20,7 @@ from ..session_state import SessionState
 from .errors import ModelMismatchError, SnapshotError, SnapshotFormatError
 from .fingerprint import Fingerprint, fingerprint
 from .info import SnapshotInfo, info
-from .session import capture, restore, write_atomic, writers
+from .session import capture_bytes, restore, write_atomic, writers
 
 if TYPE_CHECKING:
     from ..engine import Engine
@@ -51,7 +51,7 @@ __all__ = [
 
 def dumps(engine: Engine | SessionState) -> bytes:
     """The engine's session as bytes."""
-    return bytes(capture(_state(engine)))
+    return capture_bytes(_state(engine))
 
 
 def dump(

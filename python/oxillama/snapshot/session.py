@@ -18,7 +18,7 @@ from typing import Any
 
 from .. import _native
 from .._native import GrammarMatcher, __version__
-from ..errors import OxiLlamaError
+from ..errors import OxiLlamaError, ParameterError
 from ..grammar import Grammar
 from ..model import Model
 from ..sampling import SamplerConfig, build_sampler
@@ -43,6 +43,39 @@ def capture(state: SessionState) -> bytearray:
     out = encode_into(writers(state))
     assert isinstance(out, bytearray)
     return out
+
+
+def capture_bytes(state: SessionState) -> bytes:
+    """:func:`capture` as an immutable ``bytes``, written in place (one
+    allocation, one pass; see ``_native.filled_bytes``)."""
+    secs = writers(state)
+    return _native.filled_bytes(encoded_size(secs), lambda view: encode_into(secs, view))
+
+
+def capture_into(state: SessionState, buffer: Any) -> int:
+    """Writes the session into the start of a writable buffer, as
+    ``llama_state_get_data`` does; returns the bytes written."""
+    secs = writers(state)
+    n = encoded_size(secs)
+    try:
+        view = memoryview(buffer)
+    except TypeError:
+        raise ParameterError(
+            f"snapshot_into needs a writable buffer, not {type(buffer).__name__}"
+        ) from None
+    with view:
+        if view.readonly or not view.c_contiguous:
+            raise ParameterError("snapshot_into needs a writable, contiguous buffer")
+        with view.cast("B") as flat, flat[:n] as out:
+            if out.nbytes < n:
+                raise ParameterError(f"the snapshot needs {n} bytes, the buffer has {flat.nbytes}")
+            encode_into(secs, out)
+    return n
+
+
+def snapshot_size(state: SessionState) -> int:
+    """Bytes :func:`capture_into` writes for the session as it is now."""
+    return encoded_size(writers(state))
 
 
 def writers(state: SessionState) -> list[Writer]:
@@ -76,7 +109,9 @@ def writers(state: SessionState) -> list[Writer]:
             "kv_dtype": kv.kv_dtype,
             "offload": OFFLOAD_POLICY,
         },
-        "created_at": _dt.datetime.now(_dt.timezone.utc).isoformat(),
+        # Fixed width (isoformat drops a zero microsecond), so the size a
+        # snapshot_size() call reports is the size the next save writes.
+        "created_at": _dt.datetime.now(_dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%f+00:00"),
         "library_version": __version__,
     }
     small: list[tuple[int, bytes]] = [
@@ -232,58 +267,70 @@ def restore(
     if any(t >= vocab for t in tokens):
         raise SnapshotFormatError("tokens section holds ids outside the vocabulary")
     sampler_state = S.decode_sampler_state(secs[S.SAMPLER_STATE])
+    # Everything that can fail is checked before the KV import, so a session
+    # restored in place (make_kv returning a live one) is untouched on error.
+    logits = hidden = None
+    if S.LOGITS in secs:
+        logits = S.decode_f32(secs[S.LOGITS], vocab, "logits")
+    elif S.HIDDEN in secs and n_past:
+        hidden = S.decode_f32(secs[S.HIDDEN], int(m.config["n_embd"]), "hidden")
+    grammar = _grammar(m, S.decode_json(secs[S.GRAMMAR], "grammar")) if S.GRAMMAR in secs else None
     try:
         config = SamplerConfig.from_dict(S.decode_json(secs[S.SAMPLER_CONFIG], "sampler_config"))
+        sampler = build_sampler(config, m.tokenizer, vocab)
+        kv_dtype = str(eng.get("kv_dtype", "f16"))
+        prefill_chunk = _int(eng, "prefill_chunk", "meta.engine")
+        if prefill_chunk < 1:
+            raise ValueError("prefill_chunk must be at least 1")
         n_ctx = (
             context_size if context_size is not None else _int(eng, "context_size", "meta.engine")
         )
+        want = _kv_bytes(m, kv_dtype, n_past)
+        if len(secs[S.KV]) != want:
+            raise SnapshotFormatError(
+                f"KV section is {len(secs[S.KV])} bytes, {want} expected for {n_past} positions"
+            )
         kv = make_kv(
             m,
             n_ctx,
             threads if threads is not None else _int(eng, "threads", "meta.engine"),
-            str(eng.get("kv_dtype", "f16")),
+            kv_dtype,
         )
-        kv.prefill_chunk = _int(eng, "prefill_chunk", "meta.engine")
-        sampler = build_sampler(config, m.tokenizer, vocab)
-    except (ValueError, TypeError, KeyError) as e:
+    except (ValueError, TypeError, KeyError, OverflowError) as e:
         raise SnapshotFormatError(f"snapshot settings are invalid: {e}") from None
     except OxiLlamaError as e:
         if isinstance(e, SnapshotError):
             raise
         raise SnapshotError(f"cannot rebuild the session: {e}") from e
+    try:
+        sampler.set_state(sampler_state)
+    except (OxiLlamaError, ValueError, OverflowError, TypeError) as e:
+        raise SnapshotFormatError(f"snapshot sampler state is invalid: {e}") from None
+    if n_past > kv.n_ctx:
+        # The file's own context size: a corrupt file. A smaller one given
+        # by the caller (a scheduler's context): it does not fit here.
+        kind = SnapshotFormatError if kv.n_ctx == n_ctx and context_size is None else SnapshotError
+        raise kind(f"the snapshot holds {n_past} positions, the context holds {kv.n_ctx}")
     swapped = None
     try:
         if defer_kv:
-            want = _kv_bytes(m, kv.kv_dtype, n_past)
-            if len(secs[S.KV]) != want or n_past > kv.n_ctx:
-                raise SnapshotFormatError(
-                    f"KV section is {len(secs[S.KV])} bytes for {n_past} positions "
-                    f"(expected {want}, context {kv.n_ctx})"
-                )
             swapped = (n_past, bytes(secs[S.KV]))
         else:
             kv.import_kv(n_past, secs[S.KV])
-        sampler.set_state(sampler_state)
     except (OxiLlamaError, ValueError, OverflowError, TypeError) as e:
-        if isinstance(e, SnapshotFormatError):
-            raise
         raise SnapshotFormatError(f"snapshot session data is invalid: {e}") from None
-    state = SessionState(
+    kv.prefill_chunk = prefill_chunk
+    return SessionState(
         model=m,
         kv=kv,
         sampler_config=config,
         sampler=sampler,
         tokens=list(tokens),
         swapped=swapped,
+        logits=logits,
+        hidden=hidden,
+        grammar=grammar,
     )
-    if S.LOGITS in secs:
-        state.logits = S.decode_f32(secs[S.LOGITS], vocab, "logits")
-    elif S.HIDDEN in secs and n_past:
-        n_embd = int(m.config["n_embd"])
-        state.hidden = S.decode_f32(secs[S.HIDDEN], n_embd, "hidden")
-    if S.GRAMMAR in secs:
-        state.grammar = _grammar(m, S.decode_json(secs[S.GRAMMAR], "grammar"))
-    return state
 
 
 def _kv_bytes(model: Model, kv_dtype: str, n: int) -> int:
