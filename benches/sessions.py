@@ -13,8 +13,11 @@ n_batch=512); oxillama: Engine(context_size=1024, threads=2, kv f16).
    llama_state_set_data into the already loaded context. Bar: ours <= 1.5x.
    "restore + first logits" adds the output head (llama.cpp's state holds
    the logits already).
-2. Save to bytes: engine.snapshot_bytes() against llama_state_get_data into
-   a preallocated ctypes buffer. Bar: ours <= 1.5x.
+   Engine.load_snapshot(blob) restores in place into a loaded engine, as
+   set_data does into its context (the like-for-like figure). Bar: <= 1.5x.
+2. Save: engine.snapshot_into(buffer) against llama_state_get_data, both
+   into a preallocated buffer. Bar: ours <= 1.5x. engine.snapshot_bytes()
+   (a new bytes object: fresh memory, page faults) is printed beside it.
    For both, the parts of our restore and save are timed one by one.
 3. RSS per idle session of 100 tokens (a 90-token prompt of distinct text
    plus 10 generated tokens): N AsyncSessions in one AsyncEngine, RSS from
@@ -46,6 +49,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import ctypes
+import functools
 import gc
 import os
 import statistics
@@ -202,6 +206,26 @@ def ours_restore(blob: bytes, n: int) -> tuple[float, float]:
     return dt, dt_logits
 
 
+def ours_load(target: Engine, blob: bytes, n: int) -> float:
+    """Engine.load_snapshot: in place into a loaded engine, like set_data."""
+    gc.collect()
+    t = time.perf_counter()
+    target.load_snapshot(blob)
+    dt = time.perf_counter() - t
+    assert target.n_past == n
+    return dt
+
+
+def ours_into(e: Engine, buf: bytearray) -> float:
+    """Engine.snapshot_into a preallocated buffer, like get_data."""
+    gc.collect()
+    t = time.perf_counter()
+    n = e.snapshot_into(buf)
+    dt = time.perf_counter() - t
+    assert n == len(buf)
+    return dt
+
+
 def ours_save(e: Engine) -> float:
     gc.collect()
     t = time.perf_counter()
@@ -269,30 +293,26 @@ def restore_parts(blob: bytes) -> dict[str, float]:
 
 
 def save_parts(e: Engine) -> dict[str, float]:
-    """Engine.snapshot_bytes done step by step as snapshot.dumps does it."""
+    """Engine.snapshot_bytes / snapshot_into done step by step."""
     out: dict[str, float] = {}
     state = e._view_state()
     out["section writers (meta, fingerprint, sampler, last position)"], secs = timed(
         lambda: SS.writers(state)
     )
     size = F.encoded_size(secs)
-    out["bytearray(size)"], buf = timed(lambda: bytearray(size))
-    out["fill sections (KV export into fresh memory)"], view = timed(
-        lambda: F.fill_payload(secs, buf)
+    pre = bytearray(size)
+    F.encode_into(secs, memoryview(pre))
+    out["fill sections into a used buffer (KV export)"], view = timed(
+        lambda: F.fill_payload(secs, pre)
     )
     out["blake3 of the payload"], digest = timed(lambda: _native.blake3(view[F.HEADER.size :]))
     out["seal header"], _ = timed(lambda: F.seal(view, digest))
-    out["bytes(bytearray) copy"], _ = timed(lambda: bytes(buf))
-    pre = bytearray(size)
-    F.encode_into(SS.writers(state), memoryview(pre))
-    out["(not in save) whole save into a used buffer (encode_into out=)"], _ = timed(
-        lambda: F.encode_into(SS.writers(state), memoryview(pre))
+    view.release()
+    out["(not in save) the same into one new bytes object (filled_bytes)"], _ = timed(
+        lambda: _native.filled_bytes(size, lambda v: F.encode_into(SS.writers(state), v))
     )
-    kv_len = state.kv_len()
-    warm = bytearray(kv_len)
-    state.export_kv_into(memoryview(warm))
-    out["(not in save) KV export into a used buffer"], _ = timed(
-        lambda: state.export_kv_into(memoryview(warm))
+    out["(not in save) bytearray(size): a fresh zeroed buffer alone"], _ = timed(
+        lambda: bytearray(size)
     )
     return out
 
@@ -316,12 +336,18 @@ def bench_state(path: str, tokens: list[int], reps: int) -> tuple[StateResults, 
     size = int(llama_cpp.llama_state_get_size(ctx))
     ll = LlamaSide(llm, ctx, size, (ctypes.c_uint8 * size)())
     blob = e.snapshot_bytes()
+    # The loaded engine a snapshot is set into, as llama.cpp's context is.
+    target = Engine(path, context_size=N_CTX, threads=THREADS, kv_dtype="f16")
+    target.eval(tokens[::-1])
+    out = bytearray(e.snapshot_size())
     # Warm-up: one full-size save and restore on each side.
     ll.save()
     ll.restore()
     ours_save(e)
     ours_restore(blob, len(tokens))
-    keys = ("ll_save", "ll_set", "ox_save", "ox_rst", "ox_rl")
+    ours_load(target, blob, len(tokens))
+    ours_into(e, out)
+    keys = ("ll_save", "ll_set", "ox_save", "ox_rst", "ox_rl", "ox_load", "ox_into")
     cold: dict[str, list[float]] = {k: [] for k in keys}
     for r in range(reps):
         order = ("ll", "ox") if r % 2 == 0 else ("ox", "ll")
@@ -333,6 +359,8 @@ def bench_state(path: str, tokens: list[int], reps: int) -> tuple[StateResults, 
                 cold["ll_set"].append(ll.restore())
             else:
                 cold["ox_save"].append(ours_save(e))
+                cold["ox_into"].append(ours_into(e, out))
+                cold["ox_load"].append(ours_load(target, blob, len(tokens)))
                 a, b = ours_restore(blob, len(tokens))
                 cold["ox_rst"].append(a)
                 cold["ox_rl"].append(b)
@@ -350,6 +378,8 @@ def bench_state(path: str, tokens: list[int], reps: int) -> tuple[StateResults, 
         hot["ll_save"].append(again(ll.save))
         hot["ll_set"].append(again(ll.restore))
         hot["ox_save"].append(again(e.snapshot_bytes))
+        hot["ox_into"].append(again(functools.partial(e.snapshot_into, out)))
+        hot["ox_load"].append(again(lambda: target.load_snapshot(blob)))
         hot["ox_rst"].append(again(lambda: Engine.restore_bytes(blob)))
         hot["ox_rl"].append(again(lambda: Engine.restore_bytes(blob)._last_logits))
     rparts: dict[str, list[float]] = {}
@@ -636,9 +666,11 @@ def main() -> None:
     print("   alternating rep by rep, gc before each call (the timed figures):")
     print(f"{'':48}{'llama.cpp':>10}{'oxillama':>10}{'ratio':>8}  bar")
     rows = (
-        ("restore ms (set_data / restore_bytes)", "ll_set", "ox_rst", True),
-        ("restore + first logits ms", "ll_set", "ox_rl", False),
-        ("save to bytes ms (get_data / snapshot_bytes)", "ll_save", "ox_save", True),
+        ("restore in place ms (set_data / load_snapshot)", "ll_set", "ox_load", True),
+        ("restore, new engine ms (restore_bytes)", "ll_set", "ox_rst", True),
+        ("restore, new engine + first logits ms", "ll_set", "ox_rl", False),
+        ("save into a buffer ms (get_data / snapshot_into)", "ll_save", "ox_into", True),
+        ("save to new bytes ms (snapshot_bytes)", "ll_save", "ox_save", False),
     )
     for label, a, b, barred in rows:
         ratio = times[b] / times[a]
@@ -747,14 +779,26 @@ def main() -> None:
     print(f"\nwhole bench: {time.perf_counter() - t_start:.0f} s\n")
     print("| measure | llama.cpp | oxillama | ratio | bar |")
     print("|---|---|---|---|---|")
+    r_load = times["ox_load"] / times["ll_set"]
+    r_into = times["ox_into"] / times["ll_save"]
     print(
-        f"| restore {N_TOKENS}-token session, ms | {times['ll_set'] * ms:.2f} | "
+        f"| restore {N_TOKENS}-token session into a loaded engine (`load_snapshot` / "
+        f"`llama_state_set_data`), ms | {times['ll_set'] * ms:.2f} | "
+        f"{times['ox_load'] * ms:.2f} | {r_load:.2f}x | <= 1.5x {verdict(r_load <= 1.5)} |"
+    )
+    print(
+        f"| restore into a new engine (`Engine.restore_bytes`), ms | {times['ll_set'] * ms:.2f} | "
         f"{times['ox_rst'] * ms:.2f} ({times['ox_rl'] * ms:.2f} with first logits) | "
         f"{r_restore:.2f}x | <= 1.5x {verdict(r_restore <= 1.5)} |"
     )
     print(
-        f"| save to bytes, ms | {times['ll_save'] * ms:.2f} | {times['ox_save'] * ms:.2f} | "
-        f"{r_save:.2f}x | <= 1.5x {verdict(r_save <= 1.5)} |"
+        f"| save into a buffer (`snapshot_into` / `llama_state_get_data`), ms | "
+        f"{times['ll_save'] * ms:.2f} | {times['ox_into'] * ms:.2f} | "
+        f"{r_into:.2f}x | <= 1.5x {verdict(r_into <= 1.5)} |"
+    )
+    print(
+        f"| save to new `bytes` (`snapshot_bytes`), ms | {times['ll_save'] * ms:.2f} (into "
+        f"its buffer) | {times['ox_save'] * ms:.2f} | {r_save:.2f}x | - |"
     )
     print(
         f"| RSS per idle {n_tok}-token session, MiB | {ll_filled * mib:.1f} (one context, "
