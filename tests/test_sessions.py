@@ -362,3 +362,33 @@ def test_snapshot_into_a_buffer_and_load_snapshot_in_place(model: Model, tmp_pat
         a.snapshot_into(bytearray(10))
     with pytest.raises(ParameterError, match="writable"):
         a.snapshot_into(b"x" * (2 * n))
+
+
+def test_a_batched_step_leaves_each_session_a_hidden_state_that_gives_its_logits(
+    model: Model, aengine: AsyncEngine
+) -> None:
+    import numpy as np
+
+    from oxillama import _native
+
+    pool = _native.KvPool(model.native, 64)
+    kvs = [_native.Session(model.native, 256, 2, "f16", pool=pool) for _ in range(5)]
+    toks = model.tokenizer.encode("Hello there, how are you today?", add_special=True)
+    for i, kv in enumerate(kvs):
+        kv.eval(np.asarray(toks[: 4 + i], dtype=np.uint32))
+    for step in range(3):
+        logits = _native.eval_batch(kvs, [[100 + step + i] for i in range(5)])
+        for i, kv in enumerate(kvs):
+            hidden = kv.last_hidden()
+            assert hidden is not None and kv.logits_from_head
+            # The same bits as the batched head's row: a waiting session
+            # keeps 2 KiB of hidden state instead of 192 KiB of logits.
+            assert kv.head_logits(hidden).tobytes() == logits[i].tobytes()
+
+    async def turn() -> AsyncSession:
+        s = aengine.session(sampler=SamplerConfig.greedy())
+        await asyncio.gather(s.generate("The sky is", 8), aengine.generate("Grass is", 8))
+        return s
+
+    s = asyncio.run(turn())
+    assert s._conv.state.hidden is not None and s._conv.state.logits is None

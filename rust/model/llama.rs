@@ -64,6 +64,29 @@ impl Scratch {
         (n_embd > 0 && self.h.len() >= n_embd).then(|| &self.h[self.h.len() - n_embd..])
     }
 
+    /// The hidden state of head row `i` after a forward pass (one row per
+    /// segment when not all logits were asked for).
+    pub fn row_hidden(&self, i: usize, n_embd: usize) -> &[f32] {
+        self.h.get(i * n_embd..(i + 1) * n_embd).unwrap_or(&[])
+    }
+
+    /// Makes `last_hidden` return `hidden` (a row taken from a batch).
+    pub fn set_last_hidden(&mut self, hidden: &[f32]) {
+        self.h.clear();
+        self.h.extend_from_slice(hidden);
+    }
+
+    /// Keeps only head row `i` as the last hidden state.
+    pub fn keep_row_hidden(&mut self, i: usize, n_embd: usize) {
+        if i > 0 {
+            let (a, b) = (i * n_embd, (i + 1) * n_embd);
+            if b <= self.h.len() {
+                self.h.copy_within(a..b, 0);
+            }
+        }
+        self.h.truncate(n_embd);
+    }
+
     /// Frees every buffer but the last position's hidden state, which
     /// stays readable through `last_hidden`. An idle session then costs its
     /// KV pages and `n_embd` floats, not a chunk's activations.

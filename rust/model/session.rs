@@ -20,8 +20,9 @@ pub struct Session {
     scratch: Scratch,
     /// Whether `scratch` holds the hidden state of position n_past - 1.
     hidden_valid: bool,
-    /// The last `eval` computed its logits with the same one-row output
-    /// head call `head_logits` makes, so they are equal by construction.
+    /// The last logits came from the output head applied to `last_hidden`
+    /// (alone, or as one row of a batch: every matmul path gives a row the
+    /// same bits either way), so `head_logits` reproduces them exactly.
     single_row_head: bool,
     /// Multi-token evals attend row by row with the one-token kernel, so
     /// their logits equal those of one-token evals bit for bit.
@@ -306,11 +307,22 @@ impl Session {
                 .collect();
             model.forward_segments(&pool, vk, &mut segs, false, &mut scratch, &mut logits)
         };
-        sessions[0].scratch = scratch;
         res?;
+        // Row i of the head's input is session i's last hidden state. Each
+        // session keeps its own (n_embd floats), so a session that waits
+        // after a batched step can hold it instead of its logits: every
+        // matmul path forms the same bits for a row alone or in a batch, so
+        // `head_logits` of it gives these logits again.
+        let e = model.cfg.n_embd;
+        for (i, s) in sessions.iter_mut().enumerate().skip(1) {
+            s.scratch.set_last_hidden(scratch.row_hidden(i, e));
+        }
+        scratch.keep_row_hidden(0, e);
+        sessions[0].scratch = scratch;
         for (s, toks) in sessions.iter_mut().zip(tokens) {
             s.n_past += toks.len();
-            s.hidden_valid = false;
+            s.hidden_valid = true;
+            s.single_row_head = true;
         }
         Ok(logits)
     }
