@@ -21,10 +21,12 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from oxillama import AsyncEngine, AsyncSession, Engine, Grammar, Model, SamplerConfig
 from oxillama.errors import GenerateError, ParameterError
-from oxillama.snapshot import ModelMismatchError, SnapshotFormatError
+from oxillama.snapshot import ModelMismatchError, SnapshotError, SnapshotFormatError
 from tests._serve import serving
 
 CTX = 512
@@ -392,3 +394,34 @@ def test_a_batched_step_leaves_each_session_a_hidden_state_that_gives_its_logits
 
     s = asyncio.run(turn())
     assert s._conv.state.hidden is not None and s._conv.state.logits is None
+
+
+_BLOB: list[bytes] = []
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.data())
+def test_mutated_snapshots_never_change_a_loaded_engine(model: Model, data: st.DataObject) -> None:
+    """Any mutation (flipped bytes, truncation, appended bytes) of a session
+    snapshot is a typed error from load_snapshot (restore_session and
+    Engine.restore share its reader), and the engine keeps its session."""
+    if not _BLOB:
+        src = Engine(model, context_size=64, threads=1)
+        src.generate("Mutations", 4)
+        _BLOB.append(src.snapshot_bytes())
+    blob = bytearray(_BLOB[0])
+    kind = data.draw(st.sampled_from(["flip", "truncate", "append"]))
+    if kind == "flip":
+        spots = st.lists(st.integers(0, len(blob) - 1), min_size=1, max_size=4, unique=True)
+        for i in data.draw(spots):
+            blob[i] ^= data.draw(st.integers(1, 255))
+    elif kind == "truncate":
+        del blob[data.draw(st.integers(0, len(blob) - 1)) :]
+    else:
+        blob += data.draw(st.binary(min_size=1, max_size=64))
+    e = Engine(model, context_size=64, threads=1)
+    e.eval(e.tokenize("Hello"))
+    held = e.tokens
+    with pytest.raises(SnapshotError):
+        e.load_snapshot(bytes(blob))
+    assert e.tokens == held and e.n_past == len(held)
