@@ -235,7 +235,12 @@ def test_adopt_takes_a_sync_engine_halfway(
     assert s.tokens[:n] != [] and len(s.tokens) == s.n_past
 
 
-def test_idle_sessions_hibernate_under_pressure_and_come_back_exactly(model: Model) -> None:
+@pytest.mark.parametrize("max_batch", [8, 2])
+def test_idle_sessions_hibernate_under_pressure_and_come_back_exactly(
+    model: Model, max_batch: int
+) -> None:
+    # With max_batch=2 most turns wait in the queue while their sessions
+    # hold pages: those sessions count as idle and may hibernate.
     sampler = SamplerConfig(temperature=0.8, seed=3, dry_multiplier=0.5)
     texts = [f"Story number {i}: " + "the river ran on and on, " * 10 for i in range(6)]
 
@@ -245,7 +250,14 @@ def test_idle_sessions_hibernate_under_pressure_and_come_back_exactly(model: Mod
 
     want = [lone(t) for t in texts]
     # 24 pages of 16 positions: room for three of these sessions at a time.
-    ae = AsyncEngine(model, context_size=256, threads=2, kv_pages=24, prefix_cache_bytes=0)
+    ae = AsyncEngine(
+        model,
+        context_size=256,
+        threads=2,
+        kv_pages=24,
+        prefix_cache_bytes=0,
+        max_batch=max_batch,
+    )
 
     async def main() -> list[list[list[int]]]:
         sessions = [ae.session(sampler=sampler) for _ in texts]

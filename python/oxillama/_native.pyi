@@ -19,6 +19,7 @@ __all__ = [
     "blake3",
     "dequantize",
     "eval_batch",
+    "filled_bytes",
     "physical_core_count",
     "quantize_act",
     "simd_level",

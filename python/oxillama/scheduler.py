@@ -127,6 +127,9 @@ class Request:
     stop_next: bool = False
     #: A turn's sampled token not yet evaluated when it was swapped out.
     pending: int | None = None
+    #: The turn's state went back to its session (exactly once, whether it
+    #: finished, failed or was cancelled, and whoever saw that first).
+    handed_back: bool = False
 
     def __post_init__(self) -> None:
         self.text = TextAssembler(self.stop)
@@ -284,7 +287,12 @@ class Scheduler:
             self._cv.notify()
         if not conv.busy:
             # Not in a turn: nothing else touches it, so its pages go now.
-            self.call(lambda: conv.state.kv.truncate(0) if not conv.busy else None)
+            self.call(lambda: None if conv.busy else self._drop(conv))
+
+    @staticmethod
+    def _drop(conv: Conversation) -> None:
+        conv.state.kv.truncate(0)
+        conv.state.swapped = None
 
     def submit_turn(
         self,
@@ -574,12 +582,16 @@ class Scheduler:
 
     def _hibernate_one(self, keep: Conversation | None = None) -> bool:
         """Hibernates the least recently used idle session holding pool
-        pages (its KV is copied out exactly); False when there is none."""
+        pages (its KV is copied out exactly); False when there is none.
+        Runs on the worker, the only thread that touches a session's state."""
         with self._cv:
+            # A session whose next turn waits in the queue is idle too: the
+            # turn wakes it when it starts.
+            active = {id(q.conv) for q in self._running if q.conv is not None}
             idle = [
                 c
                 for c in self._convs.values()
-                if not c.busy
+                if id(c) not in active
                 and c.pooled
                 and c is not keep
                 and c.state.swapped is None
@@ -811,6 +823,9 @@ class Scheduler:
         its session: the tokens now in its KV, the next-token logits."""
         conv = s.conv
         assert conv is not None
+        if s.handed_back:
+            return
+        s.handed_back = True
         st = conv.state
         if s.turn is None:
             new = s.prompt[: s.fed] + s.generated
@@ -823,8 +838,7 @@ class Scheduler:
         s.logits = None
         conv.last_used = time.perf_counter()
         if conv.closed:
-            st.kv.truncate(0)
-            st.swapped = None
+            self._drop(conv)
         conv.busy = False
 
     @staticmethod
@@ -893,7 +907,7 @@ class Scheduler:
         with self._cv:
             if s in self._running:
                 self._running.remove(s)
-        if s.conv is not None and not s.cancelled:
+        if s.conv is not None:
             self._end_turn(s)
         with self._cv:
             s.session = None
