@@ -437,3 +437,33 @@ def test_mutated_snapshots_never_change_a_loaded_engine(model: Model, data: st.D
     with pytest.raises(SnapshotError):
         e.load_snapshot(bytes(blob))
     assert e.tokens == held and e.n_past == len(held)
+
+
+def test_leaving_a_session_stream_early_stops_the_turn_and_keeps_its_tokens(
+    model: Model, aengine: AsyncEngine
+) -> None:
+    greedy = SamplerConfig.greedy()
+    lone = Engine(model, context_size=CTX, threads=2, sampler=greedy)
+    want = lone.generate("Count from one to fifty:", 40, ignore_eos=True).tokens
+
+    async def main() -> tuple[int, list[int], int]:
+        s = aengine.session(sampler=greedy)
+        pieces = 0
+        stream = s.stream("Count from one to fifty:", 40, ignore_eos=True)
+        async for _ in stream:
+            pieces += 1
+            if pieces == 5:
+                break
+        await stream.aclose()
+        # The turn is over at once: the next call runs without waiting.
+        more = await s.generate("", 3, ignore_eos=True)
+        return s.n_past, s.tokens, len(more.tokens)
+
+    n_past, tokens, extra = asyncio.run(main())
+    prompt = model.tokenizer.encode("Count from one to fifty:", add_special=True)
+    kept = tokens[len(prompt) :]
+    # What was generated before leaving stays in the context, in order, and
+    # is what a lone engine generates.
+    assert n_past == len(tokens) and extra == 3
+    assert 5 <= len(kept) - 3 < 40
+    assert kept == want[: len(kept)]  # and it continues exactly

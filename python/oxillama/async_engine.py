@@ -251,7 +251,7 @@ class AsyncEngine:
             emit=emit,
         )
 
-    async def stream(
+    def stream(
         self,
         prompt: Prompt,
         max_tokens: int = 256,
@@ -264,14 +264,14 @@ class AsyncEngine:
         result: list[Completion] | None = None,
     ) -> AsyncGenerator[str, None]:
         """Yields text pieces as they are produced; ``result``, when given,
-        receives the final :class:`Completion`."""
-        async for piece in self._pieces(
+        receives the final :class:`Completion`. Nothing is checked or
+        queued until the first piece is awaited."""
+        return self._pieces(
             lambda emit: self._submit(
                 prompt, max_tokens, sampler, stop, ignore_eos, grammar, json_schema, emit
             ),
             result,
-        ):
-            yield piece
+        )
 
     async def _pieces(
         self, submit: Callable[[Emit], Request], result: list[Completion] | None

@@ -145,8 +145,14 @@ class AsyncSession:
         submit = self._submit(turn, max_tokens, stop, ignore_eos)
         async with self._lock:
             self._check_open()
-            async for piece in self._engine._pieces(submit, result):
-                yield piece
+            pieces = self._engine._pieces(submit, result)
+            try:
+                async for piece in pieces:
+                    yield piece
+            finally:
+                # Leaving early cancels the turn now, not when the inner
+                # generator is collected.
+                await pieces.aclose()
 
     def _chat_tokens(self, messages: Sequence[Message], kwargs: dict[str, Any]) -> list[int]:
         eng = self._engine.engine
@@ -196,8 +202,14 @@ class AsyncSession:
         submit = self._submit(turn, max_tokens, stop, ignore_eos)
         async with self._lock:
             self._check_open()
-            async for piece in self._engine._pieces(submit, result):
-                yield piece
+            pieces = self._engine._pieces(submit, result)
+            try:
+                async for piece in pieces:
+                    yield piece
+            finally:
+                # Leaving early cancels the turn now, not when the inner
+                # generator is collected.
+                await pieces.aclose()
 
     # ------------------------------------------------------------- snapshots
 
