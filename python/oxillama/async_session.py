@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import os
 import weakref
-from collections.abc import AsyncGenerator, Mapping, Sequence
+from collections.abc import AsyncGenerator, Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from .completion import Completion
@@ -127,7 +127,7 @@ class AsyncSession:
             self._check_open()
             return await self._engine._complete(submit)
 
-    async def stream(
+    def stream(
         self,
         prompt: Prompt = "",
         max_tokens: int = 256,
@@ -140,9 +140,25 @@ class AsyncSession:
         result: list[Completion] | None = None,
     ) -> AsyncGenerator[str, None]:
         """Like :meth:`generate`, yielding text pieces as they come; leaving
-        early stops the turn (what was generated stays in the context)."""
-        turn = self._turn(prompt, None, sampler, grammar, json_schema)
-        submit = self._submit(turn, max_tokens, stop, ignore_eos)
+        early stops the turn (what was generated stays in the context).
+        Nothing is checked or queued until the first piece is awaited."""
+        return self._pieces(
+            lambda: self._turn(prompt, None, sampler, grammar, json_schema),
+            max_tokens,
+            stop,
+            ignore_eos,
+            result,
+        )
+
+    async def _pieces(
+        self,
+        make_turn: Callable[[], Turn],
+        max_tokens: int,
+        stop: Sequence[str],
+        ignore_eos: bool,
+        result: list[Completion] | None,
+    ) -> AsyncGenerator[str, None]:
+        submit = self._submit(make_turn(), max_tokens, stop, ignore_eos)
         async with self._lock:
             self._check_open()
             pieces = self._engine._pieces(submit, result)
@@ -182,7 +198,7 @@ class AsyncSession:
             self._check_open()
             return await self._engine._complete(submit)
 
-    async def chat_stream(
+    def chat_stream(
         self,
         messages: Sequence[Message],
         max_tokens: int = 256,
@@ -196,20 +212,15 @@ class AsyncSession:
         **template_kwargs: Any,
     ) -> AsyncGenerator[str, None]:
         """Streaming form of :meth:`chat`."""
-        turn = self._turn(
-            None, self._chat_tokens(messages, template_kwargs), sampler, grammar, json_schema
+        return self._pieces(
+            lambda: self._turn(
+                None, self._chat_tokens(messages, template_kwargs), sampler, grammar, json_schema
+            ),
+            max_tokens,
+            stop,
+            ignore_eos,
+            result,
         )
-        submit = self._submit(turn, max_tokens, stop, ignore_eos)
-        async with self._lock:
-            self._check_open()
-            pieces = self._engine._pieces(submit, result)
-            try:
-                async for piece in pieces:
-                    yield piece
-            finally:
-                # Leaving early cancels the turn now, not when the inner
-                # generator is collected.
-                await pieces.aclose()
 
     # ------------------------------------------------------------- snapshots
 

@@ -18,7 +18,7 @@ from .grammar import Grammar, allowed_bytes
 from .grammar import constraint as _constraint
 from .model import Model
 from .sampling import SamplerConfig, build_sampler
-from .session_state import SessionState
+from .session_state import SessionState, kept_prefix
 
 __all__ = ["Engine"]
 
@@ -137,16 +137,7 @@ class Engine:
     def export_state(self) -> SessionState:
         """Moves the session out (KV, tokens, sampler, grammar, logits) and
         leaves this engine empty, on a fresh context of the same size."""
-        state = SessionState(
-            model=self.model,
-            kv=self._session,
-            sampler_config=self._sampler_config,
-            sampler=self._sampler,
-            tokens=self._tokens,
-            logits=self._logits,
-            hidden=self._hidden,
-            grammar=self._grammar,
-        )
+        state = self._view_state()
         fresh = _native.Session(
             self._model, self._session.n_ctx, self._session.threads, self._session.kv_dtype
         )
@@ -454,14 +445,7 @@ class Engine:
     def _prime_chat(self, messages: Sequence[Message], kwargs: dict[str, Any]) -> list[int]:
         text = self.apply_chat_template(messages, add_generation_prompt=True, **kwargs)
         toks = self.tokenize(text, add_special=True, parse_special=True)
-        # Reuse the KV of the longest common prefix with the current context,
-        # so a multi-turn chat only evaluates the new turn.
-        common = 0
-        for a, b in zip(self._tokens, toks, strict=False):
-            if a != b:
-                break
-            common += 1
-        common = min(common, len(toks) - 1)
+        common = kept_prefix(self._tokens, toks)
         if common < self.n_past:
             self.truncate(common)
         return toks[common:]

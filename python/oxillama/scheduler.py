@@ -55,7 +55,7 @@ from .errors import GenerateError, KvCacheFullError, OxiLlamaError, ParameterErr
 from .grammar import Grammar, allowed_bytes
 from .prefix_cache import PrefixCache
 from .sampling import SamplerConfig, build_sampler
-from .session_state import SessionState
+from .session_state import SessionState, kept_prefix
 
 #: Positions per KV page (the pool's page size).
 PAGE = 16
@@ -764,12 +764,7 @@ class Scheduler:
         s.sampler = st.sampler
         if t.chat is not None:
             toks = t.chat
-            common = 0
-            for a, b in zip(st.tokens, toks, strict=False):
-                if a != b:
-                    break
-                common += 1
-            common = min(common, len(toks) - 1)
+            common = kept_prefix(st.tokens, toks)
             if common < st.n_past:
                 st.kv.truncate(common)
                 del st.tokens[common:]

@@ -18,7 +18,19 @@ from .grammar import Grammar
 from .model import Model
 from .sampling import SamplerConfig
 
-__all__ = ["SessionState"]
+__all__ = ["SessionState", "kept_prefix"]
+
+
+def kept_prefix(held: list[int], wanted: list[int]) -> int:
+    """How many leading tokens of a rendered chat (``wanted``) a context
+    holding ``held`` keeps: their common prefix, leaving at least one token
+    to evaluate, so a multi-turn chat evaluates only its new turn."""
+    common = 0
+    for a, b in zip(held, wanted, strict=False):
+        if a != b:
+            break
+        common += 1
+    return min(common, len(wanted) - 1)
 
 
 @dataclass(eq=False)
