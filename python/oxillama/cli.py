@@ -211,7 +211,9 @@ def build_parser() -> argparse.ArgumentParser:
         description=(
             "Serve the model over an OpenAI-compatible API (/v1/completions, "
             "/v1/chat/completions, /v1/models, /health, /metrics). Concurrent "
-            "requests are batched. Needs: pip install 'oxillama[server]'."
+            "requests are batched. A request with \"session\": \"<id>\" continues that "
+            "session's context: its KV stays in the shared pool between turns and its "
+            "turns batch with everything else. Needs: pip install 'oxillama[server]'."
         ),
     )
     sv.add_argument("--model", "-m", help="GGUF file (default: SmolLM2-135M-Instruct)")
@@ -227,8 +229,9 @@ def build_parser() -> argparse.ArgumentParser:
     sv.add_argument(
         "--kv-pages",
         type=int,
-        help="KV memory shared by all requests, in pages of 16 tokens (default: max-batch "
-        "full contexts); when it runs out the newest request is paused and recomputed later",
+        help="KV memory shared by all requests and sessions, in pages of 16 tokens (default: "
+        "max-batch full contexts); when it runs out, idle sessions are hibernated (their KV "
+        "copied out exactly) and then the newest request is paused and recomputed later",
     )
     sv.add_argument("--model-name", help="name reported by /v1/models (default: the file's stem)")
     sv.add_argument(
