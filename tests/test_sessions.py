@@ -340,6 +340,39 @@ def test_server_sessions_cost_their_kv_pages(model: Model) -> None:
     assert grown < kv + (64 << 20)
 
 
+def test_server_session_streams_decode_as_one_batch(model: Model) -> None:
+    from concurrent.futures import ThreadPoolExecutor
+
+    ae = AsyncEngine(model, context_size=512, threads=2, max_batch=8)
+
+    def turn(url: str, sid: str) -> str:
+        body = {
+            "prompt": f"Session {sid} says:",
+            "max_tokens": 24,
+            "temperature": 0,
+            "ignore_eos": True,
+            "session": sid,
+            "stream": True,
+        }
+        req = urllib.request.Request(
+            url + "/v1/completions", json.dumps(body).encode(), {"Content-Type": "application/json"}
+        )
+        with urllib.request.urlopen(req, timeout=60) as r:
+            return r.read().decode()
+
+    with serving(ae, "smol") as url:
+        before = ae.metrics()
+        with ThreadPoolExecutor(4) as pool:
+            outs = list(pool.map(lambda i: turn(url, f"b{i}"), range(4)))
+        after = ae.metrics()
+    assert all(o.rstrip().endswith("data: [DONE]") for o in outs)
+    steps = after["decode_steps"] - before["decode_steps"]
+    rows = after["session_decode_tokens"] - before["session_decode_tokens"]
+    print(f"4 server session streams: {rows} session tokens in {steps} forward passes")
+    assert rows >= 4 * 23
+    assert steps < rows / 2  # batched, not one pass per token
+
+
 def test_snapshot_into_a_buffer_and_load_snapshot_in_place(model: Model, tmp_path: Path) -> None:
     sampler = SamplerConfig(temperature=0.8, seed=9, dry_multiplier=0.5)
     a = Engine(model, context_size=CTX, threads=2, sampler=sampler)
