@@ -7,6 +7,7 @@
 
 from __future__ import annotations
 
+from . import snapshot  # registers the OXISNAP1 codec the engine uses
 from ._native import __version__
 from .async_engine import AsyncEngine
 from .async_session import AsyncSession
@@ -46,4 +47,5 @@ __all__ = [
     "Timings",
     "__version__",
     "default_model_path",
+    "snapshot",
 ]

@@ -6,19 +6,35 @@ import asyncio
 import os
 import weakref
 from collections.abc import AsyncGenerator, Callable, Mapping, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from .completion import Completion
 from .errors import GenerateError, ParameterError
 from .grammar import Grammar, constraint
 from .sampling import SamplerConfig
-from .scheduler import Conversation, Turn
+from .scheduler import Conversation, Emit, Request, Scheduler, Turn
 
 if TYPE_CHECKING:
-    from .async_engine import AsyncEngine
-    from .engine import Message, Prompt
+    from .engine import Engine, Message, Prompt
+    from .model import Model
 
 __all__ = ["AsyncSession"]
+
+
+class SessionHost(Protocol):
+    """What a session needs from the :class:`~oxillama.AsyncEngine` that
+    holds it (so this module does not import that one)."""
+
+    @property
+    def engine(self) -> Engine: ...
+    @property
+    def model(self) -> Model: ...
+    @property
+    def scheduler(self) -> Scheduler: ...
+    async def _complete(self, submit: Callable[[Emit], Request]) -> Completion: ...
+    def _pieces(
+        self, submit: Callable[[Emit], Request], result: list[Completion] | None
+    ) -> AsyncGenerator[str, None]: ...
 
 
 class AsyncSession:
@@ -41,7 +57,7 @@ class AsyncSession:
     does too, later).
     """
 
-    def __init__(self, engine: AsyncEngine, conv: Conversation) -> None:
+    def __init__(self, engine: SessionHost, conv: Conversation) -> None:
         self._engine = engine
         self._conv = conv
         self._lock = asyncio.Lock()

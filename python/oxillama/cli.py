@@ -211,7 +211,7 @@ def build_parser() -> argparse.ArgumentParser:
         description=(
             "Serve the model over an OpenAI-compatible API (/v1/completions, "
             "/v1/chat/completions, /v1/models, /health, /metrics). Concurrent "
-            "requests are batched. A request with \"session\": \"<id>\" continues that "
+            'requests are batched. A request with "session": "<id>" continues that '
             "session's context: its KV stays in the shared pool between turns and its "
             "turns batch with everything else. Needs: pip install 'oxillama[server]'."
         ),

@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from typing import Any
+from typing import Any, Protocol
 
 import numpy as np
 import numpy.typing as npt
@@ -21,6 +21,34 @@ from .sampling import SamplerConfig, build_sampler
 from .session_state import SessionState, kept_prefix
 
 __all__ = ["Engine"]
+
+
+class SnapshotCodec(Protocol):
+    """Reads and writes a :class:`SessionState` as OXISNAP1. The snapshot
+    package registers its codec here when it is imported (``import
+    oxillama`` does that), so the engine runs snapshots without importing
+    the package that knows it."""
+
+    def dump(self, state: SessionState, path: str | os.PathLike[str], *, durable: bool) -> None: ...
+    def dumps(self, state: SessionState) -> bytes: ...
+    def size(self, state: SessionState) -> int: ...
+    def into(self, state: SessionState, buffer: Any) -> int: ...
+    def read(
+        self, source: str | os.PathLike[str] | bytes | bytearray | memoryview, **kw: Any
+    ) -> SessionState: ...
+
+
+_CODEC: list[SnapshotCodec] = []
+
+
+def register_snapshot_codec(codec: SnapshotCodec) -> None:
+    _CODEC[:] = [codec]
+
+
+def _codec() -> SnapshotCodec:
+    if not _CODEC:
+        raise RuntimeError("no snapshot codec: import oxillama (not only oxillama.engine)")
+    return _CODEC[0]
 
 
 Prompt = str | Sequence[int]
@@ -523,31 +551,23 @@ class Engine:
         ``durable=False`` skips the fsyncs: still atomic for readers and
         safe if this process is killed, but a power loss soon after may lose
         the new file (llama.cpp's own state files have that guarantee)."""
-        from . import snapshot
-
-        snapshot.dump(self._view_state(), path, durable=durable)
+        _codec().dump(self._view_state(), path, durable=durable)
 
     def snapshot_bytes(self) -> bytes:
         """The session as OXISNAP1 bytes."""
-        from . import snapshot
-
-        return snapshot.dumps(self._view_state())
+        return _codec().dumps(self._view_state())
 
     def snapshot_size(self) -> int:
         """Bytes :meth:`snapshot_into` writes for the session as it is now
         (``llama_state_get_size``)."""
-        from .snapshot.session import snapshot_size
-
-        return snapshot_size(self._view_state())
+        return _codec().size(self._view_state())
 
     def snapshot_into(self, buffer: bytearray | memoryview | Any) -> int:
         """Writes the session as OXISNAP1 into the start of a writable
         buffer of at least :meth:`snapshot_size` bytes and returns the bytes
         written (``llama_state_get_data``): with a buffer reused across
         saves, nothing is allocated."""
-        from .snapshot.session import capture_into
-
-        return capture_into(self._view_state(), buffer)
+        return _codec().into(self._view_state(), buffer)
 
     def load_snapshot(
         self, source: str | os.PathLike[str] | bytes | bytearray | memoryview
@@ -559,9 +579,6 @@ class Engine:
         goes into this engine's own memory when the context size and KV
         dtype match (a new context otherwise). The engine keeps its thread
         count. On any error the engine is unchanged."""
-        from . import snapshot
-        from .snapshot import session
-
         live = self._session
 
         def into_self(model: Model, n_ctx: int, threads: int | None, kv_dtype: str) -> Any:
@@ -569,11 +586,7 @@ class Engine:
                 return live
             return _native.Session(model.native, n_ctx, live.threads, kv_dtype)
 
-        kw: dict[str, Any] = {"model": self.model, "make_kv": into_self}
-        if isinstance(source, (bytes, bytearray, memoryview)):
-            state = session.restore(source, **kw)
-        else:
-            state = snapshot.read_state(source, **kw)
+        state = _codec().read(source, model=self.model, make_kv=into_self)
         self._session = state.kv
         self._tokens = state.tokens
         self._logits, self._hidden = state.logits, state.hidden
@@ -591,9 +604,7 @@ class Engine:
         """A new engine that continues exactly where the snapshot at ``path``
         left off. ``model_path`` points at the model if it has moved (its
         fingerprint is still checked); ``threads`` overrides the saved count."""
-        from . import snapshot
-
-        return snapshot.load(path, model_path=model_path, threads=threads)
+        return cls.from_state(_codec().read(path, model_path=model_path, threads=threads))
 
     @classmethod
     def restore_bytes(
@@ -604,9 +615,7 @@ class Engine:
         threads: int | None = None,
     ) -> Engine:
         """Like :meth:`restore`, from bytes (no file is written)."""
-        from . import snapshot
-
-        return snapshot.loads(blob, model_path=model_path, threads=threads)
+        return cls.from_state(_codec().read(blob, model_path=model_path, threads=threads))
 
     def __reduce__(self) -> tuple[Callable[[bytes], Engine], tuple[bytes]]:
         # Pickling goes through OXISNAP1: the model travels by path.

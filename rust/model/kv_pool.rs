@@ -20,7 +20,7 @@ use std::sync::Mutex;
 
 use memmap2::MmapMut;
 
-use super::kv_cache::KvDtype;
+use super::kv_dtype::KvDtype;
 use crate::ops::vec::f32_to_f16_bits;
 use crate::{Error, Result};
 

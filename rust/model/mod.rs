@@ -2,6 +2,7 @@
 
 pub mod config;
 pub mod kv_cache;
+pub mod kv_dtype;
 pub mod kv_pool;
 pub mod llama;
 pub mod session;

@@ -14,16 +14,14 @@ import contextlib
 import mmap
 import os
 from pathlib import Path
-from typing import TYPE_CHECKING, Protocol
+from typing import Any, Protocol
 
+from ..engine import Engine, register_snapshot_codec
 from ..session_state import SessionState
 from .errors import ModelMismatchError, SnapshotError, SnapshotFormatError
 from .fingerprint import Fingerprint, fingerprint
 from .info import SnapshotInfo, info
-from .session import capture_bytes, restore, write_atomic, writers
-
-if TYPE_CHECKING:
-    from ..engine import Engine
+from .session import capture_bytes, capture_into, restore, snapshot_size, write_atomic, writers
 
 
 class _HoldsState(Protocol):
@@ -83,10 +81,6 @@ def load(
 
 
 def _engine(state: SessionState) -> Engine:
-    # The one place this package names the engine: load() and loads() are
-    # conveniences for Engine.restore; everything else works on the state.
-    from ..engine import Engine
-
     return Engine.from_state(state)
 
 
@@ -119,3 +113,29 @@ def _map(fd: int) -> mmap.mmap:
     if populate:
         return mmap.mmap(fd, 0, flags=mmap.MAP_SHARED | populate, prot=mmap.PROT_READ)
     return mmap.mmap(fd, 0, access=mmap.ACCESS_READ)
+
+
+class _Codec:
+    """OXISNAP1 for :class:`~oxillama.Engine` (see ``SnapshotCodec``)."""
+
+    def dump(self, state: SessionState, path: str | os.PathLike[str], *, durable: bool) -> None:
+        write_atomic(path, writers(state), durable=durable)
+
+    def dumps(self, state: SessionState) -> bytes:
+        return capture_bytes(state)
+
+    def size(self, state: SessionState) -> int:
+        return snapshot_size(state)
+
+    def into(self, state: SessionState, buffer: Any) -> int:
+        return capture_into(state, buffer)
+
+    def read(
+        self, source: str | os.PathLike[str] | bytes | bytearray | memoryview, **kw: Any
+    ) -> SessionState:
+        if isinstance(source, (bytes, bytearray, memoryview)):
+            return restore(source, **kw)
+        return read_state(source, **kw)
+
+
+register_snapshot_codec(_Codec())
