@@ -18,7 +18,7 @@ from .grammar import Grammar, allowed_bytes
 from .grammar import constraint as _constraint
 from .model import Model
 from .sampling import SamplerConfig, build_sampler
-from .session_state import SessionState, kept_prefix
+from .session_state import SessionState, check_fits, kept_prefix, matcher_for
 
 __all__ = ["Engine"]
 
@@ -340,13 +340,7 @@ class Engine:
         if sampler is not None:
             self.set_sampler(sampler)
         prompt_tokens = self._prompt_tokens(prompt)
-        free = self.n_ctx - self.n_past
-        if len(prompt_tokens) > free:
-            raise GenerateError(
-                f"prompt of {len(prompt_tokens)} tokens does not fit in the context: "
-                f"context size is {self.n_ctx} with {self.n_past} tokens already used "
-                f"({free} free)"
-            )
+        check_fits(len(prompt_tokens), self.n_past, self.n_ctx)
         t0 = time.perf_counter()
         if prompt_tokens:
             self.eval(prompt_tokens)
@@ -531,14 +525,9 @@ class Engine:
     ) -> _native.GrammarMatcher | None:
         """The matcher for a constrained call: the live one when the call
         continues (empty prompt) the same grammar, else a fresh one."""
-        if constraint is None:
-            self._grammar = None
-            return None
-        live = self._grammar
-        if resume and live is not None and live[0] == constraint and not live[1].is_terminated():
-            return live[1]
-        matcher = constraint.matcher(self.tokenizer)
-        self._grammar = (constraint, matcher)
+        self._grammar, matcher = matcher_for(
+            self._grammar, constraint, self.tokenizer, resume=resume
+        )
         return matcher
 
     # ------------------------------------------------------------- snapshots

@@ -55,7 +55,7 @@ from .errors import GenerateError, KvCacheFullError, OxiLlamaError, ParameterErr
 from .grammar import Grammar, allowed_bytes
 from .prefix_cache import PrefixCache
 from .sampling import SamplerConfig, build_sampler
-from .session_state import SessionState, kept_prefix
+from .session_state import SessionState, check_fits, kept_prefix, matcher_for
 
 #: Positions per KV page (the pool's page size).
 PAGE = 16
@@ -779,24 +779,10 @@ class Scheduler:
             )
         else:
             prompt = list(t.tokens or [])
-        free = st.n_ctx - st.n_past
-        if len(prompt) > free:
-            raise GenerateError(
-                f"prompt of {len(prompt)} tokens does not fit in the context: "
-                f"context size is {st.n_ctx} with {st.n_past} tokens already used "
-                f"({free} free)"
-            )
-        if t.grammar is None:
-            st.grammar = None
-            s.matcher = None
-        else:
-            live = st.grammar
-            if not prompt and live is not None and live[0] == t.grammar:
-                if not live[1].is_terminated():
-                    s.matcher = live[1]
-            if s.matcher is None:
-                s.matcher = t.grammar.matcher(self._tokenizer)
-                st.grammar = (t.grammar, s.matcher)
+        check_fits(len(prompt), st.n_past, st.n_ctx)
+        st.grammar, s.matcher = matcher_for(
+            st.grammar, t.grammar, self._tokenizer, resume=not prompt
+        )
         if not prompt:
             logits = st.last_logits()
             if logits is not None:

@@ -9,16 +9,44 @@ object, so what continues is exactly what stopped.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 import numpy.typing as npt
 
 from . import _native
+from .errors import GenerateError
 from .grammar import Grammar
 from .model import Model
 from .sampling import SamplerConfig
 
-__all__ = ["SessionState", "kept_prefix"]
+__all__ = ["SessionState", "check_fits", "kept_prefix", "matcher_for"]
+
+Live = tuple[Grammar, _native.GrammarMatcher]
+
+
+def check_fits(n_prompt: int, n_past: int, n_ctx: int) -> None:
+    """Raises when a prompt does not fit in what is left of a context."""
+    free = n_ctx - n_past
+    if n_prompt > free:
+        raise GenerateError(
+            f"prompt of {n_prompt} tokens does not fit in the context: "
+            f"context size is {n_ctx} with {n_past} tokens already used ({free} free)"
+        )
+
+
+def matcher_for(
+    live: Live | None, constraint: Grammar | None, tokenizer: Any, *, resume: bool
+) -> tuple[Live | None, _native.GrammarMatcher | None]:
+    """The grammar state a call runs with, and its matcher: the live one
+    when the call continues (empty prompt) the same unfinished grammar, a
+    fresh one for any other constrained call, none without a constraint."""
+    if constraint is None:
+        return None, None
+    if resume and live is not None and live[0] == constraint and not live[1].is_terminated():
+        return live, live[1]
+    matcher = constraint.matcher(tokenizer)
+    return (constraint, matcher), matcher
 
 
 def kept_prefix(held: list[int], wanted: list[int]) -> int:
