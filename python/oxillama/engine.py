@@ -66,8 +66,10 @@ class Engine:
     from call to call unless a new ``sampler`` is passed.
 
     An ``Engine`` is one session and is not meant to be driven from two
-    threads at once; the model weights are memory-mapped and shared by the
-    OS between engines opened on the same file.
+    threads at once. Its weights are a :class:`~oxillama.Model` shared by
+    every engine of the process on the same file (``Engine(path)`` finds it
+    in a process-wide cache), so an engine costs its KV cache, sampler and
+    token history: memory that grows with the tokens it holds.
     """
 
     def __init__(
