@@ -16,7 +16,7 @@ from .errors import GenerateError, ParameterError
 from .grammar import Grammar
 from .grammar import constraint as _constraint
 from .model import Model
-from .sampling import SamplerConfig, build_sampler
+from .sampling import SamplerConfig
 from .scheduler import Emit, Request, Scheduler
 from .session_state import SessionState
 
@@ -100,14 +100,8 @@ class AsyncEngine:
         """A new, empty session: each call on it appends to its context, and
         its KV pages stay in the shared pool between calls (see
         :class:`AsyncSession`)."""
-        config = sampler or self._sampler
         kv = self._scheduler.pool_kv(self.model, self._engine.n_ctx, None, self._kv_dtype)
-        state = SessionState(
-            model=self.model,
-            kv=kv,
-            sampler_config=config,
-            sampler=build_sampler(config, self.model.tokenizer, self.model.vocab_size),
-        )
+        state = SessionState.fresh(self.model, kv, sampler or self._sampler)
         return AsyncSession(self, self._scheduler.open_session(state))
 
     async def restore_session(
@@ -124,10 +118,7 @@ class AsyncEngine:
         sched = self._scheduler
 
         def read() -> SessionState:
-            kw: dict[str, Any] = {"model": self.model, "make_kv": sched.pool_kv, "defer_kv": True}
-            if isinstance(source, (bytes, bytearray, memoryview)):
-                return snapshot.session.restore(source, **kw)
-            return snapshot.read_state(source, **kw)
+            return snapshot.read(source, model=self.model, make_kv=sched.pool_kv, defer_kv=True)
 
         state = await asyncio.get_running_loop().run_in_executor(None, read)
         return AsyncSession(self, sched.open_session(state))
@@ -156,9 +147,9 @@ class AsyncEngine:
         else:
             old = state.kv
             state.kv = self._scheduler.pool_kv(self.model, old.n_ctx, None, self._kv_dtype)
+            # The hidden state, if any, stays: the same weights' head turns it
+            # into the same logits on any session.
             state.swapped = (int(old.n_past), old.export_kv())
-            state.logits = state.last_logits() if state.hidden is not None else state.logits
-            state.hidden = None
         state.kv.prefill_chunk = self._scheduler.prefill_chunk
         return AsyncSession(self, self._scheduler.open_session(state))
 

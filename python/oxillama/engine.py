@@ -17,7 +17,7 @@ from .errors import GenerateError, ParameterError
 from .grammar import Grammar, allowed_bytes
 from .grammar import constraint as _constraint
 from .model import Model
-from .sampling import SamplerConfig, build_sampler
+from .sampling import SamplerConfig
 from .session_state import SessionState, check_fits, kept_prefix, matcher_for
 
 __all__ = ["Engine"]
@@ -131,13 +131,8 @@ class Engine:
         session = _native.Session(model.native, n_ctx, threads, kv_dtype)
         session.prefill_chunk = prefill_chunk
         self._bind(model)
-        self._session = session
-        #: The grammar of the last constrained call and its live matcher.
-        self._grammar: tuple[Grammar, _native.GrammarMatcher] | None = None
-        self._tokens: list[int] = []
-        self._logits: npt.NDArray[np.float32] | None = None
-        self._hidden: npt.NDArray[np.float32] | None = None
-        self.set_sampler(sampler if sampler is not None else SamplerConfig())
+        config = sampler if sampler is not None else SamplerConfig()
+        self._state = SessionState.fresh(model, session, config)
 
     def _bind(self, model: Model) -> None:
         self.model = model
@@ -149,34 +144,57 @@ class Engine:
         self._chat_template = model.chat_template
 
     # ---------------------------------------------------------------- state
+    #
+    # Everything a session is lives in one SessionState (``_state``): the
+    # native session (KV and position), tokens, live sampler, grammar, and
+    # the next-token logits, possibly still as the hidden state the head
+    # turns into the same logits bit for bit. The names below are views of
+    # it, used by this class and by the speculative engine.
+
+    @property
+    def _session(self) -> _native.Session:
+        return self._state.kv
+
+    @property
+    def _tokens(self) -> list[int]:
+        return self._state.tokens
+
+    @_tokens.setter
+    def _tokens(self, tokens: list[int]) -> None:
+        self._state.tokens = tokens
+
+    @property
+    def _sampler(self) -> _native.Sampler:
+        return self._state.sampler
+
+    @property
+    def _sampler_config(self) -> SamplerConfig:
+        return self._state.sampler_config
+
+    @property
+    def _grammar(self) -> tuple[Grammar, _native.GrammarMatcher] | None:
+        """The grammar of the last constrained call and its live matcher."""
+        return self._state.grammar
+
+    @_grammar.setter
+    def _grammar(self, live: tuple[Grammar, _native.GrammarMatcher] | None) -> None:
+        self._state.grammar = live
 
     @property
     def _last_logits(self) -> npt.NDArray[np.float32] | None:
-        # A restored or adopted session may hold the hidden state instead:
-        # the head turns it into the same logits bit for bit, when needed.
-        if self._logits is None and self._hidden is not None:
-            self._logits = self._session.head_logits(self._hidden)
-            self._hidden = None
-        return self._logits
+        return self._state.last_logits()
 
     @_last_logits.setter
     def _last_logits(self, logits: npt.NDArray[np.float32] | None) -> None:
-        self._logits = logits
-        self._hidden = None
+        self._state.set_logits(logits)
 
     def export_state(self) -> SessionState:
         """Moves the session out (KV, tokens, sampler, grammar, logits) and
         leaves this engine empty, on a fresh context of the same size."""
-        state = self._view_state()
-        fresh = _native.Session(
-            self._model, self._session.n_ctx, self._session.threads, self._session.kv_dtype
-        )
-        fresh.prefill_chunk = self._session.prefill_chunk
-        self._session = fresh
-        self._tokens = []
-        self._logits = self._hidden = None
-        self._grammar = None
-        self.set_sampler(self._sampler_config)
+        state, kv = self._state, self._state.kv
+        fresh = _native.Session(self._model, kv.n_ctx, kv.threads, kv.kv_dtype)
+        fresh.prefill_chunk = kv.prefill_chunk
+        self._state = SessionState.fresh(self.model, fresh, state.sampler_config)
         return state
 
     @classmethod
@@ -184,27 +202,12 @@ class Engine:
         """An engine that continues ``state`` (which it takes over)."""
         self = cls.__new__(cls)
         self._bind(state.model)
-        self._session = state.kv
-        self._tokens = state.tokens
-        self._logits = state.logits
-        self._hidden = state.hidden
-        self._grammar = state.grammar
-        self._sampler = state.sampler
-        self._sampler_config = state.sampler_config
+        self._state = state
         return self
 
     def _view_state(self) -> SessionState:
         """The live state, shared (not moved): for writing a snapshot."""
-        return SessionState(
-            model=self.model,
-            kv=self._session,
-            sampler_config=self._sampler_config,
-            sampler=self._sampler,
-            tokens=self._tokens,
-            logits=self._logits,
-            hidden=self._hidden,
-            grammar=self._grammar,
-        )
+        return self._state
 
     # ------------------------------------------------------------------ info
 
@@ -287,11 +290,7 @@ class Engine:
         """Keeps the first ``n`` tokens of the context and forgets the rest."""
         if not 0 <= n <= self.n_past:
             raise ParameterError(f"truncate: n must be between 0 and {self.n_past}, got {n}")
-        self._session.truncate(n)
-        del self._tokens[n:]
-        # The logits of position n-1 are gone; the next step must evaluate.
-        self._last_logits = None
-        self._grammar = None
+        self._state.truncate(n)
 
     def reset(self) -> None:
         """Empties the context; the sampler starts over from its seed."""
@@ -303,10 +302,7 @@ class Engine:
 
     def set_sampler(self, config: SamplerConfig) -> None:
         """Replaces the live sampler with a fresh one built from ``config``."""
-        if not isinstance(config, SamplerConfig):
-            raise TypeError(f"sampler must be a SamplerConfig, not {type(config).__name__}")
-        self._sampler = build_sampler(config, self.tokenizer, self.vocab_size)
-        self._sampler_config = config
+        self._state.set_sampler(config)
 
     def _check_tokens(self, tokens: Sequence[int]) -> list[int]:
         toks = [int(t) for t in tokens]
@@ -578,11 +574,7 @@ class Engine:
             return _native.Session(model.native, n_ctx, live.threads, kv_dtype)
 
         state = _codec().read(source, model=self.model, make_kv=into_self)
-        self._session = state.kv
-        self._tokens = state.tokens
-        self._logits, self._hidden = state.logits, state.hidden
-        self._grammar = state.grammar
-        self._sampler, self._sampler_config = state.sampler, state.sampler_config
+        self._state = state
 
     @classmethod
     def restore(

@@ -133,14 +133,17 @@ class Model:
         """Hyper-parameters (layers, heads, dimensions, rope, vocabulary)."""
         return dict(self.native.config())
 
-    def fingerprint(self) -> Any:
-        """The file's :class:`~oxillama.snapshot.Fingerprint` (computed once:
-        size and BLAKE3 of its first and last 8 MiB)."""
+    def fingerprint(self, probe: int | None = None) -> Any:
+        """The file's :class:`~oxillama.snapshot.Fingerprint`: size and BLAKE3
+        of its first and last ``probe`` bytes (8 MiB by default), computed
+        once per probe size."""
+        from .snapshot.fingerprint import PROBE, cached_fingerprint
+
         if self.model_path is None:
             raise LoadError("a model loaded from bytes has no file to fingerprint")
+        if probe is not None and probe != PROBE:
+            return cached_fingerprint(self.model_path, probe)
         if self._fingerprint is None:
-            from .snapshot.fingerprint import cached_fingerprint
-
             self._fingerprint = cached_fingerprint(self.model_path)
         return self._fingerprint
 

@@ -759,17 +759,13 @@ class Scheduler:
         s.turn = None
         self._metrics.session_turns += 1
         if t.sampler is not None:
-            st.sampler = build_sampler(t.sampler, self._tokenizer, self._vocab)
-            st.sampler_config = t.sampler
+            st.set_sampler(t.sampler)
         s.sampler = st.sampler
         if t.chat is not None:
             toks = t.chat
             common = kept_prefix(st.tokens, toks)
             if common < st.n_past:
-                st.kv.truncate(common)
-                del st.tokens[common:]
-                st.set_logits(None)
-                st.grammar = None
+                st.truncate(common)
             prompt = toks[common:]
         elif t.text is not None:
             prompt = (

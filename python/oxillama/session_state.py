@@ -18,7 +18,7 @@ from . import _native
 from .errors import GenerateError
 from .grammar import Grammar
 from .model import Model
-from .sampling import SamplerConfig
+from .sampling import SamplerConfig, build_sampler
 
 __all__ = ["SessionState", "check_fits", "kept_prefix", "matcher_for"]
 
@@ -61,6 +61,12 @@ def kept_prefix(held: list[int], wanted: list[int]) -> int:
     return min(common, len(wanted) - 1)
 
 
+def _sampler(model: Model, config: SamplerConfig) -> _native.Sampler:
+    if not isinstance(config, SamplerConfig):
+        raise TypeError(f"sampler must be a SamplerConfig, not {type(config).__name__}")
+    return build_sampler(config, model.tokenizer, model.vocab_size)
+
+
 @dataclass(eq=False)
 class SessionState:
     """A session's KV cache and position (``kv``), its token history, its
@@ -83,6 +89,25 @@ class SessionState:
     #: While hibernated: the KV of the first ``n`` positions, exported, and
     #: ``kv`` holds no pages (see :meth:`hibernate`).
     swapped: tuple[int, bytes] | None = None
+
+    @classmethod
+    def fresh(cls, model: Model, kv: _native.Session, config: SamplerConfig) -> SessionState:
+        """An empty session on ``kv`` with a new live sampler for ``config``."""
+        return cls(model=model, kv=kv, sampler_config=config, sampler=_sampler(model, config))
+
+    def set_sampler(self, config: SamplerConfig) -> None:
+        """Replaces the live sampler with a fresh one built from ``config``."""
+        self.sampler = _sampler(self.model, config)
+        self.sampler_config = config
+
+    def truncate(self, n: int) -> None:
+        """Keeps the first ``n`` positions (``n`` at most ``n_past``, not
+        hibernated). The logits of position n-1 are gone, so the next step
+        must evaluate, and a grammar cannot resume."""
+        self.kv.truncate(n)
+        del self.tokens[n:]
+        self.set_logits(None)
+        self.grammar = None
 
     @property
     def n_past(self) -> int:

@@ -76,14 +76,8 @@ impl Scratch {
         self.h.extend_from_slice(hidden);
     }
 
-    /// Keeps only head row `i` as the last hidden state.
-    pub fn keep_row_hidden(&mut self, i: usize, n_embd: usize) {
-        if i > 0 {
-            let (a, b) = (i * n_embd, (i + 1) * n_embd);
-            if b <= self.h.len() {
-                self.h.copy_within(a..b, 0);
-            }
-        }
+    /// Keeps only head row 0 as the last hidden state.
+    pub fn keep_first_row_hidden(&mut self, n_embd: usize) {
         self.h.truncate(n_embd);
     }
 

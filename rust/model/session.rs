@@ -23,7 +23,7 @@ pub struct Session {
     /// The last logits came from the output head applied to `last_hidden`
     /// (alone, or as one row of a batch: every matmul path gives a row the
     /// same bits either way), so `head_logits` reproduces them exactly.
-    single_row_head: bool,
+    logits_from_last_hidden: bool,
     /// Multi-token evals attend row by row with the one-token kernel, so
     /// their logits equal those of one-token evals bit for bit.
     pub exact_rows: bool,
@@ -74,7 +74,7 @@ impl Session {
             prefill_chunk: 512,
             scratch: Scratch::default(),
             hidden_valid: false,
-            single_row_head: false,
+            logits_from_last_hidden: false,
             exact_rows: false,
             model,
         }
@@ -153,7 +153,7 @@ impl Session {
         self.hidden_valid = true;
         // One segment without all_logits sends exactly one row through the
         // head (see `forward_segments`).
-        self.single_row_head = !all_logits;
+        self.logits_from_last_hidden = !all_logits;
         Ok(out)
     }
 
@@ -197,7 +197,7 @@ impl Session {
     /// Whether `head_logits(last_hidden())` is the last `eval`'s logits by
     /// construction (no need to recompute them to check).
     pub fn logits_from_head(&self) -> bool {
-        self.single_row_head && self.last_hidden().is_some()
+        self.logits_from_last_hidden && self.last_hidden().is_some()
     }
 
     /// Logits of a hidden state from `last_hidden`, bit-identical to those
@@ -317,12 +317,12 @@ impl Session {
         for (i, s) in sessions.iter_mut().enumerate().skip(1) {
             s.scratch.set_last_hidden(scratch.row_hidden(i, e));
         }
-        scratch.keep_row_hidden(0, e);
+        scratch.keep_first_row_hidden(e);
         sessions[0].scratch = scratch;
         for (s, toks) in sessions.iter_mut().zip(tokens) {
             s.n_past += toks.len();
             s.hidden_valid = true;
-            s.single_row_head = true;
+            s.logits_from_last_hidden = true;
         }
         Ok(logits)
     }

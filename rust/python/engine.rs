@@ -231,7 +231,7 @@ impl PySession {
     }
 
     /// Whether the last logits are `head_logits(last_hidden())` by
-    /// construction (computed by the same one-row output head call).
+    /// construction (the head applied to that row, alone or in a batch).
     #[getter]
     fn logits_from_head(&self) -> bool {
         self.inner.logits_from_head()

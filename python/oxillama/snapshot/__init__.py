@@ -84,6 +84,16 @@ def _engine(state: SessionState) -> Engine:
     return Engine.from_state(state)
 
 
+def read(
+    source: str | os.PathLike[str] | bytes | bytearray | memoryview, **kwargs: Any
+) -> SessionState:
+    """The session in ``source``: snapshot bytes, or the path of a file
+    (see :func:`~.session.restore` for ``kwargs``)."""
+    if isinstance(source, (bytes, bytearray, memoryview)):
+        return restore(source, **kwargs)
+    return read_state(source, **kwargs)
+
+
 def read_state(path: str | os.PathLike[str], **kwargs: object) -> SessionState:
     """The session saved at ``path`` (see :func:`~.session.restore` for
     ``kwargs``), read through a mapping of the file."""
@@ -133,9 +143,7 @@ class _Codec:
     def read(
         self, source: str | os.PathLike[str] | bytes | bytearray | memoryview, **kw: Any
     ) -> SessionState:
-        if isinstance(source, (bytes, bytearray, memoryview)):
-            return restore(source, **kw)
-        return read_state(source, **kw)
+        return read(source, **kw)
 
 
 register_snapshot_codec(_Codec())

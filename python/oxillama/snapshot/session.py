@@ -38,16 +38,10 @@ OFFLOAD_POLICY = "cpu"
 MakeKv = Callable[[Model, int, int | None, str], _native.Session]
 
 
-def capture(state: SessionState) -> bytearray:
-    """The session as one OXISNAP1 blob (weights excluded)."""
-    out = encode_into(writers(state))
-    assert isinstance(out, bytearray)
-    return out
-
-
 def capture_bytes(state: SessionState) -> bytes:
-    """:func:`capture` as an immutable ``bytes``, written in place (one
-    allocation, one pass; see ``_native.filled_bytes``)."""
+    """The session as one OXISNAP1 blob (weights excluded), an immutable
+    ``bytes`` written in place (one allocation, one pass; see
+    ``_native.filled_bytes``)."""
     secs = writers(state)
     return _native.filled_bytes(encoded_size(secs), lambda view: encode_into(secs, view))
 
@@ -207,11 +201,7 @@ def _model_for(
             raise SnapshotError(f"cannot load the model for this snapshot: {e}") from e
     if model.model_path is None:
         raise SnapshotError("a model loaded from bytes cannot be checked against a snapshot")
-    found = (
-        model.fingerprint()
-        if expected.probe == model.fingerprint().probe
-        else _refingerprint(model.model_path, expected.probe)
-    )
+    found = model.fingerprint(expected.probe)
     if not expected.matches(found):
         raise ModelMismatchError(
             f"{model.model_path} is not the model this snapshot was taken with: "
@@ -228,12 +218,6 @@ def _model_for(
             found=(model.arch, model.vocab_size),
         )
     return model
-
-
-def _refingerprint(path: Path, probe: int) -> Fingerprint:
-    from .fingerprint import cached_fingerprint
-
-    return cached_fingerprint(path, probe)
 
 
 def restore(
