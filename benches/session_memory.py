@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import platform
 import shutil
 import sys
 import tempfile
@@ -33,7 +32,7 @@ from typing import Any
 import httpx
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from soak import _proc, start_server
+from soak import _proc, cpu_model, start_server
 
 PROMPTS = [
     "The capital of France is",
@@ -114,7 +113,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         if line.startswith("oxillama_kv_page_bytes "):
             per_session_kib = float(line.split()[1]) / 1024
     return {
-        "cpu": platform.processor() or platform.machine(),
+        "cpu": cpu_model(),
         "ids": args.ids,
         "max_sessions": args.max_sessions,
         "rss_with_bound_sessions_kib": rss_bound,
