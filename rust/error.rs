@@ -13,6 +13,8 @@ pub enum Error {
     InvalidArgument(String),
     /// The shared KV pool has no free page left (the scheduler preempts).
     KvFull(String),
+    /// A bug in oxillama: a Rust panic, caught at the Python boundary.
+    Internal(String),
 }
 
 pub type Result<T> = std::result::Result<T, Error>;
@@ -20,9 +22,11 @@ pub type Result<T> = std::result::Result<T, Error>;
 impl fmt::Display for Error {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
-            Error::Load(m) | Error::Generate(m) | Error::InvalidArgument(m) | Error::KvFull(m) => {
-                f.write_str(m)
-            }
+            Error::Load(m)
+            | Error::Generate(m)
+            | Error::InvalidArgument(m)
+            | Error::KvFull(m)
+            | Error::Internal(m) => f.write_str(m),
         }
     }
 }
@@ -42,4 +46,24 @@ impl Error {
     pub fn kv_full(msg: impl Into<String>) -> Self {
         Error::KvFull(msg.into())
     }
+    pub fn internal(msg: impl Into<String>) -> Self {
+        Error::Internal(msg.into())
+    }
+
+    /// The error for a caught panic, naming what the panic said.
+    pub fn from_panic(payload: &(dyn std::any::Any + Send)) -> Self {
+        Error::Internal(format!(
+            "internal error in oxillama's Rust core ({}); this is a bug in oxillama: please report it",
+            panic_text(payload)
+        ))
+    }
+}
+
+/// A panic's message (`panic!` with a literal or a format string).
+pub fn panic_text(payload: &(dyn std::any::Any + Send)) -> String {
+    payload
+        .downcast_ref::<&str>()
+        .map(|s| (*s).to_string())
+        .or_else(|| payload.downcast_ref::<String>().cloned())
+        .unwrap_or_else(|| "a panic without a message".to_string())
 }

@@ -19,6 +19,22 @@ use std::time::{Duration, Instant};
 /// How long a worker keeps spinning for the next job before parking.
 const SPIN_FOR: Duration = Duration::from_micros(300);
 
+/// Fault injection for the tests of panic handling: when set, the next
+/// worker thread to take part in a dispatch panics (one relaxed load per
+/// dispatch and worker when unset).
+static PANIC_NEXT_WORKER: AtomicBool = AtomicBool::new(false);
+
+/// Makes the next worker thread that joins a dispatch, of any pool, panic
+/// there (for tests: it exercises the path a real bug in a kernel takes).
+pub fn arm_worker_panic() {
+    PANIC_NEXT_WORKER.store(true, Ordering::SeqCst);
+}
+
+/// Whether an armed worker panic is still waiting for a dispatch.
+pub fn worker_panic_armed() -> bool {
+    PANIC_NEXT_WORKER.load(Ordering::SeqCst)
+}
+
 type JobFn<'a> = dyn Fn(usize) + Sync + 'a;
 
 struct Job {
@@ -35,6 +51,9 @@ struct Shared {
     /// Workers still busy with the current generation.
     active: AtomicUsize,
     panicked: AtomicBool,
+    /// The first worker panic's message of the current dispatch, re-raised
+    /// on the caller so the report names the real failure.
+    panic_message: Mutex<Option<String>>,
     shutdown: AtomicBool,
     sleep_lock: Mutex<()>,
     wake: Condvar,
@@ -70,6 +89,7 @@ impl ThreadPool {
             next_chunk: AtomicUsize::new(0),
             active: AtomicUsize::new(0),
             panicked: AtomicBool::new(false),
+            panic_message: Mutex::new(None),
             shutdown: AtomicBool::new(false),
             sleep_lock: Mutex::new(()),
             wake: Condvar::new(),
@@ -134,8 +154,14 @@ impl ThreadPool {
         if let Err(p) = caller {
             std::panic::resume_unwind(p);
         }
-        if s.panicked.swap(false, Ordering::Relaxed) {
-            panic!("an oxillama worker thread panicked");
+        if s.panicked.swap(false, Ordering::Acquire) {
+            let what = s
+                .panic_message
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .take()
+                .unwrap_or_default();
+            panic!("an oxillama worker thread panicked: {what}");
         }
     }
 }
@@ -182,8 +208,20 @@ fn worker_loop(s: &Shared) {
                 None => (&(|_| {}) as &JobFn<'static>, 0),
             }
         };
-        if catch_unwind(AssertUnwindSafe(|| claim_chunks(s, f, n_chunks))).is_err() {
-            s.panicked.store(true, Ordering::Relaxed);
+        let ran = catch_unwind(AssertUnwindSafe(|| {
+            if PANIC_NEXT_WORKER.load(Ordering::Relaxed)
+                && PANIC_NEXT_WORKER.swap(false, Ordering::SeqCst)
+            {
+                panic!("test panic injected in a worker thread");
+            }
+            claim_chunks(s, f, n_chunks)
+        }));
+        if let Err(payload) = ran {
+            let what = crate::error::panic_text(&*payload);
+            let mut first = s.panic_message.lock().unwrap_or_else(|p| p.into_inner());
+            first.get_or_insert(what);
+            drop(first);
+            s.panicked.store(true, Ordering::Release);
         }
         s.active.fetch_sub(1, Ordering::Release);
     }

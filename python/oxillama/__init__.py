@@ -16,6 +16,7 @@ from .engine import Engine
 from .errors import (
     GenerateError,
     GrammarError,
+    InternalError,
     JsonSchemaError,
     LoadError,
     OxiLlamaError,
@@ -36,6 +37,7 @@ __all__ = [
     "GenerateError",
     "Grammar",
     "GrammarError",
+    "InternalError",
     "JsonSchemaError",
     "LoadError",
     "Model",

@@ -9,6 +9,7 @@ from __future__ import annotations
 __all__ = [
     "GenerateError",
     "GrammarError",
+    "InternalError",
     "JsonSchemaError",
     "KvCacheFullError",
     "LoadError",
@@ -20,6 +21,13 @@ __all__ = [
 
 class OxiLlamaError(Exception):
     """Base class for all oxillama errors."""
+
+
+class InternalError(OxiLlamaError):
+    """A bug in oxillama: please report it. The Rust core panicked (on the
+    calling thread or in a worker thread) and the call was abandoned; the
+    process keeps working, and a session or matcher the panic interrupted
+    refuses further use with this same error."""
 
 
 class LoadError(OxiLlamaError):

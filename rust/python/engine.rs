@@ -8,7 +8,7 @@ use pyo3::prelude::*;
 use super::buffer::{with_bytes, with_bytes_mut};
 use pyo3::types::{PyBytes, PyDict};
 
-use super::errors::IntoPyResult;
+use super::errors::{guard, IntoPyResult, Poison};
 use super::gguf::PyGgufFile;
 use crate::model::kv_pool::{KvPool, PAGE};
 use crate::model::{KvDtype, Model, Session};
@@ -24,7 +24,7 @@ impl PyModel {
     #[new]
     fn new(py: Python<'_>, file: &PyGgufFile) -> PyResult<Self> {
         let f = Arc::clone(&file.inner);
-        let m = py.detach(|| Model::load(f)).py_err()?;
+        let m = guard(|| py.detach(|| Model::load(f)).py_err())?;
         Ok(PyModel { inner: Arc::new(m) })
     }
 
@@ -77,8 +77,9 @@ impl PyKvPool {
     fn new(model: &PyModel, n_pages: usize, kv_dtype: &str) -> PyResult<Self> {
         let dtype = KvDtype::parse(kv_dtype).py_err()?;
         let c = &model.inner.cfg;
-        let pool =
-            KvPool::new(dtype, c.n_layer, n_pages, c.n_head_kv, c.dim_k, c.dim_v).py_err()?;
+        let pool = guard(|| {
+            KvPool::new(dtype, c.n_layer, n_pages, c.n_head_kv, c.dim_k, c.dim_v).py_err()
+        })?;
         Ok(PyKvPool {
             inner: Arc::new(pool),
         })
@@ -110,6 +111,7 @@ impl PyKvPool {
 #[pyclass(name = "Session", module = "oxillama._native")]
 pub struct PySession {
     inner: Session,
+    poison: Poison,
 }
 
 #[pymethods]
@@ -131,24 +133,31 @@ impl PySession {
             ));
         }
         let model = Arc::clone(&model.inner);
-        let s = match pool {
-            None => Session::new(model, n_ctx, threads, dtype),
-            Some(p) if p.inner.dtype != dtype => Err(crate::Error::invalid(format!(
-                "the KV pool holds {} but the session asks for {}",
-                p.inner.dtype.name(),
-                dtype.name()
-            ))),
-            Some(p) => Session::with_pool(model, n_ctx, threads, Arc::clone(&p.inner)),
-        }
-        .py_err()?;
-        Ok(PySession { inner: s })
+        let s = guard(|| {
+            match pool {
+                None => Session::new(model, n_ctx, threads, dtype),
+                Some(p) if p.inner.dtype != dtype => Err(crate::Error::invalid(format!(
+                    "the KV pool holds {} but the session asks for {}",
+                    p.inner.dtype.name(),
+                    dtype.name()
+                ))),
+                Some(p) => Session::with_pool(model, n_ctx, threads, Arc::clone(&p.inner)),
+            }
+            .py_err()
+        })?;
+        Ok(PySession {
+            inner: s,
+            poison: Poison::default(),
+        })
     }
 
     /// Pages of its pool that appending `n` tokens would take now (new
     /// pages, and copies of pages shared with a fork).
-    fn pages_needed(&self, n: usize) -> usize {
-        let past = self.inner.n_past();
-        self.inner.kv.pages_needed(past, past + n)
+    fn pages_needed(&self, n: usize) -> PyResult<usize> {
+        self.poison.run(|| {
+            let past = self.inner.n_past();
+            Ok(self.inner.kv.pages_needed(past, past.saturating_add(n)))
+        })
     }
 
     /// KV pages (16 positions each) this session holds.
@@ -167,7 +176,13 @@ impl PySession {
     /// one's, sharing (not copying) their pages; either side's first write
     /// into a shared page copies that page.
     fn fork(&self, n: usize) -> PyResult<PySession> {
-        self.inner.fork(n).map(|inner| PySession { inner }).py_err()
+        self.poison.run(|| {
+            let inner = self.inner.fork(n).py_err()?;
+            Ok(PySession {
+                inner,
+                poison: Poison::default(),
+            })
+        })
     }
 
     /// Appends tokens; returns last-position logits `(vocab,)`, or
@@ -182,7 +197,9 @@ impl PySession {
         let toks = tokens.as_slice()?.to_vec();
         let n_vocab = self.inner.model.n_vocab();
         let session = &mut self.inner;
-        let logits = py.detach(|| session.eval(&toks, all_logits)).py_err()?;
+        let logits = self
+            .poison
+            .run(|| py.detach(|| session.eval(&toks, all_logits)).py_err())?;
         if all_logits {
             let rows = toks.len();
             let arr = PyArray1::from_vec(py, logits).reshape([rows, n_vocab])?;
@@ -205,10 +222,13 @@ impl PySession {
 
     /// The last position's normalized hidden state, or None when it is not
     /// current (empty context, after truncate or import).
-    fn last_hidden<'py>(&self, py: Python<'py>) -> Option<Bound<'py, PyArray1<f32>>> {
-        self.inner
-            .last_hidden()
-            .map(|h| PyArray1::from_slice(py, h))
+    fn last_hidden<'py>(&self, py: Python<'py>) -> PyResult<Option<Bound<'py, PyArray1<f32>>>> {
+        self.poison.run(|| {
+            Ok(self
+                .inner
+                .last_hidden()
+                .map(|h| PyArray1::from_slice(py, h)))
+        })
     }
 
     /// Output-head logits of a `last_hidden()` state, bit-identical to the
@@ -220,14 +240,20 @@ impl PySession {
     ) -> PyResult<Bound<'py, PyArray1<f32>>> {
         let h = hidden.as_slice()?.to_vec();
         let session = &mut self.inner;
-        let logits = py.detach(|| session.head_logits(&h)).py_err()?;
+        let logits = self
+            .poison
+            .run(|| py.detach(|| session.head_logits(&h)).py_err())?;
         Ok(PyArray1::from_vec(py, logits))
     }
 
     /// Frees the activations of the last forward pass (megabytes for a
     /// prefill chunk), keeping `last_hidden()`; for sessions that wait.
-    fn release_scratch(&mut self) {
-        self.inner.release_scratch()
+    fn release_scratch(&mut self) -> PyResult<()> {
+        let session = &mut self.inner;
+        self.poison.run(|| {
+            session.release_scratch();
+            Ok(())
+        })
     }
 
     /// Whether the last logits are `head_logits(last_hidden())` by
@@ -238,11 +264,16 @@ impl PySession {
     }
 
     fn truncate(&mut self, n: usize) -> PyResult<()> {
-        self.inner.truncate(n).py_err()
+        let session = &mut self.inner;
+        self.poison.run(|| session.truncate(n).py_err())
     }
 
-    fn reset(&mut self) {
-        self.inner.reset()
+    fn reset(&mut self) -> PyResult<()> {
+        let session = &mut self.inner;
+        self.poison.run(|| {
+            session.reset();
+            Ok(())
+        })
     }
 
     #[getter]
@@ -284,7 +315,9 @@ impl PySession {
     /// The KV cache up to `n_past`, raw little-endian in `kv_dtype`.
     fn export_kv<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyBytes>> {
         let session = &self.inner;
-        let data = py.detach(|| session.export_kv()).py_err()?;
+        let data = self
+            .poison
+            .run(|| py.detach(|| session.export_kv()).py_err())?;
         Ok(PyBytes::new(py, &data))
     }
 
@@ -297,13 +330,15 @@ impl PySession {
     /// `export_kv_len()` bytes (no intermediate copy).
     fn export_kv_into(&self, out: &Bound<'_, PyAny>) -> PyResult<()> {
         let session = &self.inner;
-        with_bytes_mut(out, |o| session.export_kv_into(o))?.py_err()
+        self.poison
+            .run(|| with_bytes_mut(out, |o| session.export_kv_into(o))?.py_err())
     }
 
     /// Loads `n` positions exported by `export_kv` (same model and dtype).
     fn import_kv(&mut self, n: usize, data: &Bound<'_, PyAny>) -> PyResult<()> {
         let session = &mut self.inner;
-        with_bytes(data, |d| session.import_kv(n, d))?.py_err()
+        self.poison
+            .run(|| with_bytes(data, |d| session.import_kv(n, d))?.py_err())
     }
 
     #[getter]
@@ -320,7 +355,7 @@ fn physical_core_count() -> usize {
 /// BLAKE3 digest (32 bytes) of a bytes-like object, computed without the GIL.
 #[pyfunction(name = "blake3")]
 fn blake3_digest<'py>(py: Python<'py>, data: &Bound<'py, PyAny>) -> PyResult<Bound<'py, PyBytes>> {
-    let h = with_bytes(data, crate::hash::hash)?;
+    let h = guard(|| with_bytes(data, crate::hash::hash))?;
     Ok(PyBytes::new(py, h.as_bytes()))
 }
 
@@ -356,7 +391,8 @@ fn write_hashed<'py>(
     // SAFETY: `fd` is non-negative and open in the caller, which keeps it
     // open for the call; ManuallyDrop keeps us from closing it.
     let file = std::mem::ManuallyDrop::new(unsafe { std::fs::File::from_raw_fd(fd) });
-    let digest = py.detach(|| crate::hashed_write::write_hashing(&file, bytes, offset))?;
+    let digest =
+        guard(|| Ok(py.detach(|| crate::hashed_write::write_hashing(&file, bytes, offset))?))?;
     Ok(PyBytes::new(py, digest.as_bytes()))
 }
 
@@ -371,20 +407,30 @@ fn eval_batch<'py>(
 ) -> PyResult<Bound<'py, PyAny>> {
     let mut refs = Vec::with_capacity(sessions.len());
     for s in &sessions {
-        refs.push(
-            s.try_borrow_mut()
-                .map_err(|_| {
-                    crate::Error::invalid("eval_batch got the same session twice (or one in use)")
-                })
-                .py_err()?,
-        );
+        let r = s
+            .try_borrow_mut()
+            .map_err(|_| {
+                crate::Error::invalid("eval_batch got the same session twice (or one in use)")
+            })
+            .py_err()?;
+        r.poison.check()?;
+        refs.push(r);
     }
     let rows = refs.len();
     let n_vocab = refs.first().map_or(0, |r| r.inner.model.n_vocab());
     let mut inner: Vec<&mut Session> = refs.iter_mut().map(|r| &mut r.inner).collect();
-    let logits = py
-        .detach(|| Session::eval_batch(&mut inner, &tokens))
-        .py_err()?;
+    let batch = Poison::default();
+    let logits = batch.run(|| {
+        py.detach(|| Session::eval_batch(&mut inner, &tokens))
+            .py_err()
+    });
+    if let (Err(e), Err(_)) = (&logits, batch.check()) {
+        // The pass panicked while writing every session's KV cache.
+        for r in &refs {
+            r.poison.set(e);
+        }
+    }
+    let logits = logits?;
     Ok(PyArray1::from_vec(py, logits)
         .reshape([rows, n_vocab])?
         .into_any())

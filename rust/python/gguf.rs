@@ -6,7 +6,7 @@ use std::sync::Arc;
 use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyDict, PyList};
 
-use super::errors::IntoPyResult;
+use super::errors::{guard, IntoPyResult};
 use crate::gguf::{Array, GgufFile, Value};
 
 #[pyclass(name = "GgufFile", module = "oxillama._native", frozen)]
@@ -61,7 +61,7 @@ impl PyGgufFile {
     /// Memory-maps and parses a GGUF file.
     #[staticmethod]
     fn open(py: Python<'_>, path: PathBuf) -> PyResult<Self> {
-        let f = py.detach(|| GgufFile::open(&path)).py_err()?;
+        let f = guard(|| py.detach(|| GgufFile::open(&path)).py_err())?;
         Ok(PyGgufFile { inner: Arc::new(f) })
     }
 
@@ -69,7 +69,7 @@ impl PyGgufFile {
     #[staticmethod]
     fn from_bytes(py: Python<'_>, data: &Bound<'_, PyBytes>) -> PyResult<Self> {
         let bytes = data.as_bytes().to_vec();
-        let f = py.detach(|| GgufFile::from_bytes(bytes)).py_err()?;
+        let f = guard(|| py.detach(|| GgufFile::from_bytes(bytes)).py_err())?;
         Ok(PyGgufFile { inner: Arc::new(f) })
     }
 
@@ -96,37 +96,45 @@ impl PyGgufFile {
 
     /// Every metadata key with its value as a Python object.
     fn metadata<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
-        let d = PyDict::new(py);
-        for (k, v) in self.inner.metadata() {
-            d.set_item(k, value_to_py(py, v)?)?;
-        }
-        Ok(d)
+        guard(|| {
+            let d = PyDict::new(py);
+            for (k, v) in self.inner.metadata() {
+                d.set_item(k, value_to_py(py, v)?)?;
+            }
+            Ok(d)
+        })
     }
 
     /// `(name, type name, dims, absolute offset, nbytes)` per tensor.
-    fn tensors(&self) -> Vec<(String, &'static str, Vec<u64>, usize, usize)> {
-        self.inner
-            .tensors()
-            .iter()
-            .map(|t| {
-                (
-                    t.name.clone(),
-                    t.ty.name(),
-                    t.dims.clone(),
-                    t.offset,
-                    t.nbytes,
-                )
-            })
-            .collect()
+    #[allow(clippy::type_complexity)]
+    fn tensors(&self) -> PyResult<Vec<(String, &'static str, Vec<u64>, usize, usize)>> {
+        guard(|| {
+            Ok(self
+                .inner
+                .tensors()
+                .iter()
+                .map(|t| {
+                    (
+                        t.name.clone(),
+                        t.ty.name(),
+                        t.dims.clone(),
+                        t.offset,
+                        t.nbytes,
+                    )
+                })
+                .collect())
+        })
     }
 
     /// Raw bytes of one tensor (tests and tools; not used on the hot path).
     fn tensor_bytes<'py>(&self, py: Python<'py>, name: &str) -> PyResult<Bound<'py, PyBytes>> {
-        let t = self
-            .inner
-            .tensor(name)
-            .ok_or_else(|| pyo3::exceptions::PyKeyError::new_err(name.to_string()))?;
-        Ok(PyBytes::new(py, self.inner.tensor_data(t)))
+        guard(|| {
+            let t = self
+                .inner
+                .tensor(name)
+                .ok_or_else(|| pyo3::exceptions::PyKeyError::new_err(name.to_string()))?;
+            Ok(PyBytes::new(py, self.inner.tensor_data(t)))
+        })
     }
 }
 

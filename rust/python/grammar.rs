@@ -6,7 +6,7 @@ use std::sync::{Arc, Mutex};
 use pyo3::prelude::*;
 use pyo3::types::PyBytes;
 
-use super::errors::IntoPyResult;
+use super::errors::{guard, IntoPyResult, Poison};
 use crate::grammar::{LocalCache, Matcher, Program, VocabTrie};
 use crate::Error;
 
@@ -20,11 +20,16 @@ impl PyVocabTrie {
     /// `pieces[i]`: token i's bytes; `special[i]`: a control token, matched
     /// only by token references; `eog`: end-of-generation ids.
     #[new]
-    fn new(py: Python<'_>, pieces: Vec<Vec<u8>>, special: Vec<bool>, eog: Vec<u32>) -> Self {
-        let inner = py.detach(|| VocabTrie::new(pieces, special, eog));
-        PyVocabTrie {
+    fn new(
+        py: Python<'_>,
+        pieces: Vec<Vec<u8>>,
+        special: Vec<bool>,
+        eog: Vec<u32>,
+    ) -> PyResult<Self> {
+        let inner = guard(|| Ok(py.detach(|| VocabTrie::new(pieces, special, eog))))?;
+        Ok(PyVocabTrie {
             inner: Arc::new(inner),
-        }
+        })
     }
 
     #[getter]
@@ -63,7 +68,7 @@ impl PyProgram {
     #[new]
     fn new(words: Vec<u32>) -> PyResult<Self> {
         Ok(PyProgram {
-            inner: Arc::new(Program::decode(&words).py_err()?),
+            inner: Arc::new(guard(|| Program::decode(&words).py_err())?),
             caches: Mutex::new(Vec::new()),
         })
     }
@@ -78,6 +83,7 @@ impl PyProgram {
 pub struct PyMatcher {
     inner: Matcher,
     bits: Vec<u64>,
+    poison: Poison,
 }
 
 fn token(t: i64) -> PyResult<u32> {
@@ -91,14 +97,18 @@ impl PyMatcher {
     #[new]
     fn new(program: &PyProgram, trie: &PyVocabTrie) -> PyResult<Self> {
         let words = trie.inner.n_vocab().div_ceil(64);
-        Ok(PyMatcher {
-            inner: Matcher::with_cache(
+        let inner = guard(|| {
+            Matcher::with_cache(
                 Arc::clone(&program.inner),
                 Arc::clone(&trie.inner),
                 program.cache_for(&trie.inner),
             )
-            .py_err()?,
+            .py_err()
+        })?;
+        Ok(PyMatcher {
+            inner,
             bits: vec![0; words],
+            poison: Poison::default(),
         })
     }
 
@@ -106,29 +116,36 @@ impl PyMatcher {
     fn accept_token(&mut self, py: Python<'_>, token_id: i64) -> PyResult<bool> {
         let t = token(token_id)?;
         let inner = &mut self.inner;
-        py.detach(|| inner.accept_token(t)).py_err()
+        self.poison
+            .run(|| py.detach(|| inner.accept_token(t)).py_err())
     }
 
     /// Advances by raw bytes if allowed; returns whether they were.
     fn accept_bytes(&mut self, data: &[u8]) -> PyResult<bool> {
-        self.inner.accept_bytes(data).py_err()
+        let inner = &mut self.inner;
+        self.poison.run(|| inner.accept_bytes(data).py_err())
     }
 
     /// Undoes the last `n` accepted tokens.
     fn rollback(&mut self, n: usize) -> PyResult<()> {
-        self.inner.rollback(n).py_err()
+        let inner = &mut self.inner;
+        self.poison.run(|| inner.rollback(n).py_err())
     }
 
-    fn reset(&mut self) {
-        self.inner.reset()
+    fn reset(&mut self) -> PyResult<()> {
+        let inner = &mut self.inner;
+        self.poison.run(|| {
+            inner.reset();
+            Ok(())
+        })
     }
 
-    fn is_accepting(&self) -> bool {
-        self.inner.is_accepting()
+    fn is_accepting(&self) -> PyResult<bool> {
+        self.poison.run(|| Ok(self.inner.is_accepting()))
     }
 
-    fn is_terminated(&self) -> bool {
-        self.inner.is_terminated()
+    fn is_terminated(&self) -> PyResult<bool> {
+        self.poison.run(|| Ok(self.inner.is_terminated()))
     }
 
     #[getter]
@@ -140,8 +157,12 @@ impl PyMatcher {
     /// (`numpy.packbits(..., bitorder="little")`), the form
     /// `Sampler.sample(logits, allowed)` takes.
     fn mask<'py>(&mut self, py: Python<'py>) -> PyResult<Bound<'py, PyBytes>> {
-        let PyMatcher { inner, bits } = self;
-        py.detach(|| inner.fill_mask(bits)).py_err()?;
+        let PyMatcher {
+            inner,
+            bits,
+            poison,
+        } = self;
+        poison.run(|| py.detach(|| inner.fill_mask(bits)).py_err())?;
         let mut out = Vec::with_capacity(bits.len() * 8);
         for w in bits.iter() {
             out.extend_from_slice(&w.to_le_bytes());
@@ -150,13 +171,14 @@ impl PyMatcher {
     }
 
     /// The live state as a list of ints, for snapshots.
-    fn export_state(&self) -> Vec<u32> {
-        self.inner.export_state()
+    fn export_state(&self) -> PyResult<Vec<u32>> {
+        self.poison.run(|| Ok(self.inner.export_state()))
     }
 
     /// Restores an `export_state()` list (the history restarts there).
     fn import_state(&mut self, state: Vec<u32>) -> PyResult<()> {
-        self.inner.import_state(&state).py_err()
+        let inner = &mut self.inner;
+        self.poison.run(|| inner.import_state(&state).py_err())
     }
 }
 

@@ -9,6 +9,7 @@ mod gguf;
 mod grammar;
 mod quant;
 mod sampler;
+mod testing;
 
 #[pymodule]
 fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
@@ -18,5 +19,6 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     sampler::register(m)?;
     engine::register(m)?;
     grammar::register(m)?;
+    testing::register(m)?;
     Ok(())
 }

@@ -5,7 +5,7 @@ use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
 use pyo3::types::PyBytes;
 
-use super::errors::IntoPyResult;
+use super::errors::{guard, IntoPyResult};
 use crate::quant::{dequantize_row, kernels, scalar_kernels, simd_level, GgmlType};
 
 fn ty(type_id: u32) -> PyResult<GgmlType> {
@@ -22,8 +22,18 @@ fn dequantize<'py>(
     n: usize,
 ) -> PyResult<Bound<'py, PyArray1<f32>>> {
     let t = ty(type_id)?;
+    // Checked before allocating: `n` comes from the caller, `data` is real.
+    if t.row_bytes(n) != Some(data.len()) {
+        return Err(PyValueError::new_err(format!(
+            "{} elements of {} need {:?} bytes, got {}",
+            n,
+            t.name(),
+            t.row_bytes(n),
+            data.len()
+        )));
+    }
     let mut out = vec![0f32; n];
-    py.detach(|| dequantize_row(t, data, &mut out)).py_err()?;
+    guard(|| py.detach(|| dequantize_row(t, data, &mut out)).py_err())?;
     Ok(PyArray1::from_vec(py, out))
 }
 
@@ -46,7 +56,10 @@ fn quantize_act<'py>(
         ))
     })?;
     let mut out = vec![0u8; len];
-    (k.quantize_act)(x, &mut out);
+    guard(|| {
+        (k.quantize_act)(x, &mut out);
+        Ok(())
+    })?;
     Ok(PyBytes::new(py, &out))
 }
 
@@ -66,7 +79,7 @@ fn vec_dot(type_id: u32, w: &[u8], a: &[u8], n: usize, scalar: bool) -> PyResult
     if !ok {
         return Err(PyValueError::new_err("buffer sizes do not match n"));
     }
-    Ok((k.vec_dot)(n, w, a))
+    guard(|| Ok((k.vec_dot)(n, w, a)))
 }
 
 /// The SIMD level the kernels dispatched to ("avx2" or "scalar").

@@ -8,7 +8,7 @@ use pyo3::exceptions::{PyKeyError, PyValueError};
 use pyo3::prelude::*;
 use pyo3::types::PyDict;
 
-use super::errors::IntoPyResult;
+use super::errors::{guard, IntoPyResult, Poison};
 use crate::sampler::{Sampler, SamplerConfig, SamplerState};
 
 #[pyclass(name = "Sampler", module = "oxillama._native")]
@@ -20,6 +20,7 @@ pub struct PySampler {
     /// own passes).
     logits: Vec<f32>,
     mask: Vec<u64>,
+    poison: Poison,
 }
 
 fn field<'py, T: FromPyObjectOwned<'py>>(d: &Bound<'py, PyDict>, key: &str) -> PyResult<T> {
@@ -93,9 +94,10 @@ impl PySampler {
     ) -> PyResult<Self> {
         let cfg = config_from(config, dry_breakers)?;
         Ok(PySampler {
-            inner: Sampler::new(cfg, vocab_size).py_err()?,
+            inner: guard(|| Sampler::new(cfg, vocab_size).py_err())?,
             logits: Vec::new(),
             mask: Vec::new(),
+            poison: Poison::default(),
         })
     }
 
@@ -114,7 +116,9 @@ impl PySampler {
             inner,
             logits: buf,
             mask,
+            poison,
         } = self;
+        poison.check()?;
         buf.clear();
         match logits.as_slice() {
             Ok(s) => buf.extend_from_slice(s),
@@ -141,15 +145,18 @@ impl PySampler {
             }
         };
         let buf = &buf[..];
-        py.detach(|| inner.sample_masked(buf, mask)).py_err()
+        poison.run(|| py.detach(|| inner.sample_masked(buf, mask)).py_err())
     }
 
     /// Records a token that entered the context (prompt or generated).
     fn accept(&mut self, token: i64) -> PyResult<()> {
         match u32::try_from(token) {
             Ok(t) if (t as usize) < self.inner.vocab_size() => {
-                self.inner.accept(t);
-                Ok(())
+                let inner = &mut self.inner;
+                self.poison.run(|| {
+                    inner.accept(t);
+                    Ok(())
+                })
             }
             _ => Err(PyValueError::new_err(format!(
                 "token {token} is outside the vocabulary of {}",
@@ -159,13 +166,17 @@ impl PySampler {
     }
 
     /// Back to the freshly constructed state (RNG from the seed, no history).
-    fn reset(&mut self) {
-        self.inner.reset()
+    fn reset(&mut self) -> PyResult<()> {
+        let inner = &mut self.inner;
+        self.poison.run(|| {
+            inner.reset();
+            Ok(())
+        })
     }
 
     /// {"rng": int, "mirostat_mu": float, "history": list[int]}.
     fn get_state<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
-        let s = self.inner.state();
+        let s = self.poison.run(|| Ok(self.inner.state()))?;
         let d = PyDict::new(py);
         d.set_item("rng", s.rng)?;
         d.set_item("mirostat_mu", s.mirostat_mu)?;
@@ -180,7 +191,8 @@ impl PySampler {
             mirostat_mu: field(state, "mirostat_mu")?,
             history: field(state, "history")?,
         };
-        self.inner.set_state(st).py_err()
+        let inner = &mut self.inner;
+        self.poison.run(|| inner.set_state(st).py_err())
     }
 }
 
