@@ -10,6 +10,7 @@ import time
 import urllib.request
 from collections.abc import Iterator
 from contextlib import contextmanager
+from typing import Any
 
 import uvicorn
 
@@ -18,14 +19,18 @@ from oxillama.server import build_app
 
 
 @contextmanager
-def serving(engine: AsyncEngine, model_name: str) -> Iterator[str]:
+def serving(engine: AsyncEngine, model_name: str, **app_options: Any) -> Iterator[str]:
     """Yields the base URL once /health answers; stops the server and
-    closes the engine afterwards."""
+    closes the engine afterwards. ``app_options`` go to ``build_app``."""
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
     server = uvicorn.Server(
-        uvicorn.Config(build_app(engine, model_name=model_name), port=port, log_level="warning")
+        uvicorn.Config(
+            build_app(engine, model_name=model_name, **app_options),
+            port=port,
+            log_level="warning",
+        )
     )
     thread = threading.Thread(target=server.run, daemon=True)
     thread.start()

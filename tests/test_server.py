@@ -167,10 +167,14 @@ def test_errors_follow_openai(client: openai.OpenAI, base_url: str) -> None:
 def test_metrics_are_prometheus_text(client: openai.OpenAI, base_url: str) -> None:
     client.completions.create(model=MODEL, prompt="Hi", max_tokens=2)
     text = urllib.request.urlopen(base_url + "/metrics").read().decode()
-    assert "# TYPE oxillama_generated_tokens gauge" in text
+    types = dict(line.split()[2:4] for line in text.splitlines() if line.startswith("# TYPE"))
+    assert types["oxillama_generated_tokens"] == "counter"
+    assert types["oxillama_running"] == types["oxillama_server_sessions_live"] == "gauge"
+    assert types["oxillama_http_responses_total"] == "counter"
     values = dict(line.split() for line in text.splitlines() if not line.startswith("#"))
     assert float(values["oxillama_generated_tokens"]) > 0
     assert float(values["oxillama_running"]) >= 0
+    assert float(values['oxillama_http_responses_total{code="200"}']) >= 1
 
 
 def test_client_disconnect_cancels_the_generation(base_url: str) -> None:
@@ -180,7 +184,6 @@ def test_client_disconnect_cancels_the_generation(base_url: str) -> None:
             "prompt": "Tell a long story.",
             "max_tokens": 200,
             "stream": True,
-            "extra": 1,
             "ignore_eos": True,
         }
     ).encode()

@@ -19,6 +19,7 @@ from .errors import (
     InternalError,
     JsonSchemaError,
     LoadError,
+    OverloadedError,
     OxiLlamaError,
     ParameterError,
 )
@@ -41,6 +42,7 @@ __all__ = [
     "JsonSchemaError",
     "LoadError",
     "Model",
+    "OverloadedError",
     "OxiLlamaError",
     "ParameterError",
     "SamplerConfig",

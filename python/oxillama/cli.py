@@ -156,9 +156,18 @@ def cmd_info(args: argparse.Namespace) -> int:
 
 def cmd_serve(args: argparse.Namespace) -> int:
     try:
-        from .server import serve
+        from .server import Limits, serve
     except ImportError as e:
         raise ParameterError(f"the server needs: pip install 'oxillama[server]' ({e})") from None
+    limits = Limits(
+        max_body_bytes=args.max_body_bytes,
+        max_json_depth=args.max_json_depth,
+        max_prompt_chars=args.max_prompt_chars,
+        max_stop=args.max_stop,
+        max_stop_chars=args.max_stop_chars,
+        max_logit_bias=args.max_logit_bias,
+        max_sessions=args.max_sessions,
+    )
     serve(
         args.model,
         host=args.host,
@@ -167,10 +176,100 @@ def cmd_serve(args: argparse.Namespace) -> int:
         context_size=args.context_size,
         max_batch=args.max_batch,
         kv_pages=args.kv_pages,
+        max_queue=args.max_queue,
         model_name=args.model_name,
         sessions_dir=args.sessions_dir,
+        api_keys=args.api_key or (),
+        api_key_file=args.api_key_file,
+        metrics_auth=args.metrics_auth,
+        limits=limits,
     )
     return 0
+
+
+def _add_serve_safety_args(sv: argparse.ArgumentParser) -> None:
+    a = sv.add_argument_group(
+        "authentication",
+        "With any key, every /v1/* route answers 401 unless the request carries "
+        "'Authorization: Bearer <key>' (compared in constant time); /health stays open. "
+        "Keys are never logged.",
+    )
+    a.add_argument(
+        "--api-key",
+        action="append",
+        metavar="KEY",
+        help="accept this key (repeatable; it shows in the process list: prefer "
+        "--api-key-file or $OXILLAMA_API_KEY)",
+    )
+    a.add_argument(
+        "--api-key-file",
+        metavar="PATH",
+        help="accept each key in this file, one per line (blank lines and # comments skipped)",
+    )
+    a.add_argument("--metrics-auth", action="store_true", help="require a key for /metrics too")
+    lim = sv.add_argument_group(
+        "limits", "A request past a limit gets OpenAI's error object with the status shown."
+    )
+    lim.add_argument(
+        "--max-body-bytes",
+        type=int,
+        default=4 << 20,
+        metavar="N",
+        help="request body size; 413 before the rest is read (default: 4194304, 4 MiB)",
+    )
+    lim.add_argument(
+        "--max-json-depth",
+        type=int,
+        default=64,
+        metavar="N",
+        help="nesting of arrays and objects in a body; 400 (default: 64)",
+    )
+    lim.add_argument(
+        "--max-prompt-chars",
+        type=int,
+        metavar="N",
+        help="characters of a prompt or of all chat messages, before tokenizing; 400 "
+        "(default: the most that could fit the context). Prompts over the context in "
+        "tokens, and max_tokens over the context, are 400s too",
+    )
+    lim.add_argument(
+        "--max-stop",
+        type=int,
+        default=16,
+        metavar="N",
+        help="stop strings per request; 400 (default: 16)",
+    )
+    lim.add_argument(
+        "--max-stop-chars",
+        type=int,
+        default=256,
+        metavar="N",
+        help="characters per stop string; 400 (default: 256)",
+    )
+    lim.add_argument(
+        "--max-logit-bias",
+        type=int,
+        default=1024,
+        metavar="N",
+        help="logit_bias entries (token ids below the vocabulary size, biases in "
+        "[-100, 100]); 400 (default: 1024)",
+    )
+    lim.add_argument(
+        "--max-queue",
+        type=int,
+        default=256,
+        metavar="N",
+        help="requests waiting for a batch slot; past it 503 with Retry-After (default: 256)",
+    )
+    lim.add_argument(
+        "--max-sessions",
+        type=int,
+        default=64,
+        metavar="N",
+        help="live stateful sessions; past it the least recently used idle one is "
+        "hibernated to --sessions-dir, or without one evicted (its next request gets a 404 "
+        "saying why); 503 with Retry-After when all are in a turn (default: 64)",
+    )
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -213,7 +312,8 @@ def build_parser() -> argparse.ArgumentParser:
             "/v1/chat/completions, /v1/models, /health, /metrics). Concurrent "
             'requests are batched. A request with "session": "<id>" continues that '
             "session's context: its KV stays in the shared pool between turns and its "
-            "turns batch with everything else. Needs: pip install 'oxillama[server]'."
+            "turns batch with everything else. GET /openapi.json describes every route. "
+            "Needs: pip install 'oxillama[server]'."
         ),
     )
     sv.add_argument("--model", "-m", help="GGUF file (default: SmolLM2-135M-Instruct)")
@@ -236,8 +336,11 @@ def build_parser() -> argparse.ArgumentParser:
     sv.add_argument("--model-name", help="name reported by /v1/models (default: the file's stem)")
     sv.add_argument(
         "--sessions-dir",
-        help="folder for /v1/sessions/{id}/save and /restore (replicas may share it)",
+        help="folder for /v1/sessions/{id}/save and /restore (replicas may share it); idle "
+        "sessions past --max-sessions are hibernated there and restored on their next request, "
+        "and a restarted server picks up every session saved in it",
     )
+    _add_serve_safety_args(sv)
     sv.set_defaults(func=cmd_serve)
 
     i = sub.add_parser("info", help="show a GGUF file's metadata and tensors")

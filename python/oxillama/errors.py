@@ -13,6 +13,7 @@ __all__ = [
     "JsonSchemaError",
     "KvCacheFullError",
     "LoadError",
+    "OverloadedError",
     "OxiLlamaError",
     "ParameterError",
     "TemplateError",
@@ -41,6 +42,11 @@ class GenerateError(OxiLlamaError):
 class KvCacheFullError(GenerateError):
     """A shared KV pool has no free page left (the batching scheduler
     preempts a sequence and retries; direct callers may free sessions)."""
+
+
+class OverloadedError(GenerateError):
+    """The scheduler's waiting queue is full; the request was not queued and
+    may be retried later (the server answers 503 with ``Retry-After``)."""
 
 
 class ParameterError(OxiLlamaError, ValueError):

@@ -51,7 +51,13 @@ import numpy.typing as npt
 from . import _native
 from ._text import TextAssembler
 from .completion import Completion, FinishReason, Timings
-from .errors import GenerateError, KvCacheFullError, OxiLlamaError, ParameterError
+from .errors import (
+    GenerateError,
+    KvCacheFullError,
+    OverloadedError,
+    OxiLlamaError,
+    ParameterError,
+)
 from .grammar import Grammar, allowed_bytes
 from .prefix_cache import PrefixCache
 from .sampling import SamplerConfig, build_sampler
@@ -245,7 +251,7 @@ class Scheduler:
             if self._closed:
                 raise GenerateError("the engine is closed")
             if len(self._waiting) >= self.max_queue:
-                raise GenerateError(f"overloaded: {len(self._waiting)} requests are waiting")
+                raise OverloadedError(f"overloaded: {len(self._waiting)} requests are waiting")
             self._waiting.append(seq)
             self._cv.notify()
         return seq
@@ -324,7 +330,7 @@ class Scheduler:
             if self._closed:
                 raise GenerateError("the engine is closed")
             if len(self._waiting) >= self.max_queue:
-                raise GenerateError(f"overloaded: {len(self._waiting)} requests are waiting")
+                raise OverloadedError(f"overloaded: {len(self._waiting)} requests are waiting")
             conv.busy = True
             self._waiting.append(seq)
             self._cv.notify()

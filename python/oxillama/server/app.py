@@ -1,0 +1,532 @@
+"""The routes and :func:`build_app`."""
+
+from __future__ import annotations
+
+import collections
+import json
+import logging
+import os
+import re
+import time
+import uuid
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from starlette.applications import Starlette
+from starlette.exceptions import HTTPException
+from starlette.middleware import Middleware
+from starlette.requests import Request
+from starlette.responses import JSONResponse, PlainTextResponse, Response, StreamingResponse
+from starlette.routing import Route
+from starlette.types import Receive, Scope, Send
+
+from ..async_engine import AsyncEngine
+from ..async_session import AsyncSession
+from ..completion import Completion
+from ..errors import OxiLlamaError
+from ..sampling import SamplerConfig
+from . import metrics as prom
+from .api_error import ApiError, error_body, from_library_error
+from .auth import ApiKeys, AuthMiddleware
+from .json_body import parse_json_object
+from .limits import BodyLimitMiddleware, Limits
+from .openapi import openapi_document
+from .request_schemas import SESSION_ID, UNSUPPORTED, RequestSchemas
+from .schema_check import SchemaViolation, check
+from .session_table import Lease, SessionTable
+
+__all__ = ["build_app"]
+
+log = logging.getLogger("oxillama.server")
+
+_SESSION_ID = re.compile(SESSION_ID.removeprefix("^").removesuffix("$"))
+
+#: How a route runs one request: the whole completion, or its pieces.
+Turn = tuple[Callable[..., Awaitable[Completion]], Callable[..., AsyncIterator[str]]]
+
+
+@dataclass(frozen=True)
+class Options:
+    """What a generation request asks for, checked."""
+
+    max_tokens: int
+    kwargs: dict[str, Any]
+    stream: bool
+    include_usage: bool
+    session: str | None
+
+
+class _Stream(StreamingResponse):
+    """A streaming response that runs ``on_close`` however it ends: after
+    the last event, when the client hangs up, and also when it hangs up
+    before the first event (the body iterator then never starts, so its own
+    ``finally`` would not run)."""
+
+    def __init__(
+        self, content: AsyncIterator[bytes], on_close: Callable[[], Awaitable[None]]
+    ) -> None:
+        super().__init__(content, media_type="text/event-stream")
+        self._on_close = on_close
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        try:
+            await super().__call__(scope, receive, send)
+        finally:
+            await self._on_close()
+
+
+def _longest_piece(engine: AsyncEngine) -> int:
+    tok = engine.engine.tokenizer
+    return max(1, max(len(tok.token_to_piece(i)) for i in range(engine.engine.vocab_size)))
+
+
+def _message_text(m: dict[str, Any]) -> dict[str, Any]:
+    """A chat message with array content (OpenAI's text parts) joined into
+    the string the chat templates expect."""
+    content = m.get("content")
+    if isinstance(content, list):
+        return {**m, "content": "".join(part["text"] for part in content)}
+    return m
+
+
+class Server:
+    def __init__(
+        self,
+        engine: AsyncEngine,
+        model_name: str,
+        sessions_dir: Path | None,
+        limits: Limits,
+        *,
+        auth: bool,
+        metrics_auth: bool,
+        responses: collections.Counter[int],
+    ) -> None:
+        self.engine = engine
+        self.model_name = model_name
+        self.sessions_dir = sessions_dir
+        self.limits = limits
+        self.n_ctx = engine.engine.n_ctx
+        self.vocab = engine.engine.vocab_size
+        # No prompt longer than this could fit: every token covers at most
+        # the characters of the longest token's text.
+        chars = limits.max_prompt_chars or self.n_ctx * _longest_piece(engine)
+        self.schemas = RequestSchemas(self.n_ctx, self.vocab, limits, chars)
+        self.defs = self.schemas.definitions()
+        self.sessions = SessionTable(
+            engine,
+            max_sessions=limits.max_sessions,
+            folder=sessions_dir,
+            remembered_evictions=limits.remembered_evictions,
+        )
+        self.responses = responses
+        self.document = openapi_document(
+            self.defs, model_name=model_name, auth=auth, metrics_auth=metrics_auth
+        )
+
+    # ------------------------------------------------------------- bodies
+
+    async def body(self, request: Request, schema: str) -> dict[str, Any]:
+        raw = await request.body()
+        body = parse_json_object(raw, self.limits.max_json_depth)
+        try:
+            checked: dict[str, Any] = check(body, self.defs[schema], "", self.defs)
+        except SchemaViolation as e:
+            hint = UNSUPPORTED.get(e.param or "")
+            if hint and e.path == e.param:
+                e.message = f"{hint}; got '{e.param}': {json.dumps(body[e.param])[:40]}"
+            raise
+        model = checked.get("model")
+        if model is not None and model != self.model_name:
+            raise ApiError(
+                404,
+                f"model '{model}' does not exist (this server has '{self.model_name}')",
+                kind="not_found_error",
+                param="model",
+                code="model_not_found",
+            )
+        return checked
+
+    def options(self, body: Mapping[str, Any]) -> Options:
+        def get(key: str, default: Any) -> Any:
+            v = body.get(key)
+            return default if v is None else v
+
+        max_tokens = get("max_tokens", get("max_completion_tokens", min(256, self.n_ctx)))
+        bias: dict[str, float] = get("logit_bias", {})
+        for k in bias:
+            if int(k) >= self.vocab:
+                raise ApiError(
+                    400,
+                    f"'logit_bias' key {k} is not a token id (the vocabulary has "
+                    f"{self.vocab} tokens)",
+                    param="logit_bias",
+                )
+        sampler = SamplerConfig(
+            temperature=float(get("temperature", 1.0)),
+            top_p=float(get("top_p", 1.0)),
+            # Past the vocabulary a top-k keeps everything.
+            top_k=min(int(get("top_k", 0)), self.vocab),
+            min_p=float(get("min_p", 0.0)),
+            repetition_penalty=float(get("repetition_penalty", 1.0)),
+            mirostat=int(get("mirostat", 0)),
+            seed=int(get("seed", 0)) % 2**64,
+            logit_bias={int(k): float(v) for k, v in bias.items()},
+        )
+        stop = get("stop", [])
+        kwargs: dict[str, Any] = {
+            "sampler": sampler,
+            "stop": [stop] if isinstance(stop, str) else stop,
+            "ignore_eos": bool(get("ignore_eos", False)),
+            **self.constraint(body),
+        }
+        stream_options = get("stream_options", {})
+        return Options(
+            max_tokens=int(max_tokens),
+            kwargs=kwargs,
+            stream=bool(get("stream", False)),
+            include_usage=bool(stream_options.get("include_usage")),
+            session=body.get("session"),
+        )
+
+    def constraint(self, body: Mapping[str, Any]) -> dict[str, Any]:
+        grammar = body.get("grammar")
+        fmt = body.get("response_format")
+        if fmt is None or fmt["type"] == "text":
+            return {"grammar": grammar}
+        kind = fmt["type"]
+        if grammar is not None:
+            raise ApiError(400, "pass grammar or response_format, not both", param="grammar")
+        if kind == "json_object":
+            # Any JSON object: the schema compiler already writes that grammar.
+            return {"json_schema": {"type": "object"}}
+        return {"json_schema": fmt["json_schema"]["schema"]}
+
+    def prompt_tokens(self, prompt: str | list[Any]) -> list[int]:
+        if isinstance(prompt, list) and isinstance(prompt[0], str):
+            prompt = prompt[0]
+        if isinstance(prompt, str):
+            return self.engine.tokenize(prompt)
+        return [int(t) for t in prompt]
+
+    def check_fits(self, n_prompt: int) -> None:
+        if n_prompt >= self.n_ctx:
+            raise ApiError(
+                400,
+                f"the prompt has {n_prompt} tokens but the context size is {self.n_ctx} "
+                "tokens (at least one must be left to generate)",
+                param="prompt",
+                code="context_length_exceeded",
+            )
+
+    # ---------------------------------------------------------- generation
+
+    async def run(
+        self,
+        tokens: list[int],
+        opts: Options,
+        shape: Callable[[str, Completion | None, str | None], dict[str, Any]],
+        final: Callable[[Completion], dict[str, Any]],
+        stateful: Callable[[AsyncSession], Turn],
+    ) -> Response:
+        lease: Lease | None = None
+        if opts.session is not None:
+            lease = await self.sessions.lease(opts.session)
+        # The stream's end releases the lease once the response owns it.
+        handed_over = False
+        try:
+            if lease is not None:
+                # A session turn: the session appends what it has not seen.
+                generate, stream = stateful(lease.session)
+            else:
+
+                def generate(n: int, **kw: Any) -> Awaitable[Completion]:
+                    return self.engine.generate(tokens, n, **kw)
+
+                def stream(n: int, **kw: Any) -> AsyncIterator[str]:
+                    return self.engine.stream(tokens, n, **kw)
+
+            if not opts.stream:
+                return JSONResponse(final(await generate(opts.max_tokens, **opts.kwargs)))
+            result: list[Completion] = []
+            pieces = stream(opts.max_tokens, result=result, **opts.kwargs)
+            try:
+                # The first piece is awaited here so that a request refused by
+                # the scheduler is answered with its status, not a 200.
+                first = await anext(pieces, None)
+            except BaseException:
+                await pieces.aclose()  # type: ignore[attr-defined]
+                raise
+            handed_over = True
+        finally:
+            if lease is not None and not handed_over:
+                lease.release()
+
+        async def close() -> None:
+            if lease is not None:
+                lease.release()
+            await pieces.aclose()  # type: ignore[attr-defined]
+
+        async def events() -> AsyncIterator[bytes]:
+            # Leaving this generator (client gone) closes `pieces`, which
+            # cancels the request in the scheduler.
+            try:
+                if first is not None:
+                    yield _sse(shape(first, None, None))
+                    async for piece in pieces:
+                        yield _sse(shape(piece, None, None))
+                done = result[0] if result else None
+                yield _sse(shape("", done, _finish(done)))
+                if opts.include_usage:
+                    usage = shape("", None, None)
+                    usage["choices"] = []
+                    usage["usage"] = _usage(len(tokens), done)
+                    yield _sse(usage)
+            except OxiLlamaError as e:
+                err = from_library_error(e)
+                yield _sse(error_body(err.message, err.kind, err.param, err.code))
+            except Exception:
+                log.exception("a streamed generation failed")
+                yield _sse(error_body("internal server error", "server_error"))
+            else:
+                yield b"data: [DONE]\n\n"
+            finally:
+                await close()
+
+        return _Stream(events(), close)
+
+    # ------------------------------------------------------------- routes
+
+    async def completions(self, request: Request) -> Response:
+        body = await self.body(request, "CompletionRequest")
+        opts = self.options(body)
+        prompt = body["prompt"]
+        tokens = self.prompt_tokens(prompt)
+        self.check_fits(len(tokens))
+        cid, created = f"cmpl-{uuid.uuid4().hex}", int(time.time())
+
+        def shape(text: str, done: Completion | None, finish: str | None) -> dict[str, Any]:
+            return {
+                "id": cid,
+                "object": "text_completion",
+                "created": created,
+                "model": self.model_name,
+                "choices": [{"index": 0, "text": text, "logprobs": None, "finish_reason": finish}],
+            }
+
+        def final(out: Completion) -> dict[str, Any]:
+            d = shape(out.text, out, _finish(out))
+            d["usage"] = _usage(len(tokens), out)
+            return d
+
+        # A session appends the prompt to its context (BOS only at the start).
+        p = prompt[0] if isinstance(prompt, list) and isinstance(prompt[0], str) else prompt
+
+        def stateful(sess: AsyncSession) -> Turn:
+            return (
+                lambda n, **kw: sess.generate(p, n, **kw),
+                lambda n, **kw: sess.stream(p, n, **kw),
+            )
+
+        return await self.run(tokens, opts, shape, final, stateful)
+
+    async def chat(self, request: Request) -> Response:
+        body = await self.body(request, "ChatCompletionRequest")
+        opts = self.options(body)
+        messages = [_message_text(m) for m in body["messages"]]
+        chars = sum(len(m["content"]) for m in messages if isinstance(m.get("content"), str))
+        if chars > self.schemas.prompt_chars:
+            raise ApiError(
+                400,
+                f"the messages hold {chars} characters; at most "
+                f"{self.schemas.prompt_chars} could fit the context",
+                param="messages",
+                code="context_length_exceeded",
+            )
+        text = self.engine.engine.apply_chat_template(messages)
+        tokens = self.engine.tokenize(text)
+        self.check_fits(len(tokens))
+        cid, created = f"chatcmpl-{uuid.uuid4().hex}", int(time.time())
+
+        def shape(piece: str, done: Completion | None, finish: str | None) -> dict[str, Any]:
+            delta: dict[str, Any] = {"content": piece} if piece or finish is None else {}
+            return {
+                "id": cid,
+                "object": "chat.completion.chunk",
+                "created": created,
+                "model": self.model_name,
+                "choices": [{"index": 0, "delta": delta, "finish_reason": finish}],
+            }
+
+        def final(out: Completion) -> dict[str, Any]:
+            return {
+                "id": cid,
+                "object": "chat.completion",
+                "created": created,
+                "model": self.model_name,
+                "choices": [
+                    {
+                        "index": 0,
+                        "message": {"role": "assistant", "content": out.text},
+                        "finish_reason": _finish(out),
+                    }
+                ],
+                "usage": _usage(len(tokens), out),
+            }
+
+        def stateful(sess: AsyncSession) -> Turn:
+            # Only the turns the session has not seen are evaluated.
+            return (
+                lambda n, **kw: sess.chat(messages, n, **kw),
+                lambda n, **kw: sess.chat_stream(messages, n, **kw),
+            )
+
+        return await self.run(tokens, opts, shape, final, stateful)
+
+    def session_id(self, request: Request) -> str:
+        sid = str(request.path_params["sid"])
+        if not _session_id_ok(sid):
+            raise ApiError(400, "session ids are 1-64 characters of A-Z a-z 0-9 _ -", param="sid")
+        return sid
+
+    def snapshot_path(self, sid: str) -> Path:
+        path = self.sessions.path(sid)
+        if path is None:
+            raise ApiError(400, "this server has no sessions folder (start it with --sessions-dir)")
+        return path
+
+    async def save(self, request: Request) -> Response:
+        sid = self.session_id(request)
+        path = self.snapshot_path(sid)
+        lease = await self.sessions.lease(sid, create=False)
+        try:
+            await lease.session.snapshot(path)
+            tokens = lease.session.n_past
+        finally:
+            lease.release()
+        return JSONResponse({"id": sid, "tokens": tokens, "path": path.name})
+
+    async def restore(self, request: Request) -> Response:
+        sid = self.session_id(request)
+        self.snapshot_path(sid)
+        sess = await self.sessions.replace_from_file(sid)
+        return JSONResponse({"id": sid, "tokens": sess.n_past})
+
+    async def models(self, request: Request) -> Response:
+        return JSONResponse(
+            {
+                "object": "list",
+                "data": [
+                    {"id": self.model_name, "object": "model", "created": 0, "owned_by": "oxillama"}
+                ],
+            }
+        )
+
+    async def health(self, request: Request) -> Response:
+        return JSONResponse({"status": "ok"})
+
+    async def metrics(self, request: Request) -> Response:
+        text = prom.render(self.engine.metrics(), self.sessions.metrics(), self.responses)
+        return PlainTextResponse(text, media_type="text/plain; version=0.0.4")
+
+    async def openapi(self, request: Request) -> Response:
+        return JSONResponse(self.document)
+
+
+def _session_id_ok(sid: str) -> bool:
+    return _SESSION_ID.fullmatch(sid) is not None
+
+
+def _finish(out: Completion | None) -> str:
+    # OpenAI has no "eos": the model ending its turn is a "stop" there.
+    return "length" if out is not None and out.finish_reason == "length" else "stop"
+
+
+def _sse(obj: Mapping[str, Any]) -> bytes:
+    return b"data: " + json.dumps(obj).encode() + b"\n\n"
+
+
+def _usage(prompt: int, out: Completion | None) -> dict[str, int]:
+    n = 0 if out is None else len(out.tokens)
+    return {"prompt_tokens": prompt, "completion_tokens": n, "total_tokens": prompt + n}
+
+
+def _guarded(handler: Callable[[Request], Awaitable[Response]]) -> Callable[..., Any]:
+    """The route answering every error with OpenAI's error object: a 4xx
+    for anything about the request (every ``OxiLlamaError`` included), a
+    logged 500 with a generic message for anything else."""
+
+    async def endpoint(request: Request) -> Response:
+        try:
+            return await handler(request)
+        except ApiError as e:
+            return e.response()
+        except OxiLlamaError as e:
+            return from_library_error(e).response()
+        except Exception:
+            log.exception("%s %s failed", request.method, request.url.path)
+            return ApiError(500, "internal server error", kind="server_error").response()
+
+    return endpoint
+
+
+async def _http_error(request: Request, exc: Exception) -> Response:
+    assert isinstance(exc, HTTPException)
+    kind = "not_found_error" if exc.status_code == 404 else "invalid_request_error"
+    return ApiError(exc.status_code, str(exc.detail), kind=kind, headers=exc.headers).response()
+
+
+def build_app(
+    engine: AsyncEngine,
+    *,
+    model_name: str = "oxillama",
+    sessions_dir: str | os.PathLike[str] | None = None,
+    api_keys: Iterable[str] = (),
+    metrics_auth: bool = False,
+    limits: Limits | None = None,
+) -> Starlette:
+    """The Starlette app serving ``engine``.
+
+    ``sessions_dir`` is where ``/v1/sessions/{id}/save`` and ``.../restore``
+    keep snapshots and where idle sessions past ``limits.max_sessions`` are
+    hibernated (replicas sharing it can hand sessions to each other).
+    With ``api_keys``, every ``/v1/*`` route (and ``/metrics`` with
+    ``metrics_auth``) requires ``Authorization: Bearer <key>``. ``limits``
+    bounds what one request may ask for (:class:`Limits`)."""
+    limits = limits or Limits()
+    folder = Path(sessions_dir) if sessions_dir is not None else None
+    if folder is not None:
+        folder.mkdir(parents=True, exist_ok=True)
+    keys = ApiKeys(api_keys)
+    responses: collections.Counter[int] = collections.Counter()
+    s = Server(
+        engine,
+        model_name,
+        folder,
+        limits,
+        auth=bool(keys),
+        metrics_auth=metrics_auth,
+        responses=responses,
+    )
+    routes = [
+        Route("/health", _guarded(s.health), methods=["GET"]),
+        Route("/metrics", _guarded(s.metrics), methods=["GET"]),
+        Route("/openapi.json", _guarded(s.openapi), methods=["GET"]),
+        Route("/v1/models", _guarded(s.models), methods=["GET"]),
+        Route("/v1/completions", _guarded(s.completions), methods=["POST"]),
+        Route("/v1/chat/completions", _guarded(s.chat), methods=["POST"]),
+        Route("/v1/sessions/{sid}/save", _guarded(s.save), methods=["POST"]),
+        Route("/v1/sessions/{sid}/restore", _guarded(s.restore), methods=["POST"]),
+    ]
+    app = Starlette(
+        routes=routes,
+        middleware=[
+            Middleware(prom.ResponseCounter, by_status=responses),
+            Middleware(AuthMiddleware, keys=keys, metrics_auth=metrics_auth),
+            Middleware(BodyLimitMiddleware, limit=limits.max_body_bytes),
+        ],
+        exception_handlers={HTTPException: _http_error},
+    )
+    app.state.server = s
+    return app

@@ -1,0 +1,290 @@
+"""The OpenAPI 3.1 document the server publishes at ``/openapi.json``.
+
+Request bodies use the very schemas the routes check bodies against
+(:mod:`.request_schemas`); every status a route can answer is listed, each
+error with OpenAI's error object."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from .._native import __version__
+
+__all__ = ["openapi_document"]
+
+Schema = dict[str, Any]
+
+
+def _ref(name: str) -> Schema:
+    return {"$ref": f"#/components/schemas/{name}"}
+
+
+def _json(schema: Schema) -> Schema:
+    return {"application/json": {"schema": schema}}
+
+
+_ERROR = {
+    "type": "object",
+    "properties": {
+        "error": {
+            "type": "object",
+            "properties": {
+                "message": {"type": "string"},
+                "type": {"type": "string"},
+                "param": {"type": ["string", "null"]},
+                "code": {"type": ["string", "null"]},
+            },
+            "required": ["message", "type", "param", "code"],
+        }
+    },
+    "required": ["error"],
+}
+
+_USAGE = {
+    "type": "object",
+    "properties": {
+        "prompt_tokens": {"type": "integer"},
+        "completion_tokens": {"type": "integer"},
+        "total_tokens": {"type": "integer"},
+    },
+    "required": ["prompt_tokens", "completion_tokens", "total_tokens"],
+}
+
+_FINISH = {"type": ["string", "null"], "enum": ["stop", "length", None]}
+
+
+def _reply(obj: str, choice: Schema) -> Schema:
+    return {
+        "type": "object",
+        "properties": {
+            "id": {"type": "string"},
+            "object": {"type": "string", "const": obj},
+            "created": {"type": "integer"},
+            "model": {"type": "string"},
+            "choices": {"type": "array", "items": choice},
+            "usage": _USAGE,
+        },
+        "required": ["id", "object", "created", "model", "choices"],
+    }
+
+
+_RESPONSES: dict[str, tuple[str, str]] = {
+    "400": ("BadRequest", "The request is malformed or asks for more than this server allows."),
+    "401": ("Unauthorized", "No API key, or not one this server accepts."),
+    "404": ("NotFound", "No such model, or no such (or an evicted) session."),
+    "413": ("TooLarge", "The request body is over --max-body-bytes."),
+    "503": ("Unavailable", "The server is full for now: retry after Retry-After seconds."),
+}
+
+
+def _error_response(description: str, *, retry: bool = False) -> Schema:
+    out: Schema = {"description": description, "content": _json(_ref("Error"))}
+    if retry:
+        out["headers"] = {
+            "Retry-After": {"description": "Seconds to wait", "schema": {"type": "integer"}}
+        }
+    if description == _RESPONSES["401"][1]:
+        out["headers"] = {
+            "WWW-Authenticate": {"description": "Bearer", "schema": {"type": "string"}}
+        }
+    return out
+
+
+def _errors(*codes: str) -> dict[str, Schema]:
+    return {c: {"$ref": f"#/components/responses/{_RESPONSES[c][0]}"} for c in codes}
+
+
+def _operation(
+    summary: str,
+    ok: Schema,
+    errors: tuple[str, ...],
+    *,
+    guarded: bool,
+    body: str | None = None,
+    params: list[Schema] | None = None,
+) -> Schema:
+    # Every route sits behind the body limit (413, and 400 for a bad
+    # Content-Length); guarded ones behind the key check too.
+    codes = sorted({"400", "413", *errors, *(("401",) if guarded else ())})
+    op: Schema = {"summary": summary, "responses": {"200": ok, **_errors(*codes)}}
+    if body is not None:
+        op["requestBody"] = {"required": True, "content": _json(_ref(body))}
+    if params:
+        op["parameters"] = params
+    if guarded:
+        op["security"] = [{"bearer": []}]
+    return op
+
+
+def openapi_document(
+    request_schemas: Mapping[str, Schema], *, model_name: str, auth: bool, metrics_auth: bool
+) -> Schema:
+    """The document for an app with these request schemas; ``auth`` and
+    ``metrics_auth`` say which routes need a key."""
+    text_choice = {
+        "type": "object",
+        "properties": {
+            "index": {"type": "integer"},
+            "text": {"type": "string"},
+            "logprobs": {"type": "null"},
+            "finish_reason": _FINISH,
+        },
+        "required": ["index", "text", "finish_reason"],
+    }
+    chat_choice = {
+        "type": "object",
+        "properties": {
+            "index": {"type": "integer"},
+            "message": {
+                "type": "object",
+                "properties": {
+                    "role": {"type": "string", "const": "assistant"},
+                    "content": {"type": "string"},
+                },
+                "required": ["role", "content"],
+            },
+            "finish_reason": _FINISH,
+        },
+        "required": ["index", "message", "finish_reason"],
+    }
+    sse = {
+        "text/event-stream": {
+            "schema": {
+                "type": "string",
+                "description": "Server-sent events: 'data: <chunk JSON>' lines, then "
+                "'data: [DONE]' (or an error object if the generation fails midway).",
+            }
+        }
+    }
+    schemas: dict[str, Schema] = {
+        **request_schemas,
+        "Error": _ERROR,
+        "Completion": _reply("text_completion", text_choice),
+        "ChatCompletion": _reply("chat.completion", chat_choice),
+        "ModelList": {
+            "type": "object",
+            "properties": {
+                "object": {"type": "string", "const": "list"},
+                "data": {
+                    "type": "array",
+                    "items": {
+                        "type": "object",
+                        "properties": {
+                            "id": {"type": "string"},
+                            "object": {"type": "string", "const": "model"},
+                            "created": {"type": "integer"},
+                            "owned_by": {"type": "string"},
+                        },
+                        "required": ["id", "object", "created", "owned_by"],
+                    },
+                },
+            },
+            "required": ["object", "data"],
+        },
+        "SessionSaved": {
+            "type": "object",
+            "properties": {
+                "id": {"type": "string"},
+                "tokens": {"type": "integer"},
+                "path": {"type": "string"},
+            },
+            "required": ["id", "tokens", "path"],
+        },
+        "SessionRestored": {
+            "type": "object",
+            "properties": {"id": {"type": "string"}, "tokens": {"type": "integer"}},
+            "required": ["id", "tokens"],
+        },
+    }
+    v1 = auth
+
+    def ok(description: str, content: Schema) -> Schema:
+        return {"description": description, "content": content}
+
+    def generation(summary: str, body: str, reply: str) -> Schema:
+        return _operation(
+            summary,
+            ok(f"The {reply}, or its stream with 'stream': true", {**_json(_ref(reply)), **sse}),
+            ("404", "503"),
+            guarded=v1,
+            body=body,
+        )
+
+    sid = [
+        {
+            "name": "sid",
+            "in": "path",
+            "required": True,
+            "schema": {"type": "string", "pattern": r"^[A-Za-z0-9_-]{1,64}$"},
+        }
+    ]
+    paths: Schema = {
+        "/health": {
+            "get": _operation("Liveness", ok("Alive", _json({"type": "object"})), (), guarded=False)
+        },
+        "/metrics": {
+            "get": _operation(
+                "Prometheus metrics",
+                ok("Text exposition format 0.0.4", {"text/plain": {"schema": {"type": "string"}}}),
+                (),
+                guarded=auth and metrics_auth,
+            )
+        },
+        "/openapi.json": {
+            "get": _operation(
+                "This document", ok("OpenAPI 3.1", _json({"type": "object"})), (), guarded=False
+            )
+        },
+        "/v1/models": {
+            "get": _operation(
+                "The model this server runs",
+                ok("One model", _json(_ref("ModelList"))),
+                (),
+                guarded=v1,
+            )
+        },
+        "/v1/completions": {
+            "post": generation("Continue a prompt", "CompletionRequest", "Completion")
+        },
+        "/v1/chat/completions": {
+            "post": generation("Reply to a conversation", "ChatCompletionRequest", "ChatCompletion")
+        },
+        "/v1/sessions/{sid}/save": {
+            "post": _operation(
+                "Write a session to <sessions-dir>/<sid>.oxisnap",
+                ok("Saved", _json(_ref("SessionSaved"))),
+                ("404", "503"),
+                guarded=v1,
+                params=sid,
+            )
+        },
+        "/v1/sessions/{sid}/restore": {
+            "post": _operation(
+                "Load <sessions-dir>/<sid>.oxisnap as the live session",
+                ok("Restored", _json(_ref("SessionRestored"))),
+                ("404", "503"),
+                guarded=v1,
+                params=sid,
+            )
+        },
+    }
+    components: Schema = {
+        "schemas": schemas,
+        "responses": {
+            name: _error_response(text, retry=code == "503")
+            for code, (name, text) in _RESPONSES.items()
+        },
+    }
+    if auth:
+        components["securitySchemes"] = {"bearer": {"type": "http", "scheme": "bearer"}}
+    return {
+        "openapi": "3.1.0",
+        "info": {
+            "title": "oxillama",
+            "version": __version__,
+            "description": f"An OpenAI-compatible API serving the model '{model_name}'.",
+        },
+        "paths": paths,
+        "components": components,
+    }

@@ -1,0 +1,69 @@
+"""Running the server (what ``oxillama serve`` calls)."""
+
+from __future__ import annotations
+
+import logging
+import os
+from collections.abc import Iterable
+
+from ..async_engine import AsyncEngine
+from .app import build_app
+from .auth import ENV_VAR, load_api_keys
+from .limits import Limits
+
+__all__ = ["serve"]
+
+log = logging.getLogger("oxillama.server")
+
+
+def serve(
+    model: str | None,
+    *,
+    host: str = "127.0.0.1",
+    port: int = 8000,
+    threads: int | None = None,
+    context_size: int = 2048,
+    max_batch: int = 8,
+    kv_pages: int | None = None,
+    max_queue: int = 256,
+    model_name: str | None = None,
+    sessions_dir: str | os.PathLike[str] | None = None,
+    api_keys: Iterable[str] = (),
+    api_key_file: str | os.PathLike[str] | None = None,
+    metrics_auth: bool = False,
+    limits: Limits | None = None,
+) -> None:
+    """Runs the server until interrupted. The keys are ``api_keys``, the
+    lines of ``api_key_file`` and ``$OXILLAMA_API_KEY`` together."""
+    import uvicorn
+
+    keys = load_api_keys(api_keys, api_key_file)
+    engine = AsyncEngine(
+        model,
+        context_size=context_size,
+        threads=threads,
+        max_batch=max_batch,
+        kv_pages=kv_pages,
+        max_queue=max_queue,
+    )
+    name = model_name or (engine.engine.model_path.stem if engine.engine.model_path else "oxillama")
+    app = build_app(
+        engine,
+        model_name=name,
+        sessions_dir=sessions_dir,
+        api_keys=keys,
+        metrics_auth=metrics_auth,
+        limits=limits,
+    )
+    logging.basicConfig(level=logging.INFO, format="%(levelname)s:     %(message)s")
+    if keys:
+        # How many, never which.
+        log.info("API keys: %d accepted; /v1/* needs 'Authorization: Bearer <key>'", len(keys))
+    elif host not in ("127.0.0.1", "localhost", "::1"):
+        log.warning(
+            "serving on %s with no API key: anyone who reaches it can use it "
+            "(--api-key, --api-key-file or $%s)",
+            host,
+            ENV_VAR,
+        )
+    uvicorn.run(app, host=host, port=port, log_level="info")
