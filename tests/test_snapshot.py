@@ -9,10 +9,8 @@ import json
 import os
 import pickle
 import shutil
-import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import numpy as np
@@ -249,55 +247,6 @@ def test_non_durable_save_skips_fsync_only(
     assert snapshot.info(p).tokens_count == len(e.tokens)
     assert Engine.restore(p).tokens == e.tokens
     assert sorted(x.name for x in tmp_path.iterdir()) == ["fast.oxisnap"]
-
-
-def test_temp_files_of_dead_writers_are_swept(saved: tuple[Engine, bytes], tmp_path: Path) -> None:
-    e, _ = saved
-    dead = subprocess.run(
-        [sys.executable, "-c", "import os; print(os.getpid())"],
-        capture_output=True,
-        text=True,
-        check=True,
-    )
-    stale = tmp_path / f".s.oxisnap.{int(dead.stdout)}.0badf00d.tmp"
-    live = tmp_path / f".s.oxisnap.{os.getpid()}.0badf00d.tmp"  # a writer still running
-    other = tmp_path / ".t.oxisnap.1.0badf00d.tmp"  # another target's
-    for f in (stale, live, other):
-        f.write_bytes(b"partial")
-    e.snapshot(tmp_path / "s.oxisnap")
-    assert not stale.exists() and live.exists() and other.exists()
-
-
-WRITER = """
-import sys
-from oxillama import Engine
-e = Engine(context_size=256, threads=1)
-e.eval(e.tokenize("word " * 200))
-print("ready", flush=True)
-while True:
-    e.snapshot(sys.argv[1])
-"""
-
-
-def test_killed_writer_leaves_previous_file_valid(
-    saved: tuple[Engine, bytes], tmp_path: Path
-) -> None:
-    _, blob = saved
-    p = tmp_path / "s.oxisnap"
-    p.write_bytes(blob)
-    for delay in (0.05, 0.2, 0.4):
-        proc = subprocess.Popen(
-            [sys.executable, "-c", WRITER, str(p)], stdout=subprocess.PIPE, text=True
-        )
-        assert proc.stdout is not None and proc.stdout.readline().strip() == "ready"
-        time.sleep(delay)
-        proc.send_signal(signal.SIGKILL)
-        proc.wait(timeout=30)
-        i = snapshot.info(p)  # the old file or a complete new one, never a mix
-        assert i.tokens_count in (len(Engine.restore_bytes(blob).tokens), 201)
-    # Whatever a killed writer left, the next save leaves only the file.
-    Engine.restore_bytes(blob).snapshot(p)
-    assert sorted(x.name for x in tmp_path.iterdir()) == ["s.oxisnap"]
 
 
 def test_corrupt_file_on_disk_raises_the_format_error(

@@ -255,15 +255,11 @@ class AsyncSession:
         :meth:`Engine.snapshot <oxillama.Engine.snapshot>`). The state is
         copied between two scheduler steps; the file is written off both
         the worker and the event loop."""
-        from .snapshot.session import write_file_atomic
+        from .snapshot.atomic import write_bytes
 
         blob = await self.snapshot_bytes()
-
-        def fill(image: memoryview) -> None:
-            image[:] = blob
-
         await asyncio.get_running_loop().run_in_executor(
-            None, lambda: write_file_atomic(path, len(blob), fill, durable)
+            None, lambda: write_bytes(path, blob, durable=durable)
         )
 
     # ------------------------------------------------------------------ end

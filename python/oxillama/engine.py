@@ -531,9 +531,12 @@ class Engine:
     # ------------------------------------------------------------- snapshots
 
     def snapshot(self, path: str | os.PathLike[str], *, durable: bool = True) -> None:
-        """Freezes the session into an OXISNAP1 file, written atomically (a
-        temp file in the same folder, fsync, rename): on any failure the
-        previous file is untouched. Weights are referenced, not stored.
+        """Freezes the session into an OXISNAP1 file, written crash-safely (a
+        temp file in the same folder, fsync, rename, fsync of the folder):
+        whenever this process dies, ``path`` holds the previous complete
+        file or the new one, and a failed save raises
+        :class:`~oxillama.snapshot.SnapshotWriteError` with the previous
+        file untouched. Weights are referenced, not stored.
 
         ``durable=False`` skips the fsyncs: still atomic for readers and
         safe if this process is killed, but a power loss soon after may lose

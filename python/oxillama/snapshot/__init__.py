@@ -18,7 +18,8 @@ from typing import Any, Protocol
 
 from ..engine import Engine, register_snapshot_codec
 from ..session_state import SessionState
-from .errors import ModelMismatchError, SnapshotError, SnapshotFormatError
+from .atomic import refuse_temp
+from .errors import ModelMismatchError, SnapshotError, SnapshotFormatError, SnapshotWriteError
 from .fingerprint import Fingerprint, fingerprint
 from .info import SnapshotInfo, info
 from .session import capture_bytes, capture_into, restore, snapshot_size, write_atomic, writers
@@ -38,6 +39,7 @@ __all__ = [
     "SnapshotError",
     "SnapshotFormatError",
     "SnapshotInfo",
+    "SnapshotWriteError",
     "dump",
     "dumps",
     "fingerprint",
@@ -55,8 +57,8 @@ def dumps(engine: Engine | SessionState) -> bytes:
 def dump(
     engine: Engine | SessionState, path: str | os.PathLike[str], *, durable: bool = True
 ) -> None:
-    """Writes the engine's session to ``path`` atomically (temp file, fsync
-    unless ``durable=False``, rename)."""
+    """Writes the engine's session to ``path`` crash-safely (temp file,
+    fsync unless ``durable=False``, rename; see :mod:`.atomic`)."""
     write_atomic(path, writers(_state(engine)), durable=durable)
 
 
@@ -99,6 +101,7 @@ def read_state(path: str | os.PathLike[str], **kwargs: object) -> SessionState:
     ``kwargs``), read through a mapping of the file."""
     # Mapped, not read: the checksum and the KV import then read the page
     # cache directly, and nothing is copied that is not kept.
+    refuse_temp(path)
     try:
         f = Path(path).open("rb")
     except OSError as e:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from ..errors import OxiLlamaError
 
-__all__ = ["ModelMismatchError", "SnapshotError", "SnapshotFormatError"]
+__all__ = ["ModelMismatchError", "SnapshotError", "SnapshotFormatError", "SnapshotWriteError"]
 
 
 class SnapshotError(OxiLlamaError):
@@ -13,6 +13,13 @@ class SnapshotError(OxiLlamaError):
 
 class SnapshotFormatError(SnapshotError):
     """Bad magic, truncation, checksum mismatch or unsupported version."""
+
+
+class SnapshotWriteError(SnapshotError, OSError):
+    """A save failed (disk full, permission denied, missing folder...): the
+    previous file is intact and the temp file is gone (unless the message
+    says the new file was written and only the folder's fsync failed). Also
+    an ``OSError`` whose ``errno`` is the cause's."""
 
 
 class ModelMismatchError(SnapshotError):

@@ -6,6 +6,8 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
+from .atomic import refuse_temp
+from .errors import SnapshotError
 from .fingerprint import Fingerprint
 from .format import MAGIC, read_header
 from .session import parse
@@ -30,7 +32,14 @@ class SnapshotInfo:
 
 def info(source: str | os.PathLike[str] | bytes | bytearray | memoryview) -> SnapshotInfo:
     """Reads and verifies a snapshot (file path or bytes); loads no model."""
-    blob = Path(source).read_bytes() if isinstance(source, (str, os.PathLike)) else source
+    if isinstance(source, (str, os.PathLike)):
+        refuse_temp(source)
+        try:
+            blob: bytes | bytearray | memoryview = Path(source).read_bytes()
+        except OSError as e:
+            raise SnapshotError(f"cannot read snapshot {str(source)!r}: {e}") from e
+    else:
+        blob = source
     version, _ = read_header(blob)
     meta, _ = parse(blob)
     eng = meta["engine"] if isinstance(meta["engine"], dict) else {}

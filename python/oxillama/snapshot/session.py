@@ -8,9 +8,8 @@ from __future__ import annotations
 
 import contextlib
 import datetime as _dt
-import glob
+import errno
 import os
-import secrets
 import threading
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -24,6 +23,7 @@ from ..model import Model
 from ..sampling import SamplerConfig, build_sampler
 from ..session_state import SessionState
 from . import sections as S
+from .atomic import replace_file
 from .errors import ModelMismatchError, SnapshotError, SnapshotFormatError
 from .fingerprint import Fingerprint
 from .format import HEADER, Writer, decode, encode_into, encoded_size, fill_payload, seal
@@ -338,93 +338,27 @@ def _grammar(model: Model, d: dict[str, Any]) -> tuple[Grammar, GrammarMatcher]:
 
 
 def write_atomic(path: str | os.PathLike[str], secs: list[Writer], *, durable: bool = True) -> None:
-    """Writes the sections as one OXISNAP1 file (see :func:`write_file_atomic`).
+    """Writes the sections as one OXISNAP1 file, crash-safely (see
+    :func:`~.atomic.replace_file`).
 
-    The payload goes to the file while its checksum is computed (one pool
-    dispatch: one thread writes, the others hash), and the header carrying
-    the digest is written last, before the fsync and the rename."""
+    The sections are filled into a reused file image; its payload goes to
+    the file while its checksum is computed (one pool dispatch: one thread
+    writes, the others hash), and the header carrying the digest is written
+    last, before the fsync and the rename."""
+    size = encoded_size(secs)
 
-    def write(fd: int, image: memoryview) -> None:
-        with image[HEADER.size :] as payload:
-            digest = _native.write_hashed(fd, payload, HEADER.size)
-        seal(image, digest)
-        with image[: HEADER.size] as header:
-            if os.pwrite(fd, header, 0) != HEADER.size:
-                raise OSError("short write of the snapshot header")
+    def write(fd: int) -> None:
+        with _image(size) as image:
+            fill_payload(secs, image)
+            with image[HEADER.size :] as payload:
+                digest = _native.write_hashed(fd, payload, HEADER.size)
+            seal(image, digest)
+            with image[: HEADER.size] as header:
+                if os.pwrite(fd, header, 0) != HEADER.size:
+                    raise OSError(errno.EIO, "short write of the snapshot header")
 
-    write_file_atomic(
-        path, encoded_size(secs), lambda image: fill_payload(secs, image), durable, write
-    )
+    replace_file(path, write, durable=durable)
 
-
-def write_file_atomic(
-    path: str | os.PathLike[str],
-    size: int,
-    fill: Callable[[memoryview], object],
-    durable: bool = True,
-    write: Callable[[int, memoryview], None] | None = None,
-) -> None:
-    """Writes ``size`` bytes, produced by ``fill`` into a reused buffer, to
-    ``path`` so that readers see the old file or the new one, never a mix:
-    a temp file in the same folder, fsync (when ``durable``), ``os.replace``.
-    On failure the old file is untouched and the temp file is gone; one left
-    by a killed writer is removed by the next save to the same path.
-
-    Without ``durable`` the rename still makes the write atomic for every
-    reader and survives the writer being killed; only a power loss or kernel
-    crash shortly after can lose the new file (llama.cpp's guarantee).
-
-    ``write``, when given, writes the filled image to the open temp file
-    descriptor instead of the default chunked writes."""
-    target = Path(path)
-    folder = target.parent if str(target.parent) else Path(".")
-    _sweep_stale(folder, target.name)
-    # A named temp file, not an unnamed O_TMPFILE one: ext4 writes those
-    # about ten times slower (measured 75 ms against 7 for 24 MB). What a
-    # killed writer leaves is swept by the next save.
-    tmp = _temp_name(folder, target.name)
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
-    try:
-        try:
-            with _image(size) as image:
-                fill(image)
-                if write is not None:
-                    write(fd, image)
-                else:
-                    done = 0
-                    while done < size:
-                        with image[done : done + _WRITE_CHUNK] as part:
-                            done += os.write(fd, part)
-            if durable:
-                os.fsync(fd)
-        finally:
-            os.close(fd)
-        os.replace(tmp, target)
-    except BaseException:
-        tmp.unlink(missing_ok=True)
-        raise
-    if durable:
-        _fsync_dir(folder)
-
-
-def _fsync_dir(folder: Path) -> None:
-    """Makes a rename in ``folder`` durable (where folders can be fsynced)."""
-    try:
-        dfd = os.open(folder, os.O_RDONLY)
-    except OSError:
-        return
-    try:
-        os.fsync(dfd)
-    except OSError:
-        pass
-    finally:
-        os.close(dfd)
-
-
-#: Bytes per write() call. Measured here on ext4: 24 MB went to the page
-#: cache in 10 ms in writes of up to 128 KiB, but in 75-120 ms in writes of
-#: 256 KiB or more (one 24 MB write: 107 ms).
-_WRITE_CHUNK = 128 << 10
 
 #: The file image buffer, reused across saves: a fresh 24 MB buffer costs
 #: more in page faults than filling it. Grown to the largest snapshot and
@@ -442,22 +376,3 @@ def _image(size: int) -> Iterator[memoryview]:
             _IMAGE[:] = [buf]
         with memoryview(buf) as whole, whole[:size] as view:
             yield view
-
-
-def _temp_name(folder: Path, name: str) -> Path:
-    return folder / f".{name}.{os.getpid()}.{secrets.token_hex(4)}.tmp"
-
-
-def _sweep_stale(folder: Path, name: str) -> None:
-    """Removes temp files that writers of ``name`` left when they were killed
-    (their process is gone)."""
-    for p in folder.glob(f".{glob.escape(name)}.*.tmp"):
-        parts = p.name[len(name) + 2 :].split(".")
-        if len(parts) != 3 or not parts[0].isdigit():
-            continue
-        try:
-            os.kill(int(parts[0]), 0)
-        except ProcessLookupError:
-            p.unlink(missing_ok=True)
-        except OSError:
-            pass  # alive, owned by someone else

@@ -14,6 +14,7 @@ import numpy as np
 
 from .._native import __version__
 from . import sections as S
+from .atomic import refuse_temp, write_bytes
 from .errors import SnapshotError, SnapshotFormatError
 from .format import Section, decode, encode
 
@@ -135,15 +136,8 @@ def loads(
 
 
 def dump(spec: SpeculativeEngine, path: str | os.PathLike[str], *, durable: bool = True) -> None:
-    """Writes OXISPEC1 atomically, like an OXISNAP1 save."""
-    from .session import write_file_atomic
-
-    blob = dumps(spec)
-
-    def fill(image: memoryview) -> None:
-        image[:] = blob
-
-    write_file_atomic(path, len(blob), fill, durable)
+    """Writes OXISPEC1 crash-safely, like an OXISNAP1 save."""
+    write_bytes(path, dumps(spec), durable=durable)
 
 
 def load(
@@ -152,6 +146,7 @@ def load(
     target_model_path: str | os.PathLike[str] | None = None,
     draft_model_path: str | os.PathLike[str] | None = None,
 ) -> SpeculativeEngine:
+    refuse_temp(path)
     try:
         with open(path, "rb") as f:
             blob = f.read()
