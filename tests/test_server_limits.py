@@ -182,6 +182,7 @@ def test_completion_fields_are_bounded(
 CHAT_CASES: list[tuple[dict[str, Any], str, str]] = [
     ({"messages": []}, "messages", "at least 1"),
     ({"messages": [{"content": "no role"}]}, "messages", "role"),
+    ({"messages": [{"role": "user"}]}, "messages", "content"),
     ({"messages": [{"role": "user", "content": [{"type": "image_url"}]}]}, "messages", "text"),
     ({"tools": [{"type": "function", "function": {"name": "f"}}]}, "tools", "not supported"),
     ({"tool_choice": "auto"}, "tool_choice", "not supported"),
@@ -265,8 +266,9 @@ def test_library_errors_are_4xx_and_other_failures_a_generic_500(
 
     fail_with(LoadError("the vocabulary is damaged"))
     assert "damaged" in refused(url + "/v1/completions", BASE, 400)
-    # A real TemplateError: SmolLM2's template reads every message's content.
-    got, _, out = post(url + "/v1/chat/completions", {"messages": [{"role": "user"}]})
+    # A real TemplateError: SmolLM2's template adds the content to a string.
+    chat = {"messages": [{"role": "user", "content": None}]}
+    got, _, out = post(url + "/v1/chat/completions", chat)
     assert got == 400 and out["error"]["param"] == "messages"
     assert "template" in out["error"]["message"]
     fail_with(RuntimeError("secret sk-live-123 in a stack"))

@@ -246,7 +246,8 @@ class RequestSchemas:
                 "content": content,
                 "name": {"type": ["string", "null"], "maxLength": 256},
             },
-            "required": ["role"],
+            # Chat templates read every message's content.
+            "required": ["role", "content"],
             # Other keys (tool_calls, ...) go to the chat template as they are.
             "additionalProperties": True,
         }
