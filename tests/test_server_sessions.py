@@ -8,6 +8,7 @@ sessions answers 503; two requests for one session never race."""
 from __future__ import annotations
 
 import json
+import time
 import urllib.error
 import urllib.request
 from collections.abc import Iterator
@@ -52,7 +53,7 @@ def turn(url: str, sid: str, body: dict[str, Any]) -> str:
 def metrics(url: str) -> dict[str, float]:
     text = urllib.request.urlopen(url + "/metrics").read().decode()
     pairs = (line.rsplit(" ", 1) for line in text.splitlines() if not line.startswith("#"))
-    return {k.removeprefix("oxillama_server_"): float(v) for k, v in pairs}
+    return {k.removeprefix("oxillama_").removeprefix("server_"): float(v) for k, v in pairs}
 
 
 FIRST = {"prompt": "The lighthouse keeper", "max_tokens": 5, "ignore_eos": True, "seed": 5}
@@ -176,3 +177,26 @@ def test_two_requests_for_one_session_do_not_race(model_path: Path, tmp_path: Pa
         both = post(url + "/v1/sessions/both/save", {})[1]
         sequential = post(url + "/v1/sessions/one-by-one/save", {})[1]
     assert both["tokens"] == sequential["tokens"] == 2 + 6 + 1 + 5
+
+
+def test_a_client_hanging_up_mid_stream_frees_its_session(model_path: Path) -> None:
+    body = {"prompt": "Count:", "max_tokens": 200, "ignore_eos": True, "stream": True}
+    with server(model_path, limits=Limits(max_sessions=1)) as url:
+        req = urllib.request.Request(
+            url + "/v1/completions",
+            json.dumps({**body, "session": "gone"}).encode(),
+            {"Content-Type": "application/json"},
+        )
+        resp = urllib.request.urlopen(req, timeout=60)
+        assert resp.readline().startswith(b"data: ")
+        resp.close()  # hang up mid-turn
+        for _ in range(200):
+            if metrics(url).get("cancelled", 0) >= 1:
+                break
+            time.sleep(0.05)
+        # The turn was cancelled long before its 200 tokens, and the session
+        # is free: the next turn runs, then it is idle and leaves for "next".
+        assert metrics(url)["generated_tokens"] < 150
+        turn(url, "gone", FIRST)
+        turn(url, "next", FIRST)
+        assert metrics(url)["session_evictions_total"] == 1

@@ -264,9 +264,12 @@ class Server:
                 lease.release()
 
         async def close() -> None:
-            if lease is not None:
-                lease.release()
-            await pieces.aclose()  # type: ignore[attr-defined]
+            # The turn ends before the session is free for anyone else.
+            try:
+                await pieces.aclose()  # type: ignore[attr-defined]
+            finally:
+                if lease is not None:
+                    lease.release()
 
         async def events() -> AsyncIterator[bytes]:
             # Leaving this generator (client gone) closes `pieces`, which
