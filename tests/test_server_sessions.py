@@ -124,7 +124,7 @@ def test_a_restarted_server_restores_saved_and_hibernated_sessions(
 def test_a_session_in_a_turn_is_never_picked_and_a_full_busy_table_answers_503(
     model_path: Path, tmp_path: Path
 ) -> None:
-    long_turn = {"prompt": "Count:", "max_tokens": 60, "ignore_eos": True, "stream": True}
+    long_turn = {"prompt": "Count:", "max_tokens": 32, "ignore_eos": True, "stream": True}
     with server(model_path, sessions_dir=tmp_path, limits=Limits(max_sessions=2)) as url:
         req = urllib.request.Request(
             url + "/v1/completions",
