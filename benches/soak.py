@@ -107,23 +107,30 @@ class Stats:
 
 @dataclass
 class Sessions:
-    """Session ids: a new one now and then, old ones revisited so that
-    hibernated sessions come back; each lives a few turns."""
+    """Session ids: a new one now and then, and old ones revisited, some
+    recent (still live) and some older than the last ``recent`` (so past
+    the server's bound: hibernated, they must come back exactly)."""
 
     rng: random.Random
+    recent: int
     turns: dict[str, int] = field(default_factory=dict)
     next_id: int = 0
-    max_turns: int = 3
+    max_turns: int = 6
 
     def pick(self) -> tuple[str, int]:
         alive = [s for s, n in self.turns.items() if n < self.max_turns]
-        if not alive or self.rng.random() < 0.4:
+        roll = self.rng.random()
+        if not alive or roll < 0.4:
             sid = f"soak-{self.next_id}"
             self.next_id += 1
+        elif roll < 0.65 and len(alive) > self.recent:
+            sid = self.rng.choice(alive[: -self.recent])
         else:
-            sid = self.rng.choice(alive[-40:])
+            sid = self.rng.choice(alive[-self.recent :])
         turn = self.turns.get(sid, 0)
         self.turns[sid] = turn + 1
+        # Most recently used last, as the server orders them.
+        self.turns[sid] = self.turns.pop(sid)
         return sid, turn
 
 
@@ -324,7 +331,7 @@ async def soak(args: argparse.Namespace) -> dict[str, Any]:
     folder.mkdir()
     proc, url = start_server(args, folder)
     try:
-        sessions = Sessions(random.Random(args.seed))
+        sessions = Sessions(random.Random(args.seed), args.max_sessions)
         warm_kinds = schedule(args.warmup, args.seed + 1)
         warm = await run_phase(url, warm_kinds, 0, args.concurrency, args.seed, sessions)
         after_warmup = await quiesce(url, proc.pid, args.max_sessions, "warm")
