@@ -40,7 +40,7 @@ SCRIPTS = ROOT / "scripts"
 sys.path[:0] = [str(SCRIPTS), str(ROOT)]
 
 from fuzz_targets import NAMES, load  # noqa: E402
-from fuzz_targets.worker import CRASH, DONE, START, TYPED  # noqa: E402
+from fuzz_targets.worker import CRASH, DONE, RAW_NAME, START, TYPED  # noqa: E402
 
 HANG_SECONDS = 2.0
 SETUP_SECONDS = 300.0
@@ -96,7 +96,7 @@ class Worker:
         self.buffer = b""
         self.started = time.monotonic()
 
-    def records(self, timeout: float) -> list[tuple[bytes, int, bytes]] | None:
+    def records(self, timeout: float) -> list[tuple[bytes, int, int | bytes]] | None:
         """Whole records that arrived within `timeout`; None at end of file."""
         ready, _, _ = select.select([self.pipe], [], [], timeout)
         if ready:
@@ -104,12 +104,12 @@ class Worker:
             if not chunk:
                 return None
             self.buffer += chunk
-        out: list[tuple[bytes, int, bytes]] = []
+        out: list[tuple[bytes, int, int | bytes]] = []
         while self.buffer:
             kind = self.buffer[:1]
             if kind == b"S" and len(self.buffer) >= START.size:
-                _, n = START.unpack_from(self.buffer)
-                out.append((kind, n, b""))
+                _, n, raw = START.unpack_from(self.buffer)
+                out.append((kind, n, raw))
                 self.buffer = self.buffer[START.size :]
             elif kind == b"D" and len(self.buffer) >= DONE.size:
                 _, outcome, n = DONE.unpack_from(self.buffer)
@@ -124,6 +124,16 @@ class Worker:
     def current_input(self, length: int) -> bytes:
         with self.input_path.open("rb") as f:
             return f.read(length)
+
+    def forget_current(self, raw_length: int) -> None:
+        """Removes the input being run from the corpus, where a seed or an
+        earlier find can sit: a restarted worker replays its corpus first
+        and would meet the same hang or crash again, forever."""
+        with self.input_path.with_name(RAW_NAME).open("rb") as f:
+            raw = f.read(raw_length)
+        for p in (self.input_path.parent / "corpus").iterdir():
+            if p.stat().st_size == raw_length and p.read_bytes() == raw:
+                p.unlink()
 
     def peak_rss_kib(self) -> int:
         """The largest VmHWM among the worker's process group."""
@@ -221,7 +231,7 @@ def _supervise(
     on an input (False: restart it)."""
     by_class = Counter(result.typed_by_class)
     signatures = {_signature(r) for r in result.crash_reports}
-    running: tuple[float, int] | None = None  # (since, input length)
+    running: tuple[float, int, int] | None = None  # (since, input and raw lengths)
     seen_input = False
     last_rss = 0.0
 
@@ -251,6 +261,7 @@ def _supervise(
                         f"{worker.log_tail()}"
                     )
                 data = worker.current_input(running[1])
+                worker.forget_current(running[2])
                 result.inputs += 1
                 result.crashes += 1
                 saved = _keep(corpus_root / result.target, "crash", data)
@@ -261,16 +272,19 @@ def _supervise(
                 return False
             for kind, value, message in records:
                 if kind == b"S":
-                    running = (now, value)
+                    assert isinstance(message, int)
+                    running = (now, value, message)
                     seen_input = True
                     continue
                 assert running is not None
                 result.inputs += 1
                 if value == TYPED:
+                    assert isinstance(message, bytes)
                     by_class[message.decode()] += 1
                     result.typed_errors += 1
                 elif value == CRASH:
                     result.crashes += 1
+                    assert isinstance(message, bytes)
                     report = message.decode(errors="replace")
                     # One kept input per distinct failure (where it was
                     # raised, and what): a fuzzer repeats a bug thousands
@@ -290,6 +304,7 @@ def _supervise(
                     return True
             if running is not None and now - running[0] > HANG_SECONDS:
                 data = worker.current_input(running[1])
+                worker.forget_current(running[2])
                 result.inputs += 1
                 result.hangs += 1
                 saved = _keep(corpus_root / result.target, "hang", data)

@@ -22,7 +22,8 @@ from typing import Any
 OK, TYPED, CRASH = 0, 1, 2
 # Structured targets start from random bytes for hypothesis to draw from.
 RANDOM_SEEDS, RANDOM_SEED_LEN, STRUCTURED_MAX_LEN = 16, 4096, 8192
-START = struct.Struct("<cI")
+RAW_NAME = "current-raw"
+START = struct.Struct("<cII")
 DONE = struct.Struct("<cBI")
 
 
@@ -68,12 +69,23 @@ def main(
     max_len = _seed_corpus(target, corpus, seed)
     report = os.fdopen(report_fd, "wb", buffering=0)
     current = os.open(input_path, os.O_RDWR | os.O_CREAT, 0o600)
+    # The fuzzer's own bytes, so the driver can drop an input that hung or
+    # killed the worker from the corpus the next worker starts from.
+    current_raw = os.open(input_path.with_name(RAW_NAME), os.O_RDWR | os.O_CREAT, 0o600)
+    raw_len = 0
 
-    def one(saved: bytes, value: Any) -> None:
+    def one(value: Any) -> None:
+        unsaved: Exception | None = None
+        try:
+            saved = value if target.strategy is None else target.encode(value)
+        except Exception as e:  # a harness bug: reported as a crash, repr kept
+            saved, unsaved = repr(value).encode(errors="replace"), e
         os.pwrite(current, saved, 0)
-        report.write(START.pack(b"S", len(saved)))
+        report.write(START.pack(b"S", len(saved), raw_len))
         outcome, message = OK, b""
         try:
+            if unsaved is not None:
+                raise RuntimeError("the fuzz target cannot save this input") from unsaved
             target.run(value)
         except OxiLlamaError as e:
             outcome, message = TYPED, type(e).__name__.encode()
@@ -84,7 +96,10 @@ def main(
     if target.strategy is None:
 
         def test_one_input(data: bytes) -> None:
-            one(data, data)
+            nonlocal raw_len
+            raw_len = len(data)
+            os.pwrite(current_raw, data, 0)
+            one(data)
 
     else:
         from hypothesis import given, settings
@@ -92,11 +107,14 @@ def main(
         @settings(database=None, deadline=None)
         @given(target.strategy)
         def drawn(value: Any) -> None:
-            one(target.encode(value), value)
+            one(value)
 
         fuzz_one_input = drawn.hypothesis.fuzz_one_input  # type: ignore[attr-defined]
 
         def test_one_input(data: bytes) -> None:
+            nonlocal raw_len
+            raw_len = len(data)
+            os.pwrite(current_raw, data, 0)
             fuzz_one_input(data)
 
     args = [
