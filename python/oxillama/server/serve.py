@@ -10,6 +10,7 @@ from ..async_engine import AsyncEngine
 from .app import build_app
 from .auth import ENV_VAR, load_api_keys
 from .limits import Limits
+from .malloc import pin_mmap_threshold
 
 __all__ = ["serve"]
 
@@ -37,6 +38,7 @@ def serve(
     lines of ``api_key_file`` and ``$OXILLAMA_API_KEY`` together."""
     import uvicorn
 
+    pin_mmap_threshold()
     keys = load_api_keys(api_keys, api_key_file)
     engine = AsyncEngine(
         model,
