@@ -75,7 +75,10 @@ class Worker:
             self.proc = subprocess.Popen(
                 [
                     sys.executable,
-                    str(SCRIPTS / "fuzz_targets" / "worker.py"),
+                    # As a module: the script's own folder on sys.path
+                    # would shadow standard modules (http, ...).
+                    "-m",
+                    "fuzz_targets.worker",
                     name,
                     str(write_fd),
                     str(self.input_path),
@@ -322,20 +325,23 @@ def _supervise(
 
 
 def replay(path: Path) -> str:
-    """Runs one kept input in this process: 'ok', 'typed <Class>' (a crash
-    raises)."""
+    """Runs one kept input in this process: 'ok <seconds>' or 'typed
+    <Class> <seconds>' (a crash raises)."""
     from oxillama import OxiLlamaError
 
     target = load(path.parent.name)
     with tempfile.TemporaryDirectory(prefix="oxillama-replay-") as tmp:
         target.setup(Path(tmp))
+        value = target.decode(path.read_bytes())
+        start = time.perf_counter()
+        outcome = "ok"
         try:
-            target.run(target.decode(path.read_bytes()))
+            target.run(value)
         except OxiLlamaError as e:
-            return f"typed {type(e).__name__}"
+            outcome = f"typed {type(e).__name__}"
         finally:
             target.close()
-    return "ok"
+    return f"{outcome} {time.perf_counter() - start:.3f}"
 
 
 def cpu_model() -> str:

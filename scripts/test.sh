@@ -24,8 +24,8 @@ fi
 # Static checks first: they are fast and their failures are the clearest.
 cargo fmt --check
 cargo clippy --quiet --all-targets --features python -- -D warnings
-"$PY" -m ruff check python tests benches
-"$PY" -m ruff format --check python tests benches
+"$PY" -m ruff check python tests benches scripts
+"$PY" -m ruff format --check python tests benches scripts
 "$PY" -m mypy
 "$PY" -m mypy.stubtest oxillama._native
 
