@@ -13,12 +13,15 @@ Models without a template get :data:`CHATML` (see
 :meth:`ChatTemplate.from_metadata`).
 
 Every failure, compiling or rendering, raises
-:class:`oxillama.errors.TemplateError`.
+:class:`oxillama.errors.TemplateError`. A template comes from whoever made
+the GGUF, so rendering is bounded in time, output and memory by
+:class:`~oxillama.template_limits.TemplateLimits` (``ChatTemplate(...,
+limits=...)``; by default 1 s, 4 Mi characters): see
+:mod:`oxillama.template_sandbox` for how.
 """
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping, Sequence
 from datetime import datetime
 from typing import Any, Literal, overload
@@ -27,11 +30,16 @@ import jinja2
 import jinja2.ext
 import jinja2.nodes
 import jinja2.parser
-from jinja2.sandbox import ImmutableSandboxedEnvironment
 
+from . import template_limits
 from .errors import OxiLlamaError, TemplateError
+from .template_limits import TemplateLimits
+from .template_sandbox import BoundedEnvironment
 
-__all__ = ["CHATML", "ChatTemplate"]
+__all__ = ["CHATML", "ChatTemplate", "TemplateLimits"]
+
+#: Longest ``strftime_now`` format (its output grows with each directive).
+_MAX_STRFTIME = 4096
 
 #: The template used when a model has none: ChatML, the format llama.cpp and
 #: transformers also fall back to. Each message becomes
@@ -63,29 +71,18 @@ def _raise_exception(message: str) -> None:
     raise TemplateError(str(message))
 
 
-def _tojson(
-    value: Any,
-    ensure_ascii: bool = False,
-    indent: int | None = None,
-    separators: tuple[str, str] | None = None,
-    sort_keys: bool = False,
-) -> str:
-    return json.dumps(
-        value, ensure_ascii=ensure_ascii, indent=indent, separators=separators, sort_keys=sort_keys
-    )
-
-
 def _strftime_now(fmt: str) -> str:
+    if not isinstance(fmt, str) or len(fmt) > _MAX_STRFTIME:
+        raise TemplateError(f"strftime_now takes a format of at most {_MAX_STRFTIME} characters")
     return datetime.now().strftime(fmt)
 
 
-def _environment() -> ImmutableSandboxedEnvironment:
-    env = ImmutableSandboxedEnvironment(
+def _environment() -> BoundedEnvironment:
+    env = BoundedEnvironment(
         trim_blocks=True,
         lstrip_blocks=True,
         extensions=[_GenerationTag, jinja2.ext.loopcontrols],
     )
-    env.filters["tojson"] = _tojson
     env.globals["raise_exception"] = _raise_exception
     env.globals["strftime_now"] = _strftime_now
     return env
@@ -99,13 +96,37 @@ class ChatTemplate:
     '<|im_start|>user\\nHi<|im_end|>\\n<|im_start|>assistant\\n'
     """
 
-    def __init__(self, source: str, *, bos_token: str = "", eos_token: str = "") -> None:
+    def __init__(
+        self,
+        source: str,
+        *,
+        bos_token: str = "",
+        eos_token: str = "",
+        limits: TemplateLimits | None = None,
+    ) -> None:
         if not isinstance(source, str):
             raise TemplateError(f"chat template must be a string, not {type(source).__name__}")
+        #: Bounds on one render (time, output, memory); may be replaced.
+        self.limits = TemplateLimits() if limits is None else limits
+        if not isinstance(self.limits, TemplateLimits):
+            raise TemplateError(f"limits must be TemplateLimits, not {type(limits).__name__}")
+        if len(source) > self.limits.max_output_chars:
+            raise TemplateError(
+                f"chat template has {len(source):,} characters, over the limit of "
+                f"{self.limits.max_output_chars:,}"
+            )
+        # Compiling folds constant expressions, so it runs template code too.
+        token = template_limits.start(self.limits)
         try:
             self._template = _environment().from_string(source)
+        except OxiLlamaError:
+            raise
         except jinja2.TemplateError as e:
             raise TemplateError(f"invalid chat template: {e}") from e
+        except Exception as e:  # RecursionError on deep nesting, SyntaxError...
+            raise TemplateError(f"invalid chat template: {type(e).__name__}: {e}") from e
+        finally:
+            template_limits.finish(token)
         self.source = source
         self.bos_token = bos_token
         self.eos_token = eos_token
@@ -183,11 +204,24 @@ class ChatTemplate:
             "messages": [dict(m) for m in messages],
             "add_generation_prompt": add_generation_prompt,
         }
+        token = template_limits.start(self.limits)
         try:
-            return self._template.render(**context)
+            return self._bounded_render(context)
         except OxiLlamaError:
             raise
         except jinja2.TemplateError as e:
             raise TemplateError(f"chat template failed: {e}") from e
         except Exception as e:  # the template's own Python errors (TypeError...)
             raise TemplateError(f"chat template failed: {type(e).__name__}: {e}") from e
+        finally:
+            template_limits.finish(token)
+
+    def _bounded_render(self, context: dict[str, Any]) -> str:
+        budget = template_limits.current()
+        parts: list[str] = []
+        total = 0
+        for piece in self._template.generate(**context):
+            total += len(piece)
+            budget.size(total, "the rendered prompt")
+            parts.append(piece)
+        return "".join(parts)
