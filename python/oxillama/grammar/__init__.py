@@ -97,7 +97,7 @@ class Grammar:
         schema = as_schema(schema)
         try:
             key: str | None = json.dumps(schema, sort_keys=True) + ("" if strict else "~lax")
-        except (TypeError, ValueError):
+        except (TypeError, ValueError, RecursionError):
             key = None  # not JSON (the compiler reports why)
         if key is not None:
             with _SCHEMA_LOCK:

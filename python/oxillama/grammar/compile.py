@@ -22,10 +22,13 @@ from dataclasses import dataclass
 from ..errors import GrammarError
 from . import gbnf
 from .gbnf import Alternatives, Chars, Ref, Repeat, TokenRef
+from .productive import causes, unproductive
 
 #: Elements a compiled grammar may hold; bounded so that nested repetition
 #: bounds cannot multiply into gigabytes.
 MAX_ELEMENTS = 1_000_000
+#: Elements of a repetition's copies above which its body becomes a rule.
+SHARE_OVER = 4096
 #: Deepest group nesting the lowering accepts (it recurses once per level).
 MAX_DEPTH = 100
 
@@ -168,6 +171,12 @@ class _Lowering:
             return [("r", self.fresh(self.alts(node, depth + 1), "alt"))]
         assert isinstance(node, Repeat)
         body = self.node(node.item, depth + 1)
+        copies = node.min + (1 if node.max is None else node.max - node.min)
+        if len(body) > 1 and len(body) * copies > SHARE_OVER:
+            # Copied many times, a long body is shared as one rule: nested
+            # counts (`(x{1000}){1000}`, what JSON Schema's big bounds
+            # become) then cost their sum, not their product.
+            body = [("r", self.fresh([body], "rep"))]
         self.count(len(body) * max(node.min, 1))
         out = body * node.min
         if node.max is None:
@@ -306,4 +315,25 @@ def compile_gbnf(text: str, root: str = "root") -> Compiled:
 
 def compile_rules(rules: list[gbnf.Rule], root: str = "root") -> Compiled:
     """Checks and lowers already parsed rules."""
-    return _Lowering(rules, root).run()
+    compiled = _Lowering(rules, root).run()
+    check_productive(rules)
+    return compiled
+
+
+def check_productive(rules: list[gbnf.Rule]) -> None:
+    """Rejects a rule that can derive no finite string. llama.cpp accepts
+    one, and a generation that enters it can never end; no grammar that can
+    finish needs such a rule (a rule that is never used is checked too, as
+    every other mistake is)."""
+    stuck = unproductive(rules)
+    if stuck:
+        first_causes = causes(rules, stuck)
+        stuck = first_causes + [n for n in stuck if n not in first_causes]
+        first = next(r for r in rules if r.name == stuck[0])
+        others = f" (also: {', '.join(stuck[1:6])}{'...' if len(stuck) > 6 else ''})"
+        raise GrammarError(
+            f"rule {first.name!r} can never finish: every alternative needs a rule "
+            "that never finishes" + (others if len(stuck) > 1 else ""),
+            line=first.pos.line,
+            column=first.pos.column,
+        )

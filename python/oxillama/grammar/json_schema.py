@@ -92,7 +92,14 @@ from .keywords import (
     STRING_WORDS,
     SUPPORTED,
 )
-from .numeric import bounded_number, integer_range, unbounded_integer, unbounded_number
+from .numeric import (
+    INT_DIGITS,
+    bounded_number,
+    integer_range,
+    unbounded_integer,
+    unbounded_number,
+)
+from .productive import causes, unproductive
 from .regex import LengthUnsupported, RegexError, compile_regex
 from .schema_merge import Unsatisfiable, merge_schemas, normalize_schema
 
@@ -100,6 +107,12 @@ __all__ = ["MAX_INDENT", "schema_to_gbnf"]
 
 #: Most spaces or tabs after a newline between two tokens.
 MAX_INDENT = 20
+#: Most digits a numeric bound may force a numeral to have (each digit of
+#: a bound is one level of the digit grammar).
+MAX_BOUND_DIGITS = 60
+#: Deepest nesting of the schema document (objects and arrays); schemas
+#: compile recursively, and real ones nest a few dozen levels.
+MAX_SCHEMA_DEPTH = 128
 
 _TYPES = ("null", "boolean", "object", "array", "string", "number", "integer")
 _MISSING = object()
@@ -111,7 +124,8 @@ def schema_to_gbnf(schema: Mapping[str, Any] | Any, *, strict: bool = True) -> s
     ``model_json_schema()`` (a pydantic v2 model). Raises
     :class:`~oxillama.errors.JsonSchemaError`; with ``strict=False``,
     unsupported keywords warn and are ignored instead."""
-    return _build(schema, strict).render("root")
+    rules, _ = _build(schema, strict)
+    return rules.render("root")
 
 
 def schema_to_rules(
@@ -120,25 +134,70 @@ def schema_to_rules(
     """:func:`schema_to_gbnf`'s text together with the syntax tree
     ``gbnf.parse`` would read from it, built directly (parsing the text back
     was half of a schema's compile time)."""
-    rules = _build(schema, strict)
-    return rules.render("root"), rules.parsed("root")
+    rules, parsed = _build(schema, strict)
+    return rules.render("root"), parsed
 
 
 def as_schema(schema: Mapping[str, Any] | Any) -> Any:
-    """``schema`` itself, or the JSON Schema of a pydantic model."""
+    """``schema`` itself, or the JSON Schema of a pydantic model; refused
+    when it nests deeper than :data:`MAX_SCHEMA_DEPTH`."""
     if not isinstance(schema, (Mapping, bool)) and hasattr(schema, "model_json_schema"):
-        return schema.model_json_schema()
+        schema = schema.model_json_schema()
+    _check_depth(schema)
     return schema
 
 
-def _build(schema: Mapping[str, Any] | Any, strict: bool) -> RuleSet:
+def _check_depth(document: Any) -> None:
+    """Walks the document without recursion (it may nest 100,000 deep, or,
+    built in Python, contain itself), so the recursive compile never meets
+    more than MAX_SCHEMA_DEPTH levels."""
+    deepest: dict[int, int] = {}
+    stack: list[tuple[Any, int, str]] = [(document, 0, "#")]
+    while stack:
+        node, depth, path = stack.pop()
+        if not isinstance(node, (Mapping, list)):
+            continue
+        if depth >= MAX_SCHEMA_DEPTH:
+            raise JsonSchemaError(
+                f"the schema nests deeper than {MAX_SCHEMA_DEPTH} levels", path=path
+            )
+        if deepest.get(id(node), -1) >= depth:
+            continue  # a part shared by reference, already walked as deep
+        deepest[id(node)] = depth
+        if isinstance(node, Mapping):
+            for k, v in node.items():
+                stack.append((v, depth + 1, f"{path}/{_escape_pointer(str(k))}"))
+        else:
+            for i, v in enumerate(node):
+                stack.append((v, depth + 1, f"{path}/{i}"))
+
+
+def _build(schema: Mapping[str, Any] | Any, strict: bool) -> tuple[RuleSet, list[gbnf.Rule]]:
     schema = as_schema(schema)
     compiler = _Compiler(schema, strict)
-    body = compiler.compile(schema, "#", "")
+    try:
+        body = compiler.compile(schema, "#", "")
+    except RecursionError as e:
+        # The depth check bounds the document; $ref and allOf chains can
+        # still nest the walk (each has its own bound, this is the net).
+        raise JsonSchemaError("the schema nests too deeply to compile") from e
     compiler.rules.define("root", body)
+    parsed = compiler.rules.parsed("root")
+    stuck = unproductive(parsed)
+    if stuck:
+        # Name the referenced schema that recurses without end: a rule made
+        # for a $ref target if one is stuck, else the root.
+        first = causes(parsed, stuck)
+        pointer = next((compiler.ref_pointers[n] for n in first if n in compiler.ref_pointers), "#")
+        raise JsonSchemaError(
+            f"$ref {pointer!r} admits no finite document: every value of it must contain "
+            "another (a required property, a non-empty array or an allOf that refers back)",
+            keyword="$ref",
+            path=pointer,
+        )
     for message in compiler.warnings:
         warnings.warn(message, stacklevel=3)
-    return compiler.rules
+    return compiler.rules, parsed
 
 
 # Parts of every compiled schema that depend on nothing but this module are
@@ -249,6 +308,8 @@ class _Compiler:
         self.rules = RuleSet()
         self.rules.reserve("root")
         self.refs: dict[str, Expr] = {}
+        #: The $ref target each reference rule was made for, by rule name.
+        self.ref_pointers: dict[str, str] = {}
         self.prims: dict[str, Expr] = {}
         self.unit_cache: dict[Ranges, Expr | None] = {}
         self.warnings: list[str] = []
@@ -440,6 +501,7 @@ class _Compiler:
         target = self.resolve(pointer, path)
         last = pointer.rsplit("/", 1)[-1] if "/" in pointer else "root"
         name = self.rules.reserve(urllib.parse.unquote(last))
+        self.ref_pointers[name] = pointer
         before = set(self.refs)
         self.refs[pointer] = ref(name)
         try:
@@ -643,6 +705,27 @@ class _Compiler:
 
     def number(self, t: str, s: Mapping[str, Any], path: str) -> Expr:
         lo, lo_strict, hi, hi_strict = self.bounds(s, path)
+        # A bound of MAX_BOUND_DIGITS digits or more would need a digit
+        # grammar as deep as the bound is long. On the open side of a range
+        # whose other end is short, it bounds nothing the grammar can write
+        # (unbounded numerals have at most INT_DIGITS integer digits), so it
+        # is dropped, which accepts no more; otherwise it is refused.
+        cap, huge = Fraction(10) ** INT_DIGITS, Fraction(10) ** MAX_BOUND_DIGITS
+        if hi is not None and hi >= huge and (lo is None or lo < cap):
+            hi, hi_strict = None, False
+        if lo is not None and lo <= -huge and (hi is None or hi > -cap):
+            lo, lo_strict = None, False
+        for value, side in (
+            (lo, ("minimum", "exclusiveMinimum")),
+            (hi, ("maximum", "exclusiveMaximum")),
+        ):
+            if value is not None and abs(value) >= huge:
+                key = next(k for k in side if k in s)
+                raise JsonSchemaError(
+                    f"{key} {s[key]!r} would need numerals of {MAX_BOUND_DIGITS} digits or more",
+                    keyword=key,
+                    path=path,
+                )
         if lo is None and hi is None:
             return self.prim(t)
         if t == "integer":
