@@ -22,6 +22,7 @@ from .errors import (
     OverloadedError,
     OxiLlamaError,
     ParameterError,
+    TokenizeError,
 )
 from .grammar import Grammar
 from .model import Model
@@ -49,6 +50,7 @@ __all__ = [
     "SessionState",
     "SpeculativeEngine",
     "Timings",
+    "TokenizeError",
     "__version__",
     "default_model_path",
     "snapshot",

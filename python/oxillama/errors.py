@@ -17,6 +17,7 @@ __all__ = [
     "OxiLlamaError",
     "ParameterError",
     "TemplateError",
+    "TokenizeError",
 ]
 
 
@@ -77,3 +78,13 @@ class JsonSchemaError(GrammarError):
 
 class TemplateError(OxiLlamaError):
     """A chat template is invalid or failed to render (e.g. raise_exception)."""
+
+
+class TokenizeError(OxiLlamaError, ValueError):
+    """Text cannot be tokenized as given, e.g. it holds a lone UTF-16
+    surrogate (which no UTF-8 byte sequence spells); ``position`` is the
+    index of the offending character. Nothing is replaced silently."""
+
+    def __init__(self, message: str, *, position: int | None = None):
+        super().__init__(message)
+        self.position = position

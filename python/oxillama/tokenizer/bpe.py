@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
 from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers
 
@@ -58,6 +58,18 @@ def split_merges(merges: Sequence[str]) -> list[tuple[str, str]]:
     return out
 
 
+def check_merges(merges: Sequence[tuple[str, str]], vocab: Mapping[str, int]) -> None:
+    """Each merge's parts and result must be tokens (in a damaged file the
+    vocabulary and the merges no longer match)."""
+    for i, (a, b) in enumerate(merges):
+        for part, what in ((a, "its first part"), (b, "its second part"), (a + b, "its result")):
+            if part not in vocab:
+                raise LoadError(
+                    f"tokenizer merge #{i} {a + ' ' + b!r}: {what} {part!r} is not in the "
+                    "vocabulary (tokenizer.ggml.tokens and tokenizer.ggml.merges do not match)"
+                )
+
+
 def build_bpe(v: GgufVocab) -> Tokenizer:
     """The model, pre-tokenizer and decoder; special tokens are added by the
     caller."""
@@ -65,10 +77,12 @@ def build_bpe(v: GgufVocab) -> Tokenizer:
     pre = v.pre_tokenizer
     vocab = {tok: i for i, tok in enumerate(v.tokens)}
     vocab.setdefault(DROPPED, len(v.tokens))
+    merges = split_merges(v.merges)
+    check_merges(merges, vocab)
     tok = Tokenizer(
         models.BPE(
             vocab=vocab,
-            merges=split_merges(v.merges),
+            merges=merges,
             unk_token=DROPPED,
             fuse_unk=False,
             ignore_merges=pre.ignore_merges,

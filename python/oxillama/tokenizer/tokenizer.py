@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import threading
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
@@ -13,7 +14,7 @@ from typing import Any
 from tokenizers import AddedToken, processors
 from tokenizers import Tokenizer as HFTokenizer
 
-from ..errors import LoadError, ParameterError
+from ..errors import LoadError, OxiLlamaError, ParameterError, TokenizeError
 from .bpe import DROPPED, UNICODE_TO_BYTE, bpe_piece, build_bpe
 from .gguf_vocab import A_BYTE, A_NORMAL, A_SPECIAL, A_USER_DEFINED, EOG_TEXTS, GgufVocab
 from .spm import SPACE, build_spm, byte_token_value, spm_piece
@@ -21,6 +22,7 @@ from .spm import SPACE, build_spm, byte_token_value, spm_piece
 __all__ = ["Tokenizer"]
 
 # Used by from_file when no GGUF metadata says which tokens are BOS / EOS.
+_SURROGATE = re.compile("[\ud800-\udfff]")
 _BOS_TEXTS = ("<|begin_of_text|>", "<bos>", "<s>", "<|startoftext|>")
 _EOS_TEXTS = ("<|end_of_text|>", "<eos>", "</s>", "<|endoftext|>", "<|im_end|>")
 
@@ -83,6 +85,17 @@ class Tokenizer:
         Raises :class:`~oxillama.errors.LoadError` for a missing vocabulary, an
         unsupported model or an unknown pre-tokenizer name.
         """
+        try:
+            return cls._from_gguf(metadata)
+        except OxiLlamaError:
+            raise
+        except Exception as e:  # the tokenizers library raises bare Exceptions
+            raise LoadError(
+                f"cannot build the tokenizer from GGUF metadata: {type(e).__name__}: {e}"
+            ) from e
+
+    @classmethod
+    def _from_gguf(cls, metadata: Mapping[str, Any]) -> Tokenizer:
         v = GgufVocab.from_metadata(metadata)
         hf = build_bpe(v) if v.kind == "bpe" else build_spm(v)
         # Control tokens are "special" (split as text when parse_special is
@@ -236,6 +249,14 @@ class Tokenizer:
         into control tokens."""
         if not isinstance(text, str):
             raise TypeError(f"text must be str, not {type(text).__name__}")
+        if not text.isascii():
+            bad = _SURROGATE.search(text)
+            if bad is not None:
+                raise TokenizeError(
+                    f"text holds a lone UTF-16 surrogate {bad.group()!r} at position "
+                    f"{bad.start()}: it is not Unicode text and has no UTF-8 bytes",
+                    position=bad.start(),
+                )
         auto = add_special and not self._manual_special
         with self._lock:
             self._hf.encode_special_tokens = not parse_special
