@@ -18,10 +18,12 @@ from .errors import (
     GrammarError,
     InternalError,
     JsonSchemaError,
+    KvCacheFullError,
     LoadError,
     OverloadedError,
     OxiLlamaError,
     ParameterError,
+    TemplateError,
     TokenizeError,
 )
 from .grammar import Grammar
@@ -30,6 +32,7 @@ from .models import default_model_path
 from .sampling import SamplerConfig
 from .session_state import SessionState
 from .speculative import SpeculativeEngine
+from .template_limits import TemplateLimits
 
 __all__ = [
     "AsyncEngine",
@@ -41,6 +44,7 @@ __all__ = [
     "GrammarError",
     "InternalError",
     "JsonSchemaError",
+    "KvCacheFullError",
     "LoadError",
     "Model",
     "OverloadedError",
@@ -49,6 +53,8 @@ __all__ = [
     "SamplerConfig",
     "SessionState",
     "SpeculativeEngine",
+    "TemplateError",
+    "TemplateLimits",
     "Timings",
     "TokenizeError",
     "__version__",
