@@ -360,8 +360,8 @@ def table(results: list[Result]) -> str:
                 r.target,
                 f"{r.inputs:,}",
                 f"{r.typed_errors:,}",
-                str(r.crashes),
-                str(r.hangs),
+                f"{r.crashes:,}",
+                f"{r.hangs:,}",
                 f"{r.peak_rss_mib:,.0f} MiB",
                 f"{r.seconds:,.0f} s",
             )

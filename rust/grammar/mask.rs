@@ -28,6 +28,14 @@ pub const DEPTH: usize = 3;
 const MAX_MEMO_CONFIGS: usize = 1 << 16;
 /// Distinct stack sets (512 bytes of transitions each) before the same.
 const MAX_MEMO_SETS: usize = 1 << 14;
+/// Work one mask may take (stack steps computed plus trie nodes walked)
+/// before the grammar is refused as too ambiguous. A grammar can make every
+/// byte of every token multiply the live parse stacks (`.` repeated inside
+/// a rule that recurses through it): the fuzzer found one whose first mask
+/// took 26 s. The grammar and JSON Schema tests' largest mask takes 140
+/// thousand units; this limit is about 240 times that, and a quarter of a
+/// second of work.
+pub const MAX_MASK_WORK: u64 = 1 << 25;
 const UNKNOWN: u32 = u32::MAX;
 /// Unfilled entry of a set row; rows hold u16 set ids so a walk's working
 /// rows stay in L1 (half the footprint of u32 ids).
@@ -74,6 +82,8 @@ pub struct Memo {
     scratch: Vec<u32>,
     /// A walk's bitset (kept to reuse its allocation).
     bits: Vec<u64>,
+    /// Work done since the current mask began (see `MAX_MASK_WORK`).
+    pub work: u64,
 }
 
 const NONEMPTY: u8 = 1;
@@ -149,6 +159,7 @@ impl Memo {
     #[inline(never)]
     fn step_set_slow(&mut self, stacks: &mut Stacks, sid: u32, b: u8) -> Result<u32> {
         let members = self.sets[sid as usize].members.clone();
+        self.charge(members.len() as u64)?;
         let mut out = std::mem::take(&mut self.scratch);
         out.clear();
         let res = self.advance(stacks, &members, b, &mut out);
@@ -168,7 +179,8 @@ impl Memo {
         // A set asked about a second byte will likely be asked about most:
         // a walk tries every byte a vocabulary continues with.
         if info.misses == 2 {
-            self.fill_alike(stacks, sid, b, next as u16);
+            let steps = self.fill_alike(stacks, sid, b, next as u16);
+            self.charge(steps)?;
         }
         Ok(next)
     }
@@ -177,8 +189,9 @@ impl Memo {
     /// treat exactly like `b` (the same step result for each member), since
     /// the next set depends on nothing else. Inside a string, all ASCII
     /// letters, or all 64 continuation bytes of a collapsed UTF-8 state,
-    /// then cost one closure instead of one each.
-    fn fill_alike(&mut self, stacks: &Stacks, sid: u32, b: u8, next: u16) {
+    /// then cost one closure instead of one each. Returns the member steps
+    /// it took (its share of the mask's work).
+    fn fill_alike(&mut self, stacks: &Stacks, sid: u32, b: u8, next: u16) -> u64 {
         let prog = &stacks.prog;
         let members = &self.sets[sid as usize].members;
         let step = |id: u32, byte: u8| {
@@ -195,16 +208,30 @@ impl Memo {
         };
         let want: Vec<Option<Step>> = members.iter().map(|&m| step(m, b)).collect();
         let row = &mut self.set_rows[sid as usize];
+        let mut steps = members.len() as u64;
         for other in 0..=255u8 {
             if row[other as usize] == UNKNOWN_SET
-                && members
-                    .iter()
-                    .zip(&want)
-                    .all(|(&m, w)| step(m, other) == *w)
+                && members.iter().zip(&want).all(|(&m, w)| {
+                    steps += 1;
+                    step(m, other) == *w
+                })
             {
                 row[other as usize] = next;
             }
         }
+        steps
+    }
+
+    /// Counts `n` units of work against the current mask's budget.
+    #[inline]
+    pub fn charge(&mut self, n: u64) -> Result<()> {
+        self.work += n;
+        if self.work > MAX_MASK_WORK {
+            return Err(crate::Error::invalid(
+                "grammar is too ambiguous to mask (work limit reached)",
+            ));
+        }
+        Ok(())
     }
 
     /// The id of a stack (registered on first sight).
@@ -234,8 +261,10 @@ impl Memo {
         let c = self.config(id);
         self.tmp.clear();
         let mut tmp = std::mem::take(&mut self.tmp);
+        let spent = stacks.spent;
         let res = stacks.advance(&[c], b, &mut tmp);
         canonical(&mut tmp);
+        self.work += tmp.len() as u64 + (stacks.spent - spent);
         let lo = self.store.len() as u32;
         for &n in &tmp {
             let i = self.id(n);
@@ -330,7 +359,9 @@ pub fn walk(
     local.clear();
     local.resize(spare as usize / 64 + 1, 0);
     let mut i = start as usize + 1;
+    let mut visited = 0u64;
     while i < end {
+        visited += 1;
         let n = nodes[i];
         let d = n.depth as usize - base;
         let parent = by_depth[d - 1];
@@ -365,7 +396,7 @@ pub fn walk(
         *w |= l;
     }
     memo.bits = local;
-    Ok(())
+    memo.charge(visited)
 }
 
 /// The cache key of a terminal stack, and the real node its symbolic

@@ -196,6 +196,7 @@ impl Matcher {
             return Ok(());
         }
         bits.fill(0);
+        self.memo.work = 0;
         let trie = Arc::clone(&self.trie);
         let prog = Arc::clone(&self.stacks.prog);
         for &c in &state {

@@ -43,6 +43,8 @@ pub struct Stacks {
     index: FxHashMap<(u32, u32), u32>,
     work: Vec<Config>,
     seen: rustc_hash::FxHashSet<Config>,
+    /// Closure steps taken so far, all calls together (masks budget them).
+    pub spent: u64,
 }
 
 impl Stacks {
@@ -53,6 +55,7 @@ impl Stacks {
             index: FxHashMap::default(),
             work: Vec::new(),
             seen: Default::default(),
+            spent: 0,
         }
     }
 
@@ -105,6 +108,7 @@ impl Stacks {
         while let Some(mut c) = self.work.pop() {
             loop {
                 steps += 1;
+                self.spent += 1;
                 if steps > MAX_CLOSURE_STEPS {
                     self.work.clear();
                     return Err(Error::invalid(

@@ -13,9 +13,15 @@ from typing import Any
 from hypothesis import strategies as st
 
 from oxillama.chat_template import ChatTemplate
+from oxillama.template_limits import TemplateLimits
 
 from . import Target
 from .real_model import smollm2
+
+# The default limits but a tenth of the time: a hostile template runs until
+# its time bound, and at the default 1 s, 2,000 inputs would not fit CI's
+# budget. Every other bound is the default one users get.
+LIMITS = TemplateLimits(max_seconds=0.1)
 
 # Pieces a hostile or broken template might hold: huge outputs, nested
 # loops, deep recursion, sandbox escapes, errors, undefined names.
@@ -128,6 +134,7 @@ class TemplateTarget(Target):
     def run(self, value: Any) -> None:
         meta = dict(self.metadata, **{"tokenizer.chat_template": value["template"]})
         template = ChatTemplate.from_metadata(meta)
+        template.limits = LIMITS
         prompt = template.render(
             value["messages"],
             add_generation_prompt=value["add_generation_prompt"],
