@@ -8,8 +8,9 @@ Targets: gguf-bytes, gguf-file, oxisnap, oxispec (binary, atheris),
 gbnf, json-schema, template, tokenizer, http (hypothesis strategies driven
 by atheris; http by schemathesis). Per target it prints the inputs run,
 typed errors (`OxiLlamaError`), crashes (a signal, an abort, an exit, a
-Rust panic or any other exception reaching Python), hangs (one input over
-2 s) and the peak RSS of the fuzzed processes.
+Rust panic, which users see as `InternalError`, or any other exception
+reaching Python), hangs (one input over 2 s) and the peak RSS of the fuzzed
+processes.
 
 The inputs run in a worker process this driver supervises: a crash or a
 hang ends only the worker, which is restarted with the corpus it had
@@ -40,7 +41,7 @@ SCRIPTS = ROOT / "scripts"
 sys.path[:0] = [str(SCRIPTS), str(ROOT)]
 
 from fuzz_targets import NAMES, load  # noqa: E402
-from fuzz_targets.worker import CRASH, DONE, RAW_NAME, START, TYPED  # noqa: E402
+from fuzz_targets.worker import CRASH, CRASH_INPUT, DONE, RAW_NAME, START, TYPED  # noqa: E402
 
 HANG_SECONDS = 2.0
 SETUP_SECONDS = 300.0
@@ -186,6 +187,7 @@ def _death(returncode: int) -> str:
 
 
 def _keep(corpus_dir: Path, kind: str, data: bytes) -> Path:
+    """Writes a failing input under its content's name (once per content)."""
     corpus_dir.mkdir(parents=True, exist_ok=True)
     path = corpus_dir / f"{kind}-{hashlib.sha1(data).hexdigest()}"
     path.write_bytes(data)
@@ -268,7 +270,8 @@ def _supervise(
                 result.inputs += 1
                 result.crashes += 1
                 saved = _keep(corpus_root / result.target, "crash", data)
-                result.saved.append(str(saved))
+                if str(saved) not in result.saved:
+                    result.saved.append(str(saved))
                 result.crash_reports.append(f"{_death(code)}:\n{worker.log_tail()}")
                 if verbose:
                     print(f"crash ({_death(code)}): kept {saved}", file=sys.stderr)
@@ -288,16 +291,16 @@ def _supervise(
                 elif value == CRASH:
                     result.crashes += 1
                     assert isinstance(message, bytes)
-                    report = message.decode(errors="replace")
+                    (n,) = CRASH_INPUT.unpack_from(message)
+                    data = message[CRASH_INPUT.size : CRASH_INPUT.size + n]
+                    report = message[CRASH_INPUT.size + n :].decode(errors="replace")
                     # One kept input per distinct failure (where it was
                     # raised, and what): a fuzzer repeats a bug thousands
                     # of times.
                     where = _signature(report)
                     if where not in signatures:
                         signatures.add(where)
-                        saved = _keep(
-                            corpus_root / result.target, "crash", worker.current_input(running[1])
-                        )
+                        saved = _keep(corpus_root / result.target, "crash", data)
                         result.saved.append(str(saved))
                         result.crash_reports.append(report)
                         if verbose:
@@ -311,7 +314,8 @@ def _supervise(
                 result.inputs += 1
                 result.hangs += 1
                 saved = _keep(corpus_root / result.target, "hang", data)
-                result.saved.append(str(saved))
+                if str(saved) not in result.saved:
+                    result.saved.append(str(saved))
                 if verbose:
                     print(f"hang: kept {saved}", file=sys.stderr)
                 return False

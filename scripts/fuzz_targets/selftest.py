@@ -9,7 +9,7 @@ import os
 import signal
 import time
 
-from oxillama import _native
+from oxillama import ParameterError, _native
 
 from . import Target
 
@@ -19,7 +19,8 @@ SEEDS = {
     b"HANG": "a 60 s sleep",
     b"EXCP": "a plain exception",
     b"EXIT": "an exit",
-    b"PANI": "a Rust panic (typed since panics map to InternalError)",
+    b"PANI": "a Rust panic in a pool worker (an InternalError: a crash for the fuzzer)",
+    b"TYPE": "a typed error",
 }
 
 
@@ -42,6 +43,8 @@ class SelfTest(Target):
             os._exit(3)
         elif value == b"PANI":
             _native._panic_for_test("worker")
+        elif value == b"TYPE":
+            raise ParameterError("selftest")
 
 
 TARGETS = {"selftest": SelfTest}

@@ -25,6 +25,14 @@ RANDOM_SEEDS, RANDOM_SEED_LEN, STRUCTURED_MAX_LEN = 16, 4096, 8192
 RAW_NAME = "current-raw"
 START = struct.Struct("<cII")
 DONE = struct.Struct("<cBI")
+# A crash's message: the input's length, the input, then the traceback (by
+# the time the driver reads it, the shared file may hold the next input).
+CRASH_INPUT = struct.Struct("<I")
+
+
+def _crash(saved: bytes) -> bytes:
+    trace = traceback.format_exc().encode(errors="replace")
+    return CRASH_INPUT.pack(len(saved)) + saved + trace
 
 
 def _seed_corpus(target: Any, corpus: Path, seed: int) -> int:
@@ -63,7 +71,7 @@ def main(
         from fuzz_targets import load
 
         target = load(name)
-    from oxillama import OxiLlamaError
+    from oxillama import InternalError, OxiLlamaError
 
     target.setup(workdir)
     max_len = _seed_corpus(target, corpus, seed)
@@ -87,10 +95,12 @@ def main(
             if unsaved is not None:
                 raise RuntimeError("the fuzz target cannot save this input") from unsaved
             target.run(value)
+        except InternalError:  # a Rust panic, typed for users, a bug for us
+            outcome, message = CRASH, _crash(saved)
         except OxiLlamaError as e:
             outcome, message = TYPED, type(e).__name__.encode()
         except BaseException:  # PanicException is a BaseException
-            outcome, message = CRASH, traceback.format_exc().encode(errors="replace")
+            outcome, message = CRASH, _crash(saved)
         report.write(DONE.pack(b"D", outcome, len(message)) + message)
 
     if target.strategy is None:
