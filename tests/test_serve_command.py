@@ -30,7 +30,9 @@ def _free_port() -> int:
 
 
 @contextmanager
-def oxillama_serve(model_path: Path, tmp: Path, log: Path) -> Iterator[str]:
+def oxillama_serve(
+    model_path: Path, tmp: Path, log: Path, stop: signal.Signals = signal.SIGINT
+) -> Iterator[str]:
     keys = tmp / "keys.txt"
     keys.write_text(f"# one key per line\n\n{FILE_KEY}\n")
     port = _free_port()
@@ -52,7 +54,7 @@ def oxillama_serve(model_path: Path, tmp: Path, log: Path) -> Iterator[str]:
                 time.sleep(0.05)
         yield url
     finally:
-        proc.send_signal(signal.SIGINT)
+        proc.send_signal(stop)
         proc.wait(timeout=30)
 
 
@@ -68,9 +70,12 @@ def turn(url: str, key: str, sid: str, prompt: str, n: int) -> str:
     return out.choices[0].text
 
 
-def test_keys_sessions_and_a_restart_through_the_command(model_path: Path, tmp_path: Path) -> None:
+def test_keys_sessions_and_a_restart_after_sigkill_through_the_command(
+    model_path: Path, tmp_path: Path
+) -> None:
     log = tmp_path / "server.log"
-    with oxillama_serve(model_path, tmp_path, log) as url:
+    # Killed, not stopped: what reached the folder before the kill must be enough.
+    with oxillama_serve(model_path, tmp_path, log, stop=signal.SIGKILL) as url:
         with pytest.raises(openai.AuthenticationError):
             turn(url, "sk-wrong", "a", "Hi", 1)
         with pytest.raises(urllib.error.HTTPError) as e:
@@ -78,13 +83,22 @@ def test_keys_sessions_and_a_restart_through_the_command(model_path: Path, tmp_p
         assert e.value.code == 401
         turn(url, FLAG_KEY, "kept", "The old lighthouse", 4)
         turn(url, FILE_KEY, "other", "Hello", 2)  # "kept" hibernates: the bound is 1
+        save = urllib.request.Request(
+            url + "/v1/sessions/other/save",
+            method="POST",
+            headers={"Authorization": f"Bearer {FILE_KEY}"},
+        )
+        assert urllib.request.urlopen(save).status == 200
     assert (tmp_path / "sessions" / "kept.oxisnap").is_file()
     with oxillama_serve(model_path, tmp_path, log) as url:
         turn(url, ENV_KEY, "ref", "The old lighthouse", 4)
         want = turn(url, ENV_KEY, "ref", " stood", 6)
+        turn(url, ENV_KEY, "ref2", "Hello", 2)
+        want2 = turn(url, ENV_KEY, "ref2", " there", 4)
         assert turn(url, ENV_KEY, "kept", " stood", 6) == want
+        assert turn(url, ENV_KEY, "other", " there", 4) == want2
         metrics = urllib.request.urlopen(url + "/metrics").read().decode()
-        assert "oxillama_server_session_restores_total 1.0" in metrics
+        assert "oxillama_server_session_restores_total 2.0" in metrics
     text = log.read_text()
     assert "API keys: 3 accepted" in text and "401" in text
     for key in (FLAG_KEY, FILE_KEY, ENV_KEY, "sk-wrong"):
