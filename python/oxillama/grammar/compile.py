@@ -21,6 +21,7 @@ from dataclasses import dataclass
 
 from ..errors import GrammarError
 from . import gbnf
+from .components import strongly_connected
 from .gbnf import Alternatives, Chars, Ref, Repeat, TokenRef
 from .productive import causes, unproductive
 
@@ -251,7 +252,7 @@ def _check_left_recursion(rules: list[_Rule], names: list[str], defs: dict[str, 
                 if not null[arg]:
                     break
         edges.append(e)
-    comp = _components([[v for v, _ in e] for e in edges])
+    comp = strongly_connected([[v for v, _ in e] for e in edges])
     for u, e in enumerate(edges):
         for v, pushes in e:
             if pushes and comp[u] == comp[v]:
@@ -263,49 +264,6 @@ def _check_left_recursion(rules: list[_Rule], names: list[str], defs: dict[str, 
                     line=pos.line,
                     column=pos.column,
                 )
-
-
-def _components(adj: list[list[int]]) -> list[int]:
-    """Strongly connected components (iterative Tarjan): node -> component."""
-    n = len(adj)
-    index = [-1] * n
-    low = [0] * n
-    on = [False] * n
-    comp = [-1] * n
-    stack: list[int] = []
-    counter = 0
-    n_comp = 0
-    for root in range(n):
-        if index[root] >= 0:
-            continue
-        work: list[tuple[int, int]] = [(root, 0)]
-        while work:
-            u, i = work.pop()
-            if i == 0:
-                index[u] = low[u] = counter
-                counter += 1
-                stack.append(u)
-                on[u] = True
-            if i < len(adj[u]):
-                work.append((u, i + 1))
-                v = adj[u][i]
-                if index[v] < 0:
-                    work.append((v, 0))
-                elif on[v]:
-                    low[u] = min(low[u], index[v])
-                continue
-            if low[u] == index[u]:
-                while True:
-                    w = stack.pop()
-                    on[w] = False
-                    comp[w] = n_comp
-                    if w == u:
-                        break
-                n_comp += 1
-            if work:
-                parent = work[-1][0]
-                low[parent] = min(low[parent], low[u])
-    return comp
 
 
 def compile_gbnf(text: str, root: str = "root") -> Compiled:

@@ -10,6 +10,7 @@ alternatives), so it is linear in the grammar's size.
 
 from __future__ import annotations
 
+from .components import strongly_connected
 from .gbnf import Alternatives, Chars, Ref, Repeat, Rule, TokenRef
 
 __all__ = ["causes", "unproductive"]
@@ -89,12 +90,11 @@ def causes(rules: list[Rule], stuck: list[str]) -> list[str]:
     order: those on a cycle of unproductive rules (the others only refer to
     one). Falls back to ``stuck`` when none is (references to undefined
     rules)."""
-    from .compile import _components  # the lowering's Tarjan, shared
 
     where = {name: i for i, name in enumerate(stuck)}
     by_name = {r.name: r for r in rules}
     adj = [[where[n] for n in _refs(by_name[name]) if n in where] for name in stuck]
-    comp = _components(adj)
+    comp = strongly_connected(adj)
     size: dict[int, int] = {}
     for c in comp:
         size[c] = size.get(c, 0) + 1
