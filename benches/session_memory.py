@@ -32,18 +32,8 @@ from typing import Any
 import httpx
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from soak import _proc, cpu_model, start_server
+from soak import PROMPTS, _proc, cpu_model, start_server
 
-PROMPTS = [
-    "The capital of France is",
-    "Once upon a time, in a quiet village,",
-    "def fibonacci(n):",
-    "The three primary colors are",
-    "Water boils at",
-    "A haiku about the sea:",
-    "In 1969, astronauts",
-    "The quick brown fox",
-]
 TURN2 = " And then, after that,"
 
 

@@ -12,12 +12,13 @@ readable and independent of the hypothesis version.
 from __future__ import annotations
 
 import importlib
+import json
 from pathlib import Path
 from typing import Any
 
 from hypothesis import strategies as st
 
-__all__ = ["NAMES", "Target", "load"]
+__all__ = ["NAMES", "JsonTarget", "Target", "load"]
 
 # name -> module (in this package) that defines `TARGET`.
 _MODULES = {
@@ -63,6 +64,16 @@ class Target:
     def run(self, value: Any) -> None:
         """Runs one input; raises on a typed error or a crash."""
         raise NotImplementedError
+
+
+class JsonTarget(Target):
+    """A structured target whose values are plain JSON (kept as such)."""
+
+    def encode(self, value: Any) -> bytes:
+        return json.dumps(value).encode()
+
+    def decode(self, data: bytes) -> Any:
+        return json.loads(data)
 
 
 def load(name: str) -> Target:

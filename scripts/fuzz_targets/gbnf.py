@@ -15,7 +15,7 @@ from hypothesis import strategies as st
 
 from oxillama import Grammar
 
-from . import Target
+from . import JsonTarget
 from .real_model import smollm2
 
 RULES = ["root", "a", "b", "c"]
@@ -95,18 +95,12 @@ STRATEGY = st.fixed_dictionaries(
 MASKS_PER_INPUT = 2
 
 
-class GbnfTarget(Target):
+class GbnfTarget(JsonTarget):
     name = "gbnf"
     strategy = STRATEGY
 
     def setup(self, workdir: Path) -> None:
         self.tokenizer = smollm2().tokenizer
-
-    def encode(self, value: Any) -> bytes:
-        return json.dumps(value).encode()
-
-    def decode(self, data: bytes) -> Any:
-        return json.loads(data)
 
     def run(self, value: Any) -> None:
         matcher = Grammar(value["grammar"]).matcher(self.tokenizer)

@@ -9,7 +9,6 @@ Any other 4xx, and 503, is a typed error answer."""
 
 from __future__ import annotations
 
-import json
 import socket
 import subprocess
 import sys
@@ -23,7 +22,7 @@ from hypothesis import strategies as st
 
 from oxillama import OxiLlamaError
 
-from . import Target
+from . import JsonTarget
 
 KEY = "fuzz-key"
 CONTEXT = 48
@@ -53,7 +52,7 @@ def _free_port() -> int:
         return int(s.getsockname()[1])
 
 
-class HttpTarget(Target):
+class HttpTarget(JsonTarget):
     name = "http"
 
     def setup(self, workdir: Path) -> None:
@@ -115,12 +114,6 @@ class HttpTarget(Target):
             data = kw["data"]
             out["data"] = (data if isinstance(data, bytes) else str(data).encode()).hex()
         return out
-
-    def encode(self, value: Any) -> bytes:
-        return json.dumps(value).encode()
-
-    def decode(self, data: bytes) -> Any:
-        return json.loads(data)
 
     def run(self, value: Any) -> None:
         headers = dict(value["headers"])

@@ -14,7 +14,7 @@ from hypothesis import strategies as st
 
 from oxillama import Grammar
 
-from . import Target
+from . import JsonTarget
 from .real_model import smollm2
 
 _bound = st.one_of(
@@ -125,18 +125,12 @@ STRATEGY = st.fixed_dictionaries(
 )
 
 
-class JsonSchemaTarget(Target):
+class JsonSchemaTarget(JsonTarget):
     name = "json-schema"
     strategy = STRATEGY
 
     def setup(self, workdir: Path) -> None:
         self.tokenizer = smollm2().tokenizer
-
-    def encode(self, value: Any) -> bytes:
-        return json.dumps(value).encode()
-
-    def decode(self, data: bytes) -> Any:
-        return json.loads(data)
 
     def run(self, value: Any) -> None:
         schema = value["schema"] if value["deep"] is None else _nest(*value["deep"])

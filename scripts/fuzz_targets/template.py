@@ -6,7 +6,6 @@ in a prompt or a `TemplateError`, in bounded time."""
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any
 
@@ -15,7 +14,7 @@ from hypothesis import strategies as st
 from oxillama.chat_template import ChatTemplate
 from oxillama.template_limits import TemplateLimits
 
-from . import Target
+from . import JsonTarget
 from .real_model import smollm2
 
 # The default limits but a tenth of the time: a hostile template runs until
@@ -103,7 +102,7 @@ def _template(draw: st.DrawFn, real: str) -> str:
     return source
 
 
-class TemplateTarget(Target):
+class TemplateTarget(JsonTarget):
     name = "template"
 
     def __init__(self) -> None:
@@ -124,12 +123,6 @@ class TemplateTarget(Target):
 
     def setup(self, workdir: Path) -> None:
         self.tokenizer = smollm2().tokenizer
-
-    def encode(self, value: Any) -> bytes:
-        return json.dumps(value).encode()
-
-    def decode(self, data: bytes) -> Any:
-        return json.loads(data)
 
     def run(self, value: Any) -> None:
         meta = dict(self.metadata, **{"tokenizer.chat_template": value["template"]})
