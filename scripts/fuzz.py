@@ -186,11 +186,15 @@ def _death(returncode: int) -> str:
     return f"exited with status {returncode}"
 
 
-def _keep(corpus_dir: Path, kind: str, data: bytes) -> Path:
-    """Writes a failing input under its content's name (once per content)."""
+def _keep(result: Result, corpus_root: Path, kind: str, data: bytes) -> Path:
+    """Writes a failing input under its content's name and lists it in
+    ``result.saved`` (once per content)."""
+    corpus_dir = corpus_root / result.target
     corpus_dir.mkdir(parents=True, exist_ok=True)
     path = corpus_dir / f"{kind}-{hashlib.sha1(data).hexdigest()}"
     path.write_bytes(data)
+    if str(path) not in result.saved:
+        result.saved.append(str(path))
     return path
 
 
@@ -269,9 +273,7 @@ def _supervise(
                 worker.forget_current(running[2])
                 result.inputs += 1
                 result.crashes += 1
-                saved = _keep(corpus_root / result.target, "crash", data)
-                if str(saved) not in result.saved:
-                    result.saved.append(str(saved))
+                saved = _keep(result, corpus_root, "crash", data)
                 result.crash_reports.append(f"{_death(code)}:\n{worker.log_tail()}")
                 if verbose:
                     print(f"crash ({_death(code)}): kept {saved}", file=sys.stderr)
@@ -300,8 +302,7 @@ def _supervise(
                     where = _signature(report)
                     if where not in signatures:
                         signatures.add(where)
-                        saved = _keep(corpus_root / result.target, "crash", data)
-                        result.saved.append(str(saved))
+                        saved = _keep(result, corpus_root, "crash", data)
                         result.crash_reports.append(report)
                         if verbose:
                             print(f"crash: kept {saved}\n{report}", file=sys.stderr)
@@ -313,9 +314,7 @@ def _supervise(
                 worker.forget_current(running[2])
                 result.inputs += 1
                 result.hangs += 1
-                saved = _keep(corpus_root / result.target, "hang", data)
-                if str(saved) not in result.saved:
-                    result.saved.append(str(saved))
+                saved = _keep(result, corpus_root, "hang", data)
                 if verbose:
                     print(f"hang: kept {saved}", file=sys.stderr)
                 return False

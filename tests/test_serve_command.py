@@ -105,7 +105,7 @@ def test_keys_sessions_and_a_restart_after_sigkill_through_the_command(
         assert key not in text
 
 
-def test_serve_help_teaches_every_safety_flag() -> None:
+def test_serve_help_teaches_every_flag() -> None:
     out = subprocess.run(
         [sys.executable, "-m", "oxillama", "serve", "--help"],
         capture_output=True,
@@ -113,6 +113,9 @@ def test_serve_help_teaches_every_safety_flag() -> None:
         check=True,
     ).stdout
     for flag in (
+        "OpenAI-compatible",
+        "--port",
+        "--max-batch",
         "--api-key",
         "--api-key-file",
         "--metrics-auth",

@@ -210,19 +210,6 @@ def test_client_disconnect_cancels_the_generation(base_url: str) -> None:
     assert metric("generated_tokens") - generated < 150
 
 
-def test_serve_help_teaches() -> None:
-    import subprocess
-    import sys
-
-    out = subprocess.run(
-        [sys.executable, "-m", "oxillama", "serve", "--help"],
-        capture_output=True,
-        text=True,
-        check=True,
-    ).stdout
-    assert "OpenAI-compatible" in out and "--port" in out and "--max-batch" in out
-
-
 JSON_VALUES = st.recursive(
     st.none() | st.booleans() | st.integers(-5, 5) | st.floats(-2, 2) | st.text(max_size=8),
     lambda c: st.lists(c, max_size=3) | st.dictionaries(st.text(max_size=6), c, max_size=3),
