@@ -105,7 +105,6 @@ class Server:
     ) -> None:
         self.engine = engine
         self.model_name = model_name
-        self.sessions_dir = sessions_dir
         self.limits = limits
         self.n_ctx = engine.engine.n_ctx
         self.vocab = engine.engine.vocab_size

@@ -10,6 +10,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from .._native import __version__
+from .request_schemas import SESSION_ID
 
 __all__ = ["openapi_document"]
 
@@ -216,7 +217,7 @@ def openapi_document(
             "name": "sid",
             "in": "path",
             "required": True,
-            "schema": {"type": "string", "pattern": r"^[A-Za-z0-9_-]{1,64}$"},
+            "schema": {"type": "string", "pattern": SESSION_ID},
         }
     ]
     paths: Schema = {
