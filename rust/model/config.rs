@@ -1,78 +1,23 @@
-//! Hyper-parameters read from GGUF metadata, and the per-architecture
-//! switches that let one forward pass serve the llama family.
+//! Hyper-parameters read from GGUF metadata. The keys every transformer
+//! shares are read here; each architecture's file reads its own extras
+//! (softcaps, multipliers, rope factors) into the same struct, so the
+//! shared forward pass sees plain numbers and no architecture names.
 
-use crate::gguf::GgufFile;
+use crate::gguf::{Array, GgufFile, Value};
 use crate::ops::rope::{RopeOrder, RopeScaling};
 use crate::{Error, Result};
 
+/// Which normalization an architecture uses for its layer and output norms.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Activation {
-    /// SwiGLU (llama, mistral, qwen).
-    Silu,
-    /// GeGLU with tanh GELU (gemma).
-    GeluTanh,
+pub enum NormKind {
+    Rms,
+    /// LayerNorm; the bias tensor is optional per architecture.
+    Layer,
 }
-
-/// What distinguishes one llama-family architecture from another. Adding a
-/// variant means filling in one of these, not copying the forward pass.
-#[derive(Debug, Clone, PartialEq)]
-pub struct ArchTraits {
-    pub rope_order: RopeOrder,
-    pub qkv_bias: bool,
-    /// Per-head RMSNorm of q and k before RoPE (gemma3, qwen3).
-    pub qk_norm: bool,
-    /// Extra RMSNorm after attention and after the FFN, before the residual.
-    pub post_norms: bool,
-    /// Multiply embeddings by sqrt(n_embd) (gemma).
-    pub scale_embeddings: bool,
-    pub activation: Activation,
-    /// Every `n`th layer attends globally; the others use the sliding window.
-    pub sliding_pattern: Option<usize>,
-}
-
-impl ArchTraits {
-    pub fn for_arch(arch: &str) -> Option<Self> {
-        let llama = ArchTraits {
-            rope_order: RopeOrder::Normal,
-            qkv_bias: false,
-            qk_norm: false,
-            post_norms: false,
-            scale_embeddings: false,
-            activation: Activation::Silu,
-            sliding_pattern: None,
-        };
-        Some(match arch {
-            "llama" | "mistral" | "granite" => llama,
-            "qwen2" => ArchTraits {
-                rope_order: RopeOrder::Neox,
-                qkv_bias: true,
-                ..llama
-            },
-            "qwen3" => ArchTraits {
-                rope_order: RopeOrder::Neox,
-                qk_norm: true,
-                ..llama
-            },
-            "gemma3" => ArchTraits {
-                rope_order: RopeOrder::Neox,
-                qk_norm: true,
-                post_norms: true,
-                scale_embeddings: true,
-                activation: Activation::GeluTanh,
-                sliding_pattern: Some(6),
-                ..llama
-            },
-            _ => return None,
-        })
-    }
-}
-
-pub const SUPPORTED_ARCHS: &[&str] = &["llama", "mistral", "granite", "qwen2", "qwen3", "gemma3"];
 
 #[derive(Debug, Clone)]
 pub struct ModelConfig {
     pub arch: String,
-    pub traits: ArchTraits,
     pub n_layer: usize,
     pub n_embd: usize,
     pub n_ff: usize,
@@ -82,25 +27,43 @@ pub struct ModelConfig {
     pub dim_v: usize,
     pub n_vocab: usize,
     pub n_ctx_train: usize,
-    pub rms_eps: f32,
+    pub norm: NormKind,
+    pub norm_eps: f32,
+    pub rope_order: RopeOrder,
     pub rope_base: f32,
     pub rope_base_local: f32,
     pub rope_dims: usize,
     pub rope_scaling: RopeScaling,
+    /// `rope.scaling.attn_factor`: scales cos/sin (outside YaRN, whose
+    /// own factor already includes it).
+    pub rope_attn_factor: f32,
+    /// Keys masked for a query `d` or more positions back on local layers.
     pub sliding_window: Option<usize>,
+    /// Which layers use the sliding window (and the local rope base).
+    pub swa_layers: Vec<bool>,
     pub attn_scale: f32,
+    pub attn_softcap: Option<f32>,
+    pub final_softcap: Option<f32>,
+    /// Logits are multiplied by this (Command-R's scale, Granite's 1/scale).
+    pub logit_mul: f32,
+    /// Token embeddings are multiplied by this (Gemma's sqrt(n_embd),
+    /// Granite's embedding multiplier).
+    pub embed_mul: Option<f32>,
+    /// Each block's output is multiplied by this before the residual add.
+    pub residual_mul: f32,
 }
 
-struct Meta<'a> {
-    f: &'a GgufFile,
-    arch: &'a str,
+/// Typed access to `<arch>.<key>` metadata, with errors naming the key.
+pub struct Meta<'a> {
+    pub f: &'a GgufFile,
+    pub arch: &'a str,
 }
 
 impl Meta<'_> {
-    fn key(&self, k: &str) -> String {
+    pub fn key(&self, k: &str) -> String {
         format!("{}.{k}", self.arch)
     }
-    fn opt_u(&self, k: &str) -> Result<Option<usize>> {
+    pub fn opt_u(&self, k: &str) -> Result<Option<usize>> {
         let key = self.key(k);
         match self.f.get(&key) {
             None => Ok(None),
@@ -115,11 +78,11 @@ impl Meta<'_> {
                 }),
         }
     }
-    fn u(&self, k: &str) -> Result<usize> {
+    pub fn u(&self, k: &str) -> Result<usize> {
         self.opt_u(k)?
             .ok_or_else(|| Error::load(format!("metadata {} is missing", self.key(k))))
     }
-    fn opt_f(&self, k: &str) -> Result<Option<f32>> {
+    pub fn opt_f(&self, k: &str) -> Result<Option<f32>> {
         let key = self.key(k);
         match self.f.get(&key) {
             None => Ok(None),
@@ -132,35 +95,40 @@ impl Meta<'_> {
                 }),
         }
     }
+    /// A positive finite number, or `None` when absent or zero (converters
+    /// write 0 for "off").
+    pub fn opt_pos_f(&self, k: &str) -> Result<Option<f32>> {
+        match self.opt_f(k)? {
+            Some(x) if x < 0.0 => Err(Error::load(format!(
+                "metadata {} must not be negative, got {x}",
+                self.key(k)
+            ))),
+            Some(x) if x > 0.0 => Ok(Some(x)),
+            _ => Ok(None),
+        }
+    }
+    pub fn opt_str(&self, k: &str) -> Option<&str> {
+        self.f.get(&self.key(k)).and_then(|v| v.as_str())
+    }
 }
 
 /// Dimensions big enough for any real model yet small enough that products
 /// of two of them cannot overflow.
-const MAX_DIM: usize = 1 << 20;
+pub const MAX_DIM: usize = 1 << 20;
 
 impl ModelConfig {
-    pub fn from_gguf(f: &GgufFile) -> Result<Self> {
-        let arch = f
-            .get("general.architecture")
-            .and_then(|v| v.as_str())
-            .ok_or_else(|| Error::load("metadata general.architecture is missing"))?
-            .to_string();
-        let traits = ArchTraits::for_arch(&arch).ok_or_else(|| {
-            Error::load(format!(
-                "unsupported architecture {arch:?} (supported: {})",
-                SUPPORTED_ARCHS.join(", ")
-            ))
-        })?;
-        let m = Meta { f, arch: &arch };
+    /// The keys every attention architecture shares. `arch` is known to be
+    /// one we run; its loader then reads what is specific to it.
+    pub fn from_gguf(f: &GgufFile, arch: &str) -> Result<Self> {
+        let m = Meta { f, arch };
         let n_layer = m.u("block_count")?;
         let n_embd = m.u("embedding_length")?;
-        let n_ff = m.u("feed_forward_length")?;
-        let n_head = m.u("attention.head_count")?;
+        let n_ff = m.opt_u("feed_forward_length")?.unwrap_or(0);
+        let n_head = m.opt_u("attention.head_count")?.unwrap_or(1);
         let n_head_kv = m.opt_u("attention.head_count_kv")?.unwrap_or(n_head);
         for (name, v) in [
             ("block_count", n_layer),
             ("embedding_length", n_embd),
-            ("feed_forward_length", n_ff),
             ("attention.head_count", n_head),
             ("attention.head_count_kv", n_head_kv),
         ] {
@@ -169,6 +137,11 @@ impl ModelConfig {
                     "metadata {arch}.{name} = {v} is out of range"
                 )));
             }
+        }
+        if n_ff > MAX_DIM {
+            return Err(Error::load(format!(
+                "metadata {arch}.feed_forward_length = {n_ff} is out of range"
+            )));
         }
         if n_head % n_head_kv != 0 {
             return Err(Error::load(format!(
@@ -189,42 +162,21 @@ impl ModelConfig {
             )));
         }
         let rope_base = m.opt_f("rope.freq_base")?.unwrap_or(10_000.0);
-        let scaling_type = f
-            .get(&m.key("rope.scaling.type"))
-            .and_then(|v| v.as_str())
-            .unwrap_or("none");
-        let factor = m.opt_f("rope.scaling.factor")?.unwrap_or(1.0);
         let n_ctx_train = m.opt_u("context_length")?.unwrap_or(2048);
-        let rope_scaling = match scaling_type {
-            "none" => RopeScaling::None,
-            _ if factor <= 1.0 => RopeScaling::None,
-            "linear" => RopeScaling::Linear { factor },
-            "yarn" => RopeScaling::Yarn {
-                factor,
-                original_ctx: m
-                    .opt_u("rope.scaling.original_context_length")?
-                    .unwrap_or(n_ctx_train) as u32,
-                beta_fast: 32.0,
-                beta_slow: 1.0,
-                attn_factor: m.opt_f("rope.scaling.attn_factor")?.unwrap_or(1.0),
-            },
-            other => {
-                return Err(Error::load(format!(
-                    "unsupported rope.scaling.type {other:?}"
-                )));
-            }
+        let rope_scaling = rope_scaling(&m, n_ctx_train)?;
+        let rope_attn_factor = m.opt_f("rope.scaling.attn_factor")?.unwrap_or(1.0);
+        let rms_eps = m.opt_f("attention.layer_norm_rms_epsilon")?;
+        let ln_eps = m.opt_f("attention.layer_norm_epsilon")?;
+        let (norm, norm_eps) = match (rms_eps, ln_eps) {
+            (Some(e), _) => (NormKind::Rms, e),
+            (None, Some(e)) => (NormKind::Layer, e),
+            (None, None) => (NormKind::Rms, 1e-5),
         };
-        let sliding_window = match traits.sliding_pattern {
-            Some(_) => m.opt_u("attention.sliding_window")?,
-            None => None,
-        };
-        let rms_eps = m.opt_f("attention.layer_norm_rms_epsilon")?.unwrap_or(1e-5);
         Ok(ModelConfig {
             attn_scale: 1.0 / (dim_k as f32).sqrt(),
-            rope_base_local: 10_000.0,
+            rope_base_local: rope_base,
             n_vocab: 0,
-            arch,
-            traits,
+            arch: arch.to_string(),
             n_layer,
             n_embd,
             n_ff,
@@ -233,19 +185,108 @@ impl ModelConfig {
             dim_k,
             dim_v,
             n_ctx_train,
-            rms_eps,
+            norm,
+            norm_eps,
+            rope_order: RopeOrder::Normal,
             rope_base,
             rope_dims,
             rope_scaling,
-            sliding_window,
+            rope_attn_factor,
+            sliding_window: None,
+            swa_layers: Vec::new(),
+            attn_softcap: None,
+            final_softcap: None,
+            logit_mul: 1.0,
+            embed_mul: None,
+            residual_mul: 1.0,
         })
     }
 
     /// Whether layer `il` uses the sliding window (and the local rope base).
     pub fn is_local_layer(&self, il: usize) -> bool {
-        match (self.traits.sliding_pattern, self.sliding_window) {
-            (Some(p), Some(_)) => (il + 1) % p != 0,
-            _ => false,
-        }
+        self.sliding_window.is_some() && self.swa_layers.get(il).copied().unwrap_or(false)
     }
+
+    /// Reads `attention.sliding_window` and the layer pattern as llama.cpp
+    /// does: `sliding_window_pattern` is either one flag per layer or a
+    /// period `p` (layer `il` is local when `il % p < p - 1`, so the last
+    /// of every `p` layers attends globally); `default_pattern` otherwise.
+    pub fn read_sliding_window(
+        &mut self,
+        m: &Meta<'_>,
+        default_window: Option<usize>,
+        default_pattern: usize,
+    ) -> Result<()> {
+        let window = m.opt_u("attention.sliding_window")?.or(default_window);
+        self.sliding_window = window.filter(|&w| w > 0);
+        let key = m.key("attention.sliding_window_pattern");
+        self.swa_layers = match m.f.get(&key) {
+            Some(Value::Array(Array::Bool(flags))) => {
+                if flags.len() != self.n_layer {
+                    return Err(Error::load(format!(
+                        "metadata {key} has {} flags for {} layers",
+                        flags.len(),
+                        self.n_layer
+                    )));
+                }
+                flags.clone()
+            }
+            Some(v) => {
+                let p = v
+                    .as_u64()
+                    .and_then(|x| usize::try_from(x).ok())
+                    .ok_or_else(|| {
+                        Error::load(format!(
+                            "metadata {key} must be an integer or flags, got {v:?}"
+                        ))
+                    })?;
+                swa_period(self.n_layer, p)
+            }
+            None => swa_period(self.n_layer, default_pattern),
+        };
+        Ok(())
+    }
+
+    /// Widths of the q, k, v projections and of the attention output.
+    pub fn attn_dims(&self) -> (usize, usize, usize, usize) {
+        (
+            self.n_head * self.dim_k,
+            self.n_head_kv * self.dim_k,
+            self.n_head_kv * self.dim_v,
+            self.n_head * self.dim_v,
+        )
+    }
+
+    /// Whether the output head applies anything after the matrix product.
+    pub fn has_logit_transform(&self) -> bool {
+        self.final_softcap.is_some() || self.logit_mul != 1.0
+    }
+}
+
+fn swa_period(n_layer: usize, p: usize) -> Vec<bool> {
+    (0..n_layer).map(|il| p == 0 || il % p < p - 1).collect()
+}
+
+fn rope_scaling(m: &Meta<'_>, n_ctx_train: usize) -> Result<RopeScaling> {
+    let scaling_type = m.opt_str("rope.scaling.type").unwrap_or("none");
+    let factor = m.opt_f("rope.scaling.factor")?.unwrap_or(1.0);
+    Ok(match scaling_type {
+        "none" => RopeScaling::None,
+        _ if factor <= 1.0 => RopeScaling::None,
+        "linear" => RopeScaling::Linear { factor },
+        "yarn" => RopeScaling::Yarn {
+            factor,
+            original_ctx: m
+                .opt_u("rope.scaling.original_context_length")?
+                .unwrap_or(n_ctx_train) as u32,
+            beta_fast: m.opt_f("rope.scaling.yarn_beta_fast")?.unwrap_or(32.0),
+            beta_slow: m.opt_f("rope.scaling.yarn_beta_slow")?.unwrap_or(1.0),
+            attn_factor: m.opt_f("rope.scaling.attn_factor")?.unwrap_or(1.0),
+        },
+        other => {
+            return Err(Error::load(format!(
+                "unsupported rope.scaling.type {other:?}"
+            )));
+        }
+    })
 }

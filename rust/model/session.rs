@@ -2,9 +2,9 @@
 
 use std::sync::Arc;
 
+use super::forward::{Model, Scratch, Segment};
 use super::kv_cache::{KvCache, KvDtype};
 use super::kv_pool::KvPool;
-use super::llama::{Model, Scratch, Segment};
 use crate::ops::vec::{self, VecKernels};
 use crate::threadpool::{shared_pool, ThreadPool};
 use crate::{Error, Result};

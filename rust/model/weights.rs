@@ -77,21 +77,36 @@ pub fn opt_vector(f: &GgufFile, name: &str, len: usize) -> Result<Option<Vec<f32
     }
 }
 
-pub struct LayerWeights {
-    pub attn_norm: Vec<f32>,
-    pub wq: MatRef,
-    pub wk: MatRef,
-    pub wv: MatRef,
-    pub wo: MatRef,
-    pub bq: Option<Vec<f32>>,
-    pub bk: Option<Vec<f32>>,
-    pub bv: Option<Vec<f32>>,
-    pub q_norm: Option<Vec<f32>>,
-    pub k_norm: Option<Vec<f32>>,
-    pub post_attn_norm: Option<Vec<f32>>,
-    pub ffn_norm: Vec<f32>,
-    pub gate: MatRef,
-    pub up: MatRef,
-    pub down: MatRef,
-    pub post_ffn_norm: Option<Vec<f32>>,
+/// Names and loads one layer's tensors (`blk.{il}.{name}.weight|bias`).
+pub struct Tensors<'a> {
+    pub f: &'a GgufFile,
+    pub il: usize,
+}
+
+impl Tensors<'_> {
+    pub fn weight_name(&self, name: &str) -> String {
+        format!("blk.{}.{name}.weight", self.il)
+    }
+    pub fn bias_name(&self, name: &str) -> String {
+        format!("blk.{}.{name}.bias", self.il)
+    }
+    pub fn has(&self, name: &str) -> bool {
+        self.f.tensor(&self.weight_name(name)).is_some()
+    }
+    pub fn n_elements(&self, name: &str) -> Option<usize> {
+        let t = self.f.tensor(&self.weight_name(name))?;
+        usize::try_from(t.n_elements()).ok()
+    }
+    pub fn matrix(&self, name: &str, cols: usize, rows: usize) -> Result<MatRef> {
+        matrix(self.f, &self.weight_name(name), cols, Some(rows))
+    }
+    pub fn vector(&self, name: &str, len: usize) -> Result<Vec<f32>> {
+        vector(self.f, &self.weight_name(name), len)
+    }
+    pub fn bias(&self, name: &str, len: usize) -> Result<Vec<f32>> {
+        vector(self.f, &self.bias_name(name), len)
+    }
+    pub fn opt_bias(&self, name: &str, len: usize) -> Result<Option<Vec<f32>>> {
+        opt_vector(self.f, &self.bias_name(name), len)
+    }
 }

@@ -79,14 +79,23 @@ mod avx2 {
     }
 }
 
+/// GELU, tanh approximation.
+fn gelu_tanh(x: f32) -> f32 {
+    const SQRT_2_OVER_PI: f32 = 0.797_884_6;
+    let t = (SQRT_2_OVER_PI * (x + 0.044_715 * x * x * x)).tanh();
+    0.5 * x * (1.0 + t)
+}
+
 /// `gate = gelu_tanh(gate) * up`, in place (GeGLU, used by Gemma).
 pub fn geglu(gate: &mut [f32], up: &[f32]) {
-    const SQRT_2_OVER_PI: f32 = 0.797_884_6;
     for (g, &u) in gate.iter_mut().zip(up) {
-        let x = *g;
-        let t = (SQRT_2_OVER_PI * (x + 0.044_715 * x * x * x)).tanh();
-        *g = 0.5 * x * (1.0 + t) * u;
+        *g = gelu_tanh(*g) * u;
     }
+}
+
+/// `x = gelu_tanh(x)`, in place (the ungated MLP of StarCoder2).
+pub fn gelu(x: &mut [f32]) {
+    x.iter_mut().for_each(|v| *v = gelu_tanh(*v));
 }
 
 #[cfg(test)]

@@ -34,6 +34,8 @@ pub struct AttnParams {
     pub scale: f32,
     /// Sliding window: a query at position p sees keys in `(p - w, p]`.
     pub window: Option<usize>,
+    /// Scores become `cap * tanh(score / cap)` before the softmax (Gemma 2).
+    pub softcap: Option<f32>,
 }
 
 /// With an f16 cache, q is rounded to f16 before the q.k products and the
@@ -114,7 +116,7 @@ fn scores(
     queries: &[Query<'_>],
     keys: KvView<'_>,
     d: usize,
-    scale: f32,
+    (scale, softcap): (f32, Option<f32>),
     base: usize,
     stride: usize,
     rows: &mut [f32],
@@ -131,8 +133,12 @@ fn scores(
         }
     });
     for (i, q) in queries.iter().enumerate() {
-        for x in &mut rows[i * stride + q.lo - base..i * stride + q.hi - base] {
-            *x *= scale;
+        let row = &mut rows[i * stride + q.lo - base..i * stride + q.hi - base];
+        row.iter_mut().for_each(|x| *x *= scale);
+        if let Some(cap) = softcap {
+            // As ggml: scale by 1/cap, tanh, scale by cap.
+            let inv = 1.0 / cap;
+            row.iter_mut().for_each(|x| *x = (*x * inv).tanh() * cap);
         }
     }
 }
@@ -253,7 +259,15 @@ pub fn attention(
         let mut rows = vec![0f32; queries.len() * stride];
         let mut tile = Vec::new();
         scores(
-            vk, &queries, keys, p.dim_k, p.scale, base, stride, &mut rows, &mut tile,
+            vk,
+            &queries,
+            keys,
+            p.dim_k,
+            (p.scale, p.softcap),
+            base,
+            stride,
+            &mut rows,
+            &mut tile,
         );
         for (i, qr) in queries.iter().enumerate() {
             let s = &mut rows[i * stride + qr.lo - base..i * stride + qr.hi - base];
@@ -440,7 +454,7 @@ pub fn decode_many(
                 &queries,
                 keys,
                 p.dim_k,
-                p.scale,
+                (p.scale, p.softcap),
                 a,
                 b - a,
                 &mut local,
@@ -621,6 +635,7 @@ mod tests {
                     dim_v: d,
                     scale: 0.25,
                     window: None,
+                    softcap: None,
                 };
                 // Prefill of positions 0..n-1, then a decode at the last position.
                 let mut out = vec![0f32; (n - 1) * n_head * d];
@@ -683,6 +698,7 @@ mod tests {
             dim_v: d,
             scale: 0.3,
             window: None,
+            softcap: None,
         };
         for dtype in [KvDtype::F16, KvDtype::F32] {
             let kvp = Arc::new(KvPool::new(dtype, 1, 64, n_kv, d, d).unwrap());

@@ -1,4 +1,5 @@
-//! RMSNorm: `x / sqrt(mean(x^2) + eps) * weight`.
+//! RMSNorm, `x / sqrt(mean(x^2) + eps) * weight`, and LayerNorm,
+//! `(x - mean) / sqrt(var + eps) * weight + bias`.
 //!
 //! The sum of squares is accumulated in f64 over sixteen lanes (four
 //! 4-lane accumulators) combined in a fixed order; the AVX2 path and its
@@ -95,6 +96,41 @@ pub fn rms_norm_inplace(x: &mut [f32], weight: &[f32], eps: f32, weight_offset: 
     }
 }
 
+/// LayerNorm of each `dim`-length row of `x` into `out` (`dim` is the
+/// weight's length). Mean and variance are summed in f64, as ggml does,
+/// and the bias, when there is one, is added after the weight.
+pub fn layer_norm(x: &[f32], weight: &[f32], bias: Option<&[f32]>, eps: f32, out: &mut [f32]) {
+    let dim = weight.len();
+    for (xr, or) in x.chunks_exact(dim).zip(out.chunks_exact_mut(dim)) {
+        or.copy_from_slice(xr);
+        layer_norm_row(or, weight, bias, eps);
+    }
+}
+
+/// In-place variant for per-head norms (Command-R q/k norms).
+pub fn layer_norm_inplace(x: &mut [f32], weight: &[f32], bias: Option<&[f32]>, eps: f32) {
+    for xr in x.chunks_exact_mut(weight.len()) {
+        layer_norm_row(xr, weight, bias, eps);
+    }
+}
+
+fn layer_norm_row(x: &mut [f32], weight: &[f32], bias: Option<&[f32]>, eps: f32) {
+    let dim = x.len() as f64;
+    let mean = (x.iter().map(|&v| v as f64).sum::<f64>() / dim) as f32;
+    let mut var = 0f64;
+    for v in x.iter_mut() {
+        *v -= mean;
+        var += (*v * *v) as f64;
+    }
+    let scale = 1.0 / ((var / dim) as f32 + eps).sqrt();
+    for (v, &w) in x.iter_mut().zip(weight) {
+        *v = *v * scale * w;
+    }
+    if let Some(b) = bias {
+        x.iter_mut().zip(b).for_each(|(v, &c)| *v += c);
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -110,6 +146,26 @@ mod tests {
         let mut y = x;
         rms_norm_inplace(&mut y, &w, 0.0, 0.0);
         assert_eq!(y, o);
+    }
+
+    #[test]
+    fn layer_norm_matches_f64_definition() {
+        let x: Vec<f32> = (0..24).map(|i| ((i * 7 % 11) as f32 - 4.0) * 1.5).collect();
+        let w: Vec<f32> = (0..8).map(|i| 0.5 + i as f32 * 0.25).collect();
+        let b: Vec<f32> = (0..8).map(|i| i as f32 * -0.1).collect();
+        let mut out = vec![0f32; 24];
+        layer_norm(&x, &w, Some(&b), 1e-5, &mut out);
+        for (xr, or) in x.chunks(8).zip(out.chunks(8)) {
+            let m = xr.iter().map(|&v| v as f64).sum::<f64>() / 8.0;
+            let var = xr.iter().map(|&v| (v as f64 - m).powi(2)).sum::<f64>() / 8.0;
+            for i in 0..8 {
+                let want = (xr[i] as f64 - m) / (var + 1e-5).sqrt() * w[i] as f64 + b[i] as f64;
+                assert!((or[i] as f64 - want).abs() < 1e-5, "{} {want}", or[i]);
+            }
+        }
+        let mut y = x.clone();
+        layer_norm_inplace(&mut y, &w, Some(&b), 1e-5);
+        assert_eq!(y, out);
     }
 
     #[test]

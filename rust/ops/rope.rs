@@ -36,6 +36,9 @@ pub struct Rope {
     ramp: Vec<f32>,
     freq_scale: f32,
     mscale: f32,
+    /// Per-pair frequency divisors (LongRoPE's `rope_factors_*`); empty
+    /// when the model has none.
+    factors: Vec<f32>,
 }
 
 impl Rope {
@@ -79,14 +82,26 @@ impl Rope {
             ramp,
             freq_scale,
             mscale,
+            factors: Vec::new(),
         }
+    }
+
+    /// The same rotation with each pair's frequency divided by its factor
+    /// and the cos/sin scaled by `attn_factor` (Phi-3's LongRoPE).
+    pub fn with_factors(mut self, factors: Vec<f32>, attn_factor: f32) -> Self {
+        self.factors = factors;
+        self.mscale *= attn_factor;
+        self
     }
 
     /// Cos/sin for every rotating pair at position `pos`, into `cs`
     /// (length `n_dims`: cos then sin interleaved per pair).
     pub fn angles(&self, pos: usize, cs: &mut [f32]) {
         for (i, &f) in self.inv_freq.iter().enumerate() {
-            let extrap = pos as f32 * f;
+            let mut extrap = pos as f32 * f;
+            if let Some(&d) = self.factors.get(i) {
+                extrap /= d;
+            }
             let interp = extrap * self.freq_scale;
             let theta = match self.ramp.get(i) {
                 Some(&mix) => interp * (1.0 - mix) + extrap * mix,

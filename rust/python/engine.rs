@@ -55,7 +55,14 @@ impl PyModel {
         d.set_item("dim_v", c.dim_v)?;
         d.set_item("n_vocab", c.n_vocab)?;
         d.set_item("n_ctx_train", c.n_ctx_train)?;
-        d.set_item("rms_eps", c.rms_eps)?;
+        d.set_item(
+            "norm",
+            match c.norm {
+                crate::model::config::NormKind::Rms => "rms",
+                crate::model::config::NormKind::Layer => "layer",
+            },
+        )?;
+        d.set_item("norm_eps", c.norm_eps)?;
         d.set_item("rope_base", c.rope_base)?;
         d.set_item("rope_dims", c.rope_dims)?;
         d.set_item("sliding_window", c.sliding_window)?;

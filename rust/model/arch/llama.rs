@@ -1,0 +1,91 @@
+//! The llama family: llama (and Mistral files, which llama.cpp writes as
+//! `llama`), Granite (four multipliers), Qwen2 (q/k/v biases) and Qwen3
+//! (per-head q/k RMSNorm). Pre-norm attention, then a pre-norm SwiGLU MLP.
+
+use super::{Arch, Loaded};
+use crate::gguf::GgufFile;
+use crate::model::blocks::ffn::Activation;
+use crate::model::blocks::{residual_add, AttnOpts, AttnWeights, FfnWeights, Norm};
+use crate::model::config::{Meta, ModelConfig, NormKind};
+use crate::model::forward::{fit, Pass, Scratch};
+use crate::model::weights::Tensors;
+use crate::ops::rope::RopeOrder;
+use crate::Result;
+
+pub struct Llama {
+    layers: Vec<Layer>,
+}
+
+struct Layer {
+    attn_norm: Norm,
+    attn: AttnWeights,
+    ffn_norm: Norm,
+    ffn: FfnWeights,
+}
+
+fn load(f: &GgufFile, cfg: &ModelConfig, opts: AttnOpts) -> Result<Loaded> {
+    let (e, ff) = (cfg.n_embd, cfg.n_ff);
+    let layers = (0..cfg.n_layer)
+        .map(|il| {
+            let t = Tensors { f, il };
+            Ok(Layer {
+                attn_norm: Norm::load(&t, "attn_norm", e, NormKind::Rms, cfg.norm_eps)?,
+                attn: AttnWeights::load(&t, cfg, opts)?,
+                ffn_norm: Norm::load(&t, "ffn_norm", e, NormKind::Rms, cfg.norm_eps)?,
+                ffn: FfnWeights::gated(&t, e, ff, Activation::Silu)?,
+            })
+        })
+        .collect::<Result<Vec<_>>>()?;
+    Ok(Loaded::plain(Arch::Llama(Llama { layers })))
+}
+
+pub fn load_llama(f: &GgufFile, cfg: &mut ModelConfig) -> Result<Loaded> {
+    load(f, cfg, AttnOpts::default())
+}
+
+pub fn load_granite(f: &GgufFile, cfg: &mut ModelConfig) -> Result<Loaded> {
+    let m = Meta { f, arch: "granite" };
+    // llama.cpp treats 0 (or absence) as "no multiplier" for all but the
+    // logit scale, which it requires.
+    cfg.embed_mul = m.opt_pos_f("embedding_scale")?;
+    cfg.residual_mul = m.opt_pos_f("residual_scale")?.unwrap_or(1.0);
+    if let Some(s) = m.opt_pos_f("attention.scale")? {
+        cfg.attn_scale = s;
+    }
+    let logit_scale = m.opt_pos_f("logit_scale")?.ok_or_else(|| {
+        crate::Error::load("metadata granite.logit_scale is missing or not positive")
+    })?;
+    cfg.logit_mul = 1.0 / logit_scale;
+    load(f, cfg, AttnOpts::default())
+}
+
+pub fn load_qwen2(f: &GgufFile, cfg: &mut ModelConfig) -> Result<Loaded> {
+    cfg.rope_order = RopeOrder::Neox;
+    let opts = AttnOpts {
+        qkv_bias: true,
+        ..AttnOpts::default()
+    };
+    load(f, cfg, opts)
+}
+
+pub fn load_qwen3(f: &GgufFile, cfg: &mut ModelConfig) -> Result<Loaded> {
+    cfg.rope_order = RopeOrder::Neox;
+    let opts = AttnOpts {
+        qk_norm: Some(NormKind::Rms),
+        ..AttnOpts::default()
+    };
+    load(f, cfg, opts)
+}
+
+impl Llama {
+    pub fn layer(&self, p: &mut Pass<'_, '_, '_>, s: &mut Scratch, il: usize) {
+        let l = &self.layers[il];
+        let (n, e, r) = (p.n, p.cfg.n_embd, p.cfg.residual_mul);
+        l.attn_norm.apply(&s.x, fit(&mut s.h, n * e));
+        l.attn.forward(p, s, il);
+        residual_add(&mut s.x, &s.o, r);
+        l.ffn_norm.apply(&s.x, fit(&mut s.h, n * e));
+        l.ffn.forward(p, s);
+        residual_add(&mut s.x, &s.f, r);
+    }
+}

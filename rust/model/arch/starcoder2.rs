@@ -1,0 +1,58 @@
+//! StarCoder2: LayerNorm with bias, biases on every projection, and a
+//! plain GELU MLP (up, GELU, down) instead of a gated one.
+
+use super::{Arch, Loaded};
+use crate::gguf::GgufFile;
+use crate::model::blocks::{residual_add, AttnOpts, AttnWeights, FfnWeights, Norm};
+use crate::model::config::{ModelConfig, NormKind};
+use crate::model::forward::{fit, Pass, Scratch};
+use crate::model::weights::Tensors;
+use crate::ops::rope::RopeOrder;
+use crate::Result;
+
+pub struct Starcoder2 {
+    layers: Vec<Layer>,
+}
+
+struct Layer {
+    attn_norm: Norm,
+    attn: AttnWeights,
+    ffn_norm: Norm,
+    ffn: FfnWeights,
+}
+
+pub fn load(f: &GgufFile, cfg: &mut ModelConfig) -> Result<Loaded> {
+    cfg.rope_order = RopeOrder::Neox;
+    cfg.norm = NormKind::Layer;
+    let (e, ff, eps) = (cfg.n_embd, cfg.n_ff, cfg.norm_eps);
+    let opts = AttnOpts {
+        qkv_bias: true,
+        out_bias: true,
+        ..AttnOpts::default()
+    };
+    let layers = (0..cfg.n_layer)
+        .map(|il| {
+            let t = Tensors { f, il };
+            Ok(Layer {
+                attn_norm: Norm::load(&t, "attn_norm", e, NormKind::Layer, eps)?,
+                attn: AttnWeights::load(&t, cfg, opts)?,
+                ffn_norm: Norm::load(&t, "ffn_norm", e, NormKind::Layer, eps)?,
+                ffn: FfnWeights::plain(&t, e, ff)?,
+            })
+        })
+        .collect::<Result<Vec<_>>>()?;
+    Ok(Loaded::plain(Arch::Starcoder2(Starcoder2 { layers })))
+}
+
+impl Starcoder2 {
+    pub fn layer(&self, p: &mut Pass<'_, '_, '_>, s: &mut Scratch, il: usize) {
+        let l = &self.layers[il];
+        let (n, e) = (p.n, p.cfg.n_embd);
+        l.attn_norm.apply(&s.x, fit(&mut s.h, n * e));
+        l.attn.forward(p, s, il);
+        residual_add(&mut s.x, &s.o, 1.0);
+        l.ffn_norm.apply(&s.x, fit(&mut s.h, n * e));
+        l.ffn.forward(p, s);
+        residual_add(&mut s.x, &s.f, 1.0);
+    }
+}

@@ -1,0 +1,247 @@
+//! The self-attention block: projections (separate or fused q/k/v, with
+//! optional biases), optional per-head q/k norms, RoPE, the KV write, the
+//! attention itself, and the output projection.
+
+use super::{add_bias, Norm};
+use crate::model::config::NormKind;
+use crate::model::forward::{fit, Pass, Scratch, Segment};
+use crate::model::weights::{MatRef, Tensors};
+use crate::ops::attention::{attention, decode_many, AttnParams, DecodeRow};
+use crate::ops::matmul::{matmul, matmul_multi};
+use crate::Result;
+
+pub enum Qkv {
+    Split {
+        q: MatRef,
+        k: MatRef,
+        v: MatRef,
+    },
+    /// One `attn_qkv` matrix whose rows are q, then k, then v (Phi-3).
+    Fused(MatRef),
+}
+
+/// What an architecture's attention block has beyond q/k/v/o.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct AttnOpts {
+    /// q/k/v biases are read when present (Qwen2, StarCoder2).
+    pub qkv_bias: bool,
+    /// Per-head norms of q and k before RoPE, of this kind.
+    pub qk_norm: Option<NormKind>,
+    /// The q/k norms may be absent (Command-R has them only in some sizes).
+    pub qk_norm_optional: bool,
+    /// An `attn_output` bias is read when present.
+    pub out_bias: bool,
+    /// `attn_qkv` when the file has it instead of separate matrices.
+    pub fused_qkv: bool,
+}
+
+pub struct AttnWeights {
+    qkv: Qkv,
+    bq: Option<Vec<f32>>,
+    bk: Option<Vec<f32>>,
+    bv: Option<Vec<f32>>,
+    q_norm: Option<Norm>,
+    k_norm: Option<Norm>,
+    wo: MatRef,
+    bo: Option<Vec<f32>>,
+}
+
+impl AttnWeights {
+    pub fn load(t: &Tensors<'_>, cfg: &crate::model::ModelConfig, opts: AttnOpts) -> Result<Self> {
+        let e = cfg.n_embd;
+        let (qd, kd, vd, od) = cfg.attn_dims();
+        let qkv = if opts.fused_qkv && t.has("attn_qkv") {
+            Qkv::Fused(t.matrix("attn_qkv", e, qd + kd + vd)?)
+        } else {
+            Qkv::Split {
+                q: t.matrix("attn_q", e, qd)?,
+                k: t.matrix("attn_k", e, kd)?,
+                v: t.matrix("attn_v", e, vd)?,
+            }
+        };
+        let bias = |name: &str, len: usize| -> Result<Option<Vec<f32>>> {
+            if opts.qkv_bias {
+                t.opt_bias(name, len)
+            } else {
+                Ok(None)
+            }
+        };
+        let (bq, bk, bv) = match (&qkv, opts.qkv_bias) {
+            (Qkv::Fused(_), true) => match t.opt_bias("attn_qkv", qd + kd + vd)? {
+                Some(b) => (
+                    Some(b[..qd].to_vec()),
+                    Some(b[qd..qd + kd].to_vec()),
+                    Some(b[qd + kd..].to_vec()),
+                ),
+                None => (None, None, None),
+            },
+            _ => (
+                bias("attn_q", qd)?,
+                bias("attn_k", kd)?,
+                bias("attn_v", vd)?,
+            ),
+        };
+        let head_norm = |name: &str, heads: usize| -> Result<Option<Norm>> {
+            match opts.qk_norm {
+                Some(_) if opts.qk_norm_optional && !t.has(name) => Ok(None),
+                Some(kind) => {
+                    // One weight for all heads, or one per head.
+                    let len = match t.n_elements(name) {
+                        Some(n) if n == cfg.dim_k * heads => n,
+                        _ => cfg.dim_k,
+                    };
+                    Norm::load(t, name, len, kind, cfg.norm_eps).map(Some)
+                }
+                None => Ok(None),
+            }
+        };
+        Ok(AttnWeights {
+            qkv,
+            bq,
+            bk,
+            bv,
+            q_norm: head_norm("attn_q_norm", cfg.n_head)?,
+            k_norm: head_norm("attn_k_norm", cfg.n_head_kv)?,
+            wo: t.matrix("attn_output", od, e)?,
+            bo: if opts.out_bias {
+                t.opt_bias("attn_output", e)?
+            } else {
+                None
+            },
+        })
+    }
+
+    /// `s.h` (`n x n_embd`, normalized) through attention into `s.o`.
+    pub fn forward(&self, p: &mut Pass<'_, '_, '_>, s: &mut Scratch, il: usize) {
+        let c = p.cfg;
+        let (n, f) = (p.n, p.file);
+        let (qd, kd, vd, od) = c.attn_dims();
+        let local = c.is_local_layer(il);
+        fit(&mut s.q, n * qd);
+        fit(&mut s.k, n * kd);
+        fit(&mut s.v, n * vd);
+        match &self.qkv {
+            Qkv::Split { q, k, v } => matmul_multi(
+                p.pool,
+                &[q.view(f), k.view(f), v.view(f)],
+                &s.h,
+                n,
+                &mut [&mut s.q[..], &mut s.k[..], &mut s.v[..]],
+                &mut s.acts,
+            ),
+            Qkv::Fused(w) => {
+                let wd = qd + kd + vd;
+                matmul(
+                    p.pool,
+                    w.view(f),
+                    &s.h,
+                    n,
+                    fit(&mut s.att, n * wd),
+                    &mut s.acts,
+                );
+                for (t, row) in s.att.chunks_exact(wd).enumerate() {
+                    s.q[t * qd..(t + 1) * qd].copy_from_slice(&row[..qd]);
+                    s.k[t * kd..(t + 1) * kd].copy_from_slice(&row[qd..qd + kd]);
+                    s.v[t * vd..(t + 1) * vd].copy_from_slice(&row[qd + kd..]);
+                }
+            }
+        }
+        for (buf, bias) in [
+            (&mut s.q, &self.bq),
+            (&mut s.k, &self.bk),
+            (&mut s.v, &self.bv),
+        ] {
+            if let Some(b) = bias {
+                add_bias(buf, b);
+            }
+        }
+        if let Some(w) = &self.q_norm {
+            w.apply_heads(&mut s.q, c.dim_k);
+        }
+        if let Some(w) = &self.k_norm {
+            w.apply_heads(&mut s.k, c.dim_k);
+        }
+        let cs = if local { &s.cs_local } else { &s.cs };
+        let rd = c.rope_dims;
+        for (g, seg) in p.segs.iter_mut().enumerate() {
+            for t in p.starts[g]..p.starts[g + 1] {
+                let a = &cs[t * rd..(t + 1) * rd];
+                p.rope.apply(&mut s.q[t * qd..(t + 1) * qd], c.dim_k, a);
+                p.rope.apply(&mut s.k[t * kd..(t + 1) * kd], c.dim_k, a);
+                seg.kv.store(
+                    il,
+                    p.rows_pos[t],
+                    &s.k[t * kd..(t + 1) * kd],
+                    &s.v[t * vd..(t + 1) * vd],
+                );
+            }
+        }
+        let params = AttnParams {
+            n_head: c.n_head,
+            n_head_kv: c.n_head_kv,
+            dim_k: c.dim_k,
+            dim_v: c.dim_v,
+            scale: c.attn_scale,
+            window: if local { c.sliding_window } else { None },
+            softcap: c.attn_softcap,
+        };
+        fit(&mut s.att, n * od);
+        attend(p, s, il, &params);
+        matmul(
+            p.pool,
+            self.wo.view(f),
+            &s.att,
+            n,
+            fit(&mut s.o, n * c.n_embd),
+            &mut s.acts,
+        );
+        if let Some(b) = &self.bo {
+            add_bias(&mut s.o, b);
+        }
+    }
+}
+
+/// Multi-token segments (prefill) attend as blocks; every single-token row
+/// (decode, and rows attended one by one) goes into one batched decode,
+/// two pool dispatches for the layer instead of two per row.
+fn attend(p: &Pass<'_, '_, '_>, s: &mut Scratch, il: usize, params: &AttnParams) {
+    let od = p.cfg.n_head * p.cfg.dim_v;
+    let qd = p.cfg.n_head * p.cfg.dim_k;
+    let one_by_one = |seg: &Segment<'_>, a: usize, b: usize| b - a == 1 || seg.decode_rows;
+    for (g, seg) in p.segs.iter().enumerate() {
+        let (a, b) = (p.starts[g], p.starts[g + 1]);
+        if !one_by_one(seg, a, b) {
+            attention(
+                p.pool,
+                p.vk,
+                seg.kv,
+                il,
+                &s.q[a * qd..b * qd],
+                seg.pos0,
+                b - a,
+                params,
+                &mut s.att[a * od..b * od],
+            );
+        }
+    }
+    let mut outs: Vec<Option<&mut [f32]>> = s.att.chunks_exact_mut(od).map(Some).collect();
+    let mut rows = Vec::new();
+    for (g, seg) in p.segs.iter().enumerate() {
+        let (a, b) = (p.starts[g], p.starts[g + 1]);
+        if one_by_one(seg, a, b) {
+            for (t, out) in outs.iter_mut().enumerate().take(b).skip(a) {
+                if let Some(out) = out.take() {
+                    rows.push(DecodeRow {
+                        cache: &*seg.kv,
+                        q: &s.q[t * qd..(t + 1) * qd],
+                        pos: p.rows_pos[t],
+                        out,
+                    });
+                }
+            }
+        }
+    }
+    if !rows.is_empty() {
+        decode_many(p.pool, p.vk, il, params, &mut rows);
+    }
+}

@@ -1,0 +1,397 @@
+//! The forward pass every architecture shares: the row layout of a batch
+//! of segments, the token embedding, the rotary angles, the per-layer
+//! dispatch to the architecture's own layer, and the output head with its
+//! picked rows. Batched rows equal one-token decoding because this is the
+//! only place that lays rows out.
+
+use std::sync::Arc;
+
+use super::arch::{self, Arch, RopeFactors};
+use super::blocks::Norm;
+use super::config::ModelConfig;
+use super::kv_cache::KvCache;
+use super::weights::{matrix, opt_vector, vector, MatRef};
+use crate::gguf::GgufFile;
+use crate::ops::matmul::{matmul, ActScratch};
+use crate::ops::rope::{Rope, RopeScaling};
+use crate::ops::vec::VecKernels;
+use crate::quant::dequantize_row;
+use crate::threadpool::ThreadPool;
+use crate::{Error, Result};
+
+/// One sequence of a batched forward pass.
+pub struct Segment<'a> {
+    pub kv: &'a mut KvCache,
+    pub tokens: &'a [u32],
+    /// Position of the first token.
+    pub pos0: usize,
+    /// Attend token by token with the one-token kernel, so each row's
+    /// logits are bit-identical to evaluating the tokens one at a time
+    /// (speculative verification relies on it).
+    pub decode_rows: bool,
+}
+
+/// What a layer needs besides its weights and the activations: the pool,
+/// the model's shape, and where each segment's rows are.
+pub struct Pass<'a, 's, 'k> {
+    pub pool: &'a ThreadPool,
+    pub vk: &'a VecKernels,
+    pub file: &'a GgufFile,
+    pub cfg: &'a ModelConfig,
+    /// Applies the angles in `Scratch::cs`; only its pair order and width
+    /// are used here, so one rope serves every segment.
+    pub rope: &'a Rope,
+    pub segs: &'s mut [Segment<'k>],
+    /// Row where each segment starts, then the total.
+    pub starts: Vec<usize>,
+    pub rows_pos: Vec<usize>,
+    pub n: usize,
+}
+
+/// Rotary tables: global layers, local (sliding-window) layers, and the
+/// long-context factors a session switches to past `long_from` tokens.
+pub struct Ropes {
+    pub global: Rope,
+    pub local: Rope,
+    pub long: Option<(Rope, usize)>,
+}
+
+impl Ropes {
+    fn for_context(&self, n_ctx: usize) -> &Rope {
+        match &self.long {
+            Some((r, from)) if n_ctx > *from => r,
+            _ => &self.global,
+        }
+    }
+}
+
+pub struct Model {
+    pub file: Arc<GgufFile>,
+    pub cfg: ModelConfig,
+    tok_embd: MatRef,
+    output: MatRef,
+    output_norm: Norm,
+    output_bias: Option<Vec<f32>>,
+    arch: Arch,
+    ropes: Ropes,
+}
+
+/// Activation buffers for one forward chunk, reused across calls.
+#[derive(Default)]
+pub struct Scratch {
+    pub x: Vec<f32>,
+    pub h: Vec<f32>,
+    pub q: Vec<f32>,
+    pub k: Vec<f32>,
+    pub v: Vec<f32>,
+    pub att: Vec<f32>,
+    /// The attention block's output.
+    pub o: Vec<f32>,
+    /// The feed-forward block's output.
+    pub f: Vec<f32>,
+    pub gate: Vec<f32>,
+    pub up: Vec<f32>,
+    pub cs: Vec<f32>,
+    pub cs_local: Vec<f32>,
+    pub acts: ActScratch,
+}
+
+impl Scratch {
+    /// The last position's hidden state after the output norm, as the last
+    /// forward left it (`n_embd` floats), if any.
+    pub fn last_hidden(&self, n_embd: usize) -> Option<&[f32]> {
+        (n_embd > 0 && self.h.len() >= n_embd).then(|| &self.h[self.h.len() - n_embd..])
+    }
+
+    /// The hidden state of head row `i` after a forward pass (one row per
+    /// segment when not all logits were asked for).
+    pub fn row_hidden(&self, i: usize, n_embd: usize) -> &[f32] {
+        self.h.get(i * n_embd..(i + 1) * n_embd).unwrap_or(&[])
+    }
+
+    /// Makes `last_hidden` return `hidden` (a row taken from a batch).
+    pub fn set_last_hidden(&mut self, hidden: &[f32]) {
+        self.h.clear();
+        self.h.extend_from_slice(hidden);
+    }
+
+    /// Keeps only head row 0 as the last hidden state.
+    pub fn keep_first_row_hidden(&mut self, n_embd: usize) {
+        self.h.truncate(n_embd);
+    }
+
+    /// Frees every buffer but the last position's hidden state, which
+    /// stays readable through `last_hidden`. An idle session then costs its
+    /// KV pages and `n_embd` floats, not a chunk's activations.
+    pub fn shrink_to_last(&mut self, n_embd: usize) {
+        let keep = self.last_hidden(n_embd).map(<[f32]>::to_vec);
+        *self = Scratch::default();
+        self.h = keep.unwrap_or_default();
+    }
+}
+
+/// `v` resized to `n` (contents unspecified), as a slice.
+pub fn fit(v: &mut Vec<f32>, n: usize) -> &mut [f32] {
+    v.resize(n, 0.0);
+    &mut v[..n]
+}
+
+impl Model {
+    pub fn load(file: Arc<GgufFile>) -> Result<Self> {
+        let f = &*file;
+        let name = f
+            .get("general.architecture")
+            .and_then(|v| v.as_str())
+            .ok_or_else(|| Error::load("metadata general.architecture is missing"))?
+            .to_string();
+        let entry = arch::find(&name)?;
+        let mut cfg = ModelConfig::from_gguf(f, &name)?;
+        let e = cfg.n_embd;
+        let tok_embd = matrix(f, "token_embd.weight", e, None)?;
+        cfg.n_vocab = tok_embd.rows;
+        let loaded = (entry.load)(f, &mut cfg)?;
+        let output = if f.tensor("output.weight").is_some() && !loaded.tied_output {
+            matrix(f, "output.weight", e, Some(cfg.n_vocab))?
+        } else {
+            tok_embd
+        };
+        let output_norm = Norm::from_vectors(
+            cfg.norm,
+            vector(f, "output_norm.weight", e)?,
+            opt_vector(f, "output_norm.bias", e)?,
+            cfg.norm_eps,
+        );
+        let output_bias = opt_vector(f, "output.bias", cfg.n_vocab)?;
+        let base = Rope::new(
+            cfg.rope_order,
+            cfg.rope_dims,
+            cfg.rope_base,
+            &cfg.rope_scaling,
+        );
+        let af = match cfg.rope_scaling {
+            RopeScaling::Yarn { .. } => 1.0,
+            _ => cfg.rope_attn_factor,
+        };
+        let local = Rope::new(
+            cfg.rope_order,
+            cfg.rope_dims,
+            cfg.rope_base_local,
+            &RopeScaling::None,
+        )
+        .with_factors(Vec::new(), af);
+        let (global, long) = match RopeFactors::read(f, &cfg)? {
+            Some(rf) => (
+                base.clone().with_factors(rf.short, af),
+                Some((base.with_factors(rf.long, af), rf.original_ctx)),
+            ),
+            None => (base.with_factors(Vec::new(), af), None),
+        };
+        Ok(Model {
+            file,
+            cfg,
+            tok_embd,
+            output,
+            output_norm,
+            output_bias,
+            arch: loaded.arch,
+            ropes: Ropes {
+                global,
+                local,
+                long,
+            },
+        })
+    }
+
+    /// The output head alone: logits of one normalized hidden state, with
+    /// the same kernels (hence bits) as the end of `forward`.
+    pub fn head(
+        &self,
+        pool: &ThreadPool,
+        hidden: &[f32],
+        s: &mut Scratch,
+        logits: &mut Vec<f32>,
+    ) -> Result<()> {
+        if hidden.len() != self.cfg.n_embd {
+            return Err(Error::invalid(format!(
+                "hidden state has {} values, the model's embedding has {}",
+                hidden.len(),
+                self.cfg.n_embd
+            )));
+        }
+        logits.resize(self.cfg.n_vocab, 0.0);
+        matmul(
+            pool,
+            self.output.view(&self.file),
+            hidden,
+            1,
+            logits,
+            &mut s.acts,
+        );
+        self.finish_logits(logits);
+        Ok(())
+    }
+
+    /// Output bias, Command-R's and Granite's logit scale, Gemma 2's final
+    /// softcap, in llama.cpp's order.
+    fn finish_logits(&self, logits: &mut [f32]) {
+        if let Some(b) = &self.output_bias {
+            for row in logits.chunks_exact_mut(b.len()) {
+                row.iter_mut().zip(b).for_each(|(x, y)| *x += y);
+            }
+        }
+        if !self.cfg.has_logit_transform() {
+            return;
+        }
+        let mul = self.cfg.logit_mul;
+        if mul != 1.0 {
+            logits.iter_mut().for_each(|x| *x *= mul);
+        }
+        if let Some(cap) = self.cfg.final_softcap {
+            let inv = 1.0 / cap;
+            logits.iter_mut().for_each(|x| *x = (*x * inv).tanh() * cap);
+        }
+    }
+
+    pub fn n_vocab(&self) -> usize {
+        self.cfg.n_vocab
+    }
+
+    /// Runs `tokens` (positions `pos0..`) through the network, storing their
+    /// keys and values in `kv`. Writes logits for the last token, or for
+    /// every token when `all_logits`, into `logits` (`n x n_vocab`).
+    #[allow(clippy::too_many_arguments)]
+    pub fn forward(
+        &self,
+        pool: &ThreadPool,
+        vk: &VecKernels,
+        kv: &mut KvCache,
+        tokens: &[u32],
+        pos0: usize,
+        all_logits: bool,
+        s: &mut Scratch,
+        logits: &mut Vec<f32>,
+    ) -> Result<()> {
+        let mut segs = [Segment {
+            kv,
+            tokens,
+            pos0,
+            decode_rows: false,
+        }];
+        self.forward_segments(pool, vk, &mut segs, all_logits, s, logits)
+    }
+
+    /// One forward pass over several sequences at once, each with its own
+    /// KV cache and position: the weight matrices are read once for all
+    /// their tokens (a GEMM over the batch), attention runs per sequence.
+    /// Writes the last token's logits of each segment (`segs.len() x
+    /// n_vocab`), or with a single segment and `all_logits` every token's.
+    pub fn forward_segments(
+        &self,
+        pool: &ThreadPool,
+        vk: &VecKernels,
+        segs: &mut [Segment<'_>],
+        all_logits: bool,
+        s: &mut Scratch,
+        logits: &mut Vec<f32>,
+    ) -> Result<()> {
+        if segs.iter().any(|g| g.tokens.is_empty()) || segs.is_empty() {
+            return Err(Error::generate("forward called with no tokens"));
+        }
+        let all_logits = all_logits && segs.len() == 1;
+        // Row layout: the segments' tokens one after the other.
+        let mut starts = Vec::with_capacity(segs.len() + 1);
+        let mut rows_pos = Vec::new();
+        let mut tokens = Vec::new();
+        for g in segs.iter() {
+            starts.push(tokens.len());
+            tokens.extend_from_slice(g.tokens);
+            rows_pos.extend((0..g.tokens.len()).map(|t| g.pos0 + t));
+        }
+        starts.push(tokens.len());
+        let c = &self.cfg;
+        let n = tokens.len();
+        self.embed(&tokens, s)?;
+        self.angles(segs, &starts, &rows_pos, s);
+        let mut p = Pass {
+            pool,
+            vk,
+            file: &self.file,
+            cfg: c,
+            rope: &self.ropes.global,
+            segs,
+            starts,
+            rows_pos,
+            n,
+        };
+        for il in 0..c.n_layer {
+            self.arch.layer(&mut p, s, il);
+        }
+        // Only the rows whose logits are wanted go through the output head,
+        // which is the largest matrix of a small model.
+        let picked: Vec<usize> = if all_logits {
+            (0..n).collect()
+        } else {
+            p.starts[1..].iter().map(|&end| end - 1).collect()
+        };
+        let (e, rows) = (c.n_embd, picked.len());
+        fit(&mut s.h, rows * e);
+        for (r, &t) in picked.iter().enumerate() {
+            self.output_norm
+                .apply(&s.x[t * e..(t + 1) * e], &mut s.h[r * e..(r + 1) * e]);
+        }
+        logits.resize(rows * c.n_vocab, 0.0);
+        matmul(
+            pool,
+            self.output.view(&self.file),
+            &s.h,
+            rows,
+            logits,
+            &mut s.acts,
+        );
+        self.finish_logits(logits);
+        Ok(())
+    }
+
+    fn embed(&self, tokens: &[u32], s: &mut Scratch) -> Result<()> {
+        let (e, n_vocab) = (self.cfg.n_embd, self.cfg.n_vocab);
+        let emb = self.tok_embd.view(&self.file);
+        let x = fit(&mut s.x, tokens.len() * e);
+        for (t, &tok) in tokens.iter().enumerate() {
+            let tok = tok as usize;
+            if tok >= n_vocab {
+                return Err(Error::generate(format!(
+                    "token id {tok} is outside the vocabulary of {n_vocab}"
+                )));
+            }
+            dequantize_row(emb.ty, emb.row(tok), &mut x[t * e..(t + 1) * e])?;
+        }
+        if let Some(m) = self.cfg.embed_mul {
+            x.iter_mut().for_each(|v| *v *= m);
+        }
+        Ok(())
+    }
+
+    /// Rotary angles for every row, once per call (not per layer); each
+    /// segment uses the table its context size selects.
+    fn angles(&self, segs: &[Segment<'_>], starts: &[usize], rows_pos: &[usize], s: &mut Scratch) {
+        let c = &self.cfg;
+        let (rd, n) = (c.rope_dims, rows_pos.len());
+        fit(&mut s.cs, n * rd);
+        let has_local = (0..c.n_layer).any(|il| c.is_local_layer(il));
+        if has_local {
+            fit(&mut s.cs_local, n * rd);
+        }
+        for (g, seg) in segs.iter().enumerate() {
+            let rope = self.ropes.for_context(seg.kv.n_ctx);
+            let (a, b) = (starts[g], starts[g + 1]);
+            for (t, &pos) in rows_pos.iter().enumerate().take(b).skip(a) {
+                rope.angles(pos, &mut s.cs[t * rd..(t + 1) * rd]);
+                if has_local {
+                    self.ropes
+                        .local
+                        .angles(pos, &mut s.cs_local[t * rd..(t + 1) * rd]);
+                }
+            }
+        }
+    }
+}
