@@ -31,6 +31,12 @@ QWEN2 = (
     _CONTRACTIONS + r"|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}"
     r"| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+"
 )
+# Qwen3.5: combining marks (\p{M}) stay inside words instead of starting a
+# punctuation piece.
+QWEN35 = (
+    _CONTRACTIONS + r"|[^\r\n\p{L}\p{N}]?[\p{L}\p{M}]+|\p{N}"
+    r"| ?[^\s\p{L}\p{M}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+"
+)
 _CASED_WORDS = (
     r"[^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]*[\p{Ll}\p{Lm}\p{Lo}\p{M}]+"
     r"{c}"
@@ -143,6 +149,7 @@ PRETOKENIZERS: dict[str, PreTokenizer] = {
         ),
         _QWEN2,
     ),
+    "qwen35": PreTokenizer((QWEN35,)),
     # Digits one by one, then the GPT-2 rules (StarCoder's family).
     **dict.fromkeys(
         (
