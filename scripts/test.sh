@@ -17,6 +17,10 @@ if ! command -v nginx >/dev/null && [ ! -x /usr/sbin/nginx ]; then
     apt-get install -y -q nginx-light >/dev/null 2>&1 ||
         { apt-get update -q >/dev/null && apt-get install -y -q nginx-light >/dev/null; }
 fi
+# llama.cpp's vocabulary-only GGUFs for tests/test_tokenizer_vocabs.py, from
+# llama-cpp-python's sdist on PyPI (pinned by sha256; cached, instant when
+# already fetched).
+"$PY" scripts/fetch_vocabs.py
 # Builds the Rust extension (release profile) and installs the package with
 # its test extras.
 "$PY" -m pip install --quiet --disable-pip-version-check -e ".[test]"
