@@ -15,6 +15,35 @@ pub enum NormKind {
     Layer,
 }
 
+/// Mamba-2's state-space shape (`ssm.*` metadata).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SsmConfig {
+    pub d_conv: usize,
+    pub d_inner: usize,
+    pub d_state: usize,
+    pub n_group: usize,
+    pub n_head: usize,
+}
+
+impl SsmConfig {
+    pub fn head_dim(&self) -> usize {
+        self.d_inner / self.n_head
+    }
+    /// Channels through the causal convolution: x, B and C.
+    pub fn conv_dim(&self) -> usize {
+        self.d_inner + 2 * self.n_group * self.d_state
+    }
+    /// Floats of one layer's convolution state (the last `d_conv - 1`
+    /// inputs of every channel).
+    pub fn conv_len(&self) -> usize {
+        (self.d_conv - 1) * self.conv_dim()
+    }
+    /// Floats of one layer's SSM state.
+    pub fn ssm_len(&self) -> usize {
+        self.d_inner * self.d_state
+    }
+}
+
 #[derive(Debug, Clone)]
 pub struct ModelConfig {
     pub arch: String,
@@ -51,6 +80,9 @@ pub struct ModelConfig {
     pub embed_mul: Option<f32>,
     /// Each block's output is multiplied by this before the residual add.
     pub residual_mul: f32,
+    /// Recurrent (Mamba-2) models: the state a session carries instead of
+    /// keys and values.
+    pub ssm: Option<SsmConfig>,
 }
 
 /// Typed access to `<arch>.<key>` metadata, with errors naming the key.
@@ -119,13 +151,23 @@ pub const MAX_DIM: usize = 1 << 20;
 impl ModelConfig {
     /// The keys every attention architecture shares. `arch` is known to be
     /// one we run; its loader then reads what is specific to it.
-    pub fn from_gguf(f: &GgufFile, arch: &str) -> Result<Self> {
+    /// A recurrent architecture has no attention heads (its converter
+    /// writes a head count of 0); one nominal head keeps the shared
+    /// arithmetic defined.
+    pub fn from_gguf(f: &GgufFile, arch: &str, recurrent: bool) -> Result<Self> {
         let m = Meta { f, arch };
         let n_layer = m.u("block_count")?;
         let n_embd = m.u("embedding_length")?;
         let n_ff = m.opt_u("feed_forward_length")?.unwrap_or(0);
-        let n_head = m.opt_u("attention.head_count")?.unwrap_or(1);
-        let n_head_kv = m.opt_u("attention.head_count_kv")?.unwrap_or(n_head);
+        let (n_head, n_head_kv) = if recurrent {
+            (1, 1)
+        } else {
+            let n_head = m.opt_u("attention.head_count")?.unwrap_or(1);
+            (
+                n_head,
+                m.opt_u("attention.head_count_kv")?.unwrap_or(n_head),
+            )
+        };
         for (name, v) in [
             ("block_count", n_layer),
             ("embedding_length", n_embd),
@@ -148,14 +190,23 @@ impl ModelConfig {
                 "head_count {n_head} is not a multiple of head_count_kv {n_head_kv}"
             )));
         }
-        let dim_k = m.opt_u("attention.key_length")?.unwrap_or(n_embd / n_head);
-        let dim_v = m.opt_u("attention.value_length")?.unwrap_or(dim_k);
+        let dim_k = match recurrent {
+            true => 2,
+            false => m.opt_u("attention.key_length")?.unwrap_or(n_embd / n_head),
+        };
+        let dim_v = match recurrent {
+            true => 2,
+            false => m.opt_u("attention.value_length")?.unwrap_or(dim_k),
+        };
         if dim_k == 0 || dim_v == 0 || dim_k > 4096 || dim_v > 4096 {
             return Err(Error::load(format!(
                 "head dimensions {dim_k}/{dim_v} are out of range"
             )));
         }
-        let rope_dims = m.opt_u("rope.dimension_count")?.unwrap_or(dim_k);
+        let rope_dims = match recurrent {
+            true => 0,
+            false => m.opt_u("rope.dimension_count")?.unwrap_or(dim_k),
+        };
         if rope_dims > dim_k || rope_dims % 2 != 0 {
             return Err(Error::load(format!(
                 "rope.dimension_count {rope_dims} must be even and at most the head size {dim_k}"
@@ -199,6 +250,7 @@ impl ModelConfig {
             logit_mul: 1.0,
             embed_mul: None,
             residual_mul: 1.0,
+            ssm: None,
         })
     }
 
@@ -245,6 +297,15 @@ impl ModelConfig {
             None => swa_period(self.n_layer, default_pattern),
         };
         Ok(())
+    }
+
+    /// Layers that keep keys and values (none in a recurrent model).
+    pub fn kv_layers(&self) -> usize {
+        if self.ssm.is_some() {
+            0
+        } else {
+            self.n_layer
+        }
     }
 
     /// Widths of the q, k, v projections and of the attention output.

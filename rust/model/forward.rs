@@ -10,6 +10,7 @@ use super::arch::{self, Arch, RopeFactors};
 use super::blocks::Norm;
 use super::config::ModelConfig;
 use super::kv_cache::KvCache;
+use super::recurrent::RecurrentState;
 use super::weights::{matrix, opt_vector, vector, MatRef};
 use crate::gguf::GgufFile;
 use crate::ops::matmul::{matmul, ActScratch};
@@ -29,6 +30,8 @@ pub struct Segment<'a> {
     /// logits are bit-identical to evaluating the tokens one at a time
     /// (speculative verification relies on it).
     pub decode_rows: bool,
+    /// A recurrent model's state for this sequence (`None` otherwise).
+    pub rec: Option<&'a mut RecurrentState>,
 }
 
 /// What a layer needs besides its weights and the activations: the pool,
@@ -145,7 +148,7 @@ impl Model {
             .ok_or_else(|| Error::load("metadata general.architecture is missing"))?
             .to_string();
         let entry = arch::find(&name)?;
-        let mut cfg = ModelConfig::from_gguf(f, &name)?;
+        let mut cfg = ModelConfig::from_gguf(f, &name, entry.recurrent)?;
         let e = cfg.n_embd;
         let tok_embd = matrix(f, "token_embd.weight", e, None)?;
         cfg.n_vocab = tok_embd.rows;
@@ -256,30 +259,6 @@ impl Model {
         self.cfg.n_vocab
     }
 
-    /// Runs `tokens` (positions `pos0..`) through the network, storing their
-    /// keys and values in `kv`. Writes logits for the last token, or for
-    /// every token when `all_logits`, into `logits` (`n x n_vocab`).
-    #[allow(clippy::too_many_arguments)]
-    pub fn forward(
-        &self,
-        pool: &ThreadPool,
-        vk: &VecKernels,
-        kv: &mut KvCache,
-        tokens: &[u32],
-        pos0: usize,
-        all_logits: bool,
-        s: &mut Scratch,
-        logits: &mut Vec<f32>,
-    ) -> Result<()> {
-        let mut segs = [Segment {
-            kv,
-            tokens,
-            pos0,
-            decode_rows: false,
-        }];
-        self.forward_segments(pool, vk, &mut segs, all_logits, s, logits)
-    }
-
     /// One forward pass over several sequences at once, each with its own
     /// KV cache and position: the weight matrices are read once for all
     /// their tokens (a GEMM over the batch), attention runs per sequence.
@@ -296,6 +275,14 @@ impl Model {
     ) -> Result<()> {
         if segs.iter().any(|g| g.tokens.is_empty()) || segs.is_empty() {
             return Err(Error::generate("forward called with no tokens"));
+        }
+        if segs
+            .iter()
+            .any(|g| g.rec.is_some() != self.cfg.ssm.is_some())
+        {
+            return Err(Error::internal(
+                "a segment's recurrent state does not match the model",
+            ));
         }
         let all_logits = all_logits && segs.len() == 1;
         // Row layout: the segments' tokens one after the other.

@@ -5,6 +5,7 @@ use std::sync::Arc;
 use super::forward::{Model, Scratch, Segment};
 use super::kv_cache::{KvCache, KvDtype};
 use super::kv_pool::KvPool;
+use super::recurrent::Recurrent;
 use crate::ops::vec::{self, VecKernels};
 use crate::threadpool::{shared_pool, ThreadPool};
 use crate::{Error, Result};
@@ -14,6 +15,8 @@ pub struct Session {
     pool: Arc<ThreadPool>,
     vk: &'static VecKernels,
     pub kv: KvCache,
+    /// A recurrent model's state and checkpoints (its `kv` has no layers).
+    pub rec: Option<Recurrent>,
     n_past: usize,
     /// Tokens per forward call during prefill; bounds activation memory.
     pub prefill_chunk: usize,
@@ -35,8 +38,15 @@ impl Session {
             return Err(Error::invalid("context_size must be at least 1"));
         }
         let c = &model.cfg;
-        let kv = KvCache::new(kv_dtype, c.n_layer, n_ctx, c.n_head_kv, c.dim_k, c.dim_v)?;
-        Ok(Self::with_kv(model, kv, threads))
+        let kv = KvCache::new(
+            kv_dtype,
+            c.kv_layers(),
+            n_ctx,
+            c.n_head_kv,
+            c.dim_k,
+            c.dim_v,
+        )?;
+        Self::with_kv(model, kv, threads)
     }
 
     /// A session whose KV pages come from `pool`, shared with other
@@ -52,24 +62,25 @@ impl Session {
         }
         let c = &model.cfg;
         if (pool.n_layer, pool.n_head_kv, pool.dim_k, pool.dim_v)
-            != (c.n_layer, c.n_head_kv, c.dim_k, c.dim_v)
+            != (c.kv_layers(), c.n_head_kv, c.dim_k, c.dim_v)
         {
             return Err(Error::invalid(
                 "the KV pool was made for a model of another shape",
             ));
         }
-        Ok(Self::with_kv(
-            model,
-            KvCache::with_pool(pool, n_ctx),
-            threads,
-        ))
+        Self::with_kv(model, KvCache::with_pool(pool, n_ctx), threads)
     }
 
-    fn with_kv(model: Arc<Model>, kv: KvCache, threads: usize) -> Self {
-        Session {
+    fn with_kv(model: Arc<Model>, kv: KvCache, threads: usize) -> Result<Self> {
+        let rec = match model.cfg.ssm {
+            Some(shape) => Some(Recurrent::new(shape, model.cfg.n_layer)?),
+            None => None,
+        };
+        Ok(Session {
             pool: shared_pool(threads),
             vk: vec::best(),
             kv,
+            rec,
             n_past: 0,
             prefill_chunk: 512,
             scratch: Scratch::default(),
@@ -77,7 +88,7 @@ impl Session {
             logits_from_last_hidden: false,
             exact_rows: false,
             model,
-        }
+        })
     }
 
     pub fn n_past(&self) -> usize {
@@ -121,7 +132,16 @@ impl Session {
         // Every page the call needs is taken up front, so a full pool fails
         // it before anything changed.
         self.kv.reserve(self.n_past, need)?;
-        let chunk = self.prefill_chunk.max(1);
+        // A recurrent state can only return to positions it was copied at:
+        // the start of this call, and with exact rows (speculative
+        // verification) every token, which then runs one at a time.
+        let mut chunk = self.prefill_chunk.max(1);
+        if let Some(r) = &mut self.rec {
+            r.checkpoint(self.n_past);
+            if self.exact_rows {
+                chunk = 1;
+            }
+        }
         let mut out = Vec::with_capacity(if all_logits {
             tokens.len() * n_vocab
         } else {
@@ -136,6 +156,7 @@ impl Session {
                 tokens: part,
                 pos0: self.n_past,
                 decode_rows: self.exact_rows,
+                rec: self.rec.as_mut().map(|r| &mut r.state),
             }];
             self.model.forward_segments(
                 &self.pool,
@@ -146,6 +167,9 @@ impl Session {
                 &mut logits,
             )?;
             self.n_past += part.len();
+            if let (Some(r), true) = (&mut self.rec, self.exact_rows && !last) {
+                r.checkpoint(self.n_past);
+            }
             if all_logits || last {
                 out.extend_from_slice(&logits);
             }
@@ -165,6 +189,9 @@ impl Session {
                 self.n_past
             )));
         }
+        if let Some(r) = &mut self.rec {
+            r.rollback(self.n_past, n)?;
+        }
         if n != self.n_past {
             self.hidden_valid = false;
         }
@@ -173,10 +200,24 @@ impl Session {
         Ok(())
     }
 
+    /// Whether `truncate(n)` can succeed (a recurrent model returns only to
+    /// the positions it kept its state at).
+    pub fn can_truncate(&self, n: usize) -> bool {
+        n <= self.n_past
+            && self
+                .rec
+                .as_ref()
+                .is_none_or(|r| r.can_rollback(self.n_past, n))
+    }
+
     pub fn reset(&mut self) {
         self.n_past = 0;
         self.hidden_valid = false;
         self.kv.truncate(0);
+        if let Some(r) = &mut self.rec {
+            // Rolling back to 0 cannot fail.
+            let _ = r.rollback(1, 0);
+        }
     }
 
     /// The last position's normalized hidden state (what the output head
@@ -209,26 +250,49 @@ impl Session {
         Ok(logits)
     }
 
-    /// The KV cache up to the current position, as raw little-endian bytes.
+    /// The KV cache up to the current position, as raw little-endian bytes
+    /// (a recurrent model's state instead: it is what a session carries).
     pub fn export_kv(&self) -> Result<Vec<u8>> {
-        self.kv.export(self.n_past, &self.pool)
+        let mut out = vec![0u8; self.export_kv_len()];
+        self.export_kv_into(&mut out)?;
+        Ok(out)
     }
 
     /// Size in bytes of `export_kv()`.
     pub fn export_kv_len(&self) -> usize {
-        self.kv.export_len(self.n_past)
+        match &self.rec {
+            Some(r) => r.state.export_len(),
+            None => self.kv.export_len(self.n_past),
+        }
     }
 
     /// `export_kv` into a buffer of exactly `export_kv_len()` bytes.
     pub fn export_kv_into(&self, out: &mut [u8]) -> Result<()> {
-        self.kv.export_into(self.n_past, out, &self.pool)
+        match &self.rec {
+            Some(r) => r.state.export_into(out),
+            None => self.kv.export_into(self.n_past, out, &self.pool),
+        }
     }
 
-    /// Replaces the context with `n` positions of exported KV data. On error
-    /// the session keeps its previous position (its cache may be partly
-    /// overwritten only after validation passed, which cannot fail midway).
+    /// Replaces the context with `n` positions of exported KV data (or a
+    /// recurrent state at position `n`). On error the session keeps its
+    /// previous position (its cache may be partly overwritten only after
+    /// validation passed, which cannot fail midway).
     pub fn import_kv(&mut self, n: usize, data: &[u8]) -> Result<()> {
-        self.kv.import(n, data, &self.pool)?;
+        match &mut self.rec {
+            Some(r) => {
+                if n > self.kv.n_ctx {
+                    return Err(Error::invalid(format!(
+                        "{n} positions do not fit a context of {}",
+                        self.kv.n_ctx
+                    )));
+                }
+                self.kv.reserve(0, n)?;
+                r.state.import(data)?;
+                r.forget_checkpoints();
+            }
+            None => self.kv.import(n, data, &self.pool)?,
+        }
         self.n_past = n;
         self.hidden_valid = false;
         Ok(())
@@ -243,7 +307,12 @@ impl Session {
                 self.n_past
             )));
         }
-        let mut s = Self::with_kv(Arc::clone(&self.model), self.kv.fork(n)?, self.threads());
+        let rec = match &self.rec {
+            Some(r) => Some(r.fork(self.n_past, n)?),
+            None => None,
+        };
+        let mut s = Self::with_kv(Arc::clone(&self.model), self.kv.fork(n)?, self.threads())?;
+        s.rec = rec;
         s.n_past = n;
         s.prefill_chunk = self.prefill_chunk;
         Ok(s)
@@ -290,6 +359,12 @@ impl Session {
             let from = s.n_past;
             s.kv.reserve(from, from + toks.len())?;
         }
+        for s in sessions.iter_mut() {
+            let at = s.n_past;
+            if let Some(r) = &mut s.rec {
+                r.checkpoint(at);
+            }
+        }
         let pool = Arc::clone(&sessions[0].pool);
         let vk = sessions[0].vk;
         let mut scratch = std::mem::take(&mut sessions[0].scratch);
@@ -303,6 +378,7 @@ impl Session {
                     decode_rows: s.exact_rows,
                     kv: &mut s.kv,
                     tokens: toks,
+                    rec: s.rec.as_mut().map(|r| &mut r.state),
                 })
                 .collect();
             model.forward_segments(&pool, vk, &mut segs, false, &mut scratch, &mut logits)

@@ -6,4 +6,5 @@ pub mod exp;
 pub mod matmul;
 pub mod norm;
 pub mod rope;
+pub mod ssm;
 pub mod vec;

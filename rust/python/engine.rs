@@ -66,6 +66,20 @@ impl PyModel {
         d.set_item("rope_base", c.rope_base)?;
         d.set_item("rope_dims", c.rope_dims)?;
         d.set_item("sliding_window", c.sliding_window)?;
+        d.set_item("recurrent", c.ssm.is_some())?;
+        if let Some(ssm) = &c.ssm {
+            let r = PyDict::new(py);
+            r.set_item("d_conv", ssm.d_conv)?;
+            r.set_item("d_inner", ssm.d_inner)?;
+            r.set_item("d_state", ssm.d_state)?;
+            r.set_item("n_group", ssm.n_group)?;
+            r.set_item("n_head", ssm.n_head)?;
+            r.set_item(
+                "state_bytes",
+                (ssm.conv_len() + ssm.ssm_len()) * 4 * c.n_layer,
+            )?;
+            d.set_item("ssm", r)?;
+        }
         Ok(d)
     }
 }
@@ -85,7 +99,7 @@ impl PyKvPool {
         let dtype = KvDtype::parse(kv_dtype).py_err()?;
         let c = &model.inner.cfg;
         let pool = guard(|| {
-            KvPool::new(dtype, c.n_layer, n_pages, c.n_head_kv, c.dim_k, c.dim_v).py_err()
+            KvPool::new(dtype, c.kv_layers(), n_pages, c.n_head_kv, c.dim_k, c.dim_v).py_err()
         })?;
         Ok(PyKvPool {
             inner: Arc::new(pool),
@@ -273,6 +287,13 @@ impl PySession {
     fn truncate(&mut self, n: usize) -> PyResult<()> {
         let session = &mut self.inner;
         self.poison.run(|| session.truncate(n).py_err())
+    }
+
+    /// Whether `truncate(n)` can succeed: always up to `n_past` for an
+    /// attention model; a recurrent model only returns to positions it kept
+    /// its state at.
+    fn can_truncate(&self, n: usize) -> bool {
+        self.inner.can_truncate(n)
     }
 
     fn reset(&mut self) -> PyResult<()> {

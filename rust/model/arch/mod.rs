@@ -6,6 +6,7 @@
 pub mod command_r;
 pub mod gemma;
 pub mod llama;
+pub mod mamba2;
 pub mod phi3;
 pub mod starcoder2;
 
@@ -22,6 +23,7 @@ pub enum Arch {
     Phi3(phi3::Phi3),
     CommandR(command_r::CommandR),
     Starcoder2(starcoder2::Starcoder2),
+    Mamba2(mamba2::Mamba2),
 }
 
 impl Arch {
@@ -32,6 +34,7 @@ impl Arch {
             Arch::Phi3(a) => a.layer(p, s, il),
             Arch::CommandR(a) => a.layer(p, s, il),
             Arch::Starcoder2(a) => a.layer(p, s, il),
+            Arch::Mamba2(a) => a.layer(p, s, il),
         }
     }
 }
@@ -97,6 +100,8 @@ impl Loaded {
 
 pub struct ArchEntry {
     pub name: &'static str,
+    /// Carries a recurrent state instead of keys and values.
+    pub recurrent: bool,
     /// Reads the architecture's metadata into `cfg` and its tensors.
     pub load: fn(&GgufFile, &mut ModelConfig) -> Result<Loaded>,
 }
@@ -104,43 +109,58 @@ pub struct ArchEntry {
 pub const ARCHS: &[ArchEntry] = &[
     ArchEntry {
         name: "llama",
+        recurrent: false,
         load: llama::load_llama,
     },
     ArchEntry {
         name: "granite",
+        recurrent: false,
         load: llama::load_granite,
     },
     ArchEntry {
         name: "qwen2",
+        recurrent: false,
         load: llama::load_qwen2,
     },
     ArchEntry {
         name: "qwen3",
+        recurrent: false,
         load: llama::load_qwen3,
     },
     ArchEntry {
         name: "gemma",
+        recurrent: false,
         load: gemma::load_gemma,
     },
     ArchEntry {
         name: "gemma2",
+        recurrent: false,
         load: gemma::load_gemma2,
     },
     ArchEntry {
         name: "gemma3",
+        recurrent: false,
         load: gemma::load_gemma3,
     },
     ArchEntry {
         name: "phi3",
+        recurrent: false,
         load: phi3::load,
     },
     ArchEntry {
         name: "command-r",
+        recurrent: false,
         load: command_r::load,
     },
     ArchEntry {
         name: "starcoder2",
+        recurrent: false,
         load: starcoder2::load,
+    },
+    ArchEntry {
+        name: "mamba2",
+        recurrent: true,
+        load: mamba2::load,
     },
 ];
 
