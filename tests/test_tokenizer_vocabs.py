@@ -17,36 +17,17 @@ from __future__ import annotations
 
 import functools
 import hashlib
-import importlib.util
-import json
 from pathlib import Path
-from types import ModuleType
-from typing import Any
 
 import pytest
 
-from oxillama import _native
 from oxillama.errors import LoadError
 from oxillama.tokenizer import Tokenizer
 from oxillama.tokenizer.bpe import UNICODE_TO_BYTE
 from oxillama.tokenizer.gguf_vocab import _DETECT, A_NORMAL, GgufVocab
-from oxillama.tokenizer.pretokenizers import PRETOKENIZERS, PreTokenizer
+from oxillama.tokenizer.pretokenizers import PRETOKENIZERS
+from tests._vocab_files import FETCH, reference, vocab_bytes, vocab_metadata
 from tests.reference.corpus import TOKEN_TEXTS
-
-ROOT = Path(__file__).resolve().parent.parent
-REF = ROOT / "tests" / "reference" / "vocabs"
-FETCH = ROOT / "scripts" / "fetch_vocabs.py"
-
-
-def _fetch_module() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("fetch_vocabs", FETCH)
-    assert spec is not None and spec.loader is not None
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
-
-
-FV = _fetch_module()
 
 SUPPORTED = (
     "aquila",
@@ -74,54 +55,19 @@ SPM = ("baichuan", "llama-spm", "phi-3")
 CLEANS_SPACES = ("aquila", "falcon", "gpt-2", "gpt-neox", "llama-bpe", "mpt", "refact", "starcoder")
 
 
-def _ref(name: str) -> dict[str, Any]:
-    data: dict[str, Any] = json.loads((REF / f"{name}.json").read_text("utf-8"))
-    return data
-
-
-def _bytes(name: str) -> bytes:
-    path = FV.vocab_path(name)
-    if not path.is_file():
-        pytest.fail(
-            f"{path} is missing: run `python scripts/fetch_vocabs.py` "
-            "(downloads llama-cpp-python's sdist from PyPI once; OXILLAMA_VOCAB_DIR moves the "
-            "cache)",
-            pytrace=False,
-        )
-    data = path.read_bytes()
-    want = _ref(name)["file_sha256"]
-    assert hashlib.sha256(data).hexdigest() == want, f"{path} is not the file the reference used"
-    return data
-
-
-@functools.cache
-def _metadata(name: str) -> dict[str, Any]:
-    data = _bytes(name)
-    # llama.cpp writes a vocabulary-only file without the alignment padding
-    # before its (empty) tensor data; our reader wants the data section to
-    # start inside the file, so the padding is added back.
-    data += b"\0" * (-len(data) % 32)
-    meta: dict[str, Any] = _native.GgufFile.from_bytes(data).metadata()
-    return meta
-
-
 @functools.cache
 def _tokenizer(name: str) -> Tokenizer:
-    return Tokenizer.from_gguf_metadata(_metadata(name))
+    return Tokenizer.from_gguf_metadata(vocab_metadata(name))
 
 
 def test_every_fetched_vocabulary_is_tested() -> None:
-    assert set(SUPPORTED) | set(UNSUPPORTED) == set(FV.VOCABS)
+    assert set(SUPPORTED) | set(UNSUPPORTED) == set(FETCH.VOCABS)
     assert not set(SUPPORTED) & set(UNSUPPORTED)
-    for name in FV.VOCABS:
-        records = _ref(name).get("records", [])
+    for name in FETCH.VOCABS:
+        records = reference(name).get("records", [])
         assert [r["text"] for r in records[::4]] == TOKEN_TEXTS, (
             f"rerun make_vocab_reference.py ({name})"
         )
-
-
-def _regexes(p: PreTokenizer) -> tuple[str, ...]:
-    return p.regexes
 
 
 def test_real_vocabularies_cover_our_pre_tokenizers() -> None:
@@ -130,12 +76,10 @@ def test_real_vocabularies_cover_our_pre_tokenizers() -> None:
     llama.cpp uses them); SmolLM2's "smollm" is in test_tokenizer.py."""
     covered = set()
     for name in SUPPORTED:
-        pre = GgufVocab.from_metadata(_metadata(name))
+        pre = GgufVocab.from_metadata(vocab_metadata(name))
         if pre.kind == "bpe":
-            covered.add(_regexes(pre.pre_tokenizer))
-    uncovered = {
-        n for n, p in PRETOKENIZERS.items() if _regexes(p) not in covered and n != "smollm"
-    }
+            covered.add(pre.pre_tokenizer.regexes)
+    uncovered = {n for n, p in PRETOKENIZERS.items() if p.regexes not in covered and n != "smollm"}
     not_in_llama_cpp_vocabs = {
         *("gpt-4o", "llama4", "kanana2", "talkie", "minimax-m2"),
         *("poro-chat", "bloom", "gpt3-finnish", "viking", "tekken"),
@@ -149,7 +93,7 @@ def test_real_vocabularies_cover_our_pre_tokenizers() -> None:
 @pytest.mark.parametrize("name", SUPPORTED)
 def test_token_ids_equal_llama_cpp(name: str) -> None:
     tok = _tokenizer(name)
-    records = _ref(name)["records"]
+    records = reference(name)["records"]
     bad = []
     for r in records:
         got = tok.encode(r["text"], add_special=r["add_special"], parse_special=r["parse_special"])
@@ -167,9 +111,9 @@ NO_EXPECTED_IDS = ("aquila", "baichuan", "gpt-neox")
 def test_ids_llama_cpp_ships_with_the_vocabulary(name: str) -> None:
     """llama.cpp's test-tokenizer-0 inputs and HF tokenizers' ids for them
     (plain text: no BOS, control-token text not parsed)."""
-    _bytes(name)  # fails with the fetch command when missing
-    inp = Path(f"{FV.vocab_path(name)}.inp")
-    out = Path(f"{FV.vocab_path(name)}.out")
+    vocab_bytes(name)  # fails with the fetch command when missing
+    inp = Path(f"{FETCH.vocab_path(name)}.inp")
+    out = Path(f"{FETCH.vocab_path(name)}.out")
     texts = inp.read_text("utf-8").split("\n__ggml_vocab_test__\n")
     wants = [[int(t) for t in line.split()] for line in out.read_text("utf-8").split("\n")]
     assert len(texts) >= 40 and len(wants) >= len(texts)
@@ -193,7 +137,7 @@ def _eot_candidates(name: str) -> list[int]:
 
 @pytest.mark.parametrize("name", SUPPORTED)
 def test_vocabulary_facts_equal_llama_cpp(name: str) -> None:
-    tok, ref = _tokenizer(name), _ref(name)["facts"]
+    tok, ref = _tokenizer(name), reference(name)["facts"]
     assert tok.vocab_size == ref["n_vocab"]
     assert (tok.bos_id, tok.eos_id) == (ref["bos"], ref["eos"])
     assert (tok.add_bos, tok.add_eos) == (ref["add_bos"], ref["add_eos"])
@@ -206,7 +150,7 @@ def test_vocabulary_facts_equal_llama_cpp(name: str) -> None:
     # the C++ library's hash order (it differs between libstdc++ and libc++).
     # We take the lowest id; both are end-of-generation tokens.
     candidates = _eot_candidates(name)
-    if "tokenizer.ggml.eot_token_id" in _metadata(name) or len(candidates) < 2:
+    if "tokenizer.ggml.eot_token_id" in vocab_metadata(name) or len(candidates) < 2:
         assert tok.eot_id == ref["eot"]
     else:
         assert tok.eot_id == candidates[0] and ref["eot"] in candidates
@@ -233,8 +177,8 @@ def test_token_pieces_equal_llama_cpp(name: str) -> None:
     outside GPT-2's byte alphabet (no tokenization produces them); for those
     we give their UTF-8, as HF tokenizers does, where llama.cpp writes a
     ``[UNK_BYTE_0x…]`` marker."""
-    tok, ref = _tokenizer(name), _ref(name)["facts"]
-    v = GgufVocab.from_metadata(_metadata(name))
+    tok, ref = _tokenizer(name), reference(name)["facts"]
+    v = GgufVocab.from_metadata(vocab_metadata(name))
     h = hashlib.sha256()
     outside = 0
     for i in range(tok.vocab_size):
@@ -261,7 +205,7 @@ def test_decode_round_trips_and_differs_from_llama_cpp_only_by_spaces(name: str)
     ``?!.,``. Everything else is equal."""
     tok = _tokenizer(name)
     equal = 0
-    for r in _ref(name)["records"]:
+    for r in reference(name)["records"]:
         ids, text = r["ids"], r["text"]
         ours, plain = tok.decode(ids), tok.decode(ids, skip_special=True)
         if not r["parse_special"]:
@@ -286,7 +230,7 @@ def test_every_token_round_trips(name: str) -> None:
     again (special tokens parsed), decodes to the same text; with
     ignore_merges, it is that one token again."""
     tok = _tokenizer(name)
-    v = GgufVocab.from_metadata(_metadata(name))
+    v = GgufVocab.from_metadata(vocab_metadata(name))
     whole = v.kind == "bpe" and v.pre_tokenizer.ignore_merges
     bad = []
     for i in range(tok.vocab_size):
@@ -319,11 +263,11 @@ def test_code_points_round_trip(name: str) -> None:
 @pytest.mark.parametrize("name", sorted(UNSUPPORTED))
 def test_unsupported_tokenizer_models_are_load_errors(name: str) -> None:
     with pytest.raises(LoadError, match=f"unsupported tokenizer model {UNSUPPORTED[name]}"):
-        Tokenizer.from_gguf_metadata(_metadata(name))
-    assert "error" not in _ref(name)  # llama.cpp itself loads them
+        Tokenizer.from_gguf_metadata(vocab_metadata(name))
+    assert "error" not in reference(name)  # llama.cpp itself loads them
 
 
 def test_unknown_pre_tokenizer_on_a_real_vocabulary_is_a_load_error() -> None:
-    meta = {**_metadata("qwen2"), "tokenizer.ggml.pre": "qwen-next-year"}
+    meta = {**vocab_metadata("qwen2"), "tokenizer.ggml.pre": "qwen-next-year"}
     with pytest.raises(LoadError, match="unsupported pre-tokenizer 'qwen-next-year'"):
         Tokenizer.from_gguf_metadata(meta)
