@@ -45,6 +45,7 @@ VOCABS = (
     "deepseek-coder",
     "deepseek-llm",
     "falcon",
+    "gemma-4",  # tokenizer model "gemma4"
     "gpt-2",
     "gpt-neox",  # no pre-tokenizer name: "default"
     "llama-bpe",
@@ -55,11 +56,10 @@ VOCABS = (
     "qwen35",  # pre-tokenizer "qwen35"
     "refact",
     "starcoder",
-    # Tokenizer models oxillama does not build (LoadError): WordPiece,
-    # Unigram, Gemma-4's BPE.
+    # Tokenizer models oxillama does not build (LoadError): WordPiece and
+    # Unigram.
     "bert-bge",
     "nomic-bert-moe",
-    "gemma-4",
 )
 
 STAMP = ".complete"

@@ -36,6 +36,7 @@ SUPPORTED = (
     "deepseek-coder",
     "deepseek-llm",
     "falcon",
+    "gemma-4",
     "gpt-2",
     "gpt-neox",
     "llama-bpe",
@@ -48,11 +49,14 @@ SUPPORTED = (
     "starcoder",
 )
 #: Tokenizer models we do not build, with the name the error must give.
-UNSUPPORTED = {"bert-bge": "'bert'", "nomic-bert-moe": "'t5'", "gemma-4": "'gemma4'"}
+UNSUPPORTED = {"bert-bge": "'bert'", "nomic-bert-moe": "'t5'"}
 SPM = ("baichuan", "llama-spm", "phi-3")
 #: Vocabularies whose llama.cpp detokenizer drops the space before ``?!.,``
 #: (its clean_spaces, on for these pre-tokenizers; we keep the text as is).
-CLEANS_SPACES = ("aquila", "falcon", "gpt-2", "gpt-neox", "llama-bpe", "mpt", "refact", "starcoder")
+CLEANS_SPACES = (
+    *("aquila", "falcon", "gemma-4", "gpt-2", "gpt-neox"),
+    *("llama-bpe", "mpt", "refact", "starcoder"),
+)
 
 
 @functools.cache

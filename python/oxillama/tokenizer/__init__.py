@@ -1,5 +1,5 @@
-"""Tokenizers built from GGUF metadata (byte-level BPE and SentencePiece),
-token for token equal to llama.cpp's."""
+"""Tokenizers built from GGUF metadata (byte-level BPE, SentencePiece and
+Gemma 4's SentencePiece-style BPE), token for token equal to llama.cpp's."""
 
 from .gguf_vocab import GgufVocab, TokenAttr, TokenType
 from .pretokenizers import PRETOKENIZERS, PreTokenizer, pretokenizer

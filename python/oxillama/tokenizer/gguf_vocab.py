@@ -169,7 +169,7 @@ _ID_KEYS: dict[str, tuple[str, ...]] = {
 }
 
 #: Tokenizer models we build: GGUF name -> kind.
-MODELS = {"gpt2": "bpe", "llama": "spm"}
+MODELS = {"gpt2": "bpe", "llama": "spm", "gemma4": "spm_bpe"}
 
 
 @dataclass(frozen=True)
@@ -194,7 +194,9 @@ class GgufVocab:
 
     @property
     def kind(self) -> str:
-        """``"bpe"`` (byte-level BPE) or ``"spm"`` (SentencePiece)."""
+        """``"bpe"`` (byte-level BPE), ``"spm"`` (SentencePiece) or
+        ``"spm_bpe"`` (BPE merges over raw UTF-8 with SentencePiece's ``▁``
+        and byte tokens: Gemma 4)."""
         return MODELS[self.model]
 
     @property
@@ -247,7 +249,8 @@ class GgufVocab:
         if model not in MODELS:
             raise LoadError(
                 f"unsupported tokenizer model {model!r} (tokenizer.ggml.model); "
-                "supported: gpt2 (byte-level BPE), llama (SentencePiece)"
+                "supported: gpt2 (byte-level BPE), llama (SentencePiece), "
+                "gemma4 (SentencePiece-style BPE)"
             )
         kind = MODELS[model]
         raw_tokens = get("tokens")
@@ -275,14 +278,20 @@ class GgufVocab:
         )
 
         merges = get("merges")
-        if kind == "bpe" and merges is None:
-            raise LoadError("byte-level BPE vocabulary has no tokenizer.ggml.merges")
+        if kind != "spm" and merges is None:
+            raise LoadError(f"{model!r} BPE vocabulary has no tokenizer.ggml.merges")
 
         pre_name = str(get("pre") or "default")
         if kind == "bpe":
             pre = pretokenizer(pre_name)  # raises LoadError for unknown names
             special: dict[str, int | None] = {"bos": 11, "eos": 11}
             add_bos, add_space_prefix = pre.add_bos, False
+        elif kind == "spm_bpe":
+            # llama.cpp ignores the file's pre-tokenizer name here and has no
+            # default special ids.
+            pre_name = "gemma4"
+            special = {}
+            add_bos, add_space_prefix = True, False
         else:
             pre_name = "default"  # SPM has no pre-tokenizer
             special = {"bos": 1, "eos": 2, "unk": 0}
@@ -306,6 +315,8 @@ class GgufVocab:
         add_bos = flag("add_bos_token", add_bos)
         add_eos = flag("add_eos_token", add_eos)
         add_space_prefix = flag("add_space_prefix", add_space_prefix)
+        if kind == "spm_bpe":
+            add_bos = True  # llama.cpp overrides a false add_bos_token for Gemma 4
         if add_bos and special.get("bos") is None:
             raise LoadError("tokenizer.ggml.add_bos_token is true but there is no BOS token")
         if add_eos and special.get("eos") is None:

@@ -18,6 +18,7 @@ from ..errors import LoadError, OxiLlamaError, ParameterError, TokenizeError
 from .bpe import DROPPED, UNICODE_TO_BYTE, bpe_piece, build_bpe
 from .gguf_vocab import A_BYTE, A_NORMAL, A_SPECIAL, A_USER_DEFINED, EOG_TEXTS, GgufVocab
 from .spm import SPACE, build_spm, byte_token_value, spm_piece
+from .spm_bpe import build_spm_bpe
 
 __all__ = ["Tokenizer"]
 
@@ -97,7 +98,8 @@ class Tokenizer:
     @classmethod
     def _from_gguf(cls, metadata: Mapping[str, Any]) -> Tokenizer:
         v = GgufVocab.from_metadata(metadata)
-        hf = build_bpe(v) if v.kind == "bpe" else build_spm(v)
+        builders = {"bpe": build_bpe, "spm": build_spm, "spm_bpe": build_spm_bpe}
+        hf = builders[v.kind](v)
         # Control tokens are "special" (split as text when parse_special is
         # off); user-defined ones are always matched whole.
         control = v.control_ids()
@@ -334,7 +336,7 @@ def _set_post_processor(hf: HFTokenizer, v: GgufVocab) -> None:
 
 def _gguf_piece(token: str, attr: int, kind: str) -> bytes:
     """A token's bytes as llama.cpp's token_to_piece (special=true) gives them."""
-    if kind == "spm":
+    if kind in ("spm", "spm_bpe"):
         return spm_piece(token, attr)
     if attr & (A_SPECIAL | A_USER_DEFINED):
         return token.encode()

@@ -1,0 +1,35 @@
+"""BPE over raw UTF-8 with SentencePiece's conventions (GGUF model
+``gemma4``) as a HuggingFace tokenizer.
+
+Unlike byte-level BPE there is no GPT-2 byte alphabet: the merges join
+Unicode characters, spaces are ``▁`` (U+2581) and a piece without a token
+becomes ``<0xXX>`` byte tokens. llama.cpp splits the text only at runs of
+newlines (a run that is itself a token stays whole; plain BPE merges
+produce those same tokens) and adds no space prefix.
+"""
+
+from __future__ import annotations
+
+from tokenizers import Regex, Tokenizer, decoders, models, normalizers, pre_tokenizers
+
+from .bpe import check_merges, split_merges
+from .gguf_vocab import GgufVocab
+from .spm import SPACE
+
+__all__ = ["build_spm_bpe"]
+
+
+def build_spm_bpe(v: GgufVocab) -> Tokenizer:
+    """The model, normalizer, pre-tokenizer and decoder; special tokens are
+    added by the caller."""
+    assert v.merges is not None  # checked by GgufVocab
+    vocab = {tok: i for i, tok in enumerate(v.tokens)}
+    merges = split_merges(v.merges)
+    check_merges(merges, vocab)
+    tok = Tokenizer(models.BPE(vocab=vocab, merges=merges, byte_fallback=True, fuse_unk=False))
+    tok.normalizer = normalizers.Replace(" ", SPACE)
+    tok.pre_tokenizer = pre_tokenizers.Split(Regex("\n+"), behavior="isolated")
+    tok.decoder = decoders.Sequence(
+        [decoders.Replace(SPACE, " "), decoders.ByteFallback(), decoders.Fuse()]
+    )
+    return tok
