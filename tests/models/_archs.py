@@ -1,0 +1,576 @@
+"""What each fixture holds: its metadata and tensors, in the conventions of
+llama.cpp's converter and loader for that ``general.architecture``, with the
+architecture's special features switched on.
+
+Weight matrices are N(0, gain^2 / ne0), so a unit-RMS input gives outputs of
+RMS ``gain``. Logits have a standard deviation of about 3, so the softmax is
+far from uniform over the ~300 tokens. The residual branches (attention
+output, FFN down, SSM out) are amplified so the layers, not the token's own
+embedding, dominate the final hidden state: with tied embeddings a dominant
+embedding would make every position predict its own input token."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+import gguf
+import numpy as np
+from gguf import MODEL_TENSOR as T
+
+from tests.models._vocab import VOCAB
+
+N_EMBD = 256
+N_VOCAB = len(VOCAB.tokens)
+QK_GAIN = 1.5  # q and k: attention scores with a standard deviation of ~2
+OUT_GAIN = 3.0  # logits with a standard deviation of ~3
+RES_GAIN = 3.0  # attention output, FFN down and SSM out
+POST_NORM = 3.0  # post-attention / post-FFN norm weights: the branch scale
+# A tied embedding is small, like real ones; the output norm's weights
+# (OUT_GAIN / (16 * TIED_EMBD_STD)) then give the logits their spread.
+TIED_EMBD_STD = 1 / 32
+TIED_OUT_NORM = OUT_GAIN / (math.sqrt(N_EMBD) * TIED_EMBD_STD)
+
+
+def tn(kind: T, bid: int | None = None, suffix: str = "weight") -> str:
+    base = gguf.TENSOR_NAMES[kind].format(bid=bid)
+    return f"{base}.{suffix}" if suffix else base
+
+
+@dataclass
+class Tensor:
+    name: str
+    data: np.ndarray  # float32, numpy order: (..., ne1, ne0)
+    matrix: bool  # takes a format from the cycle; otherwise stays F32
+
+
+@dataclass
+class Builder:
+    rng: np.random.Generator
+    tensors: list[Tensor] = field(default_factory=list)
+
+    def mat(self, name: str, ne0: int, ne1: int, gain: float = 1.0) -> None:
+        w = self.rng.standard_normal((ne1, ne0)) * (gain / math.sqrt(ne0))
+        self.tensors.append(Tensor(name, w.astype(np.float32), True))
+
+    def mat3(self, name: str, ne0: int, ne1: int, ne2: int, gain: float = 1.0) -> None:
+        """A stack of ``ne2`` matrices (the experts of a MoE layer)."""
+        w = self.rng.standard_normal((ne2, ne1, ne0)) * (gain / math.sqrt(ne0))
+        self.tensors.append(Tensor(name, w.astype(np.float32), True))
+
+    def norm(self, name: str, shape: tuple[int, ...], around: float = 1.0) -> None:
+        """Norm weights: ``around`` plus noise, so a missed or misplaced norm
+        shows."""
+        w = around + 0.1 * self.rng.standard_normal(shape)
+        self.tensors.append(Tensor(name, w.astype(np.float32), False))
+
+    def bias(self, name: str, n: int, std: float = 0.1) -> None:
+        self.tensors.append(
+            Tensor(name, (std * self.rng.standard_normal(n)).astype(np.float32), False)
+        )
+
+    def const(self, name: str, data: np.ndarray) -> None:
+        self.tensors.append(Tensor(name, data.astype(np.float32), False))
+
+
+@dataclass(frozen=True)
+class Fixture:
+    name: str
+    arch: str
+    build: Callable[[gguf.GGUFWriter, Builder], None]
+    features: str
+    # One reference per context size; the first is the main one.
+    n_ctx: tuple[int, ...] = (256,)
+
+
+def hparams(
+    w: gguf.GGUFWriter,
+    n_layer: int,
+    n_head: int,
+    n_head_kv: int,
+    n_ff: int,
+    *,
+    rms_eps: float | None = 1e-5,
+    ln_eps: float | None = None,
+    ctx: int = 2048,
+    rope_base: float | None = 10000.0,
+    head_dim: int | None = None,
+) -> None:
+    """The keys nearly every converter writes."""
+    w.add_context_length(ctx)
+    w.add_embedding_length(N_EMBD)
+    w.add_block_count(n_layer)
+    w.add_feed_forward_length(n_ff)
+    w.add_head_count(n_head)
+    w.add_head_count_kv(n_head_kv)
+    if rms_eps is not None:
+        w.add_layer_norm_rms_eps(rms_eps)
+    if ln_eps is not None:
+        w.add_layer_norm_eps(ln_eps)
+    if rope_base is not None:
+        w.add_rope_freq_base(rope_base)
+    if head_dim is not None:
+        w.add_key_length(head_dim)
+        w.add_value_length(head_dim)
+
+
+def embeddings(b: Builder, *, tied: bool, std: float = TIED_EMBD_STD) -> None:
+    """token_embd: unit RMS rows, or ``std`` when it is also the output
+    matrix (tied)."""
+    b.mat(tn(T.TOKEN_EMBD), N_EMBD, N_VOCAB, (std if tied else 1.0) * math.sqrt(N_EMBD))
+
+
+def head(b: Builder, *, tied: bool, bias: bool = False, norm: float = TIED_OUT_NORM) -> None:
+    b.norm(tn(T.OUTPUT_NORM), (N_EMBD,), around=norm if tied else 1.0)
+    if bias:
+        b.bias(tn(T.OUTPUT_NORM, suffix="bias"), N_EMBD)
+    if not tied:
+        b.mat(tn(T.OUTPUT), N_EMBD, N_VOCAB, OUT_GAIN)
+
+
+def attention(
+    b: Builder,
+    i: int,
+    n_head: int,
+    n_kv: int,
+    hd: int,
+    *,
+    qkv_bias: float = 0.0,
+    out_bias: bool = False,
+    fused: bool = False,
+) -> None:
+    q, kv = n_head * hd, n_kv * hd
+    if fused:
+        b.mat(tn(T.ATTN_QKV, i), N_EMBD, q + 2 * kv, QK_GAIN)
+    else:
+        b.mat(tn(T.ATTN_Q, i), N_EMBD, q, QK_GAIN)
+        b.mat(tn(T.ATTN_K, i), N_EMBD, kv, QK_GAIN)
+        b.mat(tn(T.ATTN_V, i), N_EMBD, kv)
+    if qkv_bias:
+        b.bias(tn(T.ATTN_Q, i, "bias"), q, qkv_bias)
+        b.bias(tn(T.ATTN_K, i, "bias"), kv, qkv_bias)
+        # A v bias reaches every position unchanged: a large one would
+        # push every prediction towards the same few tokens.
+        b.bias(tn(T.ATTN_V, i, "bias"), kv, qkv_bias / 5)
+    b.mat(tn(T.ATTN_OUT, i), q, N_EMBD, RES_GAIN)
+    if out_bias:
+        b.bias(tn(T.ATTN_OUT, i, "bias"), N_EMBD)
+
+
+def gated_ffn(b: Builder, i: int, n_ff: int) -> None:
+    b.mat(tn(T.FFN_GATE, i), N_EMBD, n_ff)
+    b.mat(tn(T.FFN_UP, i), N_EMBD, n_ff)
+    b.mat(tn(T.FFN_DOWN, i), n_ff, N_EMBD, RES_GAIN)
+
+
+def llama3_rope_factors(
+    base: float, dim: int, factor: float, low: float, high: float, old_ctx: int
+) -> np.ndarray:
+    """Llama-3 ``rope_freqs``: each frequency's divisor, 1 for short
+    wavelengths, ``factor`` for long ones, interpolated between."""
+    out = []
+    for j in range(dim // 2):
+        wavelen = 2 * math.pi * base ** (2 * j / dim)
+        if wavelen < old_ctx / high:
+            out.append(1.0)
+        elif wavelen > old_ctx / low:
+            out.append(factor)
+        else:
+            smooth = (old_ctx / wavelen - low) / (high - low)
+            out.append(1 / ((1 - smooth) / factor + smooth))
+    return np.array(out)
+
+
+# --- the architectures -------------------------------------------------------
+
+
+def llama(w: gguf.GGUFWriter, b: Builder) -> None:
+    n_layer, n_head, n_kv, n_ff, base = 2, 8, 2, 128, 500000.0
+    hd = N_EMBD // n_head
+    hparams(w, n_layer, n_head, n_kv, n_ff, rope_base=base)
+    w.add_vocab_size(N_VOCAB)
+    w.add_rope_dimension_count(hd)
+    w.add_rope_scaling_type(gguf.RopeScalingType.LINEAR)
+    w.add_rope_scaling_factor(2.0)
+    embeddings(b, tied=False)
+    # Llama 3 frequency factors with an original context short enough that
+    # they bite within the test sequence.
+    b.const(tn(T.ROPE_FREQS), llama3_rope_factors(base, hd, 8.0, 1.0, 4.0, 64))
+    for i in range(n_layer):
+        b.norm(tn(T.ATTN_NORM, i), (N_EMBD,))
+        attention(b, i, n_head, n_kv, hd)
+        b.norm(tn(T.FFN_NORM, i), (N_EMBD,))
+        gated_ffn(b, i, n_ff)
+    head(b, tied=False)
+
+
+def mistral3(w: gguf.GGUFWriter, b: Builder) -> None:
+    n_layer, n_head, n_kv, n_ff, hd = 2, 4, 2, 128, 32
+    hparams(w, n_layer, n_head, n_kv, n_ff, rope_base=1e6, head_dim=hd)
+    w.add_vocab_size(N_VOCAB)
+    w.add_rope_dimension_count(hd)
+    w.add_rope_scaling_type(gguf.RopeScalingType.YARN)
+    w.add_rope_scaling_factor(4.0)
+    w.add_rope_scaling_orig_ctx_len(16)
+    w.add_rope_scaling_yarn_beta_fast(16.0)
+    w.add_rope_scaling_yarn_beta_slow(2.0)
+    w.add_rope_scaling_yarn_log_mul(0.707)
+    w.add_attn_temperature_scale(0.1)
+    embeddings(b, tied=False)
+    for i in range(n_layer):
+        b.norm(tn(T.ATTN_NORM, i), (N_EMBD,))
+        attention(b, i, n_head, n_kv, hd)
+        b.norm(tn(T.FFN_NORM, i), (N_EMBD,))
+        gated_ffn(b, i, n_ff)
+    head(b, tied=False)
+
+
+def qwen2(w: gguf.GGUFWriter, b: Builder) -> None:
+    n_layer, n_head, n_kv, n_ff = 2, 8, 2, 128
+    hparams(w, n_layer, n_head, n_kv, n_ff, rms_eps=1e-6, rope_base=1e6)
+    w.add_rope_scaling_type(gguf.RopeScalingType.YARN)
+    w.add_rope_scaling_factor(4.0)
+    w.add_rope_scaling_orig_ctx_len(32)
+    embeddings(b, tied=True)
+    for i in range(n_layer):
+        b.norm(tn(T.ATTN_NORM, i), (N_EMBD,))
+        attention(b, i, n_head, n_kv, N_EMBD // n_head, qkv_bias=0.5)
+        b.norm(tn(T.FFN_NORM, i), (N_EMBD,))
+        gated_ffn(b, i, n_ff)
+    head(b, tied=True)
+
+
+def qwen3(w: gguf.GGUFWriter, b: Builder) -> None:
+    n_layer, n_head, n_kv, n_ff, hd = 2, 4, 2, 128, 32
+    hparams(w, n_layer, n_head, n_kv, n_ff, rms_eps=1e-6, rope_base=1e6, head_dim=hd)
+    embeddings(b, tied=True)
+    for i in range(n_layer):
+        b.norm(tn(T.ATTN_NORM, i), (N_EMBD,))
+        attention(b, i, n_head, n_kv, hd)
+        # Per-head norms reset q and k to unit RMS; weights above 1 keep
+        # the attention peaked.
+        b.norm(tn(T.ATTN_Q_NORM, i), (hd,), around=1.5)
+        b.norm(tn(T.ATTN_K_NORM, i), (hd,), around=1.5)
+        b.norm(tn(T.FFN_NORM, i), (N_EMBD,))
+        gated_ffn(b, i, n_ff)
+    head(b, tied=True)
+
+
+def gemma_norm(b: Builder, name: str, around: float = 1.0) -> None:
+    """Gemma's RMSNorm multiplies by (1 + w); the converter stores 1 + w, so
+    the file holds the plain multiplier."""
+    b.norm(name, (N_EMBD,), around=around)
+
+
+def gemma(w: gguf.GGUFWriter, b: Builder) -> None:
+    n_layer, n_head, n_kv, n_ff, hd = 2, 4, 1, 128, 32
+    hparams(w, n_layer, n_head, n_kv, n_ff, rms_eps=1e-6, head_dim=hd)
+    # The input is scaled by sqrt(n_embd) = 16: a tied embedding half the
+    # usual size enters the residual at RMS 0.25.
+    embeddings(b, tied=True, std=TIED_EMBD_STD / 2)
+    for i in range(n_layer):
+        gemma_norm(b, tn(T.ATTN_NORM, i))
+        attention(b, i, n_head, n_kv, hd)
+        gemma_norm(b, tn(T.FFN_NORM, i))
+        gated_ffn(b, i, n_ff)
+    gemma_norm(b, tn(T.OUTPUT_NORM), 2 * TIED_OUT_NORM)
+
+
+def gemma2(w: gguf.GGUFWriter, b: Builder) -> None:
+    n_layer, n_head, n_kv, n_ff, hd = 2, 4, 2, 128, 32
+    hparams(w, n_layer, n_head, n_kv, n_ff, rms_eps=1e-6, head_dim=hd)
+    w.add_attn_logit_softcapping(4.0)
+    w.add_final_logit_softcapping(15.0)
+    w.add_sliding_window(8)
+    embeddings(b, tied=True)
+    for i in range(n_layer):
+        gemma_norm(b, tn(T.ATTN_NORM, i))
+        attention(b, i, n_head, n_kv, hd)
+        gemma_norm(b, tn(T.ATTN_POST_NORM, i), POST_NORM)
+        gemma_norm(b, tn(T.FFN_NORM, i))
+        gated_ffn(b, i, n_ff)
+        gemma_norm(b, tn(T.FFN_POST_NORM, i), POST_NORM)
+    # Raw logits twice as wide as elsewhere: the final softcap squeezes the
+    # top ones and the softmax stays peaked.
+    gemma_norm(b, tn(T.OUTPUT_NORM), 2 * TIED_OUT_NORM)
+
+
+def gemma3(w: gguf.GGUFWriter, b: Builder) -> None:
+    n_layer, n_head, n_kv, n_ff, hd = 3, 4, 1, 128, 32
+    hparams(w, n_layer, n_head, n_kv, n_ff, rms_eps=1e-6, rope_base=1e6, head_dim=hd)
+    w.add_rope_freq_base_swa(10000.0)
+    w.add_rope_scaling_type(gguf.RopeScalingType.LINEAR)
+    w.add_rope_scaling_factor(8.0)
+    w.add_sliding_window(8)
+    # Every third layer global, so three layers hold both kinds (the
+    # converter leaves the pattern to llama.cpp's default of 6).
+    w.add_sliding_window_pattern(3)
+    embeddings(b, tied=True)
+    for i in range(n_layer):
+        gemma_norm(b, tn(T.ATTN_NORM, i))
+        attention(b, i, n_head, n_kv, hd)
+        b.norm(tn(T.ATTN_Q_NORM, i), (hd,), around=1.5)
+        b.norm(tn(T.ATTN_K_NORM, i), (hd,), around=1.5)
+        gemma_norm(b, tn(T.ATTN_POST_NORM, i), POST_NORM)
+        gemma_norm(b, tn(T.FFN_NORM, i))
+        gated_ffn(b, i, n_ff)
+        gemma_norm(b, tn(T.FFN_POST_NORM, i), POST_NORM)
+    gemma_norm(b, tn(T.OUTPUT_NORM), TIED_OUT_NORM)
+
+
+PHI3_ORIG_CTX = 256
+PHI3_CTX = 1024
+
+
+def phi3(w: gguf.GGUFWriter, b: Builder) -> None:
+    n_layer, n_head, n_kv, n_ff = 2, 8, 2, 128
+    hd = N_EMBD // n_head
+    n_rot = int(0.75 * N_EMBD) // n_head  # partial_rotary_factor 0.75, as Phi-4-mini
+    hparams(w, n_layer, n_head, n_kv, n_ff, ctx=PHI3_CTX)
+    w.add_rope_scaling_orig_ctx_len(PHI3_ORIG_CTX)
+    w.add_rope_dimension_count(n_rot)
+    scale = PHI3_CTX / PHI3_ORIG_CTX
+    w.add_rope_scaling_attn_factors(math.sqrt(1 + math.log(scale) / math.log(PHI3_ORIG_CTX)))
+    # llama.cpp reads this and then turns sliding windows off for phi3.
+    w.add_sliding_window(16)
+    embeddings(b, tied=False)
+    j = np.arange(n_rot // 2) / (n_rot // 2 - 1)
+    b.const(tn(T.ROPE_FACTORS_LONG), np.exp(j * math.log(40.0)))
+    b.const(tn(T.ROPE_FACTORS_SHORT), 1.0 + 0.5 * j**2)
+    for i in range(n_layer):
+        b.norm(tn(T.ATTN_NORM, i), (N_EMBD,))
+        attention(b, i, n_head, n_kv, hd, fused=True)
+        b.norm(tn(T.FFN_NORM, i), (N_EMBD,))
+        b.mat(tn(T.FFN_UP, i), N_EMBD, 2 * n_ff)  # gate rows, then up rows
+        b.mat(tn(T.FFN_DOWN, i), n_ff, N_EMBD, RES_GAIN)
+    head(b, tied=False)
+
+
+def command_r(w: gguf.GGUFWriter, b: Builder) -> None:
+    n_layer, n_head, n_kv, n_ff, logit_scale = 2, 8, 2, 128, 0.25
+    hparams(w, n_layer, n_head, n_kv, n_ff, rms_eps=None, ln_eps=1e-5)
+    w.add_logit_scale(logit_scale)
+    embeddings(b, tied=True)
+    for i in range(n_layer):
+        b.norm(tn(T.ATTN_NORM, i), (N_EMBD,))
+        attention(b, i, n_head, n_kv, N_EMBD // n_head)
+        gated_ffn(b, i, n_ff)
+    # Larger output-norm weights make up for the logit scale.
+    head(b, tied=True, norm=TIED_OUT_NORM / logit_scale)
+
+
+def starcoder2(w: gguf.GGUFWriter, b: Builder) -> None:
+    n_layer, n_head, n_kv, n_ff = 2, 8, 2, 256
+    hparams(w, n_layer, n_head, n_kv, n_ff, rms_eps=None, ln_eps=1e-5, rope_base=999999.4)
+    embeddings(b, tied=False)
+    for i in range(n_layer):
+        b.norm(tn(T.ATTN_NORM, i), (N_EMBD,))
+        b.bias(tn(T.ATTN_NORM, i, "bias"), N_EMBD)
+        attention(b, i, n_head, n_kv, N_EMBD // n_head, qkv_bias=0.3, out_bias=True)
+        b.norm(tn(T.FFN_NORM, i), (N_EMBD,))
+        b.bias(tn(T.FFN_NORM, i, "bias"), N_EMBD)
+        b.mat(tn(T.FFN_UP, i), N_EMBD, n_ff)
+        b.bias(tn(T.FFN_UP, i, "bias"), n_ff)
+        b.mat(tn(T.FFN_DOWN, i), n_ff, N_EMBD, RES_GAIN)
+        b.bias(tn(T.FFN_DOWN, i, "bias"), N_EMBD)
+    head(b, tied=False, bias=True)
+
+
+def granite(w: gguf.GGUFWriter, b: Builder) -> None:
+    n_layer, n_head, n_kv, n_ff = 2, 8, 2, 128
+    logit_scale = 2.0
+    hparams(w, n_layer, n_head, n_kv, n_ff, rms_eps=1e-6)
+    w.add_vocab_size(N_VOCAB)
+    w.add_rope_dimension_count(N_EMBD // n_head)
+    w.add_embedding_scale(4.0)
+    w.add_residual_scale(0.5)
+    w.add_attention_scale(0.25)  # default would be 1/sqrt(32) ~ 0.177
+    w.add_logit_scale(logit_scale)  # logits are divided by it
+    embeddings(b, tied=True)
+    for i in range(n_layer):
+        b.norm(tn(T.ATTN_NORM, i), (N_EMBD,))
+        attention(b, i, n_head, n_kv, N_EMBD // n_head)
+        b.norm(tn(T.FFN_NORM, i), (N_EMBD,))
+        gated_ffn(b, i, n_ff)
+    head(b, tied=True, norm=TIED_OUT_NORM * logit_scale)
+
+
+# Mamba-2: d_inner = expand * n_embd with expand 0.5 (small files), four
+# heads of 32 in two groups.
+SSM_D_INNER, SSM_D_STATE, SSM_N_GROUP, SSM_HEAD_DIM, SSM_D_CONV = 128, 16, 2, 32, 4
+
+
+def mamba2(w: gguf.GGUFWriter, b: Builder) -> None:
+    n_layer = 2
+    n_head = SSM_D_INNER // SSM_HEAD_DIM
+    conv_dim = SSM_D_INNER + 2 * SSM_N_GROUP * SSM_D_STATE
+    d_in_proj = SSM_D_INNER + conv_dim + n_head  # z, xBC, dt
+    w.add_context_length(1 << 20)
+    w.add_embedding_length(N_EMBD)
+    w.add_feed_forward_length(0)
+    w.add_head_count(0)
+    w.add_block_count(n_layer)
+    w.add_ssm_conv_kernel(SSM_D_CONV)
+    w.add_ssm_inner_size(SSM_D_INNER)
+    w.add_ssm_state_size(SSM_D_STATE)
+    w.add_ssm_time_step_rank(n_head)
+    w.add_ssm_group_count(SSM_N_GROUP)
+    w.add_layer_norm_rms_eps(1e-5)
+    embeddings(b, tied=False)
+    r = b.rng
+    for i in range(n_layer):
+        b.norm(tn(T.ATTN_NORM, i), (N_EMBD,))
+        b.mat(tn(T.SSM_IN, i), N_EMBD, d_in_proj)
+        b.const(tn(T.SSM_CONV1D, i), 0.4 * r.standard_normal((conv_dim, SSM_D_CONV)))
+        b.bias(tn(T.SSM_CONV1D, i, "bias"), conv_dim)
+        # dt = softplus(dt_proj + dt_bias) between 0.05 and 0.5; A = -exp(A_log)
+        # in [-8, -1]: the state forgets over a few tokens, not instantly.
+        dt = np.exp(r.uniform(math.log(0.05), math.log(0.5), n_head))
+        b.const(tn(T.SSM_DT, i, "bias"), np.log(np.expm1(dt)))
+        b.const(tn(T.SSM_A, i, ""), -r.uniform(1.0, 8.0, (n_head, 1)))
+        b.const(tn(T.SSM_D, i, ""), 1.0 + 0.1 * r.standard_normal((n_head, 1)))
+        b.norm(tn(T.SSM_NORM, i), (SSM_N_GROUP, SSM_D_INNER // SSM_N_GROUP))
+        b.mat(tn(T.SSM_OUT, i), SSM_D_INNER, N_EMBD, RES_GAIN)
+    head(b, tied=False)
+
+
+def olmo2(w: gguf.GGUFWriter, b: Builder) -> None:
+    n_layer, n_head, n_kv, n_ff = 2, 8, 2, 128
+    hd = N_EMBD // n_head
+    hparams(w, n_layer, n_head, n_kv, n_ff, rms_eps=1e-6, rope_base=500000.0)
+    embeddings(b, tied=False)
+    for i in range(n_layer):
+        attention(b, i, n_head, n_kv, hd)
+        # Norms over all heads at once, with no pre-norm: the post-norms
+        # set the scale.
+        b.norm(tn(T.ATTN_Q_NORM, i), (n_head * hd,), around=1.5)
+        b.norm(tn(T.ATTN_K_NORM, i), (n_kv * hd,), around=1.5)
+        b.norm(tn(T.ATTN_POST_NORM, i), (N_EMBD,), around=POST_NORM)
+        gated_ffn(b, i, n_ff)
+        b.norm(tn(T.FFN_POST_NORM, i), (N_EMBD,), around=POST_NORM)
+    head(b, tied=False)
+
+
+def qwen3moe(w: gguf.GGUFWriter, b: Builder) -> None:
+    n_layer, n_head, n_kv, hd = 2, 4, 2, 32
+    n_expert, n_used, n_ff_exp = 4, 2, 64
+    hparams(w, n_layer, n_head, n_kv, n_ff_exp * n_used, rms_eps=1e-6, rope_base=1e6, head_dim=hd)
+    w.add_expert_count(n_expert)
+    w.add_expert_used_count(n_used)
+    w.add_expert_feed_forward_length(n_ff_exp)
+    embeddings(b, tied=False)
+    for i in range(n_layer):
+        b.norm(tn(T.ATTN_NORM, i), (N_EMBD,))
+        attention(b, i, n_head, n_kv, hd)
+        b.norm(tn(T.ATTN_Q_NORM, i), (hd,), around=1.5)
+        b.norm(tn(T.ATTN_K_NORM, i), (hd,), around=1.5)
+        b.norm(tn(T.FFN_NORM, i), (N_EMBD,))
+        # A router with a wide spread, so the top-2 choice is clear-cut.
+        b.mat(tn(T.FFN_GATE_INP, i), N_EMBD, n_expert, 3.0)
+        b.mat3(tn(T.FFN_GATE_EXP, i), N_EMBD, n_ff_exp, n_expert)
+        b.mat3(tn(T.FFN_UP_EXP, i), N_EMBD, n_ff_exp, n_expert)
+        b.mat3(tn(T.FFN_DOWN_EXP, i), n_ff_exp, N_EMBD, n_expert, RES_GAIN)
+    head(b, tied=False)
+
+
+FIXTURES: dict[str, Fixture] = {
+    f.name: f
+    for f in (
+        Fixture(
+            "llama",
+            "llama",
+            llama,
+            "GQA 8/2; linear rope scaling x2 plus Llama-3 rope_freqs factors; "
+            "untied output. Partial rotary is refused by llama.cpp for llama",
+        ),
+        Fixture(
+            "mistral3",
+            "mistral3",
+            mistral3,
+            "GQA 4/2, head_dim 32 != 256/4; YaRN x4 from 16 tokens with beta_fast 16, "
+            "beta_slow 2, yarn_log_multiplier 0.707; Llama-4 attention temperature 0.1",
+        ),
+        Fixture(
+            "qwen2",
+            "qwen2",
+            qwen2,
+            "GQA 8/2; q/k/v biases; YaRN x4 from 32 tokens; tied output",
+        ),
+        Fixture(
+            "qwen3",
+            "qwen3",
+            qwen3,
+            "GQA 4/2, head_dim 32 != 256/4; per-head q/k RMSNorm; tied output",
+        ),
+        Fixture(
+            "gemma",
+            "gemma",
+            gemma,
+            "MQA 4/1, head_dim 32; embedding x sqrt(n_embd); GeGLU; norms stored as 1+w",
+        ),
+        Fixture(
+            "gemma2",
+            "gemma2",
+            gemma2,
+            "GQA 4/2, head_dim 32 (q scaled by 1/sqrt(32)); attention softcap 4, final "
+            "softcap 15; sliding window 8 on layer 0, global layer 1; post-attention and "
+            "post-FFN norms; GeGLU",
+        ),
+        Fixture(
+            "gemma3",
+            "gemma3",
+            gemma3,
+            "3 layers: sliding window 8 on layers 0-1 (rope base 1e4), global layer 2 "
+            "(rope base 1e6, linear x8); per-head q/k norms; post-norms; MQA 4/1",
+        ),
+        Fixture(
+            "phi3",
+            "phi3",
+            phi3,
+            "fused attn_qkv; fused gate|up in ffn_up; partial rotary 24 of 32; LongRoPE "
+            "short/long factors with original context 256 and attn_factor; sliding_window "
+            "16 in the metadata (llama.cpp disables it)",
+            n_ctx=(256, 512),
+        ),
+        Fixture(
+            "command-r",
+            "command-r",
+            command_r,
+            "LayerNorm (no bias); parallel attention + FFN; logit_scale 0.25; tied output",
+        ),
+        Fixture(
+            "starcoder2",
+            "starcoder2",
+            starcoder2,
+            "LayerNorm with bias; GELU MLP (up/down); biases on q/k/v/o/up/down and the "
+            "output norm",
+        ),
+        Fixture(
+            "granite",
+            "granite",
+            granite,
+            "embedding_scale 4, residual_scale 0.5, attention.scale 0.25, logit_scale 2; "
+            "tied output",
+        ),
+        Fixture(
+            "mamba2",
+            "mamba2",
+            mamba2,
+            "d_inner 128, d_state 16, 2 groups, 4 heads of 32, conv kernel 4; gated "
+            "grouped RMSNorm",
+        ),
+        Fixture(
+            "olmo2",
+            "olmo2",
+            olmo2,
+            "no pre-norms; q/k RMSNorm over all heads; post-attention and post-FFN norms",
+        ),
+        Fixture(
+            "qwen3moe",
+            "qwen3moe",
+            qwen3moe,
+            "4 experts, top-2 with renormalised softmax weights; per-head q/k norms",
+        ),
+    )
+}
