@@ -41,17 +41,32 @@ def test_architecture_is_read_from_metadata(gemma: Engine) -> None:
 
 
 def test_greedy_continuations_match_llama_cpp(gemma: Engine) -> None:
+    """Teacher-forced along llama.cpp's greedy path: at every step our
+    argmax is llama.cpp's token, or the two are a near tie in our logits.
+    (Counting whole free-running continuations instead measured luck: one
+    near tie early in a continuation makes the rest of it differ.)"""
     cases: list[dict[str, Any]] = json.loads((REF / "greedy_gemma3.json").read_text())
     assert len(cases) >= 8
-    matches = 0
+    steps = agree = 0
     for c in cases:
         gemma.reset()
         assert gemma.tokenize(c["prompt"], add_special=True) == c["prompt_ids"]
-        out = gemma.generate(list(c["prompt_ids"]), 16, ignore_eos=True).tokens
-        matches += out == c["greedy_ids"][:16]
-    # As for SmolLM2: divergences happen only at near-ties of the two
-    # engines' rounding; most continuations must be identical.
-    assert matches >= 6, f"{matches} of {len(cases)} greedy continuations match llama.cpp"
+        want = list(c["greedy_ids"][:16])
+        ids = list(c["prompt_ids"]) + want
+        logits = np.asarray(gemma.eval(ids, all_logits=True)).reshape(len(ids), -1)
+        n0 = len(c["prompt_ids"])
+        for k, tok in enumerate(want):
+            row = logits[n0 - 1 + k]
+            steps += 1
+            if int(row.argmax()) == tok:
+                agree += 1
+                continue
+            margin = float(row.max() - row[tok])
+            assert margin < 0.5, (
+                f"case {c['prompt']!r} step {k}: llama.cpp's token is {margin} below ours"
+            )
+    # Measured: 156 of 160 steps agree; the 4 others are ties within 0.25.
+    assert agree >= 0.95 * steps, f"{agree} of {steps} greedy steps agree with llama.cpp"
 
 
 def test_batched_and_one_token_paths_agree(gemma: Engine) -> None:

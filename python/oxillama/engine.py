@@ -347,7 +347,7 @@ class Engine:
                 raise GenerateError("empty prompt and empty context: nothing to continue from")
             # After a truncate the last position must be recomputed.
             last = self._tokens[-1]
-            self._session.truncate(self.n_past - 1)
+            self._state.rewind_kv(self.n_past - 1)
             self._tokens.pop()
             self._last_logits = self._session.eval(np.asarray([last], dtype=np.uint32), False)
             self._tokens.append(last)

@@ -208,7 +208,15 @@ class Scheduler:
         self._cv = threading.Condition()
         self._closed = False
         self._metrics = Metrics()
-        self.prefix = PrefixCache(prefix_cache_bytes) if prefix_cache_bytes > 0 else None
+        # A recurrent model's state cannot be shared up to an arbitrary
+        # block boundary the way KV pages are, so its prefix cache is off
+        # (``metrics()["prefix_cache"]`` says so).
+        self._recurrent = bool(model.config().get("recurrent", False))
+        self.prefix = (
+            PrefixCache(prefix_cache_bytes)
+            if prefix_cache_bytes > 0 and not self._recurrent
+            else None
+        )
         #: Live sessions (busy or idle), by id; guarded by ``_cv``.
         self._convs: dict[int, Conversation] = {}
         self._jobs: collections.deque[tuple[Callable[[], Any], concurrent.futures.Future[Any]]]
@@ -404,10 +412,17 @@ class Scheduler:
 
     def _prefix_metrics(self) -> dict[str, float | int]:
         p = self.prefix
+        # Numbers only, so they export as gauges; `recurrent_model` says why
+        # the cache is off when it is.
+        flags: dict[str, float | int] = {
+            "prefix_cache_enabled": int(p is not None),
+            "recurrent_model": int(self._recurrent),
+        }
         if p is None:
-            return {}
+            return flags
         looked = p.hits + p.misses
         return {
+            **flags,
             "prefix_cache_hits": p.hits,
             "prefix_cache_misses": p.misses,
             "prefix_cache_hit_rate": p.hits / looked if looked else 0.0,
@@ -795,8 +810,8 @@ class Scheduler:
                     raise GenerateError("empty prompt and empty context: nothing to continue from")
                 # After a truncate the last position is evaluated again (the
                 # sampler has seen it already).
+                st.rewind_kv(st.n_past - 1)
                 last = st.tokens.pop()
-                st.kv.truncate(st.n_past - 1)
                 prompt, s.seen = [last], 1
         s.prompt = prompt
         s.fed = 0

@@ -104,10 +104,27 @@ class SessionState:
         """Keeps the first ``n`` positions (``n`` at most ``n_past``, not
         hibernated). The logits of position n-1 are gone, so the next step
         must evaluate, and a grammar cannot resume."""
-        self.kv.truncate(n)
+        self.rewind_kv(n)
         del self.tokens[n:]
         self.set_logits(None)
         self.grammar = None
+
+    def rewind_kv(self, n: int) -> None:
+        """Moves the session back to position ``n`` (``self.tokens`` still
+        holds the tokens up to the old position). A recurrent model keeps its
+        state only at some positions: it goes back to the nearest one at or
+        before ``n`` and evaluates the tokens in between again, which gives
+        the same state, since a forward pass is deterministic."""
+        kv = self.kv
+        if kv.can_truncate(n):
+            kv.truncate(n)
+            return
+        k = n
+        while k > 0 and not kv.can_truncate(k):
+            k -= 1
+        kv.truncate(k)
+        if n > k:
+            kv.eval(np.asarray(self.tokens[k:n], dtype=np.uint32), False)
 
     @property
     def n_past(self) -> int:

@@ -83,6 +83,9 @@ pub struct ModelConfig {
     /// Recurrent (Mamba-2) models: the state a session carries instead of
     /// keys and values.
     pub ssm: Option<SsmConfig>,
+    /// Llama-4 style attention temperature: queries at position `p` are
+    /// multiplied by `ln(floor(p / floor) + 1) * scale + 1`.
+    pub attn_temp: Option<(f32, usize)>,
 }
 
 /// Typed access to `<arch>.<key>` metadata, with errors naming the key.
@@ -251,6 +254,7 @@ impl ModelConfig {
             embed_mul: None,
             residual_mul: 1.0,
             ssm: None,
+            attn_temp: None,
         })
     }
 
@@ -299,6 +303,27 @@ impl ModelConfig {
         Ok(())
     }
 
+    /// YaRN's beta and log-multiplier keys, for the architectures whose
+    /// llama.cpp loader reads them.
+    pub fn read_yarn_extras(&mut self, m: &Meta<'_>) -> Result<()> {
+        if let RopeScaling::Yarn {
+            beta_fast,
+            beta_slow,
+            log_mul,
+            ..
+        } = &mut self.rope_scaling
+        {
+            *beta_fast = m
+                .opt_f("rope.scaling.yarn_beta_fast")?
+                .unwrap_or(*beta_fast);
+            *beta_slow = m
+                .opt_f("rope.scaling.yarn_beta_slow")?
+                .unwrap_or(*beta_slow);
+            *log_mul = m.opt_f("rope.scaling.yarn_log_multiplier")?.unwrap_or(0.0);
+        }
+        Ok(())
+    }
+
     /// Layers that keep keys and values (none in a recurrent model).
     pub fn kv_layers(&self) -> usize {
         if self.ssm.is_some() {
@@ -340,9 +365,12 @@ fn rope_scaling(m: &Meta<'_>, n_ctx_train: usize) -> Result<RopeScaling> {
             original_ctx: m
                 .opt_u("rope.scaling.original_context_length")?
                 .unwrap_or(n_ctx_train) as u32,
-            beta_fast: m.opt_f("rope.scaling.yarn_beta_fast")?.unwrap_or(32.0),
-            beta_slow: m.opt_f("rope.scaling.yarn_beta_slow")?.unwrap_or(1.0),
+            // llama.cpp reads the beta and log-multiplier keys only for
+            // some architectures (see `read_yarn_extras`).
+            beta_fast: 32.0,
+            beta_slow: 1.0,
             attn_factor: m.opt_f("rope.scaling.attn_factor")?.unwrap_or(1.0),
+            log_mul: 0.0,
         },
         other => {
             return Err(Error::load(format!(

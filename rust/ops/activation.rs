@@ -6,6 +6,7 @@
 
 use crate::ops::exp::exp;
 use crate::threadpool::{SharedMut, ThreadPool};
+use half::f16;
 
 /// Elements below which one thread does the whole product: a dispatch
 /// costs more than it saves.
@@ -79,23 +80,48 @@ mod avx2 {
     }
 }
 
-/// GELU, tanh approximation.
+/// GELU, tanh approximation, in f32 as ggml writes it.
 fn gelu_tanh(x: f32) -> f32 {
     const SQRT_2_OVER_PI: f32 = 0.797_884_6;
-    let t = (SQRT_2_OVER_PI * (x + 0.044_715 * x * x * x)).tanh();
-    0.5 * x * (1.0 + t)
+    const COEF_A: f32 = 0.044_715;
+    0.5 * x * (1.0 + (SQRT_2_OVER_PI * x * (1.0 + COEF_A * x * x)).tanh())
 }
 
-/// `gate = gelu_tanh(gate) * up`, in place (GeGLU, used by Gemma).
-pub fn geglu(gate: &mut [f32], up: &[f32]) {
-    for (g, &u) in gate.iter_mut().zip(up) {
-        *g = gelu_tanh(*g) * u;
+/// GELU of every f16 value, rounded to f16: ggml evaluates GELU by
+/// rounding its input to f16 and looking it up here, so we do the same to
+/// compute the same function.
+fn gelu_table() -> &'static [u16] {
+    static TABLE: std::sync::OnceLock<Vec<u16>> = std::sync::OnceLock::new();
+    TABLE.get_or_init(|| {
+        (0..=u16::MAX)
+            .map(|b| f16::from_f32(gelu_tanh(f16::from_bits(b).to_f32())).to_bits())
+            .collect()
+    })
+}
+
+/// GELU through the f16 table, linear above 10 and zero below -10.
+fn gelu_lookup(table: &[u16], x: f32) -> f32 {
+    if x <= -10.0 {
+        0.0
+    } else if x >= 10.0 {
+        x
+    } else {
+        f16::from_bits(table[f16::from_f32(x).to_bits() as usize]).to_f32()
     }
 }
 
-/// `x = gelu_tanh(x)`, in place (the ungated MLP of StarCoder2).
+/// `gate = gelu(gate) * up`, in place (GeGLU, used by Gemma).
+pub fn geglu(gate: &mut [f32], up: &[f32]) {
+    let t = gelu_table();
+    for (g, &u) in gate.iter_mut().zip(up) {
+        *g = gelu_lookup(t, *g) * u;
+    }
+}
+
+/// `x = gelu(x)`, in place (the ungated MLP of StarCoder2).
 pub fn gelu(x: &mut [f32]) {
-    x.iter_mut().for_each(|v| *v = gelu_tanh(*v));
+    let t = gelu_table();
+    x.iter_mut().for_each(|v| *v = gelu_lookup(t, *v));
 }
 
 #[cfg(test)]
@@ -132,6 +158,26 @@ mod tests {
                 );
             }
         }
+    }
+
+    #[test]
+    fn gelu_is_the_tanh_approximation_at_f16_resolution() {
+        for i in -400..=400 {
+            let x = i as f32 * 0.03;
+            let mut y = [x];
+            gelu(&mut y);
+            let xf = x as f64;
+            let want = 0.5 * xf * (1.0 + (0.797_884_560_8 * (xf + 0.044_715 * xf.powi(3))).tanh());
+            // The input and the result are rounded to f16.
+            assert!(
+                (y[0] as f64 - want).abs() <= 2e-3 * (1.0 + want.abs()),
+                "{x}: {} {want}",
+                y[0]
+            );
+        }
+        let (mut a, up) = ([12.0f32, -12.0], [2.0f32, 3.0]);
+        geglu(&mut a, &up);
+        assert_eq!(a, [24.0, 0.0]);
     }
 
     #[test]

@@ -22,6 +22,9 @@ pub enum RopeScaling {
         beta_fast: f32,
         beta_slow: f32,
         attn_factor: f32,
+        /// `rope.scaling.yarn_log_multiplier` (0 when absent): divides the
+        /// magnitude correction by `1 + 0.1 log_mul ln(factor)`.
+        log_mul: f32,
     },
 }
 
@@ -56,6 +59,7 @@ impl Rope {
                 beta_fast,
                 beta_slow,
                 attn_factor,
+                log_mul,
             } => {
                 let fs = 1.0 / factor.max(1e-6);
                 let corr = |n_rot: f32| {
@@ -71,7 +75,10 @@ impl Rope {
                         1.0 - y.clamp(0.0, 1.0)
                     })
                     .collect();
-                let m = attn_factor * (1.0 + 0.1 * (1.0 / fs).ln());
+                let mut m = attn_factor * (1.0 + 0.1 * (1.0 / fs).ln());
+                if log_mul != 0.0 && factor > 1.0 {
+                    m /= 0.1 * log_mul * factor.ln() + 1.0;
+                }
                 (fs, ramp, m)
             }
         };

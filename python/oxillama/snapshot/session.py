@@ -90,12 +90,7 @@ def writers(state: SessionState) -> list[Writer]:
         "fingerprint": model.fingerprint().to_dict(),
         "vocab_size": model.vocab_size,
         "n_past": state.n_past,
-        "kv_layout": {
-            "n_layer": cfg["n_layer"],
-            "n_head_kv": cfg["n_head_kv"],
-            "dim_k": cfg["dim_k"],
-            "dim_v": cfg["dim_v"],
-        },
+        "kv_layout": _kv_layout(cfg),
         "engine": {
             "context_size": kv.n_ctx,
             "threads": kv.threads,
@@ -317,8 +312,26 @@ def restore(
     )
 
 
+def _kv_layout(cfg: dict[str, Any]) -> dict[str, Any]:
+    """What the KV section holds, for readers of the metadata: attention
+    keys and values, or (``"recurrent"``) Mamba-2's convolution and SSM
+    states, all layers, as little-endian f32."""
+    if cfg.get("recurrent"):
+        return {"n_layer": cfg["n_layer"], "recurrent": dict(cfg["ssm"])}
+    return {
+        "n_layer": cfg["n_layer"],
+        "n_head_kv": cfg["n_head_kv"],
+        "dim_k": cfg["dim_k"],
+        "dim_v": cfg["dim_v"],
+    }
+
+
 def _kv_bytes(model: Model, kv_dtype: str, n: int) -> int:
+    """Bytes of the KV section: keys and values of ``n`` positions, or a
+    recurrent model's whole state (the same size at any position)."""
     c = model.config
+    if c.get("recurrent"):
+        return int(c["ssm"]["state_bytes"])
     size = 2 if kv_dtype == "f16" else 4
     return int(c["n_layer"]) * int(c["n_head_kv"]) * n * (int(c["dim_k"]) + int(c["dim_v"])) * size
 

@@ -57,6 +57,8 @@ A_NORMAL = int(TokenAttr.NORMAL)
 A_CONTROL = int(TokenAttr.CONTROL)
 A_USER_DEFINED = int(TokenAttr.USER_DEFINED)
 A_BYTE = int(TokenAttr.BYTE)
+A_LSTRIP = int(TokenAttr.LSTRIP)
+A_RSTRIP = int(TokenAttr.RSTRIP)
 A_SPECIAL = A_CONTROL | A_UNKNOWN
 
 _TYPE_ATTR: dict[int, int] = {
@@ -231,6 +233,11 @@ class GgufVocab:
         control and unknown tokens."""
         return [i for i, a in enumerate(self.attrs) if a & A_SPECIAL]
 
+    def strip_ids(self, attr: int) -> list[int]:
+        """Tokens after (``A_RSTRIP``) or before (``A_LSTRIP``) which
+        llama.cpp drops the ASCII whitespace when it matches them in text."""
+        return [i for i, a in enumerate(self.attrs) if a & attr]
+
     def user_defined_ids(self) -> list[int]:
         """Tokens always matched whole in text, even with special-token
         parsing off (llama.cpp and HF both pre-split on them)."""
@@ -369,6 +376,7 @@ class GgufVocab:
         if "<|tool_response>" in eog_texts and "</s>" in eog_texts:
             eog.discard(ids["</s>"])
             attrs[ids["</s>"]] = A_NORMAL
+        _set_strip_attrs(meta, ids, attrs)
 
         return cls(
             model=model,
@@ -383,3 +391,33 @@ class GgufVocab:
             add_space_prefix=add_space_prefix,
             eog_ids=frozenset(eog),
         )
+
+
+def _set_strip_attrs(meta: Mapping[str, Any], ids: Mapping[str, int], attrs: list[int]) -> None:
+    """llama.cpp's whitespace stripping around some tokens, which no GGUF key
+    records: it decides by the model's name, pre-tokenizer and architecture.
+    Phi-3 drops the whitespace after each special token (so
+    ``"<|user|>\\nHi"`` is ``<|user|>`` then ``Hi``); Jina and ModernBERT
+    drop it before their mask token."""
+    name = str(meta.get("general.name") or "").lower()
+    pre = str(meta.get(PREFIX + "pre") or "")
+    arch = str(meta.get("general.architecture") or "")
+
+    def set_attr(text: str, attr: int, on: bool) -> None:
+        i = ids.get(text)
+        if i is not None:
+            attrs[i] = attrs[i] | attr if on else attrs[i] & ~attr
+
+    if any(k in pre for k in ("jina-v2-de", "jina-v2-es", "jina-v2-code")) or any(
+        k in arch for k in ("nomic-bert-moe", "jina-bert-v3")
+    ):
+        set_attr("<mask>", A_LSTRIP, True)
+    elif "phi-3" in name or "phi3" in name:
+        for i, a in enumerate(attrs):
+            if a & (A_SPECIAL | A_USER_DEFINED):
+                attrs[i] = a | A_RSTRIP
+        set_attr("</s>", A_RSTRIP, True)
+        for text in ("<unk>", "<s>", "<|endoftext|>"):
+            set_attr(text, A_RSTRIP, False)
+    elif "modern-bert" in name:
+        set_attr("[MASK]", A_LSTRIP, True)

@@ -16,9 +16,19 @@ from tokenizers import Tokenizer as HFTokenizer
 
 from ..errors import LoadError, OxiLlamaError, ParameterError, TokenizeError
 from .bpe import DROPPED, UNICODE_TO_BYTE, bpe_piece, build_bpe
-from .gguf_vocab import A_BYTE, A_NORMAL, A_SPECIAL, A_USER_DEFINED, EOG_TEXTS, GgufVocab
+from .gguf_vocab import (
+    A_BYTE,
+    A_LSTRIP,
+    A_NORMAL,
+    A_RSTRIP,
+    A_SPECIAL,
+    A_USER_DEFINED,
+    EOG_TEXTS,
+    GgufVocab,
+)
 from .spm import SPACE, build_spm, byte_token_value, spm_piece
 from .spm_bpe import build_spm_bpe
+from .strip import strip_around
 
 __all__ = ["Tokenizer"]
 
@@ -48,6 +58,8 @@ class Tokenizer:
         pieces: Sequence[bytes],
         special_ids: Iterable[int],
         fragment_ids: Iterable[int] = (),
+        lstrip_ids: Iterable[int] = (),
+        rstrip_ids: Iterable[int] = (),
         eog_ids: Iterable[int],
         bos_id: int | None,
         eos_id: int | None,
@@ -63,6 +75,10 @@ class Tokenizer:
         # Tokens matched whole before the model runs (special and
         # user-defined): text after them starts a new run.
         self._fragments = self._special | frozenset(fragment_ids)
+        # Whitespace llama.cpp drops before / after these tokens (strip.py).
+        self._lstrip = frozenset(lstrip_ids) & self._fragments
+        self._rstrip = frozenset(rstrip_ids) & self._fragments
+        self._strips = self._lstrip | self._rstrip
         self._eog = frozenset(eog_ids)
         self._bos = bos_id
         self._eos = eos_id
@@ -115,6 +131,8 @@ class Tokenizer:
             pieces=pieces,
             special_ids=control,
             fragment_ids=v.user_defined_ids(),
+            lstrip_ids=v.strip_ids(A_LSTRIP),
+            rstrip_ids=v.strip_ids(A_RSTRIP),
             eog_ids=v.eog_ids,
             bos_id=v.bos_id,
             eos_id=v.eos_id,
@@ -263,7 +281,19 @@ class Tokenizer:
         with self._lock:
             self._hf.encode_special_tokens = not parse_special
             try:
-                ids: list[int] = self._hf.encode(text, add_special_tokens=auto).ids
+                enc = self._hf.encode(text, add_special_tokens=auto)
+                if self._strips and not self._strips.isdisjoint(enc.ids):
+                    kept = strip_around(
+                        text,
+                        enc.ids,
+                        enc.offsets,
+                        lstrip=self._lstrip,
+                        rstrip=self._rstrip,
+                        whole=self._fragments,
+                    )
+                    if kept != text:
+                        enc = self._hf.encode(kept, add_special_tokens=auto)
+                ids: list[int] = enc.ids
             finally:
                 self._hf.encode_special_tokens = False
         if self._dropped is not None and self._dropped in ids:

@@ -43,6 +43,32 @@ pub fn load_llama(f: &GgufFile, cfg: &mut ModelConfig) -> Result<Loaded> {
     load(f, cfg, AttnOpts::default())
 }
 
+/// Mistral 3: llama with YaRN's extra keys and, when
+/// `attention.temperature_scale` is set, Llama-4 attention temperature over
+/// blocks of the original context length.
+pub fn load_mistral3(f: &GgufFile, cfg: &mut ModelConfig) -> Result<Loaded> {
+    let m = Meta {
+        f,
+        arch: "mistral3",
+    };
+    cfg.read_yarn_extras(&m)?;
+    if let Some(t) = m
+        .opt_f("attention.temperature_scale")?
+        .filter(|&t| t != 0.0)
+    {
+        let floor = m
+            .opt_u("rope.scaling.original_context_length")?
+            .unwrap_or(cfg.n_ctx_train);
+        if floor == 0 {
+            return Err(crate::Error::load(
+                "mistral3 attention temperature needs a non-zero original context length",
+            ));
+        }
+        cfg.attn_temp = Some((t, floor));
+    }
+    load(f, cfg, AttnOpts::default())
+}
+
 pub fn load_granite(f: &GgufFile, cfg: &mut ModelConfig) -> Result<Loaded> {
     let m = Meta { f, arch: "granite" };
     // llama.cpp treats 0 (or absence) as "no multiplier" for all but the

@@ -113,6 +113,11 @@ pub const ARCHS: &[ArchEntry] = &[
         load: llama::load_llama,
     },
     ArchEntry {
+        name: "mistral3",
+        recurrent: false,
+        load: llama::load_mistral3,
+    },
+    ArchEntry {
         name: "granite",
         recurrent: false,
         load: llama::load_granite,

@@ -168,6 +168,12 @@ impl AttnWeights {
                 let a = &cs[t * rd..(t + 1) * rd];
                 p.rope.apply(&mut s.q[t * qd..(t + 1) * qd], c.dim_k, a);
                 p.rope.apply(&mut s.k[t * kd..(t + 1) * kd], c.dim_k, a);
+                if let Some((scale, floor)) = c.attn_temp {
+                    let pos = p.rows_pos[t] as f64;
+                    let m = ((pos / floor as f64).floor() + 1.0).ln() * scale as f64 + 1.0;
+                    let m = m as f32;
+                    s.q[t * qd..(t + 1) * qd].iter_mut().for_each(|x| *x *= m);
+                }
                 seg.kv.store(
                     il,
                     p.rows_pos[t],
