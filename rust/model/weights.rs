@@ -53,6 +53,46 @@ pub fn matrix(f: &GgufFile, name: &str, cols: usize, rows: Option<usize>) -> Res
     Ok(m)
 }
 
+/// The per-expert matrices of a 3-D `[cols, rows, n_expert]` tensor (each
+/// expert's block of rows lies after the previous one's).
+pub fn expert_matrices(
+    f: &GgufFile,
+    name: &str,
+    cols: usize,
+    rows: usize,
+    n_expert: usize,
+) -> Result<Vec<MatRef>> {
+    let t = f
+        .tensor(name)
+        .ok_or_else(|| Error::load(format!("tensor {name} is missing")))?;
+    if t.dims.len() != 3
+        || t.dims[0] as usize != cols
+        || t.dims[1] as usize != rows
+        || t.dims[2] as usize != n_expert
+        || t.nbytes % n_expert != 0
+    {
+        return Err(Error::load(format!(
+            "tensor {name} has shape {:?}, expected [{cols}, {rows}, {n_expert}]",
+            t.dims
+        )));
+    }
+    let per = t.nbytes / n_expert;
+    let data = f.tensor_data(t);
+    (0..n_expert)
+        .map(|i| {
+            let m = MatRef {
+                ty: t.ty,
+                rows,
+                cols,
+                offset: t.offset + i * per,
+                nbytes: per,
+            };
+            QMatrix::new(m.ty, rows, cols, &data[i * per..(i + 1) * per])?;
+            Ok(m)
+        })
+        .collect()
+}
+
 pub fn vector(f: &GgufFile, name: &str, len: usize) -> Result<Vec<f32>> {
     let t = f
         .tensor(name)

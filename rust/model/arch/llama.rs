@@ -1,10 +1,12 @@
 //! The llama family: llama (and Mistral files, which llama.cpp writes as
 //! `llama`), Granite (four multipliers), Qwen2 (q/k/v biases) and Qwen3
-//! (per-head q/k RMSNorm). Pre-norm attention, then a pre-norm SwiGLU MLP.
+//! (per-head q/k RMSNorm), Qwen3-MoE (Qwen3 with routed experts).
+//! Pre-norm attention, then a pre-norm SwiGLU MLP.
 
 use super::{Arch, Loaded};
 use crate::gguf::GgufFile;
-use crate::model::blocks::ffn::Activation;
+use crate::model::blocks::ffn::{Activation, Ffn};
+use crate::model::blocks::moe::MoeWeights;
 use crate::model::blocks::{residual_add, AttnOpts, AttnWeights, FfnWeights, Norm};
 use crate::model::config::{Meta, ModelConfig, NormKind};
 use crate::model::forward::{fit, Pass, Scratch};
@@ -23,20 +25,55 @@ struct Layer {
     ffn: FfnWeights,
 }
 
-fn load(f: &GgufFile, cfg: &ModelConfig, opts: AttnOpts) -> Result<Loaded> {
+/// Mixture-of-experts shape: experts, experts per token, expert width.
+type Experts = (usize, usize, usize);
+
+fn load_with(
+    f: &GgufFile,
+    cfg: &ModelConfig,
+    opts: AttnOpts,
+    experts: Option<Experts>,
+) -> Result<Loaded> {
     let (e, ff) = (cfg.n_embd, cfg.n_ff);
     let layers = (0..cfg.n_layer)
         .map(|il| {
             let t = Tensors { f, il };
+            let ffn = match experts {
+                Some((n, used, ffe)) => {
+                    FfnWeights(Ffn::Moe(Box::new(MoeWeights::load(&t, e, ffe, n, used)?)))
+                }
+                None => FfnWeights::gated(&t, e, ff, Activation::Silu)?,
+            };
             Ok(Layer {
                 attn_norm: Norm::load(&t, "attn_norm", e, NormKind::Rms, cfg.norm_eps)?,
                 attn: AttnWeights::load(&t, cfg, opts)?,
                 ffn_norm: Norm::load(&t, "ffn_norm", e, NormKind::Rms, cfg.norm_eps)?,
-                ffn: FfnWeights::gated(&t, e, ff, Activation::Silu)?,
+                ffn,
             })
         })
         .collect::<Result<Vec<_>>>()?;
     Ok(Loaded::plain(Arch::Llama(Llama { layers })))
+}
+
+fn load(f: &GgufFile, cfg: &ModelConfig, opts: AttnOpts) -> Result<Loaded> {
+    load_with(f, cfg, opts, None)
+}
+
+/// Qwen3-MoE: Qwen3's attention, routed SwiGLU experts for the MLP.
+pub fn load_qwen3moe(f: &GgufFile, cfg: &mut ModelConfig) -> Result<Loaded> {
+    let m = Meta {
+        f,
+        arch: "qwen3moe",
+    };
+    cfg.rope_order = RopeOrder::Neox;
+    let n_expert = m.u("expert_count")?;
+    let n_used = m.u("expert_used_count")?;
+    let ffe = m.opt_u("expert_feed_forward_length")?.unwrap_or(cfg.n_ff);
+    let opts = AttnOpts {
+        qk_norm: Some(NormKind::Rms),
+        ..AttnOpts::default()
+    };
+    load_with(f, cfg, opts, Some((n_expert, n_used, ffe)))
 }
 
 pub fn load_llama(f: &GgufFile, cfg: &mut ModelConfig) -> Result<Loaded> {

@@ -7,6 +7,7 @@ pub mod command_r;
 pub mod gemma;
 pub mod llama;
 pub mod mamba2;
+pub mod olmo2;
 pub mod phi3;
 pub mod starcoder2;
 
@@ -24,6 +25,7 @@ pub enum Arch {
     CommandR(command_r::CommandR),
     Starcoder2(starcoder2::Starcoder2),
     Mamba2(mamba2::Mamba2),
+    Olmo2(olmo2::Olmo2),
 }
 
 impl Arch {
@@ -35,6 +37,7 @@ impl Arch {
             Arch::CommandR(a) => a.layer(p, s, il),
             Arch::Starcoder2(a) => a.layer(p, s, il),
             Arch::Mamba2(a) => a.layer(p, s, il),
+            Arch::Olmo2(a) => a.layer(p, s, il),
         }
     }
 }
@@ -131,6 +134,16 @@ pub const ARCHS: &[ArchEntry] = &[
         name: "qwen3",
         recurrent: false,
         load: llama::load_qwen3,
+    },
+    ArchEntry {
+        name: "qwen3moe",
+        recurrent: false,
+        load: llama::load_qwen3moe,
+    },
+    ArchEntry {
+        name: "olmo2",
+        recurrent: false,
+        load: olmo2::load,
     },
     ArchEntry {
         name: "gemma",

@@ -29,6 +29,9 @@ pub struct AttnOpts {
     pub qk_norm: Option<NormKind>,
     /// The q/k norms may be absent (Command-R has them only in some sizes).
     pub qk_norm_optional: bool,
+    /// The q/k norms normalize each token's whole projection, not each
+    /// head (OLMo 2).
+    pub qk_norm_whole: bool,
     /// An `attn_output` bias is read when present.
     pub out_bias: bool,
     /// `attn_qkv` when the file has it instead of separate matrices.
@@ -36,6 +39,7 @@ pub struct AttnOpts {
 }
 
 pub struct AttnWeights {
+    whole_qk_norm: bool,
     qkv: Qkv,
     bq: Option<Vec<f32>>,
     bk: Option<Vec<f32>>,
@@ -84,6 +88,9 @@ impl AttnWeights {
         let head_norm = |name: &str, heads: usize| -> Result<Option<Norm>> {
             match opts.qk_norm {
                 Some(_) if opts.qk_norm_optional && !t.has(name) => Ok(None),
+                Some(kind) if opts.qk_norm_whole => {
+                    Norm::load(t, name, cfg.dim_k * heads, kind, cfg.norm_eps).map(Some)
+                }
                 Some(kind) => {
                     // One weight for all heads, or one per head.
                     let len = match t.n_elements(name) {
@@ -96,6 +103,7 @@ impl AttnWeights {
             }
         };
         Ok(AttnWeights {
+            whole_qk_norm: opts.qk_norm_whole,
             qkv,
             bq,
             bk,
@@ -155,11 +163,12 @@ impl AttnWeights {
                 add_bias(buf, b);
             }
         }
-        if let Some(w) = &self.q_norm {
-            w.apply_heads(&mut s.q, c.dim_k);
-        }
-        if let Some(w) = &self.k_norm {
-            w.apply_heads(&mut s.k, c.dim_k);
+        for (w, buf) in [(&self.q_norm, &mut s.q), (&self.k_norm, &mut s.k)] {
+            match w {
+                Some(w) if self.whole_qk_norm => w.apply_inplace(buf),
+                Some(w) => w.apply_heads(buf, c.dim_k),
+                None => {}
+            }
         }
         let cs = if local { &s.cs_local } else { &s.cs };
         let rd = c.rope_dims;

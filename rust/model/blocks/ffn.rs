@@ -2,6 +2,7 @@
 //! gate and up matrices, and the plain two-matrix GELU MLP.
 
 use super::add_bias;
+use super::moe::MoeWeights;
 use crate::model::forward::{fit, Pass, Scratch};
 use crate::model::weights::{MatRef, Tensors};
 use crate::ops::activation::{geglu, gelu, swiglu};
@@ -31,6 +32,8 @@ pub enum Ffn {
         down: MatRef,
         act: Activation,
     },
+    /// Routed experts (Qwen3-MoE).
+    Moe(Box<MoeWeights>),
     /// `down(gelu(up x + b) ) + b` (StarCoder2).
     Plain {
         up: MatRef,
@@ -78,6 +81,7 @@ impl FfnWeights {
             Activation::GeluTanh => geglu(gate, up),
         };
         let down = match &self.0 {
+            Ffn::Moe(m) => return m.forward(p, s),
             Ffn::Gated {
                 gate,
                 up,

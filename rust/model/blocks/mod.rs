@@ -4,6 +4,7 @@
 
 pub mod attention;
 pub mod ffn;
+pub mod moe;
 pub mod norm;
 
 pub use attention::{AttnOpts, AttnWeights};

@@ -1,0 +1,138 @@
+//! A mixture-of-experts MLP (Qwen3-MoE): a router scores every expert per
+//! token, the top `n_used` by softmax probability run (each a SwiGLU MLP),
+//! and their outputs are summed weighted by the renormalized
+//! probabilities, in selection order as llama.cpp sums them.
+
+use crate::model::forward::{fit, Pass, Scratch};
+use crate::model::weights::{expert_matrices, MatRef, Tensors};
+use crate::ops::activation::swiglu;
+use crate::ops::matmul::{matmul, matmul_multi};
+use crate::{Error, Result};
+
+pub struct MoeWeights {
+    router: MatRef,
+    gate: Vec<MatRef>,
+    up: Vec<MatRef>,
+    down: Vec<MatRef>,
+    n_used: usize,
+    ff: usize,
+}
+
+impl MoeWeights {
+    pub fn load(
+        t: &Tensors<'_>,
+        e: usize,
+        ff: usize,
+        n_expert: usize,
+        n_used: usize,
+    ) -> Result<Self> {
+        if n_expert == 0 || n_used == 0 || n_used > n_expert || n_expert > 4096 {
+            return Err(Error::load(format!(
+                "mixture of experts needs 1 <= expert_used_count <= expert_count <= 4096, \
+                 got {n_used} of {n_expert}"
+            )));
+        }
+        Ok(MoeWeights {
+            router: t.matrix("ffn_gate_inp", e, n_expert)?,
+            gate: expert_matrices(t.f, &t.weight_name("ffn_gate_exps"), e, ff, n_expert)?,
+            up: expert_matrices(t.f, &t.weight_name("ffn_up_exps"), e, ff, n_expert)?,
+            down: expert_matrices(t.f, &t.weight_name("ffn_down_exps"), ff, e, n_expert)?,
+            n_used,
+            ff,
+        })
+    }
+
+    /// The experts each token uses and their weights, `n x n_used`.
+    fn route(&self, p: &Pass<'_, '_, '_>, s: &mut Scratch) -> (Vec<usize>, Vec<f32>) {
+        let (n, ne) = (p.n, self.gate.len());
+        let mut logits = vec![0f32; n * ne];
+        matmul(
+            p.pool,
+            self.router.view(p.file),
+            &s.h,
+            n,
+            &mut logits,
+            &mut s.acts,
+        );
+        let mut sel = Vec::with_capacity(n * self.n_used);
+        let mut w = Vec::with_capacity(n * self.n_used);
+        let mut order: Vec<usize> = Vec::with_capacity(ne);
+        for row in logits.chunks_exact_mut(ne) {
+            let max = row.iter().fold(f32::NEG_INFINITY, |m, &x| m.max(x));
+            let mut sum = 0f64;
+            for x in row.iter_mut() {
+                *x = (*x - max).exp();
+                sum += *x as f64;
+            }
+            let inv = (1.0 / sum) as f32;
+            row.iter_mut().for_each(|x| *x *= inv);
+            order.clear();
+            order.extend(0..ne);
+            // Highest probability first; ties keep the lower expert.
+            order.sort_by(|&a, &b| row[b].total_cmp(&row[a]).then(a.cmp(&b)));
+            let top = &order[..self.n_used];
+            let total: f32 = top.iter().map(|&i| row[i]).sum::<f32>().max(6.103_515_6e-5);
+            for &i in top {
+                sel.push(i);
+                w.push(row[i] / total);
+            }
+        }
+        (sel, w)
+    }
+
+    /// `s.h` (`n x n_embd`) through the routed experts into `s.f`.
+    pub fn forward(&self, p: &Pass<'_, '_, '_>, s: &mut Scratch) {
+        let (n, e, k, ff) = (p.n, p.cfg.n_embd, self.n_used, self.ff);
+        let (sel, w) = self.route(p, s);
+        // Each expert runs once over the rows routed to it.
+        let mut outs = vec![0f32; n * k * e];
+        let (mut x, mut g, mut u, mut y) = (Vec::new(), Vec::new(), Vec::new(), Vec::new());
+        for ex in 0..self.gate.len() {
+            let slots: Vec<usize> = (0..n * k).filter(|&i| sel[i] == ex).collect();
+            if slots.is_empty() {
+                continue;
+            }
+            let m = slots.len();
+            x.clear();
+            for &i in &slots {
+                let t = i / k;
+                x.extend_from_slice(&s.h[t * e..(t + 1) * e]);
+            }
+            fit(&mut g, m * ff);
+            fit(&mut u, m * ff);
+            matmul_multi(
+                p.pool,
+                &[self.gate[ex].view(p.file), self.up[ex].view(p.file)],
+                &x,
+                m,
+                &mut [&mut g[..], &mut u[..]],
+                &mut s.acts,
+            );
+            swiglu(p.pool, &mut g, &u);
+            matmul(
+                p.pool,
+                self.down[ex].view(p.file),
+                &g,
+                m,
+                fit(&mut y, m * e),
+                &mut s.acts,
+            );
+            for (r, &i) in slots.iter().enumerate() {
+                let wi = w[i];
+                outs[i * e..(i + 1) * e]
+                    .iter_mut()
+                    .zip(&y[r * e..(r + 1) * e])
+                    .for_each(|(o, &v)| *o = v * wi);
+            }
+        }
+        let f = fit(&mut s.f, n * e);
+        for t in 0..n {
+            let dst = &mut f[t * e..(t + 1) * e];
+            dst.copy_from_slice(&outs[t * k * e..(t * k + 1) * e]);
+            for j in 1..k {
+                let src = &outs[(t * k + j) * e..(t * k + j + 1) * e];
+                dst.iter_mut().zip(src).for_each(|(a, &b)| *a += b);
+            }
+        }
+    }
+}
