@@ -2,7 +2,8 @@
 scripts/fetch_vocabs.py), tokenized by oxillama and by llama.cpp.
 
 For each vocabulary whose tokenizer model and pre-tokenizer we claim, the
-ids of every corpus text (``corpus.TOKEN_TEXTS``, with ``add_special`` and
+ids of every corpus text (``corpus.TOKEN_TEXTS`` and the families' chat
+markup ``corpus.FAMILY_MARKUP``, with ``add_special`` and
 ``parse_special`` on and off) equal llama.cpp's, recorded by
 tests/reference/make_vocab_reference.py in tests/reference/vocabs/. The ids
 llama.cpp ships beside each vocabulary (``.inp``/``.out``, made with HF
@@ -27,7 +28,9 @@ from oxillama.tokenizer.bpe import UNICODE_TO_BYTE
 from oxillama.tokenizer.gguf_vocab import _DETECT, A_NORMAL, GgufVocab
 from oxillama.tokenizer.pretokenizers import PRETOKENIZERS
 from tests._vocab_files import FETCH, reference, vocab_bytes, vocab_metadata
-from tests.reference.corpus import TOKEN_TEXTS
+from tests.reference.corpus import FAMILY_MARKUP, TOKEN_TEXTS
+
+TEXTS = [*TOKEN_TEXTS, *FAMILY_MARKUP]
 
 SUPPORTED = (
     "aquila",
@@ -69,9 +72,7 @@ def test_every_fetched_vocabulary_is_tested() -> None:
     assert not set(SUPPORTED) & set(UNSUPPORTED)
     for name in FETCH.VOCABS:
         records = reference(name).get("records", [])
-        assert [r["text"] for r in records[::4]] == TOKEN_TEXTS, (
-            f"rerun make_vocab_reference.py ({name})"
-        )
+        assert [r["text"] for r in records[::4]] == TEXTS, f"rerun make_vocab_reference.py ({name})"
 
 
 def test_real_vocabularies_cover_our_pre_tokenizers() -> None:
@@ -104,7 +105,7 @@ def test_token_ids_equal_llama_cpp(name: str) -> None:
         if got != r["ids"]:
             bad.append((r["text"], r["add_special"], r["parse_special"], got, r["ids"]))
     assert not bad, f"{len(bad)}/{len(records)} differ, e.g. {bad[:3]}"
-    assert len(records) == 4 * len(TOKEN_TEXTS)
+    assert len(records) == 4 * len(TEXTS)
 
 
 #: llama.cpp ships no .inp/.out beside these.
@@ -203,18 +204,22 @@ def test_token_pieces_equal_llama_cpp(name: str) -> None:
 
 @pytest.mark.parametrize("name", SUPPORTED)
 def test_decode_round_trips_and_differs_from_llama_cpp_only_by_spaces(name: str) -> None:
-    """Our decode gives the text back. llama.cpp's llama_detokenize does
-    not always: SentencePiece vocabularies keep the space added after BOS
-    and control tokens; the CLEANS_SPACES vocabularies drop a space before
-    ``?!.,``. Everything else is equal."""
+    """Our decode gives the corpus text back. llama.cpp's llama_detokenize
+    does not always: SentencePiece vocabularies keep the space added after
+    BOS and control tokens; the CLEANS_SPACES vocabularies drop a space
+    before ``?!.,``. Everything else is equal. (The families' markup does
+    not always round trip, in llama.cpp either: Phi-3 drops whitespace after
+    its special tokens, SentencePiece reads a ``▁`` in the text as a space,
+    falcon has no token for the byte 0x0B.)"""
     tok = _tokenizer(name)
     equal = 0
     for r in reference(name)["records"]:
         ids, text = r["ids"], r["text"]
         ours, plain = tok.decode(ids), tok.decode(ids, skip_special=True)
-        if not r["parse_special"]:
+        corpus = text in TOKEN_TEXTS
+        if corpus and not r["parse_special"]:
             assert plain == text
-        elif not r["add_special"]:
+        elif corpus and not r["add_special"]:
             assert ours == text
         for mine, theirs in ((ours, r["detok"]), (plain, r["detok_plain"])):
             if mine == theirs:
@@ -225,7 +230,7 @@ def test_decode_round_trips_and_differs_from_llama_cpp_only_by_spaces(name: str)
                 assert len(theirs) > len(mine)
             else:
                 assert name in CLEANS_SPACES and len(theirs) < len(mine)
-    assert equal >= len(TOKEN_TEXTS)
+    assert equal >= len(TEXTS)
 
 
 @pytest.mark.parametrize("name", SUPPORTED)

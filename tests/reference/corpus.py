@@ -54,6 +54,25 @@ TOKEN_TEXTS = [
     "\ufeffBOM at the start",
 ]
 
+# Chat and fill-in-the-middle markup of the families whose vocabularies
+# tests/reference/vocabs/ checks (make_vocab_reference.py tokenizes these
+# after TOKEN_TEXTS), with the whitespace llama.cpp strips around Phi-3's
+# special tokens.
+FAMILY_MARKUP = [
+    "<|user|>\nHello<|end|>\n<|assistant|>\nHi there<|end|>\n",
+    "<|system|>\u3000 sys \xa0<|end|>\x0b<|user|>\t\r\n x</s> \n<s> <unk> y <|endoftext|> z",
+    "<|start_header_id|>user<|end_header_id|>\n\nHi<|eot_id|>"
+    "<|start_header_id|>assistant<|end_header_id|>\n\n",
+    "<|START_OF_TURN_TOKEN|><|USER_TOKEN|>Hi<|END_OF_TURN_TOKEN|>"
+    "<|START_OF_TURN_TOKEN|><|CHATBOT_TOKEN|>",
+    "<s>[INST] Hi [/INST] Hello</s>[INST] again [/INST]",
+    "<|start_of_role|>user<|end_of_role|>Hi<|end_of_text|>\n<|start_of_role|>assistant<|end_of_role|>",
+    "<fim_prefix>def f(x):\n    <fim_suffix>\n    return y<fim_middle>",
+    "<|fim_prefix|>a<|fim_suffix|>b<|fim_middle|><|endoftext|>",
+    "<|turn>user\nHi<turn|>\n<|turn>model\n<|channel>thought<channel|>",
+    "<\uff5cbegin\u2581of\u2581sentence\uff5c>User: Hi\n\nAssistant:",
+]
+
 PARAGRAPH = (
     "The history of computing is a story of abstraction layered upon abstraction. "
     "Early machines were programmed by rewiring their circuits; later, stored programs "

@@ -314,7 +314,10 @@ class Tokenizer:
         before the text at the start and after every special token; decoding
         removes exactly those, so ``decode(encode(text)) == text``.
         (llama.cpp's detokenizer removes only the first, and none after a
-        BOS.)
+        BOS.) Encoding loses what llama.cpp's tokenizer loses too: the
+        whitespace after Phi-3's special tokens, bytes a byte-level
+        vocabulary has no token for, and a ``▁`` typed in SentencePiece text,
+        which decodes as a space.
         """
         toks = [int(t) for t in ids]
         n = len(self._pieces)
