@@ -49,6 +49,17 @@ def matcher_for(
     return (constraint, matcher), matcher
 
 
+def cut_to_kept(kv: _native.Session, n: int) -> int:
+    """Truncates ``kv`` to ``n`` positions, or, for a recurrent model that
+    kept no state there, to the nearest earlier position it kept; returns
+    the position reached (the caller evaluates the tokens after it)."""
+    k = n
+    while k > 0 and not kv.can_truncate(k):
+        k -= 1
+    kv.truncate(k)
+    return k
+
+
 def kept_prefix(held: list[int], wanted: list[int]) -> int:
     """How many leading tokens of a rendered chat (``wanted``) a context
     holding ``held`` keeps: their common prefix, leaving at least one token
@@ -115,16 +126,9 @@ class SessionState:
         state only at some positions: it goes back to the nearest one at or
         before ``n`` and evaluates the tokens in between again, which gives
         the same state, since a forward pass is deterministic."""
-        kv = self.kv
-        if kv.can_truncate(n):
-            kv.truncate(n)
-            return
-        k = n
-        while k > 0 and not kv.can_truncate(k):
-            k -= 1
-        kv.truncate(k)
+        k = cut_to_kept(self.kv, n)
         if n > k:
-            kv.eval(np.asarray(self.tokens[k:n], dtype=np.uint32), False)
+            self.kv.eval(np.asarray(self.tokens[k:n], dtype=np.uint32), False)
 
     @property
     def n_past(self) -> int:

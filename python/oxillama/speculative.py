@@ -50,6 +50,7 @@ from .errors import GenerateError, OxiLlamaError, ParameterError
 from .grammar import Grammar
 from .grammar import constraint as _constraint
 from .sampling import SamplerConfig
+from .session_state import cut_to_kept
 
 __all__ = ["SpeculativeEngine", "SpeculativeStats"]
 
@@ -118,6 +119,14 @@ class SpeculativeEngine:
         if not isinstance(num_speculative, int) or not 1 <= num_speculative <= 32:
             raise ParameterError(f"num_speculative must be in 1..32, got {num_speculative!r}")
         _check_vocab(target, draft)
+        if async_draft and draft.config.get("recurrent"):
+            # The look-ahead thread continues the draft's state past a
+            # position it may have to give back; a recurrent state cannot
+            # be cut there without evaluating again.
+            raise ParameterError(
+                "async_draft needs an attention draft model; "
+                f"{draft.arch!r} is recurrent (use async_draft=False)"
+            )
         self._adopt(target, draft, num_speculative, seed, async_draft)
         self.reset()
 
@@ -321,7 +330,7 @@ class SpeculativeEngine:
         if m is not None:
             m.rollback(len(drafts))
         new, accepted = self._verify(n0, drafts, qs, masks, cfg, greedy)
-        self._d.truncate(min(self._d.n_past, n0 + 1 + accepted))
+        cut_to_kept(self._d, min(self._d.n_past, n0 + 1 + accepted))
         return new
 
     # ------------------------------------------------------ async drafting
@@ -340,14 +349,14 @@ class SpeculativeEngine:
         if la is not None and la.base == len(self._tokens) and la.drafts:
             drafts, qs = la.drafts[:k], la.qs[:k]
             # The draft evaluated all but the last look-ahead draft.
-            self._d.truncate(min(self._d.n_past, n0 + len(drafts)))
+            cut_to_kept(self._d, min(self._d.n_past, n0 + len(drafts)))
             self.stats.ahead_used += 1
         else:
             if la is not None:
                 # Not reachable through the public API (a look-ahead is
                 # dropped whenever the tokens change otherwise); if it is,
                 # the draft's cache is rebuilt rather than trusted.
-                self._d.truncate(0)
+                cut_to_kept(self._d, 0)
             drafts, qs = self._draft_now(k, rid, cfg, greedy)
         cancel = threading.Event()
         job = self._pool().submit(self._look_ahead, n0, drafts, k, rid + 1, cfg, greedy, cancel)
@@ -365,7 +374,7 @@ class SpeculativeEngine:
         else:
             if ahead is not None or cancel.is_set():
                 self.stats.ahead_cancelled += 1
-            self._d.truncate(min(self._d.n_past, n0 + 1 + accepted))
+            cut_to_kept(self._d, min(self._d.n_past, n0 + 1 + accepted))
         return new
 
     def _draft_now(
@@ -455,7 +464,7 @@ class SpeculativeEngine:
         later gives the same ones."""
         if self._lookahead is not None:
             self._lookahead = None
-            self._d.truncate(min(self._d.n_past, max(len(self._tokens) - 1, 0)))
+            cut_to_kept(self._d, min(self._d.n_past, max(len(self._tokens) - 1, 0)))
 
     def _verify(
         self,
@@ -516,7 +525,7 @@ class SpeculativeEngine:
         if accepted < k:
             self.stats.rejected += 1
         # Roll back to the accepted prefix: pending + accepted drafts.
-        self._t.truncate(n0 + 1 + accepted)
+        cut_to_kept(self._t, n0 + 1 + accepted)
         return new, accepted
 
     def _run(
@@ -631,12 +640,12 @@ class SpeculativeEngine:
     def _trim_to(self, n_tokens: int) -> None:
         keep = max(n_tokens - 1, 0)
         if self._t.n_past > keep:
-            self._t.truncate(keep)
+            cut_to_kept(self._t, keep)
         la = self._lookahead
         if la is not None and la.base != n_tokens:
             self._lookahead = None
         if self._d.n_past > keep and self._lookahead is None:
-            self._d.truncate(keep)
+            cut_to_kept(self._d, keep)
         self._sync()
 
     def _sync(self) -> None:

@@ -97,6 +97,9 @@ impl RecurrentState {
     }
 }
 
+/// Bytes of checkpoints one session may keep.
+const CHECKPOINT_BUDGET: usize = 256 << 20;
+
 /// A recurrent session's state and the checkpoints it can roll back to.
 #[derive(Clone)]
 pub struct Recurrent {
@@ -109,10 +112,15 @@ pub struct Recurrent {
 
 impl Recurrent {
     pub fn new(shape: SsmConfig, n_layer: usize) -> Result<Self> {
+        let state = RecurrentState::new(shape, n_layer)?;
+        // Enough for a speculative round of 32 drafts, within a memory
+        // budget: a large model's state is hundreds of MB, and rewinding
+        // further than the kept positions evaluates tokens again instead.
+        let fit = CHECKPOINT_BUDGET / state.export_len().max(1);
         Ok(Recurrent {
-            state: RecurrentState::new(shape, n_layer)?,
+            state,
             checkpoints: VecDeque::new(),
-            max_checkpoints: 16,
+            max_checkpoints: fit.clamp(2, 40),
         })
     }
 
