@@ -122,7 +122,7 @@ def test_every_key_at_every_edge_value(arch: str) -> None:
 )
 def test_random_values_load_or_fail_typed(arch: str, which: int, value: bytes) -> None:
     keys = _scalar_keys(arch)
-    key, at, size = keys[which % len(keys)]
+    _key, at, size = keys[which % len(keys)]
     data = bytearray(_image(arch))
     data[at : at + size] = value[:size]
     _load_and_run(bytes(data))
