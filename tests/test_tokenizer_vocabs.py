@@ -2,9 +2,9 @@
 scripts/fetch_vocabs.py), tokenized by oxillama and by llama.cpp.
 
 For each vocabulary whose tokenizer model and pre-tokenizer we claim, the
-ids of every corpus text (``corpus.TOKEN_TEXTS`` and the families' chat
-markup ``corpus.FAMILY_MARKUP``, with ``add_special`` and
-``parse_special`` on and off) equal llama.cpp's, recorded by
+ids of every corpus text (``corpus.TOKEN_TEXTS``, the families' chat markup
+``corpus.FAMILY_MARKUP`` and ``corpus.UNICODE_SPACES``, with ``add_special``
+and ``parse_special`` on and off) equal llama.cpp's, recorded by
 tests/reference/make_vocab_reference.py in tests/reference/vocabs/. The ids
 llama.cpp ships beside each vocabulary (``.inp``/``.out``, made with HF
 tokenizers) are a second check. Vocabularies we do not build must stay a
@@ -28,9 +28,9 @@ from oxillama.tokenizer.bpe import UNICODE_TO_BYTE
 from oxillama.tokenizer.gguf_vocab import _DETECT, A_NORMAL, GgufVocab
 from oxillama.tokenizer.pretokenizers import PRETOKENIZERS
 from tests._vocab_files import FETCH, reference, vocab_bytes, vocab_metadata
-from tests.reference.corpus import FAMILY_MARKUP, TOKEN_TEXTS
+from tests.reference.corpus import FAMILY_MARKUP, TOKEN_TEXTS, UNICODE_SPACES
 
-TEXTS = [*TOKEN_TEXTS, *FAMILY_MARKUP]
+TEXTS = [*TOKEN_TEXTS, *FAMILY_MARKUP, *UNICODE_SPACES]
 
 SUPPORTED = (
     "aquila",

@@ -73,6 +73,14 @@ FAMILY_MARKUP = [
     "<\uff5cbegin\u2581of\u2581sentence\uff5c>User: Hi\n\nAssistant:",
 ]
 
+# Every Unicode space next to CJK text and CJK punctuation: llama.cpp's
+# explicit character ranges (deepseek's) never match a non-ASCII space.
+UNICODE_SPACES = [
+    " \t\u3000中文 \u3000。\u3001 \t\u3000x - \t\u30000",
+    "a\u1680b\u2000c\u2001d\u2002e\u2003f\u2004g\u2005h\u2006i\u2007j\u2008k\u2009l\u200am",
+    "文\u2028字\u2029行\u202f中\u205f间\xa0\x85가\u3000\u3000\u3000",
+]
+
 PARAGRAPH = (
     "The history of computing is a story of abstraction layered upon abstraction. "
     "Early machines were programmed by rewiring their circuits; later, stored programs "

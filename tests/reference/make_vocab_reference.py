@@ -13,8 +13,8 @@ One file per vocabulary, ``tests/reference/vocabs/<name>.json``:
 - ``facts``: BOS/EOS/EOT, add_bos/add_eos, end-of-generation ids, hashes
   of the control-token ids and of every token's bytes (as in
   ``vocab_<model>.json``, by make_reference.vocab_facts)
-- ``records``: for every text of ``corpus.TOKEN_TEXTS`` and
-  ``corpus.FAMILY_MARKUP``, with
+- ``records``: for every text of ``corpus.TOKEN_TEXTS``,
+  ``corpus.FAMILY_MARKUP`` and ``corpus.UNICODE_SPACES``, with
   ``add_special`` and ``parse_special`` on and off, ``Llama.tokenize``'s ids
   and ``llama_detokenize`` of those ids twice: rendering control tokens
   (``detok``) and leaving them out (``detok_plain``), BOS/EOS kept
@@ -38,7 +38,7 @@ ROOT = HERE.parent.parent
 OUT = HERE / "vocabs"
 sys.path.insert(0, str(ROOT))
 
-from tests.reference.corpus import FAMILY_MARKUP, TOKEN_TEXTS  # noqa: E402
+from tests.reference.corpus import FAMILY_MARKUP, TOKEN_TEXTS, UNICODE_SPACES  # noqa: E402
 from tests.reference.make_reference import vocab_facts  # noqa: E402
 
 
@@ -79,7 +79,7 @@ def reference(path: Path) -> dict[str, Any]:
         return out
     out["facts"] = vocab_facts(llm)
     records = []
-    for text in [*TOKEN_TEXTS, *FAMILY_MARKUP]:
+    for text in [*TOKEN_TEXTS, *FAMILY_MARKUP, *UNICODE_SPACES]:
         for add_special in (False, True):
             for parse_special in (True, False):
                 ids = [

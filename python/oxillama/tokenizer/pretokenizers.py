@@ -68,7 +68,10 @@ _DEEPSEEK_LETTERS = (
     "\U000104d8-\U000104fb\U00010c80-\U00010cb2\U00010cc0-\U00010cf2"
     "\U000118a0-\U000118df\U0001e900-\U0001e943"
 )
-_CJK = "[\u4e00-\u9fa5\u0800-\u4e00\uac00-\ud7ff]+"
+# llama.cpp matches the regexes that use no \p{...} class against the text
+# with every non-ASCII space (U+3000, U+2000-U+200A...) turned into "\v", so
+# its explicit ranges never match such a space: ``&&\S`` takes them out here.
+_CJK = "[\u4e00-\u9fa5\u0800-\u4e00\uac00-\ud7ff&&\\S]+"
 _PORO = " ?[^(\\s|.,!?\u2026\u3002\uff0c\u3001\u0964\u06d4\u060c)]+"
 
 
@@ -169,7 +172,7 @@ PRETOKENIZERS: dict[str, PreTokenizer] = {
         (
             "[\r\n]",
             "\\s?[" + _DEEPSEEK_LETTERS + "]+",
-            "\\s?[!-/:-~\uff01-\uff0f\uff1a-\uff5e\u2018-\u201f\u3000-\u3002]+",
+            "\\s?[!-/:-~\uff01-\uff0f\uff1a-\uff5e\u2018-\u201f\u3000-\u3002&&\\S]+",
             r"\s+$",
             _CJK,
             r"\p{N}+",
