@@ -324,7 +324,8 @@ PHI3_CTX = 1024
 
 
 def phi3(w: gguf.GGUFWriter, b: Builder) -> None:
-    n_layer, n_head, n_kv, n_ff = 2, 8, 2, 128
+    # Three layers: fused matrices leave 4 a layer, and 14 hold all 13 formats.
+    n_layer, n_head, n_kv, n_ff = 3, 8, 2, 128
     hd = N_EMBD // n_head
     n_rot = int(0.75 * N_EMBD) // n_head  # partial_rotary_factor 0.75, as Phi-4-mini
     hparams(w, n_layer, n_head, n_kv, n_ff, ctx=PHI3_CTX)
@@ -402,7 +403,9 @@ SSM_D_INNER, SSM_D_STATE, SSM_N_GROUP, SSM_HEAD_DIM, SSM_D_CONV = 128, 16, 2, 32
 
 
 def mamba2(w: gguf.GGUFWriter, b: Builder) -> None:
-    n_layer = 2
+    # Six layers: with 2 matrices a layer (and only ssm_in wide enough for the
+    # K-quants), that is what it takes to hold all 13 formats.
+    n_layer = 6
     n_head = SSM_D_INNER // SSM_HEAD_DIM
     conv_dim = SSM_D_INNER + 2 * SSM_N_GROUP * SSM_D_STATE
     d_in_proj = SSM_D_INNER + conv_dim + n_head  # z, xBC, dt

@@ -17,6 +17,7 @@ import hashlib
 import json
 import platform
 import sys
+import tempfile
 import time
 import zlib
 from importlib.metadata import version
@@ -31,6 +32,7 @@ if __package__ in (None, ""):  # run as a file rather than with -m
     sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from tests.models._archs import FIXTURES, Builder, Fixture
+from tests.models._rewrite import rewrite_f32
 from tests.models._vocab import VOCAB
 from tests.models._weights import FORMATS, assign_formats, best_start, encode
 
@@ -101,9 +103,11 @@ def arch_metadata(path: Path, arch: str) -> dict[str, Any]:
     return out
 
 
-def llama(path: Path, n_ctx: int, n_batch: int) -> Any:
+def llama(path: Path, n_ctx: int, n_batch: int, kv_f32: bool = False) -> Any:
+    import llama_cpp
     from llama_cpp import Llama
 
+    kv_type = llama_cpp.GGML_TYPE_F32 if kv_f32 else llama_cpp.GGML_TYPE_F16
     return Llama(
         str(path),
         n_ctx=n_ctx,
@@ -114,6 +118,8 @@ def llama(path: Path, n_ctx: int, n_batch: int) -> Any:
         logits_all=True,
         seed=SEED,
         flash_attn=False,
+        type_k=kv_type,
+        type_v=kv_type,
         # llama-cpp-python's own defaults (1.0, 32.0, 1.0) would override
         # the file's YaRN values; -1 means "from the GGUF", as in llama.cpp.
         yarn_attn_factor=-1.0,
@@ -123,18 +129,20 @@ def llama(path: Path, n_ctx: int, n_batch: int) -> Any:
     )
 
 
-def teacher_forced(path: Path, n_ctx: int, tokens: list[int], n_batch: int) -> np.ndarray:
+def teacher_forced(
+    path: Path, n_ctx: int, tokens: list[int], n_batch: int, kv_f32: bool = False
+) -> np.ndarray:
     """Logits at every position; ``n_batch`` 1 evaluates one token at a time."""
-    llm = llama(path, n_ctx, n_batch)
+    llm = llama(path, n_ctx, n_batch, kv_f32)
     llm.eval(tokens)
     out = np.array(llm.scores[: len(tokens)], dtype=np.float32)
     del llm
     return out
 
 
-def greedy(path: Path, n_ctx: int, prompt: list[int]) -> list[int]:
+def greedy(path: Path, n_ctx: int, prompt: list[int], kv_f32: bool = False) -> list[int]:
     """Argmax continuation, one token per evaluation, no sampler chain."""
-    llm = llama(path, n_ctx, 1)
+    llm = llama(path, n_ctx, 1, kv_f32)
     llm.eval(prompt)
     out: list[int] = []
     for _ in range(GREEDY_LEN):
@@ -169,6 +177,14 @@ def write_reference(fx: Fixture, formats: dict[str, str], n_ctx_index: int) -> d
     single = teacher_forced(path, n_ctx, tokens, 1)
     prompt = tokens[:PROMPT_LEN]
     cont = greedy(path, n_ctx, prompt)
+    # The all-F32 rewrite with an F32 KV cache: no quantized activations
+    # anywhere, so the sharp check of the architecture's semantics.
+    with tempfile.TemporaryDirectory() as tmp:
+        f32_path = Path(tmp) / "f32.gguf"
+        f32_sha = rewrite_f32(path, f32_path)
+        f32 = teacher_forced(f32_path, n_ctx, tokens, SEQ_LEN, kv_f32=True)
+        f32_single = teacher_forced(f32_path, n_ctx, tokens, 1, kv_f32=True)
+        cont_f32 = greedy(f32_path, n_ctx, prompt, kv_f32=True)
     stats = softmax_stats(batched, tokens)
     if (
         stats["max_prob_median"] < MIN_MEDIAN_MAX_PROB
@@ -184,6 +200,9 @@ def write_reference(fx: Fixture, formats: dict[str, str], n_ctx_index: int) -> d
         logits_single=single,
         greedy_prompt=np.array(prompt, dtype=np.int32),
         greedy_tokens=np.array(cont, dtype=np.int32),
+        logits_f32=f32,
+        greedy_tokens_f32=np.array(cont_f32, dtype=np.int32),
+        f32_sha256=np.array(f32_sha),
         n_ctx=np.int32(n_ctx),
         tensor_names=np.array(list(formats)),
         tensor_formats=np.array(list(formats.values())),
@@ -194,6 +213,11 @@ def write_reference(fx: Fixture, formats: dict[str, str], n_ctx_index: int) -> d
         "batched_vs_single_max_abs": round(float(np.abs(batched - single).max()), 6),
         "batched_vs_single_mean_abs": round(float(np.abs(batched - single).mean()), 7),
         "argmax_agreement": float((batched.argmax(1) == single.argmax(1)).mean()),
+        "f32_sha256": f32_sha,
+        "f32_batched_vs_single_max_abs": float(f"{np.abs(f32 - f32_single).max():.3g}"),
+        # What quantizing activations alone moves, on the same weights.
+        "f32_vs_quantized_max_abs": round(float(np.abs(f32 - batched).max()), 6),
+        "f32_vs_quantized_argmax_agreement": float((f32.argmax(1) == batched.argmax(1)).mean()),
         "softmax": stats,
     }
 
@@ -248,7 +272,8 @@ def main(argv: list[str] | None = None) -> None:
             "python": platform.python_version(),
             "machine": platform.machine(),
             "settings": (
-                f"n_threads={THREADS} seed={SEED}, default f16 KV cache, flash attention off, "
+                f"n_threads={THREADS} seed={SEED}, default f16 KV cache (F32 for logits_f32), "
+                "flash attention off, "
                 "yarn_attn_factor/yarn_beta_fast/yarn_beta_slow -1 (from the file); "
                 f"batched = one llama_decode of all {SEQ_LEN} tokens, single = one token per "
                 "decode in a fresh context; greedy = argmax of the last logits, "
