@@ -7,6 +7,8 @@ by hand after changing the tokenizer or the template renderer:
 
     pip install llama-cpp-python
     python -m tests.reference.live_vs_llamacpp
+
+The real vocabularies need ``python scripts/fetch_vocabs.py`` first.
 """
 
 from __future__ import annotations
@@ -91,9 +93,48 @@ def compare_templates() -> int:
     return checked
 
 
+def fuzz_vocabularies(n: int = 2000) -> int:
+    """Random texts (special tokens, pieces of the vocabulary, Unicode spaces
+    and marks) through each real vocabulary of test_tokenizer_vocabs.py,
+    with BOS and special-token parsing on and off at random."""
+    import llama_cpp
+
+    from tests._vocab_files import FETCH, vocab_metadata
+    from tests.test_tokenizer_vocabs import SUPPORTED
+
+    rng = random.Random(11)
+    alphabet = (
+        "ab Z09 \t\n\r'!?.,<>|_-$\u00e9\u0301\u0915\u093f\u65e5\uac00"
+        "\U0001f600\u200d\u00a0\u3000\x04"
+    )
+    checked = 0
+    for name in SUPPORTED:
+        tok = Tokenizer.from_gguf_metadata(vocab_metadata(name))
+        ll = llama_cpp.Llama(str(FETCH.vocab_path(name)), vocab_only=True, verbose=False)
+        specials = [tok.decode([i]) for i in range(tok.vocab_size) if tok.is_special(i)][:50]
+        words = [tok.decode([i]) for i in rng.sample(range(tok.vocab_size), 300)]
+        for _ in range(n):
+            parts = []
+            for _ in range(rng.randint(0, 6)):
+                r = rng.random()
+                if r < 0.15:
+                    parts.append(rng.choice([*specials, "  ", "\n\n"]))
+                elif r < 0.5:
+                    parts.append(rng.choice(words))
+                else:
+                    parts.append("".join(rng.choice(alphabet) for _ in range(rng.randint(0, 8))))
+            text, special, add = "".join(parts), rng.random() < 0.5, rng.random() < 0.3
+            want = ll.tokenize(text.encode(), add_bos=add, special=special)
+            got = tok.encode(text, add_special=add, parse_special=special)
+            assert got == want, (name, text, special, add, got, want)
+            checked += 1
+    return checked
+
+
 def main() -> None:
     paths = {"smollm2": smollm2_path(), "gemma3": gemma3_path()}
     print(f"tokenizer: {fuzz_tokenizer(paths)} random texts equal to llama.cpp")
+    print(f"real vocabularies: {fuzz_vocabularies()} random texts equal to llama.cpp")
     print(f"chat templates: {compare_templates()} renderings equal to llama-cpp-python")
 
 
