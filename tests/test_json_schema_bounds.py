@@ -232,6 +232,39 @@ def test_a_schema_that_contains_itself_is_a_json_schema_error() -> None:
         Grammar.from_json_schema(s)
 
 
+def _anyof_ladder(levels: int) -> dict[str, Any]:
+    """d0 -> d1 -> ... in two anyOf branches each, beside a sibling keyword:
+    every level is merged and compiled once per path, 2**levels in all."""
+    defs: dict[str, Any] = {
+        f"d{i}": {
+            "type": "object",
+            "anyOf": [
+                {"$ref": f"#/$defs/d{i + 1}"},
+                {"$ref": f"#/$defs/d{i + 1}", "required": ["a"]},
+            ],
+        }
+        for i in range(levels)
+    }
+    defs[f"d{levels}"] = {"type": "object"}
+    return {"$defs": defs, "$ref": "#/$defs/d0"}
+
+
+def test_an_anyof_ladder_is_refused_before_it_unfolds_exponentially() -> None:
+    # 10 levels (1,024 paths) compile; 40 would take 2**40 merges (16
+    # levels took 14 s and 24 would take hours before the merge budget).
+    Grammar.from_json_schema(_anyof_ladder(10))
+    tracemalloc.start()
+    t0 = time.monotonic()
+    try:
+        with pytest.raises(JsonSchemaError, match="more than 4096 allOf/anyOf merges"):
+            Grammar.from_json_schema(_anyof_ladder(40))
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert time.monotonic() - t0 < WALL
+    assert peak < PEAK
+
+
 # ------------------------------------------------------- mutated schemas
 
 _bound = st.one_of(

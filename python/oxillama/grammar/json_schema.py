@@ -113,6 +113,11 @@ MAX_BOUND_DIGITS = 60
 #: Deepest nesting of the schema document (objects and arrays); schemas
 #: compile recursively, and real ones nest a few dozen levels.
 MAX_SCHEMA_DEPTH = 128
+#: Most allOf/anyOf merges one schema may take to compile. A merge per
+#: anyOf branch beside sibling keywords, and per allOf: real schemas take
+#: tens to a few hundred (an allOf of anyOf lists expands to at most
+#: MAX_ALTERNATIVES at one level).
+MAX_MERGES = 4096
 
 _TYPES = ("null", "boolean", "object", "array", "string", "number", "integer")
 _MISSING = object()
@@ -313,6 +318,8 @@ class _Compiler:
         self.prims: dict[str, Expr] = {}
         self.unit_cache: dict[Ranges, Expr | None] = {}
         self.warnings: list[str] = []
+        #: allOf/anyOf merges so far (see :meth:`merge`).
+        self.merges = 0
 
     # ----------------------------------------------------------- diagnostics
 
@@ -325,6 +332,23 @@ class _Compiler:
         warning = f"{path}: {message}; ignored"
         if warning not in self.warnings:
             self.warnings.append(warning)
+
+    def merge(self, schemas: list[Any], path: str) -> dict[str, Any]:
+        """``merge_schemas`` under a budget for the whole document. Merging
+        inlines top-level ``$ref``s, so an ``anyOf`` whose branches refer
+        back to a schema with sibling keywords unfolds a fresh copy at every
+        level, two or more per level: without a bound a 200-byte schema
+        takes gigabytes (found by the mutated-schema property test)."""
+        self.merges += 1
+        if self.merges > MAX_MERGES:
+            raise JsonSchemaError(
+                f"the schema unfolds into more than {MAX_MERGES} allOf/anyOf merges "
+                "(an anyOf or allOf that refers back to itself through $ref beside "
+                "other keywords?)",
+                keyword="$ref",
+                path=path,
+            )
+        return merge_schemas(schemas, self.inline, path)
 
     # ------------------------------------------------------------ primitives
 
@@ -407,7 +431,7 @@ class _Compiler:
             members = s.pop("allOf")
             if not isinstance(members, list):
                 raise JsonSchemaError("allOf must be a list", keyword="allOf", path=path)
-            merged = merge_schemas([s, *members], self.inline, path + "/allOf")
+            merged = self.merge([s, *members], path + "/allOf")
             return self.compile(merged, path + "/allOf", hint)
         s = normalize_schema(s)
         if "anyOf" in s or "oneOf" in s:
@@ -441,7 +465,7 @@ class _Compiler:
 
     def alternatives(self, s: dict[str, Any], path: str, hint: str) -> Expr:
         if "anyOf" in s and "oneOf" in s:
-            merged = merge_schemas([s], self.inline, path)
+            merged = self.merge([s], path)
             return self.compile(merged, path, hint)
         word = "anyOf" if "anyOf" in s else "oneOf"
         branches = s.pop(word)
@@ -453,7 +477,7 @@ class _Compiler:
             where = f"{path}/{word}/{i}"
             try:
                 if s:
-                    merged = merge_schemas([s, branch], self.inline, where)
+                    merged = self.merge([s, branch], where)
                     options.append(self.compile(merged, where, hint))
                 else:
                     options.append(self.compile(branch, where, hint))
