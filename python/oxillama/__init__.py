@@ -31,6 +31,12 @@ from .model import Model
 from .models import default_model_path
 from .sampling import SamplerConfig
 from .session_state import SessionState
+from .snapshot.errors import (
+    ModelMismatchError,
+    SnapshotError,
+    SnapshotFormatError,
+    SnapshotWriteError,
+)
 from .speculative import SpeculativeEngine
 from .template_limits import TemplateLimits
 
@@ -47,11 +53,15 @@ __all__ = [
     "KvCacheFullError",
     "LoadError",
     "Model",
+    "ModelMismatchError",
     "OverloadedError",
     "OxiLlamaError",
     "ParameterError",
     "SamplerConfig",
     "SessionState",
+    "SnapshotError",
+    "SnapshotFormatError",
+    "SnapshotWriteError",
     "SpeculativeEngine",
     "TemplateError",
     "TemplateLimits",

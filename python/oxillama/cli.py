@@ -41,7 +41,11 @@ def _add_sampling_args(p: argparse.ArgumentParser) -> None:
     g.add_argument("--min-p", type=float, default=0.05)
     g.add_argument("--repetition-penalty", type=float, default=1.0)
     g.add_argument(
-        "--seed", type=int, default=0, help="RNG seed; the same seed gives the same text"
+        "--seed",
+        type=int,
+        default=None,
+        help="RNG seed; the same seed gives the same text (default: a fresh seed each run, "
+        "printed to stderr so the run can be repeated)",
     )
 
 
@@ -69,8 +73,15 @@ def _engine(args: argparse.Namespace) -> Any:
     )
 
 
+def _report_seed(args: argparse.Namespace, engine: Any) -> None:
+    """An unseeded sampled run says which seed it drew, so `--seed` repeats it."""
+    if args.seed is None and args.temperature > 0:
+        print(f"oxillama: seed {engine.sampler.seed}", file=sys.stderr)
+
+
 def cmd_generate(args: argparse.Namespace) -> int:
     engine = _engine(args)
+    _report_seed(args, engine)
     prompt = args.prompt if args.prompt is not None else sys.stdin.read()
     if not args.quiet:
         sys.stdout.write(prompt)
@@ -86,6 +97,7 @@ def cmd_generate(args: argparse.Namespace) -> int:
 
 def cmd_chat(args: argparse.Namespace) -> int:
     engine = _engine(args)
+    _report_seed(args, engine)
     messages: list[dict[str, str]] = []
     if args.system:
         messages.append({"role": "system", "content": args.system})

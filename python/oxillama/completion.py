@@ -35,13 +35,15 @@ class Completion:
     ``finish_reason`` is ``"eos"`` when the model ended its turn, ``"stop"``
     when a stop string matched (it is cut from ``text``) or ``on_token``
     returned ``False``, and ``"length"`` when ``max_tokens`` or the context
-    size was reached.
+    size was reached. ``seed`` is the sampler's seed (drawn from the OS when
+    the config had none): the same seed, prompt and config repeat the text.
     """
 
     text: str
     tokens: list[int]
     finish_reason: FinishReason
     timings: Timings = field(repr=False)
+    seed: int | None = None
 
     @property
     def prompt_tokens_per_second(self) -> float:

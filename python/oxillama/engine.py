@@ -13,6 +13,7 @@ import numpy.typing as npt
 from . import _native
 from ._text import TextAssembler
 from .completion import Completion, FinishReason, Timings
+from .engine_metrics import EngineMetrics
 from .errors import GenerateError, ParameterError
 from .grammar import Grammar, allowed_bytes
 from .grammar import constraint as _constraint
@@ -142,6 +143,7 @@ class Engine:
         self.tokenizer = model.tokenizer
         self._model = model.native
         self._chat_template = model.chat_template
+        self._metrics = EngineMetrics()
 
     # ---------------------------------------------------------------- state
     #
@@ -249,6 +251,17 @@ class Engine:
     def sampler(self) -> SamplerConfig:
         return self._sampler_config
 
+    def metrics(self) -> dict[str, float | int]:
+        """Running totals of this engine's generation calls, under
+        :meth:`AsyncEngine.metrics`'s names: ``prompt_tokens``,
+        ``generated_tokens``, ``prefill_seconds``, ``decode_seconds``,
+        ``prompt_tokens_per_second``, ``decode_tokens_per_second``, plus
+        ``calls``, ``prefix_cache_enabled`` (0: an engine keeps its own
+        context, it has no shared prefix cache) and
+        ``reused_prompt_tokens`` (chat prompt tokens the context already
+        held). A restored or copied engine starts from zero."""
+        return self._metrics.as_dict()
+
     # ------------------------------------------------------------- tokenizer
 
     def tokenize(
@@ -293,7 +306,8 @@ class Engine:
         self._state.truncate(n)
 
     def reset(self) -> None:
-        """Empties the context; the sampler starts over from its seed."""
+        """Empties the context; the sampler starts over from its seed (the
+        drawn one, for an unseeded config)."""
         self._session.reset()
         self._tokens.clear()
         self._last_logits = None
@@ -390,12 +404,14 @@ class Engine:
         if tail:
             yield tail
         t2 = time.perf_counter()
+        self._metrics.record(len(prompt_tokens), t1 - t0, len(generated), t2 - t1)
         result.append(
             Completion(
                 text=out.text,
                 tokens=generated,
                 finish_reason=finish,
                 timings=Timings(len(prompt_tokens), t1 - t0, len(generated), t2 - t1),
+                seed=self._sampler_config.seed,
             )
         )
 
@@ -468,6 +484,7 @@ class Engine:
         common = kept_prefix(self._tokens, toks)
         if common < self.n_past:
             self.truncate(common)
+        self._metrics.reused_prompt_tokens += common
         return toks[common:]
 
     def chat(

@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import math
 import numbers
+import secrets
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field, fields, replace
 from typing import TYPE_CHECKING, Any
 
 from . import _native
@@ -19,7 +20,6 @@ __all__ = ["SamplerConfig"]
 _INT_FIELDS = (
     "top_k",
     "repetition_penalty_window",
-    "seed",
     "mirostat",
     "dry_allowed_length",
     "dry_penalty_last_n",
@@ -92,6 +92,18 @@ class SamplerConfig:
     ``dry_multiplier=0``, ``xtc_probability=0``, ``typical_p=1``,
     ``top_a=0``, ``eta_cutoff=0``, ``epsilon_cutoff=0``.
 
+    ``seed=None`` (the default) draws a fresh 64-bit seed from the operating
+    system for each live sampler made from the config: once for an engine's
+    own sampler (later calls continue its stream), per call for a
+    ``sampler=`` argument, per request in the server. The seed used is
+    reported as ``Completion.seed``, so any run can be repeated.
+
+    XTC keeps llama.cpp's defaults (``xtc_threshold=0.1``,
+    ``xtc_probability=0``: off). The runtime we model resets XTC to
+    threshold 0 and probability 0.5 on restore; under llama.cpp's definition
+    that would remove every token but the least likely one half the time,
+    so we do not follow it.
+
     ``dry_penalty_last_n=-1`` lets DRY see the whole (bounded) history, ``0``
     turns it off. ``dry_sequence_breakers`` are strings; the engine turns
     them into token ids with :meth:`dry_breaker_ids`. Checks that need the
@@ -104,7 +116,7 @@ class SamplerConfig:
     min_p: float = 0.05
     repetition_penalty: float = 1.0
     repetition_penalty_window: int = 64
-    seed: int = 0
+    seed: int | None = None
     mirostat: int = 0
     mirostat_tau: float = 5.0
     mirostat_eta: float = 0.1
@@ -131,6 +143,8 @@ class SamplerConfig:
 
         for name in _INT_FIELDS:
             put(name, _int(name, getattr(self, name)))
+        if self.seed is not None:
+            put("seed", _int("seed", self.seed))
         for name in _FLOAT_FIELDS:
             put(name, _float(name, getattr(self, name)))
         lb = self.logit_bias
@@ -160,7 +174,7 @@ class SamplerConfig:
             ("typical_p", 0 < self.typical_p <= 1, "in (0, 1]"),
             ("repetition_penalty", 0 < self.repetition_penalty < math.inf, "> 0"),
             ("repetition_penalty_window", self.repetition_penalty_window >= 0, ">= 0"),
-            ("seed", 0 <= self.seed < 2**64, "in [0, 2**64)"),
+            ("seed", self.seed is None or 0 <= self.seed < 2**64, "None or in [0, 2**64)"),
             ("mirostat", self.mirostat in (0, 2), "0 or 2"),
             ("mirostat_tau", 0 < self.mirostat_tau < math.inf, "> 0"),
             ("mirostat_eta", 0 < self.mirostat_eta <= 1, "in (0, 1]"),
@@ -183,6 +197,17 @@ class SamplerConfig:
         for t in self.banned_tokens:
             if t < 0:
                 raise _bad("banned_tokens", "non-negative token ids", t)
+
+    def seeded(self) -> SamplerConfig:
+        """This config with a concrete seed: its own, or 64 bits drawn from
+        the operating system's entropy when ``seed`` is ``None``.
+
+        Every live sampler is built from a seeded config, and the drawn seed
+        is kept beside it (``Completion.seed``), so an unseeded run can be
+        repeated exactly."""
+        if self.seed is not None:
+            return self
+        return replace(self, seed=secrets.randbits(64))
 
     @classmethod
     def greedy(cls) -> SamplerConfig:
@@ -260,6 +285,7 @@ class SamplerConfig:
 def build_sampler(config: SamplerConfig, tokenizer: Tokenizer, vocab_size: int) -> _native.Sampler:
     """A live sampler for ``config`` over a vocabulary of ``vocab_size``
     (token ids checked; DRY breakers tokenized with ``tokenizer``)."""
+    config = config.seeded()
     config.validate(vocab_size)
     breakers = [
         tokenizer.encode(s, add_special=False, parse_special=False)

@@ -110,6 +110,8 @@ class Request:
     sampler: _native.Sampler
     matcher: _native.GrammarMatcher | None
     emit: Emit
+    #: The sampler's seed (drawn from the OS for an unseeded config).
+    seed: int | None = None
     session: _native.Session | None = None
     fed: int = 0
     logits: npt.NDArray[np.float32] | None = None
@@ -245,12 +247,14 @@ class Scheduler:
                 f"prompt of {len(prompt)} tokens does not fit in the context of "
                 f"{self._n_ctx} tokens (at least one must be left to generate)"
             )
+        sampler = sampler.seeded()
         seq = Request(
             id=next(self._ids),
             prompt=prompt,
             max_tokens=max_tokens,
             stop=stop,
             ignore_eos=ignore_eos,
+            seed=sampler.seed,
             sampler=build_sampler(sampler, self._tokenizer, self._vocab),
             matcher=None if grammar is None else grammar.matcher(self._tokenizer),
             emit=emit,
@@ -329,6 +333,7 @@ class Scheduler:
             stop=stop,
             ignore_eos=ignore_eos,
             sampler=conv.state.sampler,
+            seed=conv.state.sampler_config.seed,
             matcher=None,
             emit=emit,
             conv=conv,
@@ -782,6 +787,7 @@ class Scheduler:
         if t.sampler is not None:
             st.set_sampler(t.sampler)
         s.sampler = st.sampler
+        s.seed = st.sampler_config.seed
         if t.chat is not None:
             toks = t.chat
             common = kept_prefix(st.tokens, toks)
@@ -897,6 +903,7 @@ class Scheduler:
                 len(s.generated),
                 now - s.t_prefilled,
             ),
+            seed=s.seed,
         )
         self._finish(s, done, None)
         return None

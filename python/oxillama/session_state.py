@@ -72,9 +72,13 @@ def kept_prefix(held: list[int], wanted: list[int]) -> int:
     return min(common, len(wanted) - 1)
 
 
-def _sampler(model: Model, config: SamplerConfig) -> _native.Sampler:
+def _seeded(config: SamplerConfig) -> SamplerConfig:
     if not isinstance(config, SamplerConfig):
         raise TypeError(f"sampler must be a SamplerConfig, not {type(config).__name__}")
+    return config.seeded()
+
+
+def _sampler(model: Model, config: SamplerConfig) -> _native.Sampler:
     return build_sampler(config, model.tokenizer, model.vocab_size)
 
 
@@ -103,11 +107,14 @@ class SessionState:
 
     @classmethod
     def fresh(cls, model: Model, kv: _native.Session, config: SamplerConfig) -> SessionState:
-        """An empty session on ``kv`` with a new live sampler for ``config``."""
+        """An empty session on ``kv`` with a new live sampler for ``config``
+        (an unseeded config gets its seed here, kept in ``sampler_config``)."""
+        config = _seeded(config)
         return cls(model=model, kv=kv, sampler_config=config, sampler=_sampler(model, config))
 
     def set_sampler(self, config: SamplerConfig) -> None:
         """Replaces the live sampler with a fresh one built from ``config``."""
+        config = _seeded(config)
         self.sampler = _sampler(self.model, config)
         self.sampler_config = config
 

@@ -104,7 +104,8 @@ class SpeculativeEngine:
     """Speculative decoding with ``target`` verifying ``draft``'s guesses.
 
     The engines must share a vocabulary. ``seed`` seeds the accept/reject
-    and residual draws (and the drafts' own draws).
+    and residual draws (and the drafts' own draws); ``None`` draws one from
+    the OS, kept as ``self.seed`` and reported as ``Completion.seed``.
     """
 
     def __init__(
@@ -178,7 +179,9 @@ class SpeculativeEngine:
     ) -> None:
         self.target, self.draft = target, draft
         self.num_speculative = k
-        self.seed = seed
+        # Unseeded: drawn once, so reset() restarts the same stream and the
+        # completions can report it.
+        self.seed = seed if seed is not None else secrets.randbits(63)
         #: Draft the next round in a background thread while the target
         #: verifies (see the module docstring).
         self.async_draft = bool(async_draft)
@@ -207,7 +210,7 @@ class SpeculativeEngine:
             self._lookahead = None
         self._rng = np.random.Generator(np.random.PCG64(self.seed))
         #: Key of the draft's keyed draws (async mode); saved in snapshots.
-        self._draft_key = self.seed if self.seed is not None else secrets.randbits(63)
+        self._draft_key = self.seed
         self._lookahead = None
         self.stats = SpeculativeStats()
 
@@ -634,6 +637,7 @@ class SpeculativeEngine:
                 tokens=generated,
                 finish_reason=finish,
                 timings=Timings(len(toks), t1 - t0, len(generated), t2 - t1),
+                seed=self.seed,
             )
         )
 

@@ -170,7 +170,8 @@ class Server:
             min_p=float(get("min_p", 0.0)),
             repetition_penalty=float(get("repetition_penalty", 1.0)),
             mirostat=int(get("mirostat", 0)),
-            seed=int(get("seed", 0)) % 2**64,
+            # No seed: a fresh one per request, reported as `seed`.
+            seed=None if body.get("seed") is None else int(body["seed"]) % 2**64,
             logit_bias={int(k): float(v) for k, v in bias.items()},
         )
         stop = get("stop", [])
@@ -315,6 +316,7 @@ class Server:
                 "created": created,
                 "model": self.model_name,
                 "choices": [{"index": 0, "text": text, "logprobs": None, "finish_reason": finish}],
+                **_seed(done),
             }
 
         def final(out: Completion) -> dict[str, Any]:
@@ -359,6 +361,7 @@ class Server:
                 "created": created,
                 "model": self.model_name,
                 "choices": [{"index": 0, "delta": delta, "finish_reason": finish}],
+                **_seed(done),
             }
 
         def final(out: Completion) -> dict[str, Any]:
@@ -375,6 +378,7 @@ class Server:
                     }
                 ],
                 "usage": _usage(len(tokens), out),
+                **_seed(out),
             }
 
         def stateful(sess: AsyncSession) -> Turn:
@@ -447,6 +451,12 @@ def _finish(out: Completion | None) -> str:
 
 def _sse(obj: Mapping[str, Any]) -> bytes:
     return b"data: " + json.dumps(obj).encode() + b"\n\n"
+
+
+def _seed(out: Completion | None) -> dict[str, int]:
+    """The sampler's seed on a finished response (not an OpenAI field; a
+    request without one gets a fresh seed, and this repeats it)."""
+    return {} if out is None or out.seed is None else {"seed": out.seed}
 
 
 def _usage(prompt: int, out: Completion | None) -> dict[str, int]:

@@ -65,6 +65,12 @@ def _reply(obj: str, choice: Schema) -> Schema:
             "model": {"type": "string"},
             "choices": {"type": "array", "items": choice},
             "usage": _USAGE,
+            "seed": {
+                "type": "integer",
+                "description": "The sampler's seed (on the last chunk of a stream); "
+                "a request without a seed gets a fresh one, and sending this one "
+                "back repeats the text.",
+            },
         },
         "required": ["id", "object", "created", "model", "choices"],
     }

@@ -2,17 +2,22 @@
 
 from __future__ import annotations
 
-from ..errors import OxiLlamaError
+from ..errors import GenerateError, LoadError, OxiLlamaError
 
 __all__ = ["ModelMismatchError", "SnapshotError", "SnapshotFormatError", "SnapshotWriteError"]
 
 
 class SnapshotError(OxiLlamaError):
-    """A snapshot cannot be written or restored."""
+    """A snapshot cannot be written or restored. Catches every snapshot
+    failure; the subclasses are also caught the way code written for the
+    runtime we model expects (``LoadError`` for a model mismatch,
+    ``GenerateError`` for a corrupt snapshot, ``OSError`` for a failed
+    save)."""
 
 
-class SnapshotFormatError(SnapshotError):
-    """Bad magic, truncation, checksum mismatch or unsupported version."""
+class SnapshotFormatError(SnapshotError, GenerateError):
+    """Bad magic, truncation, checksum mismatch or unsupported version (also
+    a ``GenerateError``)."""
 
 
 class SnapshotWriteError(SnapshotError, OSError):
@@ -22,8 +27,9 @@ class SnapshotWriteError(SnapshotError, OSError):
     an ``OSError`` whose ``errno`` is the cause's."""
 
 
-class ModelMismatchError(SnapshotError):
-    """The model found is not the one the snapshot was taken with."""
+class ModelMismatchError(SnapshotError, LoadError):
+    """The model found is not the one the snapshot was taken with (also a
+    ``LoadError``)."""
 
     def __init__(self, message: str, *, expected: object = None, found: object = None) -> None:
         super().__init__(message)

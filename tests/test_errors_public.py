@@ -1,0 +1,97 @@
+"""Every public error class is importable from ``oxillama``, documented in
+the README's error table, and caught the way code written for the runtime
+we model catches it: a model mismatch as ``LoadError``, a corrupt snapshot
+as ``GenerateError``, a failed save as ``OSError``; ``SnapshotError``
+catches all three."""
+
+from __future__ import annotations
+
+import builtins
+import re
+from pathlib import Path
+
+import pytest
+
+import oxillama
+from oxillama import (
+    Engine,
+    GenerateError,
+    LoadError,
+    ModelMismatchError,
+    OxiLlamaError,
+    SamplerConfig,
+    SnapshotError,
+    SnapshotFormatError,
+    SnapshotWriteError,
+)
+from tests.models import _checks as arch
+
+README = Path(__file__).resolve().parents[1] / "README.md"
+
+
+def public_errors() -> set[str]:
+    return {
+        name
+        for name in oxillama.__all__
+        if isinstance(getattr(oxillama, name), type)
+        and issubclass(getattr(oxillama, name), OxiLlamaError)
+    }
+
+
+def test_every_error_class_is_exported_and_in_the_readme_table() -> None:
+    from oxillama import errors
+    from oxillama.snapshot import errors as snapshot_errors
+
+    declared = set(errors.__all__) | set(snapshot_errors.__all__)
+    assert declared <= public_errors()
+    text = README.read_text()
+    section = text[text.index("## Errors") :]
+    section = section[: section.index("\n## ", 4)]
+    rows = re.findall(r"^\| `(\w+)` \| ([^|]+) \| ([^|]+) \|$", section, re.M)
+    documented = {name: bases for name, _, bases in rows}
+    assert set(documented) == public_errors()
+    for name, bases in documented.items():
+        cls = getattr(oxillama, name)
+        for base in re.findall(r"`(\w+)`", bases):
+            want = getattr(oxillama, base, None) or getattr(builtins, base)
+            assert issubclass(cls, want), (name, base)
+
+
+@pytest.fixture(scope="module")
+def saved(model_path: Path) -> tuple[Engine, bytes]:
+    eng = Engine(model_path, context_size=128, threads=2, sampler=SamplerConfig.greedy())
+    eng.generate("Hello", 2)
+    return eng, eng.snapshot_bytes()
+
+
+def test_a_model_mismatch_is_a_load_error(saved: tuple[Engine, bytes]) -> None:
+    _, blob = saved
+    other = arch.reference("llama").path  # a different GGUF
+    with pytest.raises(LoadError) as info:
+        Engine.restore_bytes(blob, model_path=other)
+    assert isinstance(info.value, ModelMismatchError)
+    assert isinstance(info.value, SnapshotError)
+
+
+def test_a_corrupt_snapshot_is_a_generate_error(saved: tuple[Engine, bytes]) -> None:
+    _, blob = saved
+    bad = bytearray(blob)
+    bad[len(bad) // 2] ^= 0xFF
+    with pytest.raises(GenerateError) as info:
+        Engine.restore_bytes(bytes(bad))
+    assert isinstance(info.value, SnapshotFormatError)
+    with pytest.raises(GenerateError):
+        Engine.restore_bytes(b"OXISNAP1" + b"\0" * 10)
+
+
+def test_a_failed_save_is_an_os_error_naming_the_path(
+    saved: tuple[Engine, bytes], tmp_path: Path
+) -> None:
+    eng, _ = saved
+    path = tmp_path / "missing" / "s.oxisnap"
+    with pytest.raises(OSError) as info:
+        eng.snapshot(path)
+    assert isinstance(info.value, SnapshotWriteError)
+    assert isinstance(info.value, SnapshotError)
+    assert "missing" in str(info.value)
+    assert not path.parent.exists()
