@@ -170,6 +170,23 @@ class AsyncEngine:
     def tokenize(self, text: str, *, add_special: bool = True) -> list[int]:
         return self._engine.tokenize(text, add_special=add_special, parse_special=True)
 
+    @classmethod
+    def from_pretrained(
+        cls,
+        repo_id: str,
+        filename: str,
+        *,
+        revision: str | None = None,
+        cache_dir: str | os.PathLike[str] | None = None,
+        tokenizer_path: str | os.PathLike[str] | None = None,
+        **engine_kwargs: Any,
+    ) -> AsyncEngine:
+        """An engine on a Hugging Face Hub GGUF; see :meth:`Engine.from_pretrained`."""
+        model = Model.from_pretrained(
+            repo_id, filename, revision=revision, cache_dir=cache_dir, tokenizer_path=tokenizer_path
+        )
+        return cls(model, **engine_kwargs)
+
     def metrics(self) -> dict[str, float | int]:
         """Prompt and generated tokens, prefill and decode seconds, tokens/s,
         queue length, running requests, requests holding KV memory."""

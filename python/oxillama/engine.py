@@ -97,6 +97,27 @@ class Engine:
         self._init(m, context_size, threads, sampler, kv_dtype, prefill_chunk)
 
     @classmethod
+    def from_pretrained(
+        cls,
+        repo_id: str,
+        filename: str,
+        *,
+        revision: str | None = None,
+        cache_dir: str | os.PathLike[str] | None = None,
+        tokenizer_path: str | os.PathLike[str] | None = None,
+        **engine_kwargs: Any,
+    ) -> Engine:
+        """An engine on the GGUF ``filename`` (a name, or a glob matching
+        exactly one file) of the Hugging Face Hub repo ``repo_id``; see
+        :meth:`Model.from_pretrained`. ``engine_kwargs`` go to ``Engine``.
+        Its snapshots record the repo, commit and file, so ``restore`` on a
+        machine without the original path finds the model in the hub cache."""
+        model = Model.from_pretrained(
+            repo_id, filename, revision=revision, cache_dir=cache_dir, tokenizer_path=tokenizer_path
+        )
+        return cls(model, **engine_kwargs)
+
+    @classmethod
     def from_bytes(
         cls,
         data: bytes,

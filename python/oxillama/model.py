@@ -12,6 +12,8 @@ from typing import Any
 from . import _native
 from .chat_template import ChatTemplate
 from .errors import LoadError
+from .hub import HubRef
+from .hub import download as hub_download
 from .models import resolve_model_path
 from .tokenizer import Tokenizer
 
@@ -55,6 +57,8 @@ class Model:
     tokenizer: Tokenizer
     chat_template: ChatTemplate
     native: _native.Model
+    #: Where the file came from when loaded by hub name (recorded in snapshots).
+    hub: HubRef | None
     _fingerprint: Any
 
     def __new__(
@@ -113,8 +117,29 @@ class Model:
                 f"embedding has {self.native.n_vocab} rows"
             )
         self.chat_template = ChatTemplate.from_metadata(self.metadata)
+        self.hub = None
         self._fingerprint = None
         return self
+
+    @classmethod
+    def from_pretrained(
+        cls,
+        repo_id: str,
+        filename: str,
+        *,
+        revision: str | None = None,
+        cache_dir: str | os.PathLike[str] | None = None,
+        tokenizer_path: str | os.PathLike[str] | None = None,
+    ) -> Model:
+        """The GGUF ``filename`` of the Hugging Face Hub repo ``repo_id``
+        (``filename`` may be a glob matching exactly one file), through
+        ``huggingface_hub``'s cache (``pip install 'oxillama[hub]'``;
+        ``HF_HUB_OFFLINE=1`` uses the cache only). Snapshots of engines on
+        it record the repo, the commit and the file."""
+        path, ref = hub_download(repo_id, filename, revision=revision, cache_dir=cache_dir)
+        model = cls(path, tokenizer_path=tokenizer_path)
+        model.hub = ref
+        return model
 
     @property
     def arch(self) -> str:

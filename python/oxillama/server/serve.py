@@ -7,6 +7,7 @@ import os
 from collections.abc import Iterable
 
 from ..async_engine import AsyncEngine
+from ..model import Model
 from .app import build_app
 from .auth import ENV_VAR, load_api_keys
 from .limits import Limits
@@ -18,7 +19,7 @@ log = logging.getLogger("oxillama.server")
 
 
 def serve(
-    model: str | None,
+    model: str | Model | None,
     *,
     host: str = "127.0.0.1",
     port: int = 8000,

@@ -6,6 +6,7 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
+from ..hub import HubRef
 from .atomic import refuse_temp
 from .errors import SnapshotError
 from .fingerprint import Fingerprint
@@ -28,6 +29,8 @@ class SnapshotInfo:
     size_bytes: int
     fingerprint: Fingerprint
     library_version: str
+    #: Hub repo, commit and file of a model loaded by hub name, else None.
+    hub: HubRef | None = None
 
 
 def info(source: str | os.PathLike[str] | bytes | bytearray | memoryview) -> SnapshotInfo:
@@ -58,4 +61,5 @@ def info(source: str | os.PathLike[str] | bytes | bytearray | memoryview) -> Sna
         size_bytes=len(blob),
         fingerprint=Fingerprint.from_dict(meta["fingerprint"]),
         library_version=str(meta.get("library_version", "")),
+        hub=HubRef.from_dict(meta.get("hub")),
     )

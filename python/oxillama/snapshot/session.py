@@ -19,6 +19,8 @@ from .. import _native
 from .._native import GrammarMatcher, __version__
 from ..errors import OxiLlamaError, ParameterError
 from ..grammar import Grammar
+from ..hub import HubRef
+from ..hub import locate as hub_locate
 from ..model import Model
 from ..sampling import SamplerConfig, build_sampler
 from ..session_state import SessionState
@@ -88,6 +90,7 @@ def writers(state: SessionState) -> list[Writer]:
         "model_path": str(model.model_path),
         "tokenizer_path": None if model.tokenizer_path is None else str(model.tokenizer_path),
         "fingerprint": model.fingerprint().to_dict(),
+        **({"hub": model.hub.to_dict()} if model.hub is not None else {}),
         "vocab_size": model.vocab_size,
         "n_past": state.n_past,
         "kv_layout": _kv_layout(cfg),
@@ -183,8 +186,13 @@ def _model_for(
     """The model the snapshot names, checked against its fingerprint: the
     one given, else the process's copy of the file (loaded if it has none)."""
     expected = Fingerprint.from_dict(meta["fingerprint"])
+    hub = HubRef.from_dict(meta.get("hub"))
     if model is None:
         path = Path(model_path) if model_path is not None else Path(str(meta["model_path"]))
+        if not path.is_file() and model_path is None and hub is not None:
+            # Another machine: the same commit's file through its hub cache
+            # (downloaded if allowed); the fingerprint below still decides.
+            path = hub_locate(hub)
         if not path.is_file():
             raise SnapshotError(
                 f"model file {str(path)!r} not found; pass model_path= to point at its new place"
@@ -194,6 +202,8 @@ def _model_for(
             model = Model(path, tokenizer_path=tok_path if isinstance(tok_path, str) else None)
         except OxiLlamaError as e:
             raise SnapshotError(f"cannot load the model for this snapshot: {e}") from e
+        if model.hub is None and hub is not None and model_path is None:
+            model.hub = hub
     if model.model_path is None:
         raise SnapshotError("a model loaded from bytes cannot be checked against a snapshot")
     found = model.fingerprint(expected.probe)
