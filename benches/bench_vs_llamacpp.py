@@ -2,7 +2,11 @@
 
 Each measurement runs in a fresh subprocess (so peak RSS belongs to one
 engine), engines alternate within each repetition, and medians are
-reported with the oxillama / llama.cpp ratio.
+reported with the oxillama / llama.cpp ratio. Both engines are warmed the
+same way before anything is timed: one full-size prefill and one full decode
+run (so neither pays for first-batch allocations or page faults in its
+figures), then each worker times ``--inner`` prefills and decodes and reports
+their medians.
 
   python benches/bench_vs_llamacpp.py                      # SmolLM2, 1 and 2 threads
   python benches/bench_vs_llamacpp.py --model gemma.gguf --threads 2 --reps 7
@@ -37,23 +41,29 @@ def prompt_tokens(tokenize, n: int) -> list[int]:
     return toks[:n]
 
 
-def worker(engine: str, model: str, threads: int, pp: int, tg: int) -> dict[str, float]:
+def worker(engine: str, model: str, threads: int, pp: int, tg: int, inner: int) -> dict[str, float]:
+    pps: list[float] = []
+    tgs: list[float] = []
     if engine == "oxillama":
         from oxillama import Engine, SamplerConfig
 
         e = Engine(model, threads=threads, context_size=1024, sampler=SamplerConfig.greedy())
         toks = prompt_tokens(lambda s: e.tokenize(s), pp)
-        e.eval(toks[:8])  # warm the page cache and thread pool
-        e.reset()
-        t0 = time.perf_counter()
-        e.eval(toks)
-        t_pp = time.perf_counter() - t0
-        e.reset()
-        e.eval(toks[:4])
-        t0 = time.perf_counter()
-        c = e.generate("", tg, ignore_eos=True)
-        t_tg = time.perf_counter() - t0
-        assert len(c.tokens) == tg
+        # Round 0 is the warm-up (full prefill, full decode), not reported.
+        for r in range(inner + 1):
+            e.reset()
+            t0 = time.perf_counter()
+            e.eval(toks)
+            t_pp = time.perf_counter() - t0
+            e.reset()
+            e.eval(toks[:4])
+            t0 = time.perf_counter()
+            c = e.generate("", tg, ignore_eos=True)
+            t_tg = time.perf_counter() - t0
+            assert len(c.tokens) == tg
+            if r:
+                pps.append(pp / t_pp)
+                tgs.append(tg / t_tg)
     else:
         from llama_cpp import Llama
 
@@ -67,20 +77,40 @@ def worker(engine: str, model: str, threads: int, pp: int, tg: int) -> dict[str,
             verbose=False,
         )
         toks = prompt_tokens(lambda s: llm.tokenize(s.encode(), add_bos=False), pp)
-        llm.eval(toks[:8])
-        llm.reset()
-        t0 = time.perf_counter()
-        llm.eval(toks)
-        t_pp = time.perf_counter() - t0
-        llm.reset()
-        llm.eval(toks[:4])
-        t0 = time.perf_counter()
-        for _ in range(tg):
-            tok = llm.sample(top_k=1, temp=0.0)
-            llm.eval([tok])
-        t_tg = time.perf_counter() - t0
+        for r in range(inner + 1):
+            llm.reset()
+            t0 = time.perf_counter()
+            llm.eval(toks)
+            t_pp = time.perf_counter() - t0
+            llm.reset()
+            llm.eval(toks[:4])
+            t0 = time.perf_counter()
+            for _ in range(tg):
+                tok = llm.sample(top_k=1, temp=0.0)
+                llm.eval([tok])
+            t_tg = time.perf_counter() - t0
+            if r:
+                pps.append(pp / t_pp)
+                tgs.append(tg / t_tg)
     rss_mib = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
-    return {"pp": pp / t_pp, "tg": tg / t_tg, "rss": rss_mib}
+    return {"pp": statistics.median(pps), "tg": statistics.median(tgs), "rss": rss_mib}
+
+
+def cpu() -> str:
+    """The CPU model and its SIMD flags: figures only compare within a run."""
+    try:
+        text = open("/proc/cpuinfo").read()
+    except OSError:
+        return "unknown CPU"
+    model = next(
+        (ln.split(":", 1)[1].strip() for ln in text.splitlines() if ln.startswith("model name")),
+        "unknown CPU",
+    )
+    flags = next(
+        (ln.split(":", 1)[1].split() for ln in text.splitlines() if ln.startswith("flags")), []
+    )
+    simd = [f for f in flags if f.startswith(("avx", "amx", "fma", "f16c"))]
+    return f"{model}; {' '.join(sorted(simd))}"
 
 
 def main() -> None:
@@ -93,6 +123,7 @@ def main() -> None:
     ap.add_argument("--pp", type=int, default=512)
     ap.add_argument("--tg", type=int, default=128)
     ap.add_argument("--engines", default="oxillama,llama.cpp")
+    ap.add_argument("--inner", type=int, default=3, help="timed runs per worker after the warm-up")
     ap.add_argument("--worker", help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.model is None:
@@ -100,12 +131,17 @@ def main() -> None:
 
         args.model = str(default_model_path())
     if args.worker:
-        print(json.dumps(worker(args.worker, args.model, int(args.threads), args.pp, args.tg)))
+        out = worker(args.worker, args.model, int(args.threads), args.pp, args.tg, args.inner)
+        print(json.dumps(out))
         return
 
     engines = args.engines.split(",")
     threads = [int(t) for t in args.threads.split(",")]
-    print(f"model: {args.model}\nreps: {args.reps} (medians), pp{args.pp}, tg{args.tg}")
+    print(f"cpu: {cpu()}")
+    print(
+        f"model: {args.model}\nreps: {args.reps} x {args.inner} (medians; each worker warmed "
+        f"with a full pp{args.pp} and a full tg{args.tg} first), pp{args.pp}, tg{args.tg}"
+    )
     header = f"{'threads':>7} {'engine':>10} {'pp tok/s':>10} {'tg tok/s':>10} {'peak RSS MiB':>13}"
     rows: dict[tuple[int, str], list[dict[str, float]]] = {}
     for t in threads:
@@ -126,6 +162,8 @@ def main() -> None:
                         str(args.pp),
                         "--tg",
                         str(args.tg),
+                        "--inner",
+                        str(args.inner),
                     ],
                     capture_output=True,
                     text=True,
