@@ -19,7 +19,7 @@ PLAIN: dict[str, Any] = {"temperature": 1.0, "top_k": 0, "top_p": 1.0, "min_p": 
 
 def sampler(vocab: int = V, breakers: list[list[int]] | None = None, **kw: Any) -> _native.Sampler:
     cfg = SamplerConfig(**{**PLAIN, **kw})
-    return _native.Sampler(cfg.to_dict(), vocab, breakers or [])
+    return _native.Sampler(cfg.seeded().to_dict(), vocab, breakers or [])
 
 
 def greedy(**kw: Any) -> _native.Sampler:
@@ -452,7 +452,7 @@ def test_invalid_values_name_the_field(kw: dict[str, Any], field: str) -> None:
     ],
 )
 def test_native_validation_names_the_field(key: str, value: object) -> None:
-    d = SamplerConfig().to_dict()
+    d = SamplerConfig().seeded().to_dict()
     d[key] = value
     with pytest.raises(ValueError, match=key):
         _native.Sampler(d, V, [])
@@ -465,19 +465,19 @@ def test_token_ids_checked_against_vocabulary() -> None:
         SamplerConfig(banned_tokens=[V]).validate(V)
     SamplerConfig(logit_bias={V - 1: 1.0}, banned_tokens=[V - 1]).validate(V)
     with pytest.raises(ValueError, match="logit_bias"):
-        _native.Sampler(SamplerConfig(logit_bias={V: 1.0}).to_dict(), V, [])
+        _native.Sampler(SamplerConfig(logit_bias={V: 1.0}).seeded().to_dict(), V, [])
     with pytest.raises(ValueError, match="banned_tokens"):
-        _native.Sampler(SamplerConfig(banned_tokens=[V]).to_dict(), V, [])
+        _native.Sampler(SamplerConfig(banned_tokens=[V]).seeded().to_dict(), V, [])
     with pytest.raises(ValueError, match="dry_breakers"):
-        _native.Sampler(SamplerConfig().to_dict(), V, [[V]])
+        _native.Sampler(SamplerConfig().seeded().to_dict(), V, [[V]])
     with pytest.raises(KeyError, match="top_p"):
-        d = SamplerConfig().to_dict()
+        d = SamplerConfig().seeded().to_dict()
         del d["top_p"]
         _native.Sampler(d, V, [])
 
 
 def test_native_accepts_a_plain_bias_dict() -> None:
-    d = SamplerConfig(temperature=0.0).to_dict()
+    d = SamplerConfig(temperature=0.0).seeded().to_dict()
     d["logit_bias"] = {11: 5.0}
     assert _native.Sampler(d, V, []).sample(np.zeros(V, dtype=np.float32)) == 11
 
