@@ -20,6 +20,7 @@ from .errors import (
     JsonSchemaError,
     KvCacheFullError,
     LoadError,
+    LoraError,
     OverloadedError,
     OxiLlamaError,
     ParameterError,
@@ -27,6 +28,7 @@ from .errors import (
     TokenizeError,
 )
 from .grammar import Grammar
+from .lora import LoraAdapter
 from .model import Model
 from .models import default_model_path
 from .sampling import SamplerConfig
@@ -46,6 +48,8 @@ __all__ = [
     "JsonSchemaError",
     "KvCacheFullError",
     "LoadError",
+    "LoraAdapter",
+    "LoraError",
     "Model",
     "OverloadedError",
     "OxiLlamaError",

@@ -2,9 +2,15 @@
 
 from __future__ import annotations
 
-from ..errors import OxiLlamaError
+from ..errors import LoraError, OxiLlamaError
 
-__all__ = ["ModelMismatchError", "SnapshotError", "SnapshotFormatError", "SnapshotWriteError"]
+__all__ = [
+    "AdapterMismatchError",
+    "ModelMismatchError",
+    "SnapshotError",
+    "SnapshotFormatError",
+    "SnapshotWriteError",
+]
 
 
 class SnapshotError(OxiLlamaError):
@@ -29,3 +35,14 @@ class ModelMismatchError(SnapshotError):
         super().__init__(message)
         self.expected = expected
         self.found = found
+
+
+class AdapterMismatchError(SnapshotError, LoraError):
+    """A LoRA adapter the snapshot was taken with is missing, unreadable or
+    changed (its BLAKE3 differs); the message names it. ``name`` and
+    ``path`` are the adapter's as recorded."""
+
+    def __init__(self, message: str, *, name: str, path: str) -> None:
+        super().__init__(message)
+        self.name = name
+        self.path = path
