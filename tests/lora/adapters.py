@@ -8,6 +8,7 @@ tests rebuild (each test checks the sha256 recorded beside them)."""
 
 from __future__ import annotations
 
+import functools
 import hashlib
 from collections.abc import Iterable
 from pathlib import Path
@@ -18,8 +19,10 @@ import numpy as np
 SEVEN = ("attn_q", "attn_k", "attn_v", "attn_output", "ffn_gate", "ffn_up", "ffn_down")
 
 
+@functools.lru_cache(maxsize=8)
 def base_shapes(base: Path) -> tuple[str, dict[str, tuple[int, int]]]:
-    """The base model's architecture and every 2-D tensor's (n_out, n_in)."""
+    """The base model's architecture and every 2-D tensor's (n_out, n_in)
+    (cached: reading a large model's directory takes seconds)."""
     r = gguf.GGUFReader(str(base))
     arch = str(r.fields["general.architecture"].contents())
     shapes = {}
@@ -72,10 +75,15 @@ def write(
         for suffix, m in ((".lora_a", a), (".lora_b", b)):
             if dtype == "f16":
                 w.add_tensor(name + suffix, m.astype(np.float16))
-            elif dtype == "f32":
+            elif dtype == "f32" or m.shape[-1] % 32:
+                # Rows shorter than a quant block (lora_b's rank rows) stay
+                # F32, as the converter leaves what it cannot quantize.
                 w.add_tensor(name + suffix, m.astype(np.float32))
             else:
-                qt = {"bf16": gguf.GGMLQuantizationType.BF16, "q8_0": gguf.GGMLQuantizationType.Q8_0}[dtype]
+                qt = {
+                    "bf16": gguf.GGMLQuantizationType.BF16,
+                    "q8_0": gguf.GGMLQuantizationType.Q8_0,
+                }[dtype]
                 q = gguf.quants.quantize(m.astype(np.float32), qt)
                 w.add_tensor(name + suffix, q, raw_shape=q.shape, raw_dtype=qt)
     for name, m in (extra_tensors or {}).items():
@@ -92,7 +100,11 @@ def read_pairs(path: Path) -> tuple[float, dict[str, tuple[np.ndarray, np.ndarra
     from gguf.quants import dequantize
 
     r = gguf.GGUFReader(str(path))
-    alpha = float(r.fields["adapter.lora.alpha"].contents()) if "adapter.lora.alpha" in r.fields else 0.0
+    alpha = (
+        float(r.fields["adapter.lora.alpha"].contents())
+        if "adapter.lora.alpha" in r.fields
+        else 0.0
+    )
     mats = {}
     for t in r.tensors:
         shape = [int(n) for n in reversed(t.shape)]
