@@ -174,6 +174,7 @@ class AsyncEngine:
         else:
             old = state.kv
             state.kv = self._scheduler.pool_kv(self.model, old.n_ctx, None, self._kv_dtype)
+            state.set_loras(state.loras)
             # The hidden state, if any, stays: the same weights' head turns it
             # into the same logits on any session.
             state.swapped = (int(old.n_past), old.export_kv())

@@ -108,6 +108,9 @@ class SessionState:
     def set_loras(self, active: dict[LoraAdapter, float]) -> None:
         """Makes ``active`` the session's adapters (the KV already computed
         stays as it is, as in llama.cpp)."""
+        if self.hidden is not None and self.swapped is None:
+            # Pending logits come from the head under the old adapters.
+            self.last_logits()
         apply_loras(self.kv, active)
         self.loras = dict(active)
 

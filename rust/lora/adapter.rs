@@ -56,7 +56,7 @@ impl Store {
     }
 
     /// The `cols x rows` transpose of a `rows x cols` matrix, same precision.
-    fn transposed(&self, rows: usize, cols: usize) -> Store {
+    pub(crate) fn transposed(&self, rows: usize, cols: usize) -> Store {
         fn tr<T: Copy + Default>(v: &[T], rows: usize, cols: usize) -> Vec<T> {
             let mut out = vec![T::default(); v.len()];
             for r in 0..rows {

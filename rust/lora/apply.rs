@@ -142,3 +142,76 @@ pub fn apply_embedding(
 fn vk_f16_to_f32(vk: &VecKernels, src: &[u16], dst: &mut [f32]) {
     (vk.f16_to_f32)(src, dst);
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::lora::targets::TargetKind;
+    use crate::ops::vec;
+    use half::f16;
+
+    fn weight(f16_a: bool, f16_b: bool) -> (LoraWeight, Vec<f64>, Vec<f64>) {
+        let (r, ni, no) = (5, 37, 23);
+        let val = |i: usize, k: f64| ((i as f64 * 0.731 + k).sin() * 0.5) as f32;
+        // Values exactly representable in f16 so both precisions agree.
+        let round = |x: f32| f16::from_f32(x).to_f32();
+        let a: Vec<f32> = (0..r * ni).map(|i| round(val(i, 0.3))).collect();
+        let bt: Vec<f32> = (0..r * no).map(|i| round(val(i, 1.7))).collect();
+        let store = |v: &[f32], h: bool| {
+            if h {
+                Store::F16(v.iter().map(|&x| f16::from_f32(x).to_bits()).collect())
+            } else {
+                Store::F32(v.to_vec())
+            }
+        };
+        let w = LoraWeight {
+            name: "t".into(),
+            kind: TargetKind::Matmul,
+            rank: r,
+            n_in: ni,
+            n_out: no,
+            a: store(&a, f16_a),
+            bt: store(&bt, f16_b),
+        };
+        let to64 = |v: &[f32]| v.iter().map(|&x| x as f64).collect();
+        (w, to64(&a), to64(&bt))
+    }
+
+    #[test]
+    fn delta_matches_float64_in_every_precision_and_kernel_table() {
+        let rows = 3;
+        for (fa, fb) in [(false, false), (true, true), (true, false), (false, true)] {
+            let (w, a, bt) = weight(fa, fb);
+            let x: Vec<f32> = (0..rows * w.n_in)
+                .map(|i| (i as f32 * 0.37).cos())
+                .collect();
+            let mut want = vec![0f64; rows * w.n_out];
+            for t in 0..rows {
+                for j in 0..w.rank {
+                    let d: f64 = (0..w.n_in)
+                        .map(|i| a[j * w.n_in + i] * x[t * w.n_in + i] as f64)
+                        .sum();
+                    for o in 0..w.n_out {
+                        want[t * w.n_out + o] += 0.75 * d * bt[j * w.n_out + o];
+                    }
+                }
+            }
+            for vk in [vec::scalar(), vec::best()] {
+                let mut out = vec![1f32; rows * w.n_out];
+                add_rows(vk, &w, 0.75, &x, &mut out);
+                for (o, e) in out.iter().zip(&want) {
+                    assert!(((*o as f64) - 1.0 - e).abs() < 1e-4, "{} {o} {e}", vk.name);
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn transpose_keeps_every_value() {
+        let s = Store::F32((0..12).map(|i| i as f32).collect());
+        let Store::F32(t) = s.transposed(3, 4) else {
+            panic!("precision changed")
+        };
+        assert_eq!(t, vec![0., 4., 8., 1., 5., 9., 2., 6., 10., 3., 7., 11.]);
+    }
+}

@@ -308,8 +308,8 @@ def restore(
     except (OxiLlamaError, ValueError, OverflowError, TypeError) as e:
         raise SnapshotFormatError(f"snapshot session data is invalid: {e}") from None
     kv.prefill_chunk = prefill_chunk
-    if loras:
-        apply_loras(kv, loras)
+    # Always: a live session restored in place drops adapters it had.
+    apply_loras(kv, loras)
     return SessionState(
         model=m,
         kv=kv,
