@@ -27,7 +27,7 @@ from oxillama.models import default_model_path
 
 # The test adapters' writer (tests/lora/adapters.py), from the repository.
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from tests.lora import adapters  # noqa: E402
+from tests.lora import adapters
 
 PROMPTS = [
     "The capital of France is",
