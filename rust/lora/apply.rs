@@ -1,10 +1,12 @@
 //! Adding the active adapters' deltas after a base product: for every
 //! segment of the batch with adapters, for its rows, `out += s B (A x)`.
 //! Rank `r` dots of length `n_in`, then `r` axpys of length `n_out`, with
-//! the run-time-selected vector kernels. A decode step's deltas are a few
-//! hundred microseconds of work spread over ~200 products, so they run on
-//! the calling thread (a pool dispatch each would cost more than the work);
-//! many rows (a prefill chunk) are split over the pool by rows.
+//! the run-time-selected vector kernels. Each row's delta is formed in one
+//! fixed order (two halves of the ranks, see `row_delta`), so a row gets
+//! the same bits alone, in a batch of streams or in a prefill, on any
+//! number of threads. Tiny products stay on the calling thread; otherwise
+//! one dispatch per product spreads rows (or a lone row's two halves) over
+//! the pool, whose workers are still spinning from the base product.
 
 use super::adapter::{ActiveLora, LoraWeight, Store};
 use crate::model::forward::{Pass, Segment};
@@ -12,8 +14,9 @@ use crate::model::weights::MatRef;
 use crate::ops::vec::VecKernels;
 use crate::threadpool::{SharedMut, ThreadPool};
 
-/// Rows below which the deltas stay on the calling thread.
-const POOL_ROWS: usize = 8;
+/// Below this many multiply-adds a hook's deltas stay on the calling
+/// thread: a dispatch to spinning workers costs a few microseconds.
+const POOL_WORK: usize = 32 * 1024;
 
 /// Adds the deltas of matrix `m` to `out` (`n x m.rows`) for input `x`
 /// (`n x m.cols`), each segment's rows with that segment's adapters.
@@ -29,8 +32,64 @@ pub fn apply(p: &Pass<'_, '_, '_>, m: &MatRef, x: &[f32], out: &mut [f32]) {
     apply_ranges(p.pool, p.vk, m, x, out, ranges);
 }
 
+/// Rows `r0..r1` of one segment with its (weight, effective scale) pairs.
+struct Piece<'w> {
+    ws: Vec<(&'w LoraWeight, f32)>,
+    r0: usize,
+    r1: usize,
+}
+
+/// Which ranks of a pair form half `h` (0 or 1) of its product.
+fn half(w: &LoraWeight, h: usize) -> (usize, usize) {
+    let mid = w.rank / 2;
+    if h == 0 {
+        (0, mid)
+    } else {
+        (mid, w.rank)
+    }
+}
+
+/// The delta of one row, always in the same order whoever computes it:
+/// the first half of every pair's ranks into `out`, the second half into
+/// `buf`, then `out += buf`. A lone decode row runs the two halves on two
+/// threads; any other row runs both on one, with the same bits.
+fn row_delta(
+    vk: &VecKernels,
+    ws: &[(&LoraWeight, f32)],
+    x: &[f32],
+    out: &mut [f32],
+    buf: &mut [f32],
+) {
+    for &(w, scale) in ws {
+        let (k0, k1) = half(w, 0);
+        add_rows(vk, w, scale, x, out, k0, k1);
+    }
+    buf.fill(0.0);
+    for &(w, scale) in ws {
+        let (k0, k1) = half(w, 1);
+        add_rows(vk, w, scale, x, buf, k0, k1);
+    }
+    out.iter_mut().zip(buf.iter()).for_each(|(o, b)| *o += b);
+}
+
+fn rows_delta(
+    vk: &VecKernels,
+    pc: &Piece<'_>,
+    x: &[f32],
+    out: &mut [f32],
+    cols: usize,
+    rows: usize,
+) {
+    let mut buf = vec![0f32; rows];
+    for (xr, or) in x.chunks_exact(cols).zip(out.chunks_exact_mut(rows)) {
+        row_delta(vk, &pc.ws, xr, or, &mut buf);
+    }
+}
+
 /// As `apply`, with explicit `(adapters, first row, end row)` ranges (the
-/// output head sees only the picked rows).
+/// output head sees only the picked rows). Several rows (a batch of
+/// streams, a prefill chunk) are spread over the pool by rows; a lone row
+/// by the two halves of its ranks (see `row_delta`).
 pub fn apply_ranges<'l>(
     pool: &ThreadPool,
     vk: &VecKernels,
@@ -40,65 +99,129 @@ pub fn apply_ranges<'l>(
     ranges: impl Iterator<Item = (&'l [ActiveLora], usize, usize)>,
 ) {
     let (cols, rows) = (m.cols, m.rows);
+    let mut items: Vec<Piece<'_>> = Vec::new();
+    let mut work = 0;
     for (loras, a, b) in ranges {
-        for act in loras {
-            let Some(w) = act.adapter.weight_at(m.offset) else {
-                continue;
-            };
-            let scale = act.adapter.scale_for(w, act.scale);
-            let (xs, os) = (&x[a * cols..b * cols], &mut out[a * rows..b * rows]);
-            if b - a < POOL_ROWS || pool.n_threads() == 1 {
-                add_rows(vk, w, scale, xs, os);
-            } else {
-                let n = b - a;
-                let chunks = pool.n_threads().min(n);
-                let per = n.div_ceil(chunks);
-                let shared = SharedMut::new(os);
-                pool.run(chunks, |c| {
-                    let (r0, r1) = (c * per, ((c + 1) * per).min(n));
-                    if r0 >= r1 {
-                        return;
+        let ws: Vec<(&LoraWeight, f32)> = loras
+            .iter()
+            .filter_map(|act| {
+                let w = act.adapter.weight_at(m.offset)?;
+                Some((w, act.adapter.scale_for(w, act.scale)))
+            })
+            .collect();
+        if ws.is_empty() || a == b {
+            continue;
+        }
+        work += (b - a)
+            * ws.iter()
+                .map(|(w, _)| w.rank * (w.n_in + w.n_out))
+                .sum::<usize>();
+        items.push(Piece { ws, r0: a, r1: b });
+    }
+    if items.is_empty() {
+        return;
+    }
+    if pool.n_threads() == 1 || work < POOL_WORK {
+        for it in &items {
+            let (xs, os) = (
+                &x[it.r0 * cols..it.r1 * cols],
+                &mut out[it.r0 * rows..it.r1 * rows],
+            );
+            rows_delta(vk, it, xs, os, cols, rows);
+        }
+        return;
+    }
+    let n_rows: usize = items.iter().map(|it| it.r1 - it.r0).sum();
+    if n_rows == 1 {
+        let it = &items[0];
+        let o = &mut out[it.r0 * rows..it.r1 * rows];
+        let xs = &x[it.r0 * cols..it.r1 * cols];
+        let mut buf = vec![0f32; rows];
+        {
+            let (so, sb) = (SharedMut::new(o), SharedMut::new(&mut buf));
+            pool.run(2, |h| {
+                // SAFETY: chunk 0 alone writes the output row, chunk 1 alone
+                // the buffer.
+                let dst = unsafe {
+                    if h == 0 {
+                        so.slice(0, rows)
+                    } else {
+                        sb.slice(0, rows)
                     }
-                    // SAFETY: chunk c alone owns rows r0..r1 of the output.
-                    let o = unsafe { shared.slice(r0 * rows, (r1 - r0) * rows) };
-                    add_rows(vk, w, scale, &xs[r0 * cols..r1 * cols], o);
-                });
-            }
+                };
+                for &(w, scale) in &it.ws {
+                    let (k0, k1) = half(w, h);
+                    add_rows(vk, w, scale, xs, dst, k0, k1);
+                }
+            });
+        }
+        o.iter_mut().zip(&buf).for_each(|(o, b)| *o += b);
+        return;
+    }
+    // Several rows: pieces of rows, each with all of its segment's pairs.
+    let per = n_rows.div_ceil(pool.n_threads() * 2).max(1);
+    let mut pieces: Vec<Piece<'_>> = Vec::new();
+    for it in items {
+        let mut r = it.r0;
+        while r < it.r1 {
+            let e = (r + per).min(it.r1);
+            pieces.push(Piece {
+                ws: it.ws.clone(),
+                r0: r,
+                r1: e,
+            });
+            r = e;
         }
     }
+    let so = SharedMut::new(out);
+    pool.run(pieces.len(), |c| {
+        let pc = &pieces[c];
+        // SAFETY: pieces cover disjoint rows, so chunk c alone owns rows
+        // r0..r1 of the output.
+        let o = unsafe { so.slice(pc.r0 * rows, (pc.r1 - pc.r0) * rows) };
+        rows_delta(vk, pc, &x[pc.r0 * cols..pc.r1 * cols], o, cols, rows);
+    });
 }
 
-/// `out[t] += scale * B (A x[t])` for every row `t`.
-fn add_rows(vk: &VecKernels, w: &LoraWeight, scale: f32, x: &[f32], out: &mut [f32]) {
-    let (r, ni, no) = (w.rank, w.n_in, w.n_out);
-    let mut t = vec![0f32; r];
+/// `out[t] += scale * B (A x[t])` for every row `t`, over ranks `k0..k1`.
+fn add_rows(
+    vk: &VecKernels,
+    w: &LoraWeight,
+    scale: f32,
+    x: &[f32],
+    out: &mut [f32],
+    k0: usize,
+    k1: usize,
+) {
+    let (ni, no) = (w.n_in, w.n_out);
+    let mut t = vec![0f32; k1 - k0];
     for (xr, or) in x.chunks_exact(ni).zip(out.chunks_exact_mut(no)) {
         match &w.a {
             Store::F16(a) => {
-                for (ti, ar) in t.iter_mut().zip(a.chunks_exact(ni)) {
+                for (ti, ar) in t.iter_mut().zip(a[k0 * ni..k1 * ni].chunks_exact(ni)) {
                     *ti = (vk.dot_f16)(xr, ar) * scale;
                 }
             }
             Store::F32(a) => {
-                for (ti, ar) in t.iter_mut().zip(a.chunks_exact(ni)) {
+                for (ti, ar) in t.iter_mut().zip(a[k0 * ni..k1 * ni].chunks_exact(ni)) {
                     *ti = (vk.dot)(xr, ar) * scale;
                 }
             }
         }
-        add_b(vk, &w.bt, &t, no, or);
+        add_b(vk, &w.bt, &t, k0, no, or);
     }
 }
 
-/// `out += sum_j t[j] * Bt[j]`.
-fn add_b(vk: &VecKernels, bt: &Store, t: &[f32], no: usize, out: &mut [f32]) {
+/// `out += sum_j t[j] * Bt[k0 + j]`.
+fn add_b(vk: &VecKernels, bt: &Store, t: &[f32], k0: usize, no: usize, out: &mut [f32]) {
     match bt {
         Store::F16(b) => {
-            for (&tj, br) in t.iter().zip(b.chunks_exact(no)) {
+            for (&tj, br) in t.iter().zip(b[k0 * no..].chunks_exact(no)) {
                 (vk.axpy_f16)(out, tj, br);
             }
         }
         Store::F32(b) => {
-            for (&tj, br) in t.iter().zip(b.chunks_exact(no)) {
+            for (&tj, br) in t.iter().zip(b[k0 * no..].chunks_exact(no)) {
                 (vk.axpy)(out, tj, br);
             }
         }
@@ -133,7 +256,7 @@ pub fn apply_embedding(
                     Store::F32(a) => t.copy_from_slice(&a[tok * r..(tok + 1) * r]),
                 }
                 t.iter_mut().for_each(|v| *v *= scale);
-                add_b(vk, &w.bt, &t, e, &mut x[i * e..(i + 1) * e]);
+                add_b(vk, &w.bt, &t, 0, e, &mut x[i * e..(i + 1) * e]);
             }
         }
     }
@@ -198,7 +321,8 @@ mod tests {
             }
             for vk in [vec::scalar(), vec::best()] {
                 let mut out = vec![1f32; rows * w.n_out];
-                add_rows(vk, &w, 0.75, &x, &mut out);
+                add_rows(vk, &w, 0.75, &x, &mut out, 0, 2);
+                add_rows(vk, &w, 0.75, &x, &mut out, 2, w.rank);
                 for (o, e) in out.iter().zip(&want) {
                     assert!(((*o as f64) - 1.0 - e).abs() < 1e-4, "{} {o} {e}", vk.name);
                 }
