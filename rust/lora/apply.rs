@@ -9,6 +9,7 @@
 //! the pool, whose workers are still spinning from the base product.
 
 use super::adapter::{ActiveLora, LoraWeight, Store};
+use super::kernels;
 use crate::model::forward::{Pass, Segment};
 use crate::model::weights::MatRef;
 use crate::ops::vec::VecKernels;
@@ -194,20 +195,14 @@ fn add_rows(
     k1: usize,
 ) {
     let (ni, no) = (w.n_in, w.n_out);
+    let lk = kernels::matching(vk);
     let mut t = vec![0f32; k1 - k0];
     for (xr, or) in x.chunks_exact(ni).zip(out.chunks_exact_mut(no)) {
         match &w.a {
-            Store::F16(a) => {
-                for (ti, ar) in t.iter_mut().zip(a[k0 * ni..k1 * ni].chunks_exact(ni)) {
-                    *ti = (vk.dot_f16)(xr, ar) * scale;
-                }
-            }
-            Store::F32(a) => {
-                for (ti, ar) in t.iter_mut().zip(a[k0 * ni..k1 * ni].chunks_exact(ni)) {
-                    *ti = (vk.dot)(xr, ar) * scale;
-                }
-            }
+            Store::F16(a) => (lk.dots_f16)(xr, &a[k0 * ni..k1 * ni], &mut t),
+            Store::F32(a) => (lk.dots_f32)(xr, &a[k0 * ni..k1 * ni], &mut t),
         }
+        t.iter_mut().for_each(|v| *v *= scale);
         add_b(vk, &w.bt, &t, k0, no, or);
     }
 }

@@ -6,6 +6,7 @@
 
 pub mod adapter;
 pub mod apply;
+pub mod kernels;
 pub mod targets;
 
 pub use adapter::{ActiveLora, LoraAdapter};
