@@ -133,11 +133,15 @@ def merged(base: Path, adapter_paths: list[tuple[Path, float]], dst: Path) -> No
     w.close()
 
 
-@pytest.mark.parametrize("arch", ["llama", "phi3"])
+ARCHS = sorted(p.stem for p in FIXTURES.glob("*.gguf") if p.stem != "qwen3moe")
+
+
+@pytest.mark.parametrize("arch", ARCHS)
 def test_equals_float64_merged_weights(arch: str, lora_dir: Path) -> None:
     """Base + adapter (never merged) equals the model whose weights are the
-    float64 merge, on F32 weights (llama: every projection, embedding and
-    head; phi3: fused qkv and fused gate/up)."""
+    float64 merge, on F32 weights, for every architecture's fixture (every
+    projection, fused qkv and gate/up for phi3, ssm_in/out for mamba2, the
+    embedding and head where they are separate)."""
     base = lora_dir / f"{arch}_f32_m.gguf"
     rewrite_f32(FIXTURES / f"{arch}.gguf", base)
     a = lora_dir / f"{arch}_oracle_a.gguf"
@@ -153,7 +157,11 @@ def test_equals_float64_merged_weights(arch: str, lora_dir: Path) -> None:
         oracle = logits(Engine(dst, context_size=64, threads=2, kv_dtype="f32"), toks)
         ours = logits(eng, toks, dict(spec))
         assert np.abs(oracle - plain).max() > 0.5
-        assert np.abs(ours - oracle).max() < 2e-4, np.abs(ours - oracle).max()
+        # The GELU families go through ggml's f16 GELU table, where float
+        # noise at a rounding boundary is a whole table step (as in
+        # tests/models against llama.cpp).
+        tol = 1e-2 if arch in ("gemma", "gemma2", "gemma3", "starcoder2") else 2e-4
+        assert np.abs(ours - oracle).max() < tol, np.abs(ours - oracle).max()
 
 
 # --------------------------------------------------------------- semantics

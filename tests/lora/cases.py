@@ -16,8 +16,10 @@ SCALES = (1.0, 0.5)
 
 #: Prompt for the llama fixture (vocabulary of 304).
 FIXTURE_TOKENS = [1, 17, 88, 203, 45, 12, 260, 301, 7, 99, 150, 3]
-#: Every projection, the separate embedding and output head of the fixture.
-FIXTURE_TARGETS = [f"blk.{il}.{p}.weight" for il in range(64) for p in adapters.SEVEN] + [
+#: What an adapter may target in a fixture: every projection, Mamba-2's
+#: two products, and the embedding and head when the head is separate.
+LAYER_TARGETS = (*adapters.SEVEN, "attn_qkv", "ssm_in", "ssm_out")
+FIXTURE_TARGETS = [f"blk.{il}.{p}.weight" for il in range(64) for p in LAYER_TARGETS] + [
     "token_embd.weight",
     "output.weight",
 ]
@@ -36,25 +38,21 @@ def smol_b(base: Path, dst: Path) -> str:
 
 
 def fixture_adapter(base: Path, dst: Path, *, seed: int = 3, dtype: str = "f32") -> str:
-    """Rank 4 on every target of a tests/models fixture (those it has)."""
+    """Rank 4 on every target a tests/models fixture has (Command-R's head
+    is its embedding whatever the file holds, so neither is targeted)."""
+    import numpy as np
+
     arch, shapes = adapters.base_shapes(base)
     names = [n for n in FIXTURE_TARGETS if n in shapes]
-    if arch == "phi3":
-        names = [
-            f"blk.{il}.{p}.weight"
-            for il in range(64)
-            for p in ("attn_qkv", "attn_output", "ffn_up", "ffn_down")
-            if f"blk.{il}.{p}.weight" in shapes
-        ]
-    ab = {}
-    for name, (a, b) in adapters.pairs(
-        shapes, [n for n in names if n != "token_embd.weight"], rank=4, seed=seed, b_std=0.05
-    ).items():
-        ab[name] = (a, b)
+    if arch == "command-r" or "output.weight" not in shapes:
+        names = [n for n in names if n not in ("token_embd.weight", "output.weight")]
+    ab = dict(
+        adapters.pairs(
+            shapes, [n for n in names if n != "token_embd.weight"], rank=4, seed=seed, b_std=0.05
+        )
+    )
     if "token_embd.weight" in names:
         # llama.cpp's flipped layout: lora_a [rank, n_vocab], lora_b [rank, n_embd].
-        import numpy as np
-
         rng = np.random.default_rng(seed + 100)
         n_vocab, n_embd = shapes["token_embd.weight"]
         a = rng.standard_normal((n_vocab, 4)).astype(np.float32) * 0.5
