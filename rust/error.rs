@@ -15,6 +15,8 @@ pub enum Error {
     KvFull(String),
     /// A bug in oxillama: a Rust panic, caught at the Python boundary.
     Internal(String),
+    /// A LoRA adapter is unreadable or does not fit its base model.
+    Lora(String),
 }
 
 pub type Result<T> = std::result::Result<T, Error>;
@@ -26,7 +28,8 @@ impl fmt::Display for Error {
             | Error::Generate(m)
             | Error::InvalidArgument(m)
             | Error::KvFull(m)
-            | Error::Internal(m) => f.write_str(m),
+            | Error::Internal(m)
+            | Error::Lora(m) => f.write_str(m),
         }
     }
 }
@@ -45,6 +48,9 @@ impl Error {
     }
     pub fn kv_full(msg: impl Into<String>) -> Self {
         Error::KvFull(msg.into())
+    }
+    pub fn lora(msg: impl Into<String>) -> Self {
+        Error::Lora(msg.into())
     }
     pub fn internal(msg: impl Into<String>) -> Self {
         Error::Internal(msg.into())

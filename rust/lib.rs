@@ -7,6 +7,7 @@ pub mod gguf;
 pub mod grammar;
 pub mod hash;
 pub mod hashed_write;
+pub mod lora;
 pub mod model;
 pub mod ops;
 pub mod quant;

@@ -20,6 +20,7 @@ from .errors import (
     JsonSchemaError,
     KvCacheFullError,
     LoadError,
+    LoraError,
     OverloadedError,
     OxiLlamaError,
     ParameterError,
@@ -27,11 +28,13 @@ from .errors import (
     TokenizeError,
 )
 from .grammar import Grammar
+from .lora import LoraAdapter
 from .model import Model
 from .models import default_model_path
 from .sampling import SamplerConfig
 from .session_state import SessionState
 from .snapshot.errors import (
+    AdapterMismatchError,
     ModelMismatchError,
     SnapshotError,
     SnapshotFormatError,
@@ -41,6 +44,7 @@ from .speculative import SpeculativeEngine
 from .template_limits import TemplateLimits
 
 __all__ = [
+    "AdapterMismatchError",
     "AsyncEngine",
     "AsyncSession",
     "Completion",
@@ -52,6 +56,8 @@ __all__ = [
     "JsonSchemaError",
     "KvCacheFullError",
     "LoadError",
+    "LoraAdapter",
+    "LoraError",
     "Model",
     "ModelMismatchError",
     "OverloadedError",

@@ -8,13 +8,15 @@ import os
 from collections.abc import AsyncGenerator, Callable, Mapping, Sequence
 from typing import Any
 
+from . import _native
 from ._mailbox import Mailbox
 from .async_session import AsyncSession
 from .completion import Completion
 from .engine import Engine, Message, Prompt
-from .errors import GenerateError, ParameterError
+from .errors import GenerateError, LoraError, ParameterError
 from .grammar import Grammar
 from .grammar import constraint as _constraint
+from .lora import LoraAdapter
 from .model import Model
 from .sampling import SamplerConfig
 from .scheduler import Emit, Request, Scheduler
@@ -50,6 +52,8 @@ class AsyncEngine:
         sampler: SamplerConfig | None = None,
         kv_dtype: str = "f16",
         kv_pages: int | None = None,
+        loras: Mapping[str, str | os.PathLike[str] | tuple[str | os.PathLike[str], float]]
+        | None = None,
     ) -> None:
         # The model (weights, tokenizer, template) is the process's one copy
         # of it; every request and session gets its own KV on those weights.
@@ -70,6 +74,15 @@ class AsyncEngine:
             kv_pages=kv_pages,
         )
         self._mailboxes: dict[asyncio.AbstractEventLoop, Mailbox] = {}
+        #: Adapters requests may pick by name, each with its scale.
+        self._loras: dict[str, tuple[LoraAdapter, float]] = {}
+        for name, spec in (loras or {}).items():
+            path, scale = spec if isinstance(spec, tuple) else (spec, 1.0)
+            if not isinstance(name, str) or not name:
+                raise ParameterError(
+                    f"loras: adapter names must be non-empty strings, got {name!r}"
+                )
+            self._loras[name] = (LoraAdapter(self.model, path, name=name), float(scale))
 
     def _mailbox(self) -> Mailbox:
         loop = asyncio.get_running_loop()
@@ -93,6 +106,20 @@ class AsyncEngine:
     @property
     def scheduler(self) -> Scheduler:
         return self._scheduler
+
+    @property
+    def loras(self) -> dict[str, LoraAdapter]:
+        """The adapters requests can pick with ``lora="name"``."""
+        return {name: a for name, (a, _) in self._loras.items()}
+
+    def _lora(self, name: str | None) -> tuple[tuple[_native.LoraAdapter, float], ...]:
+        if name is None:
+            return ()
+        if name not in self._loras:
+            known = ", ".join(sorted(self._loras)) or "none"
+            raise LoraError(f"unknown LoRA adapter {name!r} (registered: {known})")
+        adapter, scale = self._loras[name]
+        return ((adapter.native, scale),)
 
     # ------------------------------------------------------------- sessions
 
@@ -147,6 +174,7 @@ class AsyncEngine:
         else:
             old = state.kv
             state.kv = self._scheduler.pool_kv(self.model, old.n_ctx, None, self._kv_dtype)
+            state.set_loras(state.loras)
             # The hidden state, if any, stays: the same weights' head turns it
             # into the same logits on any session.
             state.swapped = (int(old.n_past), old.export_kv())
@@ -243,6 +271,7 @@ class AsyncEngine:
         grammar: str | Grammar | None,
         json_schema: Mapping[str, Any] | Any | None,
         emit: Callable[[str | None, Completion | None, BaseException | None], None],
+        lora: str | None = None,
     ) -> Request:
         """Checks the parameters, then queues the request."""
         if not isinstance(max_tokens, int) or max_tokens < 0:
@@ -257,6 +286,7 @@ class AsyncEngine:
             ignore_eos=ignore_eos,
             grammar=_constraint(grammar, json_schema),
             emit=emit,
+            lora=self._lora(lora),
         )
 
     def stream(
@@ -270,13 +300,14 @@ class AsyncEngine:
         grammar: str | Grammar | None = None,
         json_schema: Mapping[str, Any] | Any | None = None,
         result: list[Completion] | None = None,
+        lora: str | None = None,
     ) -> AsyncGenerator[str, None]:
         """Yields text pieces as they are produced; ``result``, when given,
         receives the final :class:`Completion`. Nothing is checked or
         queued until the first piece is awaited."""
         return self._pieces(
             lambda emit: self._submit(
-                prompt, max_tokens, sampler, stop, ignore_eos, grammar, json_schema, emit
+                prompt, max_tokens, sampler, stop, ignore_eos, grammar, json_schema, emit, lora
             ),
             result,
         )
@@ -318,14 +349,17 @@ class AsyncEngine:
         ignore_eos: bool = False,
         grammar: str | Grammar | None = None,
         json_schema: Mapping[str, Any] | Any | None = None,
+        lora: str | None = None,
     ) -> Completion:
-        """The whole completion of one request.
+        """The whole completion of one request; ``lora`` names one of the
+        adapters registered with ``loras=`` (requests with different
+        adapters still decode in the same batched steps).
 
         Pieces are not delivered one by one: the event loop wakes once, when
         the completion is done (or failed)."""
         return await self._complete(
             lambda emit: self._submit(
-                prompt, max_tokens, sampler, stop, ignore_eos, grammar, json_schema, emit
+                prompt, max_tokens, sampler, stop, ignore_eos, grammar, json_schema, emit, lora
             )
         )
 
@@ -367,6 +401,7 @@ class AsyncEngine:
         stop: Sequence[str] = (),
         grammar: str | Grammar | None = None,
         json_schema: Mapping[str, Any] | Any | None = None,
+        lora: str | None = None,
         **template_kwargs: Any,
     ) -> Completion:
         """Replies to a conversation rendered with the model's chat template."""
@@ -378,6 +413,7 @@ class AsyncEngine:
             stop=stop,
             grammar=grammar,
             json_schema=json_schema,
+            lora=lora,
         )
 
     def chat_stream(
@@ -389,6 +425,7 @@ class AsyncEngine:
         stop: Sequence[str] = (),
         grammar: str | Grammar | None = None,
         json_schema: Mapping[str, Any] | Any | None = None,
+        lora: str | None = None,
         **template_kwargs: Any,
     ) -> AsyncGenerator[str, None]:
         """Streaming form of :meth:`chat`."""
@@ -400,4 +437,5 @@ class AsyncEngine:
             stop=stop,
             grammar=grammar,
             json_schema=json_schema,
+            lora=lora,
         )

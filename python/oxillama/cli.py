@@ -227,8 +227,22 @@ def cmd_serve(args: argparse.Namespace) -> int:
         api_key_file=args.api_key_file,
         metrics_auth=args.metrics_auth,
         limits=limits,
+        loras=_lora_args(args.lora or []),
     )
     return 0
+
+
+def _lora_args(items: list[str]) -> dict[str, str]:
+    """``--lora name=path`` flags as ``{name: path}``."""
+    out: dict[str, str] = {}
+    for item in items:
+        name, sep, path = item.partition("=")
+        if not sep or not name or not path:
+            raise ParameterError(f"--lora takes NAME=PATH, got {item!r}")
+        if name in out:
+            raise ParameterError(f"--lora: the name {name!r} is given twice")
+        out[name] = path
+    return out
 
 
 def _add_serve_safety_args(sv: argparse.ArgumentParser) -> None:
@@ -379,6 +393,14 @@ def build_parser() -> argparse.ArgumentParser:
         "copied out exactly) and then the newest request is paused and recomputed later",
     )
     sv.add_argument("--model-name", help="name reported by /v1/models (default: the file's stem)")
+    sv.add_argument(
+        "--lora",
+        action="append",
+        metavar="NAME=PATH",
+        help="a GGUF LoRA adapter requests can pick by 'model': NAME (listed in /v1/models) "
+        "or a 'lora': NAME body field; repeatable. Requests with different adapters are "
+        "batched together; the base weights are shared",
+    )
     sv.add_argument(
         "--sessions-dir",
         help="folder for /v1/sessions/{id}/save and /restore (replicas may share it); idle "

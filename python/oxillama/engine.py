@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
+from pathlib import Path
 from typing import Any, Protocol
 
 import numpy as np
@@ -17,6 +19,8 @@ from .engine_metrics import EngineMetrics
 from .errors import GenerateError, ParameterError
 from .grammar import Grammar, allowed_bytes
 from .grammar import constraint as _constraint
+from .lora import LoraAdapter, LoraSpec
+from .lora import resolve as _resolve_loras
 from .model import Model
 from .sampling import SamplerConfig
 from .session_state import SessionState, check_fits, kept_prefix, matcher_for
@@ -83,6 +87,7 @@ class Engine:
         tokenizer_path: str | os.PathLike[str] | None = None,
         kv_dtype: str = "f16",
         prefill_chunk: int = 512,
+        lora: LoraSpec | None = None,
     ) -> None:
         if isinstance(model, Model):
             if tokenizer_path is not None:
@@ -95,6 +100,8 @@ class Engine:
             # not loaded again.
             m = Model(model, tokenizer_path=tokenizer_path)
         self._init(m, context_size, threads, sampler, kv_dtype, prefill_chunk)
+        if lora is not None:
+            self.set_loras(lora)
 
     @classmethod
     def from_pretrained(
@@ -165,6 +172,7 @@ class Engine:
         self._model = model.native
         self._chat_template = model.chat_template
         self._metrics = EngineMetrics()
+        self._lora_cache: dict[Path, LoraAdapter] = {}
 
     # ---------------------------------------------------------------- state
     #
@@ -218,6 +226,7 @@ class Engine:
         fresh = _native.Session(self._model, kv.n_ctx, kv.threads, kv.kv_dtype)
         fresh.prefill_chunk = kv.prefill_chunk
         self._state = SessionState.fresh(self.model, fresh, state.sampler_config)
+        self._state.set_loras(state.loras)
         return state
 
     @classmethod
@@ -231,6 +240,43 @@ class Engine:
     def _view_state(self) -> SessionState:
         """The live state, shared (not moved): for writing a snapshot."""
         return self._state
+
+    # ------------------------------------------------------------------ LoRA
+
+    def load_lora(
+        self, path: str | os.PathLike[str], *, scale: float = 1.0, name: str | None = None
+    ) -> LoraAdapter:
+        """Loads a GGUF LoRA adapter for this engine's model and activates
+        it with ``scale`` beside the adapters already active (stacked:
+        their deltas add). The base weights are not touched."""
+        adapter = LoraAdapter(self.model, path, name=name)
+        self._lora_cache[adapter.path] = adapter
+        active = dict(self._state.loras)
+        active[adapter] = scale
+        self.set_loras(active)
+        return adapter
+
+    def _load_lora_path(self, path: str | os.PathLike[str]) -> LoraAdapter:
+        key = Path(path).resolve()
+        if key not in self._lora_cache:
+            self._lora_cache[key] = LoraAdapter(self.model, key)
+        return self._lora_cache[key]
+
+    def set_loras(self, loras: LoraSpec) -> None:
+        """Replaces the active adapters: ``{adapter or path: scale}``, a list
+        of adapters, paths or ``(adapter or path, scale)`` pairs, or one of
+        them. The KV cache keeps what it holds: clear it (``reset``) to
+        recompute a context under the new adapters."""
+        self._state.set_loras(_resolve_loras(self.model, loras, self._load_lora_path))
+
+    def clear_loras(self) -> None:
+        """Turns every adapter off (the base model alone)."""
+        self._state.set_loras({})
+
+    @property
+    def loras(self) -> dict[LoraAdapter, float]:
+        """The active adapters and their scales, in order (a copy)."""
+        return dict(self._state.loras)
 
     # ------------------------------------------------------------------ info
 
@@ -447,6 +493,7 @@ class Engine:
         on_token: OnToken | None = None,
         grammar: str | Grammar | None = None,
         json_schema: Mapping[str, Any] | Any | None = None,
+        lora: LoraSpec | None = None,
     ) -> Completion:
         """Generates up to ``max_tokens`` tokens after ``prompt``.
 
@@ -460,14 +507,31 @@ class Engine:
         and generation stops when it is complete. An empty prompt with the
         same grammar continues a constrained text where it stopped (also
         after a snapshot restore).
+
+        ``lora`` (as :meth:`set_loras` takes it) replaces the active
+        adapters for this call only; the tokens it evaluates stay in the
+        context, computed with them.
         """
         constraint = _constraint(grammar, json_schema)
         result: list[Completion] = []
-        for _ in self._run(
-            prompt, max_tokens, sampler, stop, ignore_eos, on_token, result, constraint
-        ):
-            pass
+        with self._call_loras(lora):
+            for _ in self._run(
+                prompt, max_tokens, sampler, stop, ignore_eos, on_token, result, constraint
+            ):
+                pass
         return result[0]
+
+    @contextlib.contextmanager
+    def _call_loras(self, lora: LoraSpec | None) -> Iterator[None]:
+        if lora is None:
+            yield
+            return
+        before = dict(self._state.loras)
+        self.set_loras(lora)
+        try:
+            yield
+        finally:
+            self._state.set_loras(before)
 
     def stream(
         self,
@@ -480,14 +544,16 @@ class Engine:
         on_token: OnToken | None = None,
         grammar: str | Grammar | None = None,
         json_schema: Mapping[str, Any] | Any | None = None,
+        lora: LoraSpec | None = None,
     ) -> Iterator[str]:
         """Like :meth:`generate`, yielding text pieces as they are produced.
         A piece never splits a UTF-8 character or reveals a stop string."""
         constraint = _constraint(grammar, json_schema)
         result: list[Completion] = []
-        yield from self._run(
-            prompt, max_tokens, sampler, stop, ignore_eos, on_token, result, constraint
-        )
+        with self._call_loras(lora):
+            yield from self._run(
+                prompt, max_tokens, sampler, stop, ignore_eos, on_token, result, constraint
+            )
 
     # ------------------------------------------------------------------ chat
 

@@ -13,6 +13,7 @@ __all__ = [
     "JsonSchemaError",
     "KvCacheFullError",
     "LoadError",
+    "LoraError",
     "OverloadedError",
     "OxiLlamaError",
     "ParameterError",
@@ -34,6 +35,12 @@ class InternalError(OxiLlamaError):
 
 class LoadError(OxiLlamaError):
     """A model or tokenizer file is missing, truncated, corrupt or unsupported."""
+
+
+class LoraError(LoadError):
+    """A LoRA adapter is unreadable, targets a tensor the base model does not
+    have (or that oxillama does not modify), has the wrong shapes, or is not
+    registered; the message names the tensor or adapter."""
 
 
 class GenerateError(OxiLlamaError):

@@ -138,6 +138,9 @@ class Request:
     #: The turn's state went back to its session (exactly once, whether it
     #: finished, failed or was cancelled, and whoever saw that first).
     handed_back: bool = False
+    #: LoRA adapters and scales of this request (applied to its rows only;
+    #: its prompt bypasses the prefix cache, whose KV is the base model's).
+    lora: tuple[tuple[_native.LoraAdapter, float], ...] = ()
 
     def __post_init__(self) -> None:
         self.text = TextAssembler(self.stop)
@@ -238,6 +241,7 @@ class Scheduler:
         ignore_eos: bool,
         grammar: Grammar | None,
         emit: Emit,
+        lora: tuple[tuple[_native.LoraAdapter, float], ...] = (),
     ) -> Request:
         """Queues a request; raises at once if it can never be served."""
         if not prompt:
@@ -258,6 +262,7 @@ class Scheduler:
             sampler=build_sampler(sampler, self._tokenizer, self._vocab),
             matcher=None if grammar is None else grammar.matcher(self._tokenizer),
             emit=emit,
+            lora=lora,
         )
         with self._cv:
             if self._closed:
@@ -667,7 +672,9 @@ class Scheduler:
                 self._model, self._n_ctx, self._threads, self._kv_dtype, pool=self._pool
             )
             s.session.prefill_chunk = self.prefill_chunk
-            if self.prefix is not None:
+            if s.lora:
+                s.session.set_loras(list(s.lora))
+            elif self.prefix is not None:
                 n, cached = self.prefix.lookup(s.prompt)
                 if isinstance(cached, _native.Session):
                     # A shared prefix (a system prompt, say) is not evaluated
@@ -707,7 +714,7 @@ class Scheduler:
             s.replay = None
             if replay is None:
                 s.t_prefilled = time.perf_counter()
-            if self.prefix is not None and replay is None:
+            if self.prefix is not None and replay is None and not s.lora:
                 n = self.prefix.wants(s.prompt)
                 if n:
                     fork = s.session.fork(n)

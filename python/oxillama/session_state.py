@@ -17,6 +17,8 @@ import numpy.typing as npt
 from . import _native
 from .errors import GenerateError
 from .grammar import Grammar
+from .lora import LoraAdapter
+from .lora import apply as apply_loras
 from .model import Model
 from .sampling import SamplerConfig, build_sampler
 
@@ -104,6 +106,17 @@ class SessionState:
     #: While hibernated: the KV of the first ``n`` positions, exported, and
     #: ``kv`` holds no pages (see :meth:`hibernate`).
     swapped: tuple[int, bytes] | None = None
+    #: Active LoRA adapters and their scales, in order (``kv`` applies them).
+    loras: dict[LoraAdapter, float] = field(default_factory=dict)
+
+    def set_loras(self, active: dict[LoraAdapter, float]) -> None:
+        """Makes ``active`` the session's adapters (the KV already computed
+        stays as it is, as in llama.cpp)."""
+        if self.hidden is not None and self.swapped is None:
+            # Pending logits come from the head under the old adapters.
+            self.last_logits()
+        apply_loras(self.kv, active)
+        self.loras = dict(active)
 
     @classmethod
     def fresh(cls, model: Model, kv: _native.Session, config: SamplerConfig) -> SessionState:

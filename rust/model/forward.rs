@@ -13,6 +13,7 @@ use super::kv_cache::KvCache;
 use super::recurrent::RecurrentState;
 use super::weights::{matrix, opt_vector, vector, MatRef};
 use crate::gguf::GgufFile;
+use crate::lora::{self, ActiveLora};
 use crate::ops::matmul::{matmul, ActScratch};
 use crate::ops::rope::{Rope, RopeScaling};
 use crate::ops::vec::VecKernels;
@@ -32,6 +33,9 @@ pub struct Segment<'a> {
     pub decode_rows: bool,
     /// A recurrent model's state for this sequence (`None` otherwise).
     pub rec: Option<&'a mut RecurrentState>,
+    /// LoRA adapters active for this sequence (their deltas apply to its
+    /// rows only).
+    pub lora: &'a [ActiveLora],
 }
 
 /// What a layer needs besides its weights and the activations: the pool,
@@ -211,6 +215,7 @@ impl Model {
         &self,
         pool: &ThreadPool,
         hidden: &[f32],
+        loras: &[ActiveLora],
         s: &mut Scratch,
         logits: &mut Vec<f32>,
     ) -> Result<()> {
@@ -230,6 +235,11 @@ impl Model {
             logits,
             &mut s.acts,
         );
+        if !loras.is_empty() {
+            let vk = crate::ops::vec::best();
+            let one = std::iter::once((loras, 0, 1));
+            lora::apply_ranges(pool, vk, &self.output, hidden, logits, one);
+        }
         self.finish_logits(logits);
         Ok(())
     }
@@ -257,6 +267,15 @@ impl Model {
 
     pub fn n_vocab(&self) -> usize {
         self.cfg.n_vocab
+    }
+
+    /// Where the token embedding and the output head live in the file (the
+    /// same offset when the head is tied to the embedding).
+    pub fn tok_embd_offset(&self) -> usize {
+        self.tok_embd.offset
+    }
+    pub fn output_offset(&self) -> usize {
+        self.output.offset
     }
 
     /// One forward pass over several sequences at once, each with its own
@@ -297,7 +316,7 @@ impl Model {
         starts.push(tokens.len());
         let c = &self.cfg;
         let n = tokens.len();
-        self.embed(&tokens, s)?;
+        self.embed(&tokens, (vk, segs, &starts), s)?;
         self.angles(segs, &starts, &rows_pos, s);
         let mut p = Pass {
             pool,
@@ -335,11 +354,28 @@ impl Model {
             logits,
             &mut s.acts,
         );
+        if p.segs.iter().any(|g| !g.lora.is_empty()) {
+            let ranges: Vec<(&[ActiveLora], usize, usize)> = if all_logits {
+                vec![(p.segs[0].lora, 0, rows)]
+            } else {
+                p.segs
+                    .iter()
+                    .enumerate()
+                    .map(|(g, seg)| (seg.lora, g, g + 1))
+                    .collect()
+            };
+            lora::apply_ranges(pool, vk, &self.output, &s.h, logits, ranges.into_iter());
+        }
         self.finish_logits(logits);
         Ok(())
     }
 
-    fn embed(&self, tokens: &[u32], s: &mut Scratch) -> Result<()> {
+    fn embed(
+        &self,
+        tokens: &[u32],
+        (vk, segs, starts): (&VecKernels, &[Segment<'_>], &[usize]),
+        s: &mut Scratch,
+    ) -> Result<()> {
         let (e, n_vocab) = (self.cfg.n_embd, self.cfg.n_vocab);
         let emb = self.tok_embd.view(&self.file);
         let x = fit(&mut s.x, tokens.len() * e);
@@ -352,6 +388,7 @@ impl Model {
             }
             dequantize_row(emb.ty, emb.row(tok), &mut x[t * e..(t + 1) * e])?;
         }
+        lora::apply_embedding(vk, segs, starts, tokens, x);
         if let Some(m) = self.cfg.embed_mul {
             x.iter_mut().for_each(|v| *v *= m);
         }

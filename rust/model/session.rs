@@ -6,6 +6,7 @@ use super::forward::{Model, Scratch, Segment};
 use super::kv_cache::{KvCache, KvDtype};
 use super::kv_pool::KvPool;
 use super::recurrent::Recurrent;
+use crate::lora::ActiveLora;
 use crate::ops::vec::{self, VecKernels};
 use crate::threadpool::{shared_pool, ThreadPool};
 use crate::{Error, Result};
@@ -30,6 +31,8 @@ pub struct Session {
     /// Multi-token evals attend row by row with the one-token kernel, so
     /// their logits equal those of one-token evals bit for bit.
     pub exact_rows: bool,
+    /// LoRA adapters applied to this session's rows, with their scales.
+    loras: Vec<ActiveLora>,
 }
 
 impl Session {
@@ -87,8 +90,32 @@ impl Session {
             hidden_valid: false,
             logits_from_last_hidden: false,
             exact_rows: false,
+            loras: Vec::new(),
             model,
         })
+    }
+
+    /// Replaces the active adapters (each checked against this model).
+    /// The KV cache is left as it is: what it holds was computed with the
+    /// adapters active then, as in llama.cpp.
+    pub fn set_loras(&mut self, loras: Vec<ActiveLora>) -> Result<()> {
+        for l in &loras {
+            if !l.adapter.fits(&self.model) {
+                return Err(Error::lora("the LoRA adapter was loaded for another model"));
+            }
+            if !l.scale.is_finite() {
+                return Err(Error::invalid(format!(
+                    "LoRA scale must be finite, got {}",
+                    l.scale
+                )));
+            }
+        }
+        self.loras = loras;
+        Ok(())
+    }
+
+    pub fn loras(&self) -> &[ActiveLora] {
+        &self.loras
     }
 
     pub fn n_past(&self) -> usize {
@@ -157,6 +184,7 @@ impl Session {
                 pos0: self.n_past,
                 decode_rows: self.exact_rows,
                 rec: self.rec.as_mut().map(|r| &mut r.state),
+                lora: &self.loras,
             }];
             self.model.forward_segments(
                 &self.pool,
@@ -245,8 +273,13 @@ impl Session {
     /// `eval` returned for it.
     pub fn head_logits(&mut self, hidden: &[f32]) -> Result<Vec<f32>> {
         let mut logits = Vec::new();
-        self.model
-            .head(&self.pool, hidden, &mut self.scratch, &mut logits)?;
+        self.model.head(
+            &self.pool,
+            hidden,
+            &self.loras,
+            &mut self.scratch,
+            &mut logits,
+        )?;
         Ok(logits)
     }
 
@@ -315,6 +348,7 @@ impl Session {
         s.rec = rec;
         s.n_past = n;
         s.prefill_chunk = self.prefill_chunk;
+        s.loras = self.loras.clone();
         Ok(s)
     }
 
@@ -379,6 +413,7 @@ impl Session {
                     kv: &mut s.kv,
                     tokens: toks,
                     rec: s.rec.as_mut().map(|r| &mut r.state),
+                    lora: &s.loras,
                 })
                 .collect();
             model.forward_segments(&pool, vk, &mut segs, false, &mut scratch, &mut logits)

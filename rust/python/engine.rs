@@ -10,6 +10,8 @@ use pyo3::types::{PyBytes, PyDict};
 
 use super::errors::{guard, IntoPyResult, Poison};
 use super::gguf::PyGgufFile;
+use super::lora::PyLoraAdapter;
+use crate::lora::ActiveLora;
 use crate::model::kv_pool::{KvPool, PAGE};
 use crate::model::{KvDtype, Model, Session};
 use crate::threadpool::physical_cores;
@@ -17,6 +19,12 @@ use crate::threadpool::physical_cores;
 #[pyclass(name = "Model", module = "oxillama._native", frozen)]
 pub struct PyModel {
     inner: Arc<Model>,
+}
+
+impl PyModel {
+    pub fn arc(&self) -> Arc<Model> {
+        Arc::clone(&self.inner)
+    }
 }
 
 #[pymethods]
@@ -170,6 +178,27 @@ impl PySession {
             inner: s,
             poison: Poison::default(),
         })
+    }
+
+    /// Activates LoRA adapters with their scales, replacing the previous
+    /// set (an empty list turns them off). Each must have been loaded for
+    /// this session's model.
+    fn set_loras(&mut self, loras: Vec<(Bound<'_, PyLoraAdapter>, f32)>) -> PyResult<()> {
+        let active = loras
+            .iter()
+            .map(|(a, s)| ActiveLora {
+                adapter: Arc::clone(&a.get().inner),
+                scale: *s,
+            })
+            .collect();
+        let session = &mut self.inner;
+        self.poison.run(|| session.set_loras(active).py_err())
+    }
+
+    /// Number of active LoRA adapters.
+    #[getter]
+    fn n_loras(&self) -> usize {
+        self.inner.loras().len()
     }
 
     /// Pages of its pool that appending `n` tokens would take now (new
@@ -469,6 +498,7 @@ pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<PyModel>()?;
     m.add_class::<PySession>()?;
     m.add_class::<PyKvPool>()?;
+    m.add_class::<PyLoraAdapter>()?;
     m.add_function(wrap_pyfunction!(physical_core_count, m)?)?;
     m.add_function(wrap_pyfunction!(blake3_digest, m)?)?;
     m.add_function(wrap_pyfunction!(write_hashed, m)?)?;

@@ -29,6 +29,7 @@ pub fn to_py(err: Error) -> PyErr {
         Error::InvalidArgument(m) => raise(py, "ParameterError", m),
         Error::KvFull(m) => raise(py, "KvCacheFullError", m),
         Error::Internal(m) => raise(py, "InternalError", m),
+        Error::Lora(m) => raise(py, "LoraError", m),
     })
 }
 

@@ -7,6 +7,7 @@ mod engine;
 mod errors;
 mod gguf;
 mod grammar;
+mod lora;
 mod quant;
 mod sampler;
 mod testing;

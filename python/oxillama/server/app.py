@@ -137,13 +137,30 @@ class Server:
                 e.message = f"{hint}; got '{e.param}': {json.dumps(body[e.param])[:40]}"
             raise
         model = checked.get("model")
-        if model is not None and model != self.model_name:
+        adapters = self.engine.loras
+        if model is not None and model != self.model_name and model not in adapters:
+            names = ", ".join(f"'{n}'" for n in [self.model_name, *adapters])
             raise ApiError(
                 404,
-                f"model '{model}' does not exist (this server has '{self.model_name}')",
+                f"model '{model}' does not exist (this server has {names})",
                 kind="not_found_error",
                 param="model",
                 code="model_not_found",
+            )
+        lora = checked.get("lora")
+        if lora is not None and lora not in adapters:
+            known = ", ".join(f"'{n}'" for n in adapters) or "none"
+            raise ApiError(
+                400,
+                f"unknown LoRA adapter '{lora}' (this server has: {known})",
+                param="lora",
+                code="lora_not_found",
+            )
+        if model in adapters and lora is not None and lora != model:
+            raise ApiError(
+                400,
+                f"'model' names the adapter '{model}' and 'lora' names '{lora}': pick one",
+                param="lora",
             )
         return checked
 
@@ -181,6 +198,17 @@ class Server:
             "ignore_eos": bool(get("ignore_eos", False)),
             **self.constraint(body),
         }
+        lora = body.get("lora") or (
+            body.get("model") if body.get("model") in self.engine.loras else None
+        )
+        if lora is not None:
+            if body.get("session") is not None:
+                raise ApiError(
+                    400,
+                    "a stateful session request cannot pick a LoRA adapter",
+                    param="lora" if body.get("lora") else "model",
+                )
+            kwargs["lora"] = lora
         stream_options = get("stream_options", {})
         return Options(
             max_tokens=int(max_tokens),
@@ -424,7 +452,8 @@ class Server:
             {
                 "object": "list",
                 "data": [
-                    {"id": self.model_name, "object": "model", "created": 0, "owned_by": "oxillama"}
+                    {"id": name, "object": "model", "created": 0, "owned_by": "oxillama"}
+                    for name in [self.model_name, *self.engine.loras]
                 ],
             }
         )

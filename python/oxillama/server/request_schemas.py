@@ -114,7 +114,16 @@ class RequestSchemas:
             f"default {min(256, self.n_ctx)}.",
         }
         return {
-            "model": {"type": ["string", "null"], "maxLength": 256},
+            "model": {
+                "type": ["string", "null"],
+                "maxLength": 256,
+                "description": "The served model's name, or a LoRA adapter's (see /v1/models).",
+            },
+            "lora": {
+                "type": ["string", "null"],
+                "maxLength": 256,
+                "description": "A LoRA adapter the server was started with (--lora NAME=PATH).",
+            },
             "max_tokens": max_tokens,
             "max_completion_tokens": max_tokens,
             "temperature": {"type": ["number", "null"], "minimum": 0},

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import logging
 import os
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 
 from ..async_engine import AsyncEngine
 from ..model import Model
@@ -34,6 +34,7 @@ def serve(
     api_key_file: str | os.PathLike[str] | None = None,
     metrics_auth: bool = False,
     limits: Limits | None = None,
+    loras: Mapping[str, str | os.PathLike[str]] | None = None,
 ) -> None:
     """Runs the server until interrupted. The keys are ``api_keys``, the
     lines of ``api_key_file`` and ``$OXILLAMA_API_KEY`` together."""
@@ -48,6 +49,7 @@ def serve(
         max_batch=max_batch,
         kv_pages=kv_pages,
         max_queue=max_queue,
+        loras=loras,
     )
     name = model_name or (engine.engine.model_path.stem if engine.engine.model_path else "oxillama")
     app = build_app(

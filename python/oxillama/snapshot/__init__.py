@@ -19,7 +19,13 @@ from typing import Any, Protocol
 from ..engine import Engine, register_snapshot_codec
 from ..session_state import SessionState
 from .atomic import refuse_temp
-from .errors import ModelMismatchError, SnapshotError, SnapshotFormatError, SnapshotWriteError
+from .errors import (
+    AdapterMismatchError,
+    ModelMismatchError,
+    SnapshotError,
+    SnapshotFormatError,
+    SnapshotWriteError,
+)
 from .fingerprint import Fingerprint, fingerprint
 from .info import SnapshotInfo, info
 from .session import capture_bytes, capture_into, restore, snapshot_size, write_atomic, writers
@@ -34,6 +40,7 @@ def _state(source: SessionState | _HoldsState) -> SessionState:
 
 
 __all__ = [
+    "AdapterMismatchError",
     "Fingerprint",
     "ModelMismatchError",
     "SnapshotError",

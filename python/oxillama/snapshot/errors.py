@@ -2,9 +2,15 @@
 
 from __future__ import annotations
 
-from ..errors import GenerateError, LoadError, OxiLlamaError
+from ..errors import GenerateError, LoadError, LoraError, OxiLlamaError
 
-__all__ = ["ModelMismatchError", "SnapshotError", "SnapshotFormatError", "SnapshotWriteError"]
+__all__ = [
+    "AdapterMismatchError",
+    "ModelMismatchError",
+    "SnapshotError",
+    "SnapshotFormatError",
+    "SnapshotWriteError",
+]
 
 
 class SnapshotError(OxiLlamaError):
@@ -35,3 +41,14 @@ class ModelMismatchError(SnapshotError, LoadError):
         super().__init__(message)
         self.expected = expected
         self.found = found
+
+
+class AdapterMismatchError(SnapshotError, LoraError):
+    """A LoRA adapter the snapshot was taken with is missing, unreadable or
+    changed (its BLAKE3 differs); the message names it. ``name`` and
+    ``path`` are the adapter's as recorded."""
+
+    def __init__(self, message: str, *, name: str, path: str) -> None:
+        super().__init__(message)
+        self.name = name
+        self.path = path

@@ -5,13 +5,15 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from ..hub import HubRef
 from .atomic import refuse_temp
 from .errors import SnapshotError
 from .fingerprint import Fingerprint
 from .format import MAGIC, read_header
-from .session import parse
+from .sections import LORA, decode_json
+from .session import lora_entries, parse
 
 
 @dataclass(frozen=True)
@@ -31,6 +33,8 @@ class SnapshotInfo:
     library_version: str
     #: Hub repo, commit and file of a model loaded by hub name, else None.
     hub: HubRef | None = None
+    #: Active LoRA adapters: ``name``, ``path``, ``fingerprint``, ``scale``.
+    loras: tuple[dict[str, Any], ...] = ()
 
 
 def info(source: str | os.PathLike[str] | bytes | bytearray | memoryview) -> SnapshotInfo:
@@ -44,7 +48,8 @@ def info(source: str | os.PathLike[str] | bytes | bytearray | memoryview) -> Sna
     else:
         blob = source
     version, _ = read_header(blob)
-    meta, _ = parse(blob)
+    meta, secs = parse(blob)
+    loras = tuple(lora_entries(decode_json(secs[LORA], "lora"))) if LORA in secs else ()
     eng = meta["engine"] if isinstance(meta["engine"], dict) else {}
     tok = meta.get("tokenizer_path")
     return SnapshotInfo(
@@ -62,4 +67,5 @@ def info(source: str | os.PathLike[str] | bytes | bytearray | memoryview) -> Sna
         fingerprint=Fingerprint.from_dict(meta["fingerprint"]),
         library_version=str(meta.get("library_version", "")),
         hub=HubRef.from_dict(meta.get("hub")),
+        loras=loras,
     )

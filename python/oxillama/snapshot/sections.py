@@ -33,7 +33,9 @@ SAMPLER_STATE = 6
 #: state (UTF-8 JSON object: source, root, state as a list of u32; absent
 #: when the session has no grammar).
 GRAMMAR = 7
-#: Reserved: LoRA adapters and their fingerprints.
+#: Active LoRA adapters (UTF-8 JSON object: ``adapters``, a list of
+#: ``name``, ``path``, ``fingerprint`` (BLAKE3 hex of the file), ``scale``,
+#: in application order; absent when none is active).
 LORA = 8
 #: The last position's normalized hidden state (n_embd little-endian f32),
 #: written instead of LOGITS when the output head reproduces those logits

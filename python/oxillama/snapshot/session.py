@@ -21,12 +21,14 @@ from ..errors import OxiLlamaError, ParameterError
 from ..grammar import Grammar
 from ..hub import HubRef
 from ..hub import locate as hub_locate
+from ..lora import LoraAdapter
+from ..lora import apply as apply_loras
 from ..model import Model
 from ..sampling import SamplerConfig, build_sampler
 from ..session_state import SessionState
 from . import sections as S
 from .atomic import replace_file
-from .errors import ModelMismatchError, SnapshotError, SnapshotFormatError
+from .errors import AdapterMismatchError, ModelMismatchError, SnapshotError, SnapshotFormatError
 from .fingerprint import Fingerprint
 from .format import HEADER, Writer, decode, encode_into, encoded_size, fill_payload, seal
 
@@ -115,6 +117,12 @@ def writers(state: SessionState) -> list[Writer]:
     last = _last_position(state)
     if last is not None:
         small.append(last)
+    if state.loras:
+        adapters = [
+            {"name": a.name, "path": str(a.path), "fingerprint": a.fingerprint, "scale": s}
+            for a, s in state.loras.items()
+        ]
+        small.append((S.LORA, S.encode_json({"adapters": adapters})))
     if state.grammar is not None:
         grammar, matcher = state.grammar
         g = {"source": grammar.source, "root": grammar.root, "state": matcher.export_state()}
@@ -264,6 +272,7 @@ def restore(
     elif S.HIDDEN in secs and n_past:
         hidden = S.decode_f32(secs[S.HIDDEN], int(m.config["n_embd"]), "hidden")
     grammar = _grammar(m, S.decode_json(secs[S.GRAMMAR], "grammar")) if S.GRAMMAR in secs else None
+    loras = _loras(m, S.decode_json(secs[S.LORA], "lora")) if S.LORA in secs else {}
     try:
         config = SamplerConfig.from_dict(S.decode_json(secs[S.SAMPLER_CONFIG], "sampler_config"))
         sampler = build_sampler(config, m.tokenizer, vocab)
@@ -309,6 +318,8 @@ def restore(
     except (OxiLlamaError, ValueError, OverflowError, TypeError) as e:
         raise SnapshotFormatError(f"snapshot session data is invalid: {e}") from None
     kv.prefill_chunk = prefill_chunk
+    # Always: a live session restored in place drops adapters it had.
+    apply_loras(kv, loras)
     return SessionState(
         model=m,
         kv=kv,
@@ -319,7 +330,56 @@ def restore(
         logits=logits,
         hidden=hidden,
         grammar=grammar,
+        loras=loras,
     )
+
+
+def lora_entries(d: dict[str, Any]) -> list[dict[str, Any]]:
+    """The LORA section's adapter records, checked for shape."""
+    entries = d.get("adapters")
+    if not isinstance(entries, list):
+        raise SnapshotFormatError("lora section has no adapters list")
+    out = []
+    for e in entries:
+        if not (
+            isinstance(e, dict)
+            and isinstance(e.get("name"), str)
+            and isinstance(e.get("path"), str)
+            and isinstance(e.get("fingerprint"), str)
+            and isinstance(e.get("scale"), (int, float))
+            and not isinstance(e.get("scale"), bool)
+        ):
+            raise SnapshotFormatError(f"lora section holds an invalid adapter record: {e!r}")
+        out.append(e)
+    return out
+
+
+def _loras(model: Model, d: dict[str, Any]) -> dict[LoraAdapter, float]:
+    """The adapters a snapshot's LORA section names, each loaded from its
+    path and checked against its recorded fingerprint."""
+    out: dict[LoraAdapter, float] = {}
+    for e in lora_entries(d):
+        name, path = e["name"], e["path"]
+        try:
+            adapter = LoraAdapter(model, path, name=name)
+        except OxiLlamaError as err:
+            raise AdapterMismatchError(
+                f"LoRA adapter {name!r} of this snapshot cannot be loaded from {path!r}: {err}",
+                name=name,
+                path=path,
+            ) from err
+        if adapter.fingerprint != e["fingerprint"]:
+            raise AdapterMismatchError(
+                f"LoRA adapter {name!r} at {path!r} has changed since the snapshot "
+                f"(BLAKE3 {adapter.fingerprint}, expected {e['fingerprint']})",
+                name=name,
+                path=path,
+            )
+        scale = float(e["scale"])
+        if scale != scale or abs(scale) == float("inf"):
+            raise SnapshotFormatError(f"lora section: adapter {name!r} has scale {scale}")
+        out[adapter] = scale
+    return out
 
 
 def _kv_layout(cfg: dict[str, Any]) -> dict[str, Any]:

@@ -102,6 +102,7 @@ impl Mamba2 {
             fit(&mut s.gate, n * width),
             &mut s.acts,
         );
+        crate::lora::apply(p, &l.ssm_in, &s.h, &mut s.gate);
         let sh = ScanShape {
             n_head: c.n_head,
             head_dim: c.head_dim(),
@@ -152,6 +153,7 @@ impl Mamba2 {
             fit(&mut s.o, n * e),
             &mut s.acts,
         );
+        crate::lora::apply(p, &l.ssm_out, &s.att, &mut s.o);
         residual_add(&mut s.x, &s.o, 1.0);
     }
 }

@@ -3,6 +3,7 @@
 //! attention itself, and the output projection.
 
 use super::{add_bias, Norm};
+use crate::lora;
 use crate::model::config::NormKind;
 use crate::model::forward::{fit, Pass, Scratch, Segment};
 use crate::model::weights::{MatRef, Tensors};
@@ -129,14 +130,19 @@ impl AttnWeights {
         fit(&mut s.k, n * kd);
         fit(&mut s.v, n * vd);
         match &self.qkv {
-            Qkv::Split { q, k, v } => matmul_multi(
-                p.pool,
-                &[q.view(f), k.view(f), v.view(f)],
-                &s.h,
-                n,
-                &mut [&mut s.q[..], &mut s.k[..], &mut s.v[..]],
-                &mut s.acts,
-            ),
+            Qkv::Split { q, k, v } => {
+                matmul_multi(
+                    p.pool,
+                    &[q.view(f), k.view(f), v.view(f)],
+                    &s.h,
+                    n,
+                    &mut [&mut s.q[..], &mut s.k[..], &mut s.v[..]],
+                    &mut s.acts,
+                );
+                lora::apply(p, q, &s.h, &mut s.q);
+                lora::apply(p, k, &s.h, &mut s.k);
+                lora::apply(p, v, &s.h, &mut s.v);
+            }
             Qkv::Fused(w) => {
                 let wd = qd + kd + vd;
                 matmul(
@@ -147,6 +153,7 @@ impl AttnWeights {
                     fit(&mut s.att, n * wd),
                     &mut s.acts,
                 );
+                lora::apply(p, w, &s.h, &mut s.att);
                 for (t, row) in s.att.chunks_exact(wd).enumerate() {
                     s.q[t * qd..(t + 1) * qd].copy_from_slice(&row[..qd]);
                     s.k[t * kd..(t + 1) * kd].copy_from_slice(&row[qd..qd + kd]);
@@ -210,6 +217,7 @@ impl AttnWeights {
             fit(&mut s.o, n * c.n_embd),
             &mut s.acts,
         );
+        lora::apply(p, &self.wo, &s.att, &mut s.o);
         if let Some(b) = &self.bo {
             add_bias(&mut s.o, b);
         }

@@ -3,6 +3,7 @@
 
 use super::add_bias;
 use super::moe::MoeWeights;
+use crate::lora;
 use crate::model::forward::{fit, Pass, Scratch};
 use crate::model::weights::{MatRef, Tensors};
 use crate::ops::activation::{geglu, gelu, swiglu};
@@ -98,6 +99,8 @@ impl FfnWeights {
                     &mut [&mut s.gate[..], &mut s.up[..]],
                     &mut s.acts,
                 );
+                lora::apply(p, gate, &s.h, &mut s.gate);
+                lora::apply(p, up, &s.h, &mut s.up);
                 act(&mut s.gate, &s.up, *a);
                 down
             }
@@ -110,6 +113,7 @@ impl FfnWeights {
                     fit(&mut s.up, n * 2 * ff),
                     &mut s.acts,
                 );
+                lora::apply(p, up, &s.h, &mut s.up);
                 let gate = fit(&mut s.gate, n * ff);
                 for (g, row) in gate.chunks_exact_mut(ff).zip(s.up.chunks_exact(2 * ff)) {
                     g.copy_from_slice(&row[..ff]);
@@ -136,6 +140,7 @@ impl FfnWeights {
                     fit(&mut s.gate, n * ff),
                     &mut s.acts,
                 );
+                lora::apply(p, up, &s.h, &mut s.gate);
                 if let Some(b) = up_b {
                     add_bias(&mut s.gate, b);
                 }
@@ -151,6 +156,7 @@ impl FfnWeights {
             fit(&mut s.f, n * e),
             &mut s.acts,
         );
+        lora::apply(p, down, &s.gate, &mut s.f);
         if let Ffn::Plain {
             down_b: Some(b), ..
         } = &self.0

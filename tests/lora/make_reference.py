@@ -1,0 +1,93 @@
+"""Records llama.cpp's logits with the test adapters (llama-cpp-python
+0.3.36; run ``python -m tests.lora.make_reference`` from the repository
+root). Writes ``reference/smollm2.npz``, ``reference/fixture.npz`` and
+``reference/meta.json`` (the adapters' sha256, so the tests know they
+rebuilt the same files). Deterministic on one llama.cpp build.
+
+- SmolLM2 Q4_1 as shipped: teacher-forced ``cases.SMOL_TOKENS`` in one
+  batch, full logits at ``cases.SMOL_POSITIONS``: base, adapter A at each
+  of ``cases.SCALES``, and A (1.0) stacked with B (0.7) through
+  ``llama_set_adapters_lora``.
+- The tests/models llama fixture rewritten to F32 (F32 KV cache), with the
+  F32 fixture adapter at scales 1.0 and 0.5: every position's logits.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import hashlib
+import json
+import tempfile
+from pathlib import Path
+
+import llama_cpp
+import numpy as np
+
+from oxillama.models import default_model_path
+from tests.models._rewrite import rewrite_f32
+
+from . import cases
+
+OUT = Path(__file__).parent / "reference"
+FIXTURE = Path(__file__).parents[1] / "models" / "fixtures" / "llama.gguf"
+
+
+def run(
+    model: str, tokens: list[int], loras: list[tuple[str, float]], *, f32_kv: bool
+) -> np.ndarray:
+    kw = {"type_k": 0, "type_v": 0} if f32_kv else {}
+    llm = llama_cpp.Llama(
+        model, n_ctx=256, n_threads=2, n_batch=256, logits_all=True, verbose=False, seed=1234, **kw
+    )
+    handles = []
+    try:
+        if loras:
+            for path, _ in loras:
+                h = llama_cpp.llama_adapter_lora_init(llm._model.model, path.encode())
+                assert h, path
+                handles.append(h)
+            arr = (llama_cpp.llama_adapter_lora_p_ctypes * len(handles))(*handles)
+            scales = (ctypes.c_float * len(loras))(*[s for _, s in loras])
+            assert llama_cpp.llama_set_adapters_lora(llm._ctx.ctx, arr, len(handles), scales) == 0
+        llm.eval(tokens)
+        return np.array(llm.scores[: len(tokens)], dtype=np.float32)
+    finally:
+        # The adapters belong to the model and are freed with it.
+        llm.close()
+
+
+def main() -> None:
+    OUT.mkdir(exist_ok=True)
+    base = default_model_path()
+    meta: dict[str, object] = {"llama_cpp_python": llama_cpp.__version__}
+    with tempfile.TemporaryDirectory() as tmp:
+        t = Path(tmp)
+        a, b = t / "smol_a.gguf", t / "smol_b.gguf"
+        meta["smol_a_sha256"] = cases.smol_a(base, a)
+        meta["smol_b_sha256"] = cases.smol_b(base, b)
+        pos = cases.SMOL_POSITIONS
+        smol: dict[str, np.ndarray] = {"positions": np.array(pos)}
+        full = run(str(base), cases.SMOL_TOKENS, [], f32_kv=False)
+        smol["base"] = full[pos]
+        for s in cases.SCALES:
+            smol[f"a_{s}"] = run(str(base), cases.SMOL_TOKENS, [(str(a), s)], f32_kv=False)[pos]
+        smol["a_1.0_b_0.7"] = run(
+            str(base), cases.SMOL_TOKENS, [(str(a), 1.0), (str(b), 0.7)], f32_kv=False
+        )[pos]
+        np.savez_compressed(OUT / "smollm2.npz", **smol)
+
+        f32 = t / "llama_f32.gguf"
+        meta["fixture_f32_sha256"] = rewrite_f32(FIXTURE, f32)
+        fa = t / "fixture_a.gguf"
+        meta["fixture_a_sha256"] = cases.fixture_adapter(f32, fa)
+        fix = {"base": run(str(f32), cases.FIXTURE_TOKENS, [], f32_kv=True)}
+        for s in cases.SCALES:
+            fix[f"a_{s}"] = run(str(f32), cases.FIXTURE_TOKENS, [(str(fa), s)], f32_kv=True)
+        np.savez_compressed(OUT / "fixture.npz", **fix)
+    (OUT / "meta.json").write_text(json.dumps(meta, indent=2, sort_keys=True) + "\n")
+    for p in sorted(OUT.iterdir()):
+        print(p.name, p.stat().st_size, hashlib.sha256(p.read_bytes()).hexdigest()[:16])
+
+
+if __name__ == "__main__":
+    main()
