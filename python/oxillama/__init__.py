@@ -29,6 +29,7 @@ from .errors import (
 from .grammar import Grammar
 from .model import Model
 from .models import default_model_path
+from .offload import Budget, PinnedHotSet
 from .sampling import SamplerConfig
 from .session_state import SessionState
 from .speculative import SpeculativeEngine
@@ -37,6 +38,7 @@ from .template_limits import TemplateLimits
 __all__ = [
     "AsyncEngine",
     "AsyncSession",
+    "Budget",
     "Completion",
     "Engine",
     "GenerateError",
@@ -50,6 +52,7 @@ __all__ = [
     "OverloadedError",
     "OxiLlamaError",
     "ParameterError",
+    "PinnedHotSet",
     "SamplerConfig",
     "SessionState",
     "SpeculativeEngine",

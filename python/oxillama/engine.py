@@ -17,6 +17,8 @@ from .errors import GenerateError, ParameterError
 from .grammar import Grammar, allowed_bytes
 from .grammar import constraint as _constraint
 from .model import Model
+from .offload import OffloadPolicy, apply_offload
+from .offload import metrics as _offload_metrics
 from .sampling import SamplerConfig
 from .session_state import SessionState, check_fits, kept_prefix, matcher_for
 
@@ -82,6 +84,7 @@ class Engine:
         tokenizer_path: str | os.PathLike[str] | None = None,
         kv_dtype: str = "f16",
         prefill_chunk: int = 512,
+        offload: OffloadPolicy | None = None,
     ) -> None:
         if isinstance(model, Model):
             if tokenizer_path is not None:
@@ -93,7 +96,7 @@ class Engine:
             # The process-wide cache: a file this process already holds is
             # not loaded again.
             m = Model(model, tokenizer_path=tokenizer_path)
-        self._init(m, context_size, threads, sampler, kv_dtype, prefill_chunk)
+        self._init(m, context_size, threads, sampler, kv_dtype, prefill_chunk, offload)
 
     @classmethod
     def from_bytes(
@@ -106,12 +109,13 @@ class Engine:
         sampler: SamplerConfig | None = None,
         kv_dtype: str = "f16",
         prefill_chunk: int = 512,
+        offload: OffloadPolicy | None = None,
     ) -> Engine:
         """An engine on a GGUF image held in memory (``tokenizer_json`` is
         the text of a tokenizer.json that overrides the GGUF vocabulary)."""
         model = Model.from_bytes(data, tokenizer_json=tokenizer_json)
         self = cls.__new__(cls)
-        self._init(model, context_size, threads, sampler, kv_dtype, prefill_chunk)
+        self._init(model, context_size, threads, sampler, kv_dtype, prefill_chunk, offload)
         return self
 
     def _init(
@@ -122,6 +126,7 @@ class Engine:
         sampler: SamplerConfig | None,
         kv_dtype: str,
         prefill_chunk: int,
+        offload: OffloadPolicy | None = None,
     ) -> None:
         if context_size is not None and (not isinstance(context_size, int) or context_size < 1):
             raise ParameterError(f"context_size must be a positive integer, got {context_size!r}")
@@ -130,6 +135,7 @@ class Engine:
         n_ctx = context_size if context_size is not None else model.n_ctx_train
         session = _native.Session(model.native, n_ctx, threads, kv_dtype)
         session.prefill_chunk = prefill_chunk
+        apply_offload(model, offload)
         self._bind(model)
         config = sampler if sampler is not None else SamplerConfig()
         self._state = SessionState.fresh(model, session, config)
@@ -218,6 +224,20 @@ class Engine:
     @property
     def n_ctx(self) -> int:
         return int(self._session.n_ctx)
+
+    @property
+    def offload(self) -> OffloadPolicy | None:
+        """The memory policy of this engine's model (shared by every
+        engine on it; see :meth:`Model.set_offload`)."""
+        return self.model.offload
+
+    def metrics(self) -> dict[str, int]:
+        """The offload pager's counters (``offload_budget``,
+        ``offload_resident_bytes``, ``offload_peak_resident_bytes``,
+        ``offload_pinned_bytes``, ``offload_layer_loads``,
+        ``offload_evictions``, ``offload_bytes_read``, ``offload_passes``),
+        for the whole model; empty when it runs without a policy."""
+        return _offload_metrics(self.model)
 
     @property
     def n_past(self) -> int:
