@@ -75,8 +75,10 @@ def run(model: Model, n: int = 12) -> tuple[np.ndarray, list[int]]:
         lambda w: Budget(w // 4),
         lambda w: PinnedHotSet(w // 2, layers=(0, -1)),
         lambda w: PinnedHotSet(w // 2 + w // 3, embeddings=True),
+        lambda w: Budget(w // 4, evict="furthest"),
+        lambda w: PinnedHotSet(w // 2, layers=(1,), evict="furthest"),
     ],
-    ids=["budget50", "budget25", "pinned_layers", "pinned_head"],
+    ids=["budget50", "budget25", "pinned_layers", "pinned_head", "furthest25", "pinned_furthest"],
 )
 def test_same_logits_and_tokens_as_the_plain_mapping(model, model_path, make) -> None:
     ref_logits, ref_tokens = run(model)
@@ -157,6 +159,8 @@ def test_budget_too_small_names_the_sizes(model, model_path) -> None:
         lambda: PinnedHotSet(10**9, layers=(1, 1)),
         lambda: PinnedHotSet(10**9, layers=(0.5,)),  # type: ignore[arg-type]
         lambda: PinnedHotSet(10**9, embeddings="yes"),  # type: ignore[arg-type]
+        lambda: Budget(10**9, evict="mru"),
+        lambda: PinnedHotSet(10**9, evict=None),  # type: ignore[arg-type]
     ],
 )
 def test_bad_policy_values_are_parameter_errors(bad) -> None:
@@ -210,6 +214,7 @@ def test_snapshot_records_and_reapplies_the_policy(model, model_path, tmp_path) 
         "layers": [0, -1],
         "embeddings": False,
         "output": False,
+        "evict": "lru",
     }
     model.set_offload(None)
     back = Engine.restore(path)
@@ -300,3 +305,21 @@ def test_gemma3_peak_rss_within_budget_kv_and_overhead() -> None:
     # The unbudgeted run maps the whole model: the bound above is not slack.
     full = runs[0.0]
     assert full["hwm"] - full["base"] > runs[0.5]["budget"] + (24 << 20)
+
+
+def test_furthest_eviction_reads_the_model_minus_the_budget(model, model_path) -> None:
+    w = weight_bytes(model_path)
+    per_pass = {}
+    for evict in ("lru", "furthest"):
+        model.set_offload(Budget(w // 2, evict=evict))
+        e = Engine(model, context_size=64, threads=2, sampler=SamplerConfig.greedy())
+        e.generate(PROMPT, 2)
+        before = e.metrics()
+        e.generate("", 8)
+        after = e.metrics()
+        passes = after["offload_passes"] - before["offload_passes"]
+        per_pass[evict] = (after["offload_bytes_read"] - before["offload_bytes_read"]) / passes
+        assert after["offload_peak_resident_bytes"] <= w // 2
+    # LRU rereads everything; furthest keeps half the model across passes.
+    assert per_pass["lru"] > w * 0.95
+    assert per_pass["furthest"] < w * 0.6, per_pass

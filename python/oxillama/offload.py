@@ -19,6 +19,14 @@ if TYPE_CHECKING:
 __all__ = ["Budget", "OffloadPolicy", "PinnedHotSet", "apply_offload", "policy_from_dict"]
 
 
+EVICT = ("lru", "furthest")
+
+
+def _evict(v: object, owner: str) -> None:
+    if v not in EVICT:
+        raise ParameterError(f'{owner}: evict must be "lru" or "furthest", got {v!r}')
+
+
 def _n_bytes(v: object, owner: str) -> int:
     if not isinstance(v, int) or isinstance(v, bool) or v < 1:
         raise ParameterError(f"{owner}: n_bytes must be a positive integer, got {v!r}")
@@ -30,16 +38,21 @@ class Budget:
     """At most ``n_bytes`` of weights resident. Layers and slices of the
     output head are mapped from the file when the forward pass reaches
     them, the next one is read ahead while the current one computes, and
-    the least recently used are dropped (unmapped and evicted from the page
-    cache) once the budget would be passed."""
+    resident ones are dropped (unmapped and evicted from the page cache)
+    once the budget would be passed: the least recently used first
+    (``evict="lru"``), or (``evict="furthest"``) the one the forward pass
+    needs again last, which for a budget below the model's size reads
+    about the model minus the budget per token instead of all of it."""
 
     n_bytes: int
+    evict: str = "lru"
 
     def __post_init__(self) -> None:
         _n_bytes(self.n_bytes, "Budget")
+        _evict(self.evict, "Budget")
 
     def to_dict(self) -> dict[str, Any]:
-        return {"policy": "budget", "n_bytes": self.n_bytes}
+        return {"policy": "budget", "n_bytes": self.n_bytes, "evict": self.evict}
 
 
 @dataclass(frozen=True)
@@ -48,15 +61,18 @@ class PinnedHotSet:
     for the model's lifetime: ``layers`` (indices; negative ones count from
     the last layer), ``embeddings`` (the token embedding; the output head
     too when the model ties them) and ``output`` (the output head). The
-    rest is paged within what the pinned set leaves of the budget."""
+    rest is paged within what the pinned set leaves of the budget, evicted
+    in ``evict`` order as for :class:`Budget`."""
 
     n_bytes: int
     layers: tuple[int, ...] = ()
     embeddings: bool = False
     output: bool = False
+    evict: str = "lru"
 
     def __post_init__(self) -> None:
         _n_bytes(self.n_bytes, "PinnedHotSet")
+        _evict(self.evict, "PinnedHotSet")
         layers = self.layers
         if isinstance(layers, (str, bytes)) or not isinstance(layers, Iterable):
             raise ParameterError(
@@ -82,6 +98,7 @@ class PinnedHotSet:
             "layers": list(self.layers),
             "embeddings": self.embeddings,
             "output": self.output,
+            "evict": self.evict,
         }
 
 
@@ -107,20 +124,25 @@ def policy_from_dict(d: object) -> OffloadPolicy | None:
         raise ValueError(f'offload must be "cpu" or an object, got {d!r}')
     kind = d.get("policy")
     keys = set(d)
-    if kind == "budget" and keys == {"policy", "n_bytes"}:
-        return Budget(d["n_bytes"])
-    if kind == "pinned_hot_set" and keys == {"policy", "n_bytes", "layers", "embeddings", "output"}:
+    if kind == "budget" and keys == {"policy", "n_bytes", "evict"}:
+        return Budget(d["n_bytes"], evict=d["evict"])
+    pinned_keys = {"policy", "n_bytes", "layers", "embeddings", "output", "evict"}
+    if kind == "pinned_hot_set" and keys == pinned_keys:
         if not isinstance(d["layers"], list):
             raise ValueError(f"offload.layers must be a list, got {d['layers']!r}")
         return PinnedHotSet(
-            d["n_bytes"], tuple(d["layers"]), embeddings=d["embeddings"], output=d["output"]
+            d["n_bytes"],
+            tuple(d["layers"]),
+            embeddings=d["embeddings"],
+            output=d["output"],
+            evict=d["evict"],
         )
     raise ValueError(f"unknown offload policy {d!r}")
 
 
-def _native_args(policy: OffloadPolicy, n_layer: int) -> tuple[int, list[int], bool, bool]:
+def _native_args(policy: OffloadPolicy, n_layer: int) -> tuple[int, list[int], bool, bool, str]:
     if isinstance(policy, Budget):
-        return policy.n_bytes, [], False, False
+        return policy.n_bytes, [], False, False, policy.evict
     layers = []
     for il in policy.layers:
         resolved = il + n_layer if il < 0 else il
@@ -131,7 +153,7 @@ def _native_args(policy: OffloadPolicy, n_layer: int) -> tuple[int, list[int], b
         layers.append(resolved)
     if len(set(layers)) != len(layers):
         raise ParameterError(f"PinnedHotSet: layers {list(policy.layers)} name a layer twice")
-    return policy.n_bytes, sorted(layers), policy.embeddings, policy.output
+    return policy.n_bytes, sorted(layers), policy.embeddings, policy.output, policy.evict
 
 
 def set_offload(model: Model, policy: OffloadPolicy | None) -> None:

@@ -18,6 +18,32 @@ use super::weights::MatRef;
 use crate::gguf::{page_size, GgufFile, Paging};
 use crate::{Error, Result};
 
+/// Which unit leaves when the budget is full.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Evict {
+    /// The least recently used. Under a budget smaller than the model a
+    /// forward pass, which walks the units in one fixed order, finds every
+    /// unpinned unit evicted before it comes round again.
+    Lru,
+    /// The one whose next use lies furthest ahead in that fixed order
+    /// (Belady's choice for a repeating walk): the unit just used, so the
+    /// ones at the start of the next pass stay. Each pass then reads about
+    /// the model minus the budget instead of the whole model.
+    Furthest,
+}
+
+impl Evict {
+    pub fn parse(s: &str) -> Result<Self> {
+        match s {
+            "lru" => Ok(Evict::Lru),
+            "furthest" => Ok(Evict::Furthest),
+            _ => Err(Error::invalid(format!(
+                "offload: unknown eviction order {s:?} (known: \"lru\", \"furthest\")"
+            ))),
+        }
+    }
+}
+
 /// What `Engine(offload=...)` asks for, in bytes and unit choices.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct OffloadSpec {
@@ -25,6 +51,7 @@ pub struct OffloadSpec {
     pub pin_layers: Vec<usize>,
     pub pin_embeddings: bool,
     pub pin_output: bool,
+    pub evict: Evict,
 }
 
 /// Counters since the pager was built (pinned loads included).
@@ -305,13 +332,18 @@ impl LayerPager {
         Ok(())
     }
 
-    /// Evicts least recently used unpinned units (never `keep`) until
-    /// `need` more bytes fit; false when they cannot.
+    /// Evicts unpinned units (never `keep`, the unit being entered), in
+    /// the spec's order, until `need` more bytes fit; false when they
+    /// cannot.
     fn make_room(&self, st: &mut State, need: usize, keep: usize) -> Result<bool> {
+        let cycle = self.n_layer + self.n_head_units;
         while st.stats.resident_bytes + need > self.spec.budget {
-            let victim = (0..self.units.len())
-                .filter(|&w| w != keep && st.resident[w] && !self.units[w].pinned)
-                .min_by_key(|&w| st.last_use[w]);
+            let candidates = (0..self.units.len())
+                .filter(|&w| w != keep && st.resident[w] && !self.units[w].pinned);
+            let victim = match self.spec.evict {
+                Evict::Lru => candidates.min_by_key(|&w| st.last_use[w]),
+                Evict::Furthest => candidates.max_by_key(|&w| (w + cycle - keep) % cycle),
+            };
             match victim {
                 Some(w) => self.evict(st, w)?,
                 None => return Ok(false),

@@ -11,7 +11,7 @@ use pyo3::types::{PyBytes, PyDict};
 use super::errors::{guard, IntoPyResult, Poison};
 use super::gguf::PyGgufFile;
 use crate::model::kv_pool::{KvPool, PAGE};
-use crate::model::pager::OffloadSpec;
+use crate::model::pager::{Evict, OffloadSpec};
 use crate::model::{KvDtype, Model, Session};
 use crate::threadpool::physical_cores;
 
@@ -44,7 +44,7 @@ impl PyModel {
 
     /// Runs the model under a memory budget (see `oxillama.Budget`); the
     /// pinned units are mapped before this returns.
-    #[pyo3(signature = (budget, pin_layers, pin_embeddings, pin_output))]
+    #[pyo3(signature = (budget, pin_layers, pin_embeddings, pin_output, evict="lru"))]
     fn set_offload(
         &self,
         py: Python<'_>,
@@ -52,12 +52,14 @@ impl PyModel {
         pin_layers: Vec<usize>,
         pin_embeddings: bool,
         pin_output: bool,
+        evict: &str,
     ) -> PyResult<()> {
         let spec = OffloadSpec {
             budget,
             pin_layers,
             pin_embeddings,
             pin_output,
+            evict: Evict::parse(evict).py_err()?,
         };
         let m = &self.inner;
         guard(|| py.detach(|| m.set_offload(Some(spec))).py_err())
@@ -78,6 +80,13 @@ impl PyModel {
         d.set_item("pin_layers", spec.pin_layers)?;
         d.set_item("pin_embeddings", spec.pin_embeddings)?;
         d.set_item("pin_output", spec.pin_output)?;
+        d.set_item(
+            "evict",
+            match spec.evict {
+                Evict::Lru => "lru",
+                Evict::Furthest => "furthest",
+            },
+        )?;
         d.set_item("pinned_bytes", st.pinned_bytes)?;
         d.set_item("resident_bytes", st.resident_bytes)?;
         d.set_item("peak_resident_bytes", st.peak_resident_bytes)?;
