@@ -6,7 +6,9 @@ process, where VmHWM covers nothing but that run."""
 
 from __future__ import annotations
 
+import ctypes
 import json
+import mmap
 import os
 import subprocess
 import sys
@@ -27,6 +29,7 @@ from oxillama import (
     SamplerConfig,
 )
 from oxillama._native import GgufFile
+from oxillama.offload import policy_from_dict
 from oxillama.server import metrics as prom
 from oxillama.snapshot import SnapshotError
 from oxillama.snapshot.session import parse
@@ -50,6 +53,22 @@ def mapped_rss(path: Path) -> int:
             elif inside and line.startswith("Rss:"):
                 total += int(head[1]) * 1024
     return total
+
+
+def page_cached(path: Path) -> int:
+    """Bytes of ``path`` in the page cache (mincore over a fresh mapping,
+    which faults nothing in)."""
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.mincore.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_void_p]
+    size = os.path.getsize(path)
+    n_pages = -(-size // mmap.PAGESIZE)
+    vec = (ctypes.c_ubyte * n_pages)()
+    with open(path, "rb") as f, mmap.mmap(f.fileno(), 0, prot=mmap.PROT_READ) as mm:
+        view = np.frombuffer(mm, dtype=np.uint8)
+        rc = libc.mincore(ctypes.c_void_p(view.ctypes.data), size, vec)
+        del view
+    assert rc == 0, ctypes.get_errno()
+    return int((np.frombuffer(vec, dtype=np.uint8) & 1).sum()) * mmap.PAGESIZE
 
 
 @pytest.fixture
@@ -107,9 +126,10 @@ def test_resident_pages_follow_the_budget(model, model_path) -> None:
         e.generate(PROMPT, 4)
         e.reset()
         rss = mapped_rss(model_path)
-        # Read-ahead units are counted by the pager but not yet mapped, and
-        # units share at most a page with their neighbours.
-        assert 0 < rss <= budget + (64 << 10), (rss, budget)
+        # Read-ahead units are counted by the pager but not yet mapped.
+        # The kernel's fault-around maps up to 64 KiB of already cached
+        # neighbours with each fault, on either side of a unit.
+        assert 0 < rss <= budget + (1 << 20), (rss, budget)
     stats = e.metrics()
     assert stats["offload_evictions"] > 0
     # Cyclic access under LRU: every unpinned unit is read again each pass.
@@ -118,6 +138,34 @@ def test_resident_pages_follow_the_budget(model, model_path) -> None:
     model.set_offload(None)
     e.generate(PROMPT, 4)
     assert mapped_rss(model_path) > w * 9 // 10
+
+
+def test_evicted_units_leave_the_page_cache(model_path, tmp_path) -> None:
+    """On a private copy of the file (other processes on this machine map
+    the installed one, and the kernel never drops pages a process maps)."""
+    copy = tmp_path / "copy.gguf"
+    with open(model_path, "rb") as src, open(copy, "wb") as dst:
+        while chunk := src.read(16 << 20):
+            dst.write(chunk)
+        dst.flush()
+        os.fsync(dst.fileno())
+        os.posix_fadvise(dst.fileno(), 0, 0, os.POSIX_FADV_DONTNEED)
+    w = weight_bytes(copy)
+    budget = w // 4
+    m = Model(copy)
+    m.set_offload(Budget(budget))
+    e = Engine(m, context_size=64, threads=2, sampler=SamplerConfig.greedy())
+    for _ in range(2):
+        e.generate(PROMPT, 4)
+        e.reset()
+        # Whole folios are dropped, so none straddling a unit's edge stays
+        # behind; what exceeds the budget is folios resident units share
+        # with their neighbours and the kernel's read-ahead past a unit.
+        cached = page_cached(copy)
+        assert cached <= budget + (8 << 20), (cached, budget)
+    m.set_offload(None)
+    e.generate(PROMPT, 4)
+    assert page_cached(copy) > w * 9 // 10
 
 
 def test_pinned_units_stay_mapped(model, model_path) -> None:
@@ -323,3 +371,33 @@ def test_furthest_eviction_reads_the_model_minus_the_budget(model, model_path) -
     # LRU rereads everything; furthest keeps half the model across passes.
     assert per_pass["lru"] > w * 0.95
     assert per_pass["furthest"] < w * 0.6, per_pass
+
+
+@pytest.mark.parametrize(
+    "bad",
+    [
+        "gpu",
+        7,
+        {"policy": "budget", "n_bytes": 10},
+        {"policy": "budget", "n_bytes": -1, "evict": "lru"},
+        {"policy": "budget", "n_bytes": 10, "evict": "lru", "extra": 1},
+        {
+            "policy": "pinned_hot_set",
+            "n_bytes": 10,
+            "layers": 3,
+            "embeddings": False,
+            "output": False,
+            "evict": "lru",
+        },
+        {"policy": "mystery", "n_bytes": 10, "evict": "lru"},
+    ],
+)
+def test_snapshot_offload_values_are_checked(bad) -> None:
+    with pytest.raises(ValueError):
+        policy_from_dict(bad)
+
+
+def test_snapshot_offload_values_round_trip() -> None:
+    assert policy_from_dict("cpu") is None
+    for p in (Budget(5, evict="furthest"), PinnedHotSet(9, layers=(0, -1), output=True)):
+        assert policy_from_dict(json.loads(json.dumps(p.to_dict()))) == p

@@ -23,9 +23,18 @@ pub enum Paging {
     /// Map every page of the range into this process, reading what is not
     /// cached; returns when all are there.
     Populate,
-    /// Unmap the range from this process and drop its clean pages from the
-    /// page cache (pages another mapping still uses stay).
-    Release,
+    /// Unmap the range from this process (the page cache keeps the pages).
+    Unmap,
+    /// Faults read only the page they need (no read-around): the pager
+    /// reads every unit ahead explicitly, in single-page folios the kernel
+    /// can drop page by page.
+    Random,
+    /// Back to the kernel's usual read-around on faults.
+    Normal,
+    /// Drop the range's clean, unmapped pages from the page cache. The
+    /// kernel skips pages any process still maps, so this never takes a
+    /// page from under a live mapping.
+    DropCache,
 }
 
 impl Source {
@@ -83,15 +92,19 @@ impl Source {
         match what {
             Paging::Prefetch => map.advise_range(memmap2::Advice::WillNeed, offset, len),
             Paging::Populate => map.advise_range(memmap2::Advice::PopulateRead, offset, len),
-            Paging::Release => {
+            Paging::Random => map.advise_range(memmap2::Advice::Random, offset, len),
+            Paging::Normal => map.advise_range(memmap2::Advice::Normal, offset, len),
+            Paging::Unmap => {
                 // SAFETY: the map is private, read-only and never written, so
                 // dropping its pages loses nothing: the next read of the range
                 // faults the same bytes back in from the file. Slices other
                 // threads hold into the range stay valid (the mapping itself
                 // is untouched, only its page-table entries go).
                 unsafe {
-                    map.unchecked_advise_range(memmap2::UncheckedAdvice::DontNeed, offset, len)?
-                };
+                    map.unchecked_advise_range(memmap2::UncheckedAdvice::DontNeed, offset, len)
+                }
+            }
+            Paging::DropCache => {
                 let (off, n) = (offset as libc::off_t, len as libc::off_t);
                 // SAFETY: a plain syscall on a file descriptor we own; it only
                 // hints the page cache and touches no memory of ours.

@@ -13,7 +13,7 @@ use super::kv_cache::KvCache;
 use super::pager::{LayerPager, OffloadSpec, PagerPass, PagerStats};
 use super::recurrent::RecurrentState;
 use super::weights::{matrix, opt_vector, vector, MatRef};
-use crate::gguf::GgufFile;
+use crate::gguf::{GgufFile, Paging};
 use crate::ops::matmul::{matmul, ActScratch, QMatrix};
 use crate::ops::rope::{Rope, RopeScaling};
 use crate::ops::vec::VecKernels;
@@ -221,7 +221,13 @@ impl Model {
             )?)),
             None => None,
         };
+        let plain = pager.is_none();
         *self.pager.write().unwrap_or_else(|e| e.into_inner()) = pager;
+        if plain && self.file.is_mapped() {
+            // The pager turned fault read-around off; a plain mapping wants
+            // it back. Advice only: a failure costs speed, never bytes.
+            let _ = self.file.page(0, self.file.file_size(), Paging::Normal);
+        }
         Ok(())
     }
 

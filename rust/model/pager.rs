@@ -107,6 +107,9 @@ pub struct LayerPager {
 /// layer holds one slice; a multiple of 256 rows keeps every kernel tile
 /// whole.
 const HEAD_ROW_ALIGN: usize = 256;
+/// The largest page-cache folio a file is cached in (a PMD on x86-64 and
+/// arm64 with 4 KiB pages).
+const FOLIO: usize = 2 << 20;
 /// Slice size for a model without layers.
 const HEAD_SLICE_DEFAULT: usize = 4 << 20;
 
@@ -252,7 +255,9 @@ impl LayerPager {
     /// made resident.
     fn start(&self) -> Result<()> {
         let len = self.file.file_size();
-        self.io(0, len, Paging::Release)?;
+        self.io(0, len, Paging::Random)?;
+        self.io(0, len, Paging::Unmap)?;
+        self.io(0, len, Paging::DropCache)?;
         let mut st = self.lock();
         for u in 0..self.units.len() {
             if self.units[u].pinned {
@@ -274,13 +279,15 @@ impl LayerPager {
     }
 
     fn load(&self, st: &mut State, u: usize, populate: bool) -> Result<()> {
-        let what = if populate {
-            Paging::Populate
-        } else {
-            Paging::Prefetch
-        };
+        // Explicit read-ahead even when the unit is needed now: large
+        // sequential reads, in folios that never straddle into a neighbour.
         for &(a, b) in &self.units[u].ranges {
-            self.io(a, b - a, what)?;
+            self.io(a, b - a, Paging::Prefetch)?;
+        }
+        if populate {
+            for &(a, b) in &self.units[u].ranges {
+                self.io(a, b - a, Paging::Populate)?;
+            }
         }
         st.resident[u] = true;
         st.populated[u] = populate;
@@ -317,8 +324,36 @@ impl LayerPager {
         }
         let start = p0 * self.page;
         let end = (p1 * self.page).min(self.file.file_size());
-        self.io(start, end - start, Paging::Release)?;
+        self.io(start, end - start, Paging::Unmap)?;
+        self.drop_cache(st, start, end)?;
         Ok(end - start)
+    }
+
+    /// Drops `a..b` from the page cache, widened to whole folios: the page
+    /// cache holds files in large folios (up to `FOLIO`), and one that
+    /// straddles a unit's edge survives a drop of the unit's own range
+    /// (measured on Gemma-3 at 25%: 74 MiB of the file stayed cached beyond
+    /// the budget). Mapped pages are never dropped, so the widening spares
+    /// every populated unit; it stops short of units being read ahead,
+    /// which are cached but not yet mapped.
+    fn drop_cache(&self, st: &State, a: usize, b: usize) -> Result<()> {
+        let len = self.file.file_size();
+        let mut lo = a / FOLIO * FOLIO;
+        let mut hi = (b.div_ceil(FOLIO) * FOLIO).min(len);
+        for (w, unit) in self.units.iter().enumerate() {
+            if !st.resident[w] || st.populated[w] {
+                continue;
+            }
+            for &(ra, rb) in &unit.ranges {
+                if rb <= a && rb > lo {
+                    lo = rb;
+                }
+                if ra >= b && ra < hi {
+                    hi = ra;
+                }
+            }
+        }
+        self.io(lo, hi.max(lo) - lo, Paging::DropCache)
     }
 
     fn evict(&self, st: &mut State, u: usize) -> Result<()> {
