@@ -8,8 +8,9 @@ unpinned unit before its next use). Per unit: bring it in, read the next
 one ahead, stream over its bytes (a stand-in for the matmul: a uint64 sum,
 memory-bound like the decode kernels), drop the unit the budget pushes out.
 
-- ``mmap``: ``MADV_POPULATE_READ`` the unit (blocking), ``MADV_WILLNEED``
-  the next (the kernel reads it asynchronously), evict with
+- ``mmap`` (what the pager does): the map under ``MADV_RANDOM``,
+  ``MADV_POPULATE_READ`` the unit (blocking; it was read ahead),
+  ``MADV_WILLNEED`` the next (the kernel reads it asynchronously), evict with
   ``MADV_DONTNEED`` + ``POSIX_FADV_DONTNEED``; the page cache pages are the
   mapped weights, no copy.
 - ``pread``: ``preadv`` into a buffer of a pool allocated and touched once,
@@ -106,8 +107,11 @@ def pass_mmap(path: Path, us: list[tuple[int, int]], window: int) -> float:
     try:
         drop_cache(fd)
         mm = mmap.mmap(fd, 0, flags=mmap.MAP_PRIVATE, prot=mmap.PROT_READ)
+        mm.madvise(mmap.MADV_RANDOM)  # as the pager: no read-around on faults
         t0 = time.perf_counter()
         for i, (a, b) in enumerate(us):
+            if i == 0:
+                mm.madvise(mmap.MADV_WILLNEED, a, b - a)
             mm.madvise(MADV_POPULATE_READ, a, b - a)
             if i + 1 < len(us):
                 na, nb = us[i + 1]

@@ -401,3 +401,48 @@ def test_snapshot_offload_values_round_trip() -> None:
     assert policy_from_dict("cpu") is None
     for p in (Budget(5, evict="furthest"), PinnedHotSet(9, layers=(0, -1), output=True)):
         assert policy_from_dict(json.loads(json.dumps(p.to_dict()))) == p
+
+
+def test_serve_with_an_offload_budget_reports_it_in_metrics(model_path, tmp_path) -> None:
+    import socket
+    import time
+    import urllib.request
+
+    import openai
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = int(s.getsockname()[1])
+    budget = weight_bytes(model_path) // 3
+    cmd = [sys.executable, "-m", "oxillama", "serve", "--model", str(model_path)]
+    cmd += ["--port", str(port), "--threads", "2", "--context-size", "128"]
+    cmd += ["--model-name", "smol", "--offload-budget", str(budget), "--offload-evict", "furthest"]
+    log = tmp_path / "serve.log"
+    with log.open("wb") as out:
+        proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT)
+    url = f"http://127.0.0.1:{port}"
+    try:
+        for _ in range(600):
+            try:
+                urllib.request.urlopen(url + "/health", timeout=1)
+                break
+            except OSError:
+                assert proc.poll() is None, log.read_text()
+                time.sleep(0.05)
+        client = openai.OpenAI(base_url=url + "/v1", api_key="none", max_retries=0)
+        got = client.completions.create(model="smol", prompt=PROMPT, max_tokens=6, temperature=0)
+        metrics = urllib.request.urlopen(url + "/metrics").read().decode()
+    finally:
+        proc.terminate()
+        proc.wait(timeout=30)
+    want = Engine(model_path, context_size=128, sampler=SamplerConfig.greedy()).generate(PROMPT, 6)
+    assert got.choices[0].text == want.text
+    values = {
+        line.split()[0]: float(line.split()[1])
+        for line in metrics.splitlines()
+        if line.startswith("oxillama_offload_")
+    }
+    assert values["oxillama_offload_budget"] == budget
+    assert 0 < values["oxillama_offload_peak_resident_bytes"] <= budget
+    assert values["oxillama_offload_bytes_read"] > 0
+    assert "# TYPE oxillama_offload_evictions counter" in metrics

@@ -7,6 +7,7 @@ import os
 from collections.abc import Iterable
 
 from ..async_engine import AsyncEngine
+from ..offload import OffloadPolicy
 from .app import build_app
 from .auth import ENV_VAR, load_api_keys
 from .limits import Limits
@@ -27,6 +28,7 @@ def serve(
     max_batch: int = 8,
     kv_pages: int | None = None,
     max_queue: int = 256,
+    offload: OffloadPolicy | None = None,
     model_name: str | None = None,
     sessions_dir: str | os.PathLike[str] | None = None,
     api_keys: Iterable[str] = (),
@@ -47,6 +49,7 @@ def serve(
         max_batch=max_batch,
         kv_pages=kv_pages,
         max_queue=max_queue,
+        offload=offload,
     )
     name = model_name or (engine.engine.model_path.stem if engine.engine.model_path else "oxillama")
     app = build_app(
