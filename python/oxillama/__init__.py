@@ -31,6 +31,7 @@ from .grammar import Grammar
 from .lora import LoraAdapter
 from .model import Model
 from .models import default_model_path
+from .offload import Budget, PinnedHotSet
 from .sampling import SamplerConfig
 from .session_state import SessionState
 from .snapshot.errors import (
@@ -47,6 +48,7 @@ __all__ = [
     "AdapterMismatchError",
     "AsyncEngine",
     "AsyncSession",
+    "Budget",
     "Completion",
     "Engine",
     "GenerateError",
@@ -63,6 +65,7 @@ __all__ = [
     "OverloadedError",
     "OxiLlamaError",
     "ParameterError",
+    "PinnedHotSet",
     "SamplerConfig",
     "SessionState",
     "SnapshotError",

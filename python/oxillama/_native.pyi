@@ -61,6 +61,16 @@ class Model:
     @property
     def n_ctx_train(self) -> int: ...
     def config(self) -> dict[str, Any]: ...
+    def set_offload(
+        self,
+        budget: int,
+        pin_layers: list[int],
+        pin_embeddings: bool,
+        pin_output: bool,
+        evict: str = "lru",
+    ) -> None: ...
+    def clear_offload(self) -> None: ...
+    def offload_stats(self) -> dict[str, Any] | None: ...
 
 @final
 @final

@@ -18,6 +18,8 @@ from .grammar import Grammar
 from .grammar import constraint as _constraint
 from .lora import LoraAdapter
 from .model import Model
+from .offload import OffloadPolicy
+from .offload import metrics as _offload_metrics
 from .sampling import SamplerConfig
 from .scheduler import Emit, Request, Scheduler
 from .session_state import SessionState
@@ -54,10 +56,13 @@ class AsyncEngine:
         kv_pages: int | None = None,
         loras: Mapping[str, str | os.PathLike[str] | tuple[str | os.PathLike[str], float]]
         | None = None,
+        offload: OffloadPolicy | None = None,
     ) -> None:
         # The model (weights, tokenizer, template) is the process's one copy
         # of it; every request and session gets its own KV on those weights.
-        self._engine = Engine(model, context_size=context_size, threads=threads, kv_dtype=kv_dtype)
+        self._engine = Engine(
+            model, context_size=context_size, threads=threads, kv_dtype=kv_dtype, offload=offload
+        )
         self._kv_dtype = kv_dtype
         self._sampler = sampler or SamplerConfig()
         self._scheduler = Scheduler(
@@ -217,8 +222,12 @@ class AsyncEngine:
 
     def metrics(self) -> dict[str, float | int]:
         """Prompt and generated tokens, prefill and decode seconds, tokens/s,
-        queue length, running requests, requests holding KV memory."""
-        return self._scheduler.metrics()
+        queue length, running requests, requests holding KV memory; under
+        an offload policy also the pager's ``offload_*`` counters (see
+        :meth:`Engine.metrics`)."""
+        out = self._scheduler.metrics()
+        out.update(_offload_metrics(self.model))
+        return out
 
     async def close(self) -> None:
         """Stops the worker; pending requests fail with GenerateError."""

@@ -203,6 +203,8 @@ def cmd_serve(args: argparse.Namespace) -> int:
         from .server import Limits, serve
     except ImportError as e:
         raise ParameterError(f"the server needs: pip install 'oxillama[server]' ({e})") from None
+    from .offload import Budget
+
     limits = Limits(
         max_body_bytes=args.max_body_bytes,
         max_json_depth=args.max_json_depth,
@@ -221,6 +223,9 @@ def cmd_serve(args: argparse.Namespace) -> int:
         max_batch=args.max_batch,
         kv_pages=args.kv_pages,
         max_queue=args.max_queue,
+        offload=Budget(args.offload_budget, evict=args.offload_evict)
+        if args.offload_budget is not None
+        else None,
         model_name=args.model_name,
         sessions_dir=args.sessions_dir,
         api_keys=args.api_key or (),
@@ -391,6 +396,19 @@ def build_parser() -> argparse.ArgumentParser:
         help="KV memory shared by all requests and sessions, in pages of 16 tokens (default: "
         "max-batch full contexts); when it runs out, idle sessions are hibernated (their KV "
         "copied out exactly) and then the newest request is paused and recomputed later",
+    )
+    sv.add_argument(
+        "--offload-budget",
+        type=int,
+        metavar="BYTES",
+        help="keep at most this many bytes of weights resident (oxillama.Budget): layers are "
+        "paged in from the file as the forward pass reaches them; /metrics reports offload_*",
+    )
+    sv.add_argument(
+        "--offload-evict",
+        choices=["lru", "furthest"],
+        default="lru",
+        help="which resident unit leaves first under --offload-budget (default: lru)",
     )
     sv.add_argument("--model-name", help="name reported by /v1/models (default: the file's stem)")
     sv.add_argument(

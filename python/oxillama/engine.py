@@ -22,6 +22,8 @@ from .grammar import constraint as _constraint
 from .lora import LoraAdapter, LoraSpec
 from .lora import resolve as _resolve_loras
 from .model import Model
+from .offload import OffloadPolicy, apply_offload
+from .offload import metrics as _offload_metrics
 from .sampling import SamplerConfig
 from .session_state import SessionState, check_fits, kept_prefix, matcher_for
 
@@ -88,6 +90,7 @@ class Engine:
         kv_dtype: str = "f16",
         prefill_chunk: int = 512,
         lora: LoraSpec | None = None,
+        offload: OffloadPolicy | None = None,
     ) -> None:
         if isinstance(model, Model):
             if tokenizer_path is not None:
@@ -99,7 +102,7 @@ class Engine:
             # The process-wide cache: a file this process already holds is
             # not loaded again.
             m = Model(model, tokenizer_path=tokenizer_path)
-        self._init(m, context_size, threads, sampler, kv_dtype, prefill_chunk)
+        self._init(m, context_size, threads, sampler, kv_dtype, prefill_chunk, offload)
         if lora is not None:
             self.set_loras(lora)
 
@@ -135,12 +138,13 @@ class Engine:
         sampler: SamplerConfig | None = None,
         kv_dtype: str = "f16",
         prefill_chunk: int = 512,
+        offload: OffloadPolicy | None = None,
     ) -> Engine:
         """An engine on a GGUF image held in memory (``tokenizer_json`` is
         the text of a tokenizer.json that overrides the GGUF vocabulary)."""
         model = Model.from_bytes(data, tokenizer_json=tokenizer_json)
         self = cls.__new__(cls)
-        self._init(model, context_size, threads, sampler, kv_dtype, prefill_chunk)
+        self._init(model, context_size, threads, sampler, kv_dtype, prefill_chunk, offload)
         return self
 
     def _init(
@@ -151,6 +155,7 @@ class Engine:
         sampler: SamplerConfig | None,
         kv_dtype: str,
         prefill_chunk: int,
+        offload: OffloadPolicy | None = None,
     ) -> None:
         if context_size is not None and (not isinstance(context_size, int) or context_size < 1):
             raise ParameterError(f"context_size must be a positive integer, got {context_size!r}")
@@ -159,6 +164,7 @@ class Engine:
         n_ctx = context_size if context_size is not None else model.n_ctx_train
         session = _native.Session(model.native, n_ctx, threads, kv_dtype)
         session.prefill_chunk = prefill_chunk
+        apply_offload(model, offload)
         self._bind(model)
         config = sampler if sampler is not None else SamplerConfig()
         self._state = SessionState.fresh(model, session, config)
@@ -289,6 +295,12 @@ class Engine:
         return int(self._session.n_ctx)
 
     @property
+    def offload(self) -> OffloadPolicy | None:
+        """The memory policy of this engine's model (shared by every
+        engine on it; see :meth:`Model.set_offload`)."""
+        return self.model.offload
+
+    @property
     def n_past(self) -> int:
         """Number of tokens in the context."""
         return int(self._session.n_past)
@@ -326,8 +338,13 @@ class Engine:
         ``calls``, ``prefix_cache_enabled`` (0: an engine keeps its own
         context, it has no shared prefix cache) and
         ``reused_prompt_tokens`` (chat prompt tokens the context already
-        held). A restored or copied engine starts from zero."""
-        return self._metrics.as_dict()
+        held). A restored or copied engine starts from zero. Under an
+        offload policy, also the pager's counters for the whole model
+        (``offload_budget``, ``offload_resident_bytes``,
+        ``offload_peak_resident_bytes``, ``offload_pinned_bytes``,
+        ``offload_layer_loads``, ``offload_evictions``,
+        ``offload_bytes_read``, ``offload_passes``)."""
+        return {**self._metrics.as_dict(), **_offload_metrics(self.model)}
 
     # ------------------------------------------------------------- tokenizer
 

@@ -15,6 +15,7 @@ from .errors import LoadError
 from .hub import HubRef
 from .hub import download as hub_download
 from .models import resolve_model_path
+from .offload import OffloadPolicy
 from .tokenizer import Tokenizer
 
 __all__ = ["Model"]
@@ -60,6 +61,7 @@ class Model:
     #: Where the file came from when loaded by hub name (recorded in snapshots).
     hub: HubRef | None
     _fingerprint: Any
+    _offload: OffloadPolicy | None
 
     def __new__(
         cls,
@@ -119,6 +121,7 @@ class Model:
         self.chat_template = ChatTemplate.from_metadata(self.metadata)
         self.hub = None
         self._fingerprint = None
+        self._offload = None
         return self
 
     @classmethod
@@ -157,6 +160,21 @@ class Model:
     def config(self) -> dict[str, Any]:
         """Hyper-parameters (layers, heads, dimensions, rope, vocabulary)."""
         return dict(self.native.config())
+
+    @property
+    def offload(self) -> OffloadPolicy | None:
+        """The memory policy the weights run under (None: plainly mapped)."""
+        return self._offload
+
+    def set_offload(self, policy: OffloadPolicy | None) -> None:
+        """Runs every engine and session on this model under ``policy``
+        from now on (:class:`~oxillama.Budget`,
+        :class:`~oxillama.PinnedHotSet`, or None for the plain mapping).
+        A budget too small for the pinned set plus the largest layer is a
+        :class:`~oxillama.ParameterError` naming the sizes."""
+        from .offload import set_offload
+
+        set_offload(self, policy)
 
     def fingerprint(self, probe: int | None = None) -> Any:
         """The file's :class:`~oxillama.snapshot.Fingerprint`: size and BLAKE3

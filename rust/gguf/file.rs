@@ -225,6 +225,11 @@ impl GgufFile {
         self.source.is_mapped()
     }
 
+    /// Paging advice for a byte range of a mapped file (the layer pager).
+    pub fn page(&self, offset: usize, len: usize, what: super::Paging) -> std::io::Result<()> {
+        self.source.page(offset, len, what)
+    }
+
     pub fn metadata(&self) -> &[(String, Value)] {
         &self.metadata
     }

@@ -8,7 +8,7 @@ mod source;
 mod value;
 
 pub use file::{GgufFile, TensorInfo};
-pub use source::Source;
+pub use source::{page_size, Paging, Source};
 pub use value::{Array, Value};
 
 /// `GGUF` read as a little-endian u32.

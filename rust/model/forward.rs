@@ -4,17 +4,18 @@
 //! picked rows. Batched rows equal one-token decoding because this is the
 //! only place that lays rows out.
 
-use std::sync::Arc;
+use std::sync::{Arc, RwLock};
 
 use super::arch::{self, Arch, RopeFactors};
 use super::blocks::Norm;
 use super::config::ModelConfig;
 use super::kv_cache::KvCache;
+use super::pager::{LayerPager, OffloadSpec, PagerPass, PagerStats};
 use super::recurrent::RecurrentState;
 use super::weights::{matrix, opt_vector, vector, MatRef};
-use crate::gguf::GgufFile;
+use crate::gguf::{GgufFile, Paging};
 use crate::lora::{self, ActiveLora};
-use crate::ops::matmul::{matmul, ActScratch};
+use crate::ops::matmul::{matmul, ActScratch, QMatrix};
 use crate::ops::rope::{Rope, RopeScaling};
 use crate::ops::vec::VecKernels;
 use crate::quant::dequantize_row;
@@ -81,6 +82,8 @@ pub struct Model {
     output_bias: Option<Vec<f32>>,
     arch: Arch,
     ropes: Ropes,
+    /// The memory budget's pager, when the model runs under one.
+    pager: RwLock<Option<Arc<LayerPager>>>,
 }
 
 /// Activation buffers for one forward chunk, reused across calls.
@@ -206,7 +209,78 @@ impl Model {
                 local,
                 long,
             },
+            pager: RwLock::new(None),
         })
+    }
+
+    /// Runs the model under a memory budget from now on (`None`: plainly
+    /// mapped again). Passes already running finish under the old pager.
+    pub fn set_offload(&self, spec: Option<OffloadSpec>) -> Result<()> {
+        let pager = match spec {
+            Some(spec) => Some(Arc::new(LayerPager::new(
+                Arc::clone(&self.file),
+                self.cfg.n_layer,
+                &self.output,
+                spec,
+            )?)),
+            None => None,
+        };
+        let plain = pager.is_none();
+        *self.pager.write().unwrap_or_else(|e| e.into_inner()) = pager;
+        if plain && self.file.is_mapped() {
+            // The pager turned fault read-around off; a plain mapping wants
+            // it back. Advice only: a failure costs speed, never bytes.
+            let _ = self.file.page(0, self.file.file_size(), Paging::Normal);
+        }
+        Ok(())
+    }
+
+    pub fn offload(&self) -> Option<(OffloadSpec, PagerStats)> {
+        self.current_pager().map(|p| (p.spec().clone(), p.stats()))
+    }
+
+    fn current_pager(&self) -> Option<Arc<LayerPager>> {
+        self.pager.read().unwrap_or_else(|e| e.into_inner()).clone()
+    }
+
+    /// `rows` hidden states through the output head into `logits` (`rows
+    /// x n_vocab`). Under a pager the head goes slice by slice of its rows;
+    /// each row's dot product is the same computation either way.
+    fn head_matmul(
+        &self,
+        pool: &ThreadPool,
+        h: &[f32],
+        rows: usize,
+        logits: &mut [f32],
+        acts: &mut ActScratch,
+        pass: Option<&mut PagerPass<'_>>,
+    ) -> Result<()> {
+        let w = self.output.view(&self.file);
+        let Some(pass) = pass else {
+            matmul(pool, w, h, rows, logits, acts);
+            return Ok(());
+        };
+        let (per, n_slices) = pass.head_slices();
+        let n_vocab = w.rows;
+        let rb = w.data.len() / n_vocab.max(1);
+        let mut tmp = Vec::new();
+        for c in 0..n_slices {
+            pass.enter_head(c)?;
+            let (r0, r1) = (c * per, ((c + 1) * per).min(n_vocab));
+            let slice = QMatrix {
+                ty: w.ty,
+                rows: r1 - r0,
+                cols: w.cols,
+                data: &w.data[r0 * rb..r1 * rb],
+            };
+            let out = fit(&mut tmp, rows * (r1 - r0));
+            matmul(pool, slice, h, rows, out, acts);
+            for t in 0..rows {
+                logits[t * n_vocab + r0..t * n_vocab + r1]
+                    .copy_from_slice(&out[t * (r1 - r0)..(t + 1) * (r1 - r0)]);
+            }
+        }
+        Ok(())
     }
 
     /// The output head alone: logits of one normalized hidden state, with
@@ -227,14 +301,9 @@ impl Model {
             )));
         }
         logits.resize(self.cfg.n_vocab, 0.0);
-        matmul(
-            pool,
-            self.output.view(&self.file),
-            hidden,
-            1,
-            logits,
-            &mut s.acts,
-        );
+        let pager = self.current_pager();
+        let mut pass = pager.as_deref().map(LayerPager::begin);
+        self.head_matmul(pool, hidden, 1, logits, &mut s.acts, pass.as_mut())?;
         if !loras.is_empty() {
             let vk = crate::ops::vec::best();
             let one = std::iter::once((loras, 0, 1));
@@ -316,7 +385,9 @@ impl Model {
         starts.push(tokens.len());
         let c = &self.cfg;
         let n = tokens.len();
-        self.embed(&tokens, (vk, segs, &starts), s)?;
+        let pager = self.current_pager();
+        let mut pass = pager.as_deref().map(LayerPager::begin);
+        self.embed(&tokens, (vk, segs, &starts), s, pass.as_mut())?;
         self.angles(segs, &starts, &rows_pos, s);
         let mut p = Pass {
             pool,
@@ -330,6 +401,9 @@ impl Model {
             n,
         };
         for il in 0..c.n_layer {
+            if let Some(pg) = pass.as_mut() {
+                pg.enter_layer(il)?;
+            }
             self.arch.layer(&mut p, s, il);
         }
         // Only the rows whose logits are wanted go through the output head,
@@ -346,14 +420,7 @@ impl Model {
                 .apply(&s.x[t * e..(t + 1) * e], &mut s.h[r * e..(r + 1) * e]);
         }
         logits.resize(rows * c.n_vocab, 0.0);
-        matmul(
-            pool,
-            self.output.view(&self.file),
-            &s.h,
-            rows,
-            logits,
-            &mut s.acts,
-        );
+        self.head_matmul(pool, &s.h, rows, logits, &mut s.acts, pass.as_mut())?;
         if p.segs.iter().any(|g| !g.lora.is_empty()) {
             let ranges: Vec<(&[ActiveLora], usize, usize)> = if all_logits {
                 vec![(p.segs[0].lora, 0, rows)]
@@ -375,6 +442,7 @@ impl Model {
         tokens: &[u32],
         (vk, segs, starts): (&VecKernels, &[Segment<'_>], &[usize]),
         s: &mut Scratch,
+        mut pass: Option<&mut PagerPass<'_>>,
     ) -> Result<()> {
         let (e, n_vocab) = (self.cfg.n_embd, self.cfg.n_vocab);
         let emb = self.tok_embd.view(&self.file);
@@ -387,6 +455,11 @@ impl Model {
                 )));
             }
             dequantize_row(emb.ty, emb.row(tok), &mut x[t * e..(t + 1) * e])?;
+            if let Some(pg) = pass.as_deref_mut() {
+                let rb = self.tok_embd.nbytes / n_vocab.max(1);
+                let at = self.tok_embd.offset + tok * rb;
+                pg.after_row(at, at + rb)?;
+            }
         }
         lora::apply_embedding(vk, segs, starts, tokens, x);
         if let Some(m) = self.cfg.embed_mul {

@@ -7,6 +7,7 @@ pub mod forward;
 pub mod kv_cache;
 pub mod kv_dtype;
 pub mod kv_pool;
+pub mod pager;
 pub mod recurrent;
 pub mod session;
 pub mod weights;

@@ -13,6 +13,7 @@ use super::gguf::PyGgufFile;
 use super::lora::PyLoraAdapter;
 use crate::lora::ActiveLora;
 use crate::model::kv_pool::{KvPool, PAGE};
+use crate::model::pager::{Evict, OffloadSpec};
 use crate::model::{KvDtype, Model, Session};
 use crate::threadpool::physical_cores;
 
@@ -47,6 +48,61 @@ impl PyModel {
     #[getter]
     fn n_ctx_train(&self) -> usize {
         self.inner.cfg.n_ctx_train
+    }
+
+    /// Runs the model under a memory budget (see `oxillama.Budget`); the
+    /// pinned units are mapped before this returns.
+    #[pyo3(signature = (budget, pin_layers, pin_embeddings, pin_output, evict="lru"))]
+    fn set_offload(
+        &self,
+        py: Python<'_>,
+        budget: usize,
+        pin_layers: Vec<usize>,
+        pin_embeddings: bool,
+        pin_output: bool,
+        evict: &str,
+    ) -> PyResult<()> {
+        let spec = OffloadSpec {
+            budget,
+            pin_layers,
+            pin_embeddings,
+            pin_output,
+            evict: Evict::parse(evict).py_err()?,
+        };
+        let m = &self.inner;
+        guard(|| py.detach(|| m.set_offload(Some(spec))).py_err())
+    }
+
+    /// Back to the plain mapped model (pages stay as they are).
+    fn clear_offload(&self) -> PyResult<()> {
+        guard(|| self.inner.set_offload(None).py_err())
+    }
+
+    /// The pager's counters, or None without a budget.
+    fn offload_stats<'py>(&self, py: Python<'py>) -> PyResult<Option<Bound<'py, PyDict>>> {
+        let Some((spec, st)) = self.inner.offload() else {
+            return Ok(None);
+        };
+        let d = PyDict::new(py);
+        d.set_item("budget", spec.budget)?;
+        d.set_item("pin_layers", spec.pin_layers)?;
+        d.set_item("pin_embeddings", spec.pin_embeddings)?;
+        d.set_item("pin_output", spec.pin_output)?;
+        d.set_item(
+            "evict",
+            match spec.evict {
+                Evict::Lru => "lru",
+                Evict::Furthest => "furthest",
+            },
+        )?;
+        d.set_item("pinned_bytes", st.pinned_bytes)?;
+        d.set_item("resident_bytes", st.resident_bytes)?;
+        d.set_item("peak_resident_bytes", st.peak_resident_bytes)?;
+        d.set_item("layer_loads", st.loads)?;
+        d.set_item("evictions", st.evictions)?;
+        d.set_item("bytes_read", st.bytes_read)?;
+        d.set_item("passes", st.passes)?;
+        Ok(Some(d))
     }
 
     /// Hyper-parameters as a dict (for `info` and snapshots).

@@ -31,6 +31,10 @@ SCHEDULER_COUNTERS = frozenset(
         "prefix_cache_hits",
         "prefix_cache_misses",
         "prefix_cache_hit_tokens",
+        "offload_layer_loads",
+        "offload_evictions",
+        "offload_bytes_read",
+        "offload_passes",
     }
 )
 

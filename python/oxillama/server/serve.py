@@ -8,6 +8,7 @@ from collections.abc import Iterable, Mapping
 
 from ..async_engine import AsyncEngine
 from ..model import Model
+from ..offload import OffloadPolicy
 from .app import build_app
 from .auth import ENV_VAR, load_api_keys
 from .limits import Limits
@@ -28,6 +29,7 @@ def serve(
     max_batch: int = 8,
     kv_pages: int | None = None,
     max_queue: int = 256,
+    offload: OffloadPolicy | None = None,
     model_name: str | None = None,
     sessions_dir: str | os.PathLike[str] | None = None,
     api_keys: Iterable[str] = (),
@@ -50,6 +52,7 @@ def serve(
         kv_pages=kv_pages,
         max_queue=max_queue,
         loras=loras,
+        offload=offload,
     )
     name = model_name or (engine.engine.model_path.stem if engine.engine.model_path else "oxillama")
     app = build_app(

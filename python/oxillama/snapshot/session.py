@@ -24,6 +24,7 @@ from ..hub import locate as hub_locate
 from ..lora import LoraAdapter
 from ..lora import apply as apply_loras
 from ..model import Model
+from ..offload import apply_offload, policy_from_dict
 from ..sampling import SamplerConfig, build_sampler
 from ..session_state import SessionState
 from . import sections as S
@@ -32,9 +33,9 @@ from .errors import AdapterMismatchError, ModelMismatchError, SnapshotError, Sna
 from .fingerprint import Fingerprint
 from .format import HEADER, Writer, decode, encode_into, encoded_size, fill_payload, seal
 
-#: What an engine offloads to other devices; CPU-only today, recorded so a
-#: future reader restores the same policy.
-OFFLOAD_POLICY = "cpu"
+#: What ``meta.engine.offload`` holds for a model without a memory policy
+#: (every snapshot before the pager; still read and written that way).
+OFFLOAD_NONE = "cpu"
 
 #: Builds the native session a restored state lives in: (model, context
 #: size, threads, kv dtype). The default is a private one; the batching
@@ -101,7 +102,7 @@ def writers(state: SessionState) -> list[Writer]:
             "threads": kv.threads,
             "prefill_chunk": kv.prefill_chunk,
             "kv_dtype": kv.kv_dtype,
-            "offload": OFFLOAD_POLICY,
+            "offload": OFFLOAD_NONE if model.offload is None else model.offload.to_dict(),
         },
         # Fixed width (isoformat drops a zero microsecond), so the size a
         # snapshot_size() call reports is the size the next save writes.
@@ -256,6 +257,10 @@ def restore(
     if not isinstance(eng, dict):
         raise SnapshotFormatError("meta.engine is not an object")
     n_past = _int(meta, "n_past", "meta")
+    try:
+        offload = policy_from_dict(eng.get("offload", OFFLOAD_NONE))
+    except (ValueError, TypeError) as e:
+        raise SnapshotFormatError(f"meta.engine.offload is invalid: {e}") from None
     m = _model_for(meta, model, model_path)
     vocab = m.vocab_size
     tokens = S.decode_u32(secs[S.TOKENS], "tokens")
@@ -309,6 +314,12 @@ def restore(
         # by the caller (a scheduler's context): it does not fit here.
         kind = SnapshotFormatError if kv.n_ctx == n_ctx and context_size is None else SnapshotError
         raise kind(f"the snapshot holds {n_past} positions, the context holds {kv.n_ctx}")
+    try:
+        # Last but the KV import, which cannot fail on a checked file: an
+        # error before here leaves the model as it was.
+        apply_offload(m, offload)
+    except OxiLlamaError as e:
+        raise SnapshotError(f"cannot re-apply the snapshot's offload policy: {e}") from e
     swapped = None
     try:
         if defer_kv:
