@@ -8,7 +8,6 @@ mismatch."""
 from __future__ import annotations
 
 import asyncio
-import gc
 import os
 import shutil
 import subprocess
@@ -25,6 +24,9 @@ from oxillama import (
     SamplerConfig,
     snapshot,
 )
+from oxillama.hub import HubRef
+from oxillama.hub import locate as hub_locate
+from oxillama.snapshot import session as snapshot_session
 from tests.models import _checks as arch
 
 REPO = "tiny-org/smollm2-gguf"
@@ -98,14 +100,19 @@ def test_a_snapshot_restores_from_another_cache_at_another_path(
     want = eng.generate("", 8, ignore_eos=True).tokens
     hub = snapshot.info(path).hub
     assert hub is not None and (hub.repo_id, hub.revision, hub.filename) == (REPO, COMMIT, FILE)
-    # "Another machine": the first cache is gone, the second is elsewhere,
-    # and this process no longer holds the model.
+    # "Another machine": the first cache is gone, the second is elsewhere.
     del eng
-    gc.collect()
     shutil.rmtree(first)
     monkeypatch.setenv("HF_HUB_CACHE", str(make_cache(tmp_path / "elsewhere" / "c2", model_path)))
+    located: list[Path] = []
+
+    def locate(ref: HubRef, cache_dir: Path | None = None) -> Path:
+        located.append(hub_locate(ref, cache_dir))
+        return located[-1]
+
+    monkeypatch.setattr(snapshot_session, "hub_locate", locate)
     restored = Engine.restore(path)
-    assert restored.model_path is not None and "elsewhere" in str(restored.model_path)
+    assert len(located) == 1 and "elsewhere" in str(located[0])
     assert restored.generate("", 8, ignore_eos=True).tokens == want
 
 
