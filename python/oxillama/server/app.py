@@ -331,6 +331,7 @@ class Server:
     async def completions(self, request: Request) -> Response:
         body = await self.body(request, "CompletionRequest")
         opts = self.options(body)
+        served = opts.kwargs.get("lora") or self.model_name
         prompt = body["prompt"]
         tokens = self.prompt_tokens(prompt)
         self.check_fits(len(tokens))
@@ -341,7 +342,7 @@ class Server:
                 "id": cid,
                 "object": "text_completion",
                 "created": created,
-                "model": self.model_name,
+                "model": served,
                 "choices": [{"index": 0, "text": text, "logprobs": None, "finish_reason": finish}],
             }
 
@@ -364,6 +365,7 @@ class Server:
     async def chat(self, request: Request) -> Response:
         body = await self.body(request, "ChatCompletionRequest")
         opts = self.options(body)
+        served = opts.kwargs.get("lora") or self.model_name
         messages = [_message_text(m) for m in body["messages"]]
         chars = sum(len(m["content"]) for m in messages if isinstance(m.get("content"), str))
         if chars > self.schemas.prompt_chars:
@@ -385,7 +387,7 @@ class Server:
                 "id": cid,
                 "object": "chat.completion.chunk",
                 "created": created,
-                "model": self.model_name,
+                "model": served,
                 "choices": [{"index": 0, "delta": delta, "finish_reason": finish}],
             }
 
@@ -394,7 +396,7 @@ class Server:
                 "id": cid,
                 "object": "chat.completion",
                 "created": created,
-                "model": self.model_name,
+                "model": served,
                 "choices": [
                     {
                         "index": 0,
