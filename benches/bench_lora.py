@@ -11,6 +11,10 @@
 2. AsyncEngine aggregate decode tok/s: 8 concurrent streams, each with a
    different rank-16 adapter, vs one stream with an adapter; alternated,
    medians. Bar: 8 streams >= 2.5x one stream.
+3. Where the batched cost goes: one native `eval_batch` step of 8 rows with
+   no adapter, one adapter shared by the 8 rows, 8 different adapters; one
+   row alone with and without an adapter; --steps alternated, fastest and
+   median of each.
 """
 
 from __future__ import annotations
@@ -24,7 +28,9 @@ import tempfile
 import time
 from pathlib import Path
 
-from oxillama import AsyncEngine, Engine, SamplerConfig
+import numpy as np
+
+from oxillama import AsyncEngine, Engine, SamplerConfig, _native
 from oxillama.models import default_model_path
 
 # The test adapters' writer (tests/lora/adapters.py), from the repository.
@@ -89,12 +95,47 @@ async def streams(ai: AsyncEngine, names: list[str], tokens: int) -> float:
     return sum(len(o.tokens) for o in outs) / (total - prefill)
 
 
+def step_costs(base: Path, paths: list[Path], steps: int) -> None:
+    m = _native.Model(_native.GgufFile.open(str(base)))
+    ads = [_native.LoraAdapter(m, _native.GgufFile.open(str(p))) for p in paths]
+    pool = _native.KvPool(m, 1024)
+    prompt = np.array([1, 504, 3458], dtype=np.uint32)
+    batch = [_native.Session(m, 2048, 2, pool=pool) for _ in range(8)]
+    for s in batch:
+        s.eval(prompt)
+    one = _native.Session(m, 2048, 2)
+    one.eval(prompt)
+    cases = {
+        "8 rows, no adapter": [[] for _ in ads],
+        "8 rows, one shared adapter": [[(ads[0], 1.0)] for _ in ads],
+        "8 rows, 8 adapters": [[(a, 1.0)] for a in ads],
+    }
+    times: dict[str, list[float]] = {k: [] for k in [*cases, "1 row", "1 row, adapter"]}
+    tok = np.array([282], dtype=np.uint32)
+    for _ in range(steps):
+        for name, loras in cases.items():
+            for s, lo in zip(batch, loras, strict=True):
+                s.set_loras(lo)
+            t = time.perf_counter()
+            _native.eval_batch(batch, [[282]] * 8)
+            times[name].append(time.perf_counter() - t)
+        for name, lo in (("1 row", []), ("1 row, adapter", [(ads[0], 1.0)])):
+            one.set_loras(lo)
+            t = time.perf_counter()
+            one.eval(tok)
+            times[name].append(time.perf_counter() - t)
+    print(f"one forward step, ms (fastest / median of {steps}, alternated):")
+    for name, v in times.items():
+        print(f"  {name}: {1e3 * min(v):.2f} / {1e3 * statistics.median(v):.2f}")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
     ap.add_argument("--tokens", type=int, default=128)
     ap.add_argument("--reps", type=int, default=5)
     ap.add_argument("--block", type=int, default=8)
     ap.add_argument("--blocks", type=int, default=200)
+    ap.add_argument("--steps", type=int, default=40)
     args = ap.parse_args()
     base = default_model_path()
     print(f"CPU: {cpu()}; SmolLM2-135M-Instruct Q4_1, 2 threads")
@@ -136,6 +177,7 @@ def main() -> None:
                 return one, eight
 
         one, eight = asyncio.run(batched())
+        step_costs(base, paths, args.steps)
         o, g = statistics.median(one), statistics.median(eight)
         print(f"AsyncEngine decode tok/s: 1 stream {o:.1f}, 8 streams with 8 adapters {g:.1f}")
         print(f"  runs 1 {[round(x, 1) for x in one]}, 8 {[round(x, 1) for x in eight]}")

@@ -91,6 +91,7 @@ def test_server_two_adapters_and_base_concurrently(
             temperature=0,
             extra_body=extra,
         )
+        assert r.model == extra.get("lora", model)
         return r.choices[0].text
 
     with ThreadPoolExecutor(len(asks)) as ex:

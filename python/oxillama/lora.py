@@ -134,5 +134,6 @@ def resolve(
 
 
 def apply(kv: _native.Session, active: Mapping[LoraAdapter, float]) -> None:
-    """Makes ``active`` the native session's adapters (in order)."""
-    kv.set_loras([(a.native, float(s)) for a, s in active.items()])
+    """Makes ``active`` the native session's adapters (in order); one at
+    scale 0 adds nothing and is not computed (llama.cpp drops those too)."""
+    kv.set_loras([(a.native, float(s)) for a, s in active.items() if s != 0.0])

@@ -332,6 +332,7 @@ class Server:
     async def completions(self, request: Request) -> Response:
         body = await self.body(request, "CompletionRequest")
         opts = self.options(body)
+        served = opts.kwargs.get("lora") or self.model_name
         prompt = body["prompt"]
         tokens = self.prompt_tokens(prompt)
         self.check_fits(len(tokens))
@@ -342,7 +343,7 @@ class Server:
                 "id": cid,
                 "object": "text_completion",
                 "created": created,
-                "model": self.model_name,
+                "model": served,
                 "choices": [{"index": 0, "text": text, "logprobs": None, "finish_reason": finish}],
                 **_seed(done),
             }
@@ -366,6 +367,7 @@ class Server:
     async def chat(self, request: Request) -> Response:
         body = await self.body(request, "ChatCompletionRequest")
         opts = self.options(body)
+        served = opts.kwargs.get("lora") or self.model_name
         messages = [_message_text(m) for m in body["messages"]]
         chars = sum(len(m["content"]) for m in messages if isinstance(m.get("content"), str))
         if chars > self.schemas.prompt_chars:
@@ -387,7 +389,7 @@ class Server:
                 "id": cid,
                 "object": "chat.completion.chunk",
                 "created": created,
-                "model": self.model_name,
+                "model": served,
                 "choices": [{"index": 0, "delta": delta, "finish_reason": finish}],
                 **_seed(done),
             }
@@ -397,7 +399,7 @@ class Server:
                 "id": cid,
                 "object": "chat.completion",
                 "created": created,
-                "model": self.model_name,
+                "model": served,
                 "choices": [
                     {
                         "index": 0,
