@@ -308,7 +308,7 @@ path, frac = sys.argv[1], float(sys.argv[2])
 weights = sum(t[4] for t in GgufFile.open(path).tensors())
 budget = int(weights * frac)
 e = Engine(path, context_size=128, threads=2, sampler=SamplerConfig.greedy(),
-           offload=Budget(budget) if budget else None)
+           offload=Budget(budget, evict="furthest") if budget else None)
 
 def status(key):
     for line in open("/proc/self/status"):
@@ -329,7 +329,8 @@ print(json.dumps({"base": base, "hwm": status("VmHWM"), "budget": budget, "kv": 
 def test_gemma3_peak_rss_within_budget_kv_and_overhead() -> None:
     """At 50% and 25% of Gemma-3-270M's weights (a child process per
     budget, so VmHWM is that run's peak; 3 greedy tokens, few because every
-    pass rereads the file and this VM's disk is rate-limited after a burst):
+    pass rereads what the budget does not hold, and this VM's disk is
+    rate-limited after a burst; ``furthest`` eviction reads the least):
     peak RSS <= RSS before the first
     token + budget + KV + 24 MiB (activations, the head's logits, the
     allocator)."""
