@@ -31,7 +31,16 @@ from tests.models import _checks as arch
 
 REPO = "tiny-org/smollm2-gguf"
 COMMIT = "0123456789abcdef0123456789abcdef01234567"
-FILE = "SmolLM2-135M-Instruct-Q4_1.gguf"
+FILE = "tiny-llama-Q4_1.gguf"
+
+
+def private_model(tmp_path: Path, fixture: str = "llama") -> Path:
+    """A copy of a small fixture that no other test holds open: the process
+    model cache is keyed by the file, so a shared file would hand back a
+    model opened (and labelled) elsewhere."""
+    dst = tmp_path / f"{fixture}-private.gguf"
+    shutil.copyfile(arch.reference(fixture).path, dst)
+    return dst
 
 
 def make_cache(root: Path, model: Path, *, others: tuple[str, ...] = ()) -> Path:
@@ -49,6 +58,11 @@ def make_cache(root: Path, model: Path, *, others: tuple[str, ...] = ()) -> Path
 
 
 @pytest.fixture
+def model(tmp_path: Path) -> Path:
+    return private_model(tmp_path)
+
+
+@pytest.fixture
 def offline(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Path:
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     home = tmp_path / "hf-home"
@@ -58,24 +72,24 @@ def offline(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Path:
 
 
 def test_from_pretrained_takes_a_glob_or_an_exact_name(
-    offline: Path, tmp_path: Path, model_path: Path
+    offline: Path, tmp_path: Path, model: Path
 ) -> None:
-    cache = make_cache(tmp_path / "c1", model_path, others=("SmolLM2-135M-Instruct-Q8_0.gguf",))
+    cache = make_cache(tmp_path / "c1", model, others=("tiny-llama-Q8_0.gguf",))
     by_glob = Engine.from_pretrained(REPO, "*Q4_1.gguf", cache_dir=cache, context_size=128)
     exact = Engine.from_pretrained(REPO, FILE, cache_dir=cache, context_size=128)
     assert by_glob.model is exact.model  # one copy of the weights
     ref = by_glob.model.hub
     assert ref is not None and (ref.repo_id, ref.revision, ref.filename) == (REPO, COMMIT, FILE)
     greedy = SamplerConfig.greedy()
-    plain = Engine(model_path, context_size=128, sampler=greedy)
+    plain = Engine(model, context_size=128, sampler=greedy)
     by_glob.set_sampler(greedy)
     assert by_glob.generate("Hi", 4).tokens == plain.generate("Hi", 4).tokens
 
 
 def test_a_glob_that_matches_more_or_less_than_one_file_lists_the_candidates(
-    offline: Path, tmp_path: Path, model_path: Path
+    offline: Path, tmp_path: Path, model: Path
 ) -> None:
-    cache = make_cache(tmp_path / "c1", model_path, others=("SmolLM2-135M-Instruct-Q8_0.gguf",))
+    cache = make_cache(tmp_path / "c1", model, others=("tiny-llama-Q8_0.gguf",))
     with pytest.raises(LoadError, match="matches 2 files") as info:
         Engine.from_pretrained(REPO, "*.gguf", cache_dir=cache)
     assert FILE in str(info.value) and "README.md" in str(info.value)
@@ -88,9 +102,9 @@ def test_a_glob_that_matches_more_or_less_than_one_file_lists_the_candidates(
 
 
 def test_a_snapshot_restores_from_another_cache_at_another_path(
-    offline: Path, tmp_path: Path, model_path: Path, monkeypatch: pytest.MonkeyPatch
+    offline: Path, tmp_path: Path, model: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    first = make_cache(tmp_path / "c1", model_path)
+    first = make_cache(tmp_path / "c1", model)
     eng = Engine.from_pretrained(
         REPO, "*.gguf", cache_dir=first, context_size=128, sampler=SamplerConfig(seed=3)
     )
@@ -103,7 +117,7 @@ def test_a_snapshot_restores_from_another_cache_at_another_path(
     # "Another machine": the first cache is gone, the second is elsewhere.
     del eng
     shutil.rmtree(first)
-    monkeypatch.setenv("HF_HUB_CACHE", str(make_cache(tmp_path / "elsewhere" / "c2", model_path)))
+    monkeypatch.setenv("HF_HUB_CACHE", str(make_cache(tmp_path / "elsewhere" / "c2", model)))
     located: list[Path] = []
 
     def locate(ref: HubRef, cache_dir: Path | None = None) -> Path:
@@ -117,14 +131,14 @@ def test_a_snapshot_restores_from_another_cache_at_another_path(
 
 
 def test_a_cached_file_with_another_fingerprint_is_the_mismatch_error(
-    offline: Path, tmp_path: Path, model_path: Path, monkeypatch: pytest.MonkeyPatch
+    offline: Path, tmp_path: Path, model: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    first = make_cache(tmp_path / "c1", model_path)
+    first = make_cache(tmp_path / "c1", model)
     eng = Engine.from_pretrained(REPO, FILE, cache_dir=first, context_size=128)
     eng.generate("Hi", 2)
     blob = eng.snapshot_bytes()
     shutil.rmtree(first)
-    wrong = make_cache(tmp_path / "c2", arch.reference("llama").path)
+    wrong = make_cache(tmp_path / "c2", private_model(tmp_path, "qwen2"))
     monkeypatch.setenv("HF_HUB_CACHE", str(wrong))
     with pytest.raises(ModelMismatchError):
         Engine.restore_bytes(blob)
@@ -133,9 +147,9 @@ def test_a_cached_file_with_another_fingerprint_is_the_mismatch_error(
 
 
 def test_async_engine_and_the_cli_load_by_hub_name(
-    offline: Path, tmp_path: Path, model_path: Path
+    offline: Path, tmp_path: Path, model: Path
 ) -> None:
-    cache = make_cache(tmp_path / "c1", model_path)
+    cache = make_cache(tmp_path / "c1", model)
 
     async def run() -> str | None:
         ae = AsyncEngine.from_pretrained(REPO, FILE, cache_dir=cache, context_size=128)
@@ -156,7 +170,7 @@ def test_async_engine_and_the_cli_load_by_hub_name(
     assert r.returncode == 0, r.stderr
     assert "general.architecture = 'llama'" in r.stdout
     both = subprocess.run(
-        [sys.executable, "-m", "oxillama", "generate", "x", "-m", str(model_path), "--hf", REPO],
+        [sys.executable, "-m", "oxillama", "generate", "x", "-m", str(model), "--hf", REPO],
         capture_output=True,
         text=True,
         timeout=120,

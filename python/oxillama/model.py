@@ -141,7 +141,11 @@ class Model:
         it record the repo, the commit and the file."""
         path, ref = hub_download(repo_id, filename, revision=revision, cache_dir=cache_dir)
         model = cls(path, tokenizer_path=tokenizer_path)
-        model.hub = ref
+        # A copy this process first opened by another path keeps that path
+        # (and its snapshots reference it); only a model opened from the hub
+        # cache is labelled with the hub's coordinates.
+        if model.model_path == path:
+            model.hub = ref
         return model
 
     @property

@@ -211,7 +211,7 @@ def _model_for(
             model = Model(path, tokenizer_path=tok_path if isinstance(tok_path, str) else None)
         except OxiLlamaError as e:
             raise SnapshotError(f"cannot load the model for this snapshot: {e}") from e
-        if model.hub is None and hub is not None and model_path is None:
+        if model.hub is None and hub is not None and model.model_path == path:
             model.hub = hub
     if model.model_path is None:
         raise SnapshotError("a model loaded from bytes cannot be checked against a snapshot")
