@@ -67,6 +67,12 @@ def dumps(spec: SpeculativeEngine) -> bytes:
     )
 
 
+def _u64(v: Any) -> bool:
+    """Seeds and draw keys are 64-bit: anything else would fail later,
+    untyped, inside numpy."""
+    return isinstance(v, int) and not isinstance(v, bool) and 0 <= v < 2**64
+
+
 def _ints(v: Any, what: str) -> list[int]:
     if not isinstance(v, list) or not all(isinstance(t, int) and t >= 0 for t in v):
         raise SnapshotFormatError(f"{what} must be a list of token ids")
@@ -100,8 +106,10 @@ def loads(
         if eng.tokens != tokens[: eng.n_past] or eng.n_past > max(len(tokens) - 1, 0):
             raise SnapshotFormatError(f"the {name} session does not match the token history")
     async_draft, key = meta.get("async_draft", False), meta.get("draft_key", seed)
-    if not isinstance(async_draft, bool) or not (key is None or isinstance(key, int)):
+    if not isinstance(async_draft, bool) or not (key is None or _u64(key)):
         raise SnapshotFormatError("meta.async_draft / meta.draft_key are invalid")
+    if not (seed is None or _u64(seed)):
+        raise SnapshotFormatError("meta.seed is not an integer in [0, 2**64)")
     spec = SpeculativeEngine.__new__(SpeculativeEngine)
     spec._adopt(target, draft, k, seed, async_draft)
     spec._draft_key = key if key is not None else secrets.randbits(63)
@@ -123,7 +131,8 @@ def loads(
             int(stats.get("ahead_used", 0)),
             int(stats.get("ahead_cancelled", 0)),
         )
-    except (KeyError, TypeError, ValueError) as e:
+    except (KeyError, TypeError, ValueError, OverflowError) as e:
+        # numpy raises OverflowError for a state word past 128 bits.
         raise SnapshotFormatError(f"meta.rng or meta.stats is invalid: {e}") from None
     spec._rng = rng
     spec._grammar, spec._matcher = None, None
