@@ -19,7 +19,6 @@ from .grammar import constraint as _constraint
 from .lora import LoraAdapter
 from .model import Model
 from .offload import OffloadPolicy
-from .offload import metrics as _offload_metrics
 from .sampling import SamplerConfig
 from .scheduler import Emit, Request, Scheduler
 from .session_state import SessionState
@@ -226,7 +225,7 @@ class AsyncEngine:
         an offload policy also the pager's ``offload_*`` counters (see
         :meth:`Engine.metrics`)."""
         out = self._scheduler.metrics()
-        out.update(_offload_metrics(self.model))
+        out.update(self.model.offload_metrics())
         return out
 
     async def close(self) -> None:

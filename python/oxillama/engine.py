@@ -22,8 +22,7 @@ from .grammar import constraint as _constraint
 from .lora import LoraAdapter, LoraSpec
 from .lora import resolve as _resolve_loras
 from .model import Model
-from .offload import OffloadPolicy, apply_offload
-from .offload import metrics as _offload_metrics
+from .offload import OffloadPolicy
 from .sampling import SamplerConfig
 from .session_state import SessionState, check_fits, kept_prefix, matcher_for
 
@@ -164,7 +163,7 @@ class Engine:
         n_ctx = context_size if context_size is not None else model.n_ctx_train
         session = _native.Session(model.native, n_ctx, threads, kv_dtype)
         session.prefill_chunk = prefill_chunk
-        apply_offload(model, offload)
+        model.apply_offload(offload)
         self._bind(model)
         config = sampler if sampler is not None else SamplerConfig()
         self._state = SessionState.fresh(model, session, config)
@@ -344,7 +343,7 @@ class Engine:
         ``offload_peak_resident_bytes``, ``offload_pinned_bytes``,
         ``offload_layer_loads``, ``offload_evictions``,
         ``offload_bytes_read``, ``offload_passes``)."""
-        return {**self._metrics.as_dict(), **_offload_metrics(self.model)}
+        return {**self._metrics.as_dict(), **self.model.offload_metrics()}
 
     # ------------------------------------------------------------- tokenizer
 

@@ -11,11 +11,11 @@ from typing import Any
 
 from . import _native
 from .chat_template import ChatTemplate
-from .errors import LoadError
+from .errors import LoadError, ParameterError
 from .hub import HubRef
 from .hub import download as hub_download
 from .models import resolve_model_path
-from .offload import OffloadPolicy
+from .offload import OffloadPolicy, check_policy, native_args
 from .tokenizer import Tokenizer
 
 __all__ = ["Model"]
@@ -176,9 +176,44 @@ class Model:
         :class:`~oxillama.PinnedHotSet`, or None for the plain mapping).
         A budget too small for the pinned set plus the largest layer is a
         :class:`~oxillama.ParameterError` naming the sizes."""
-        from .offload import set_offload
+        policy = check_policy(policy)
+        if policy is None:
+            self.native.clear_offload()
+        else:
+            self.native.set_offload(*native_args(policy, int(self.config["n_layer"])))
+        self._offload = policy
 
-        set_offload(self, policy)
+    def apply_offload(self, policy: OffloadPolicy | None) -> None:
+        """What ``Engine(model, offload=policy)`` asks: None leaves the model
+        as it is; a policy is applied unless the model already runs under a
+        different one (other engines share it), which is an error."""
+        policy = check_policy(policy)
+        if policy is None or self.offload == policy:
+            return
+        if self.offload is not None:
+            raise ParameterError(
+                f"this process already runs {self.model_path} under offload={self.offload!r}; "
+                f"one model has one policy (requested {policy!r}; Model.set_offload changes it "
+                f"for every engine on it)"
+            )
+        self.set_offload(policy)
+
+    def offload_metrics(self) -> dict[str, int]:
+        """The pager's counters as ``offload_*`` metrics; empty without a policy."""
+        stats = self.native.offload_stats()
+        if stats is None:
+            return {}
+        keys = (
+            "budget",
+            "pinned_bytes",
+            "resident_bytes",
+            "peak_resident_bytes",
+            "layer_loads",
+            "evictions",
+            "bytes_read",
+            "passes",
+        )
+        return {f"offload_{k}": int(stats[k]) for k in keys}
 
     def fingerprint(self, probe: int | None = None) -> Any:
         """The file's :class:`~oxillama.snapshot.Fingerprint`: size and BLAKE3

@@ -9,14 +9,18 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from .errors import ParameterError
 
-if TYPE_CHECKING:
-    from .model import Model
-
-__all__ = ["Budget", "OffloadPolicy", "PinnedHotSet", "apply_offload", "policy_from_dict"]
+__all__ = [
+    "Budget",
+    "OffloadPolicy",
+    "PinnedHotSet",
+    "check_policy",
+    "native_args",
+    "policy_from_dict",
+]
 
 
 EVICT = ("lru", "furthest")
@@ -140,7 +144,7 @@ def policy_from_dict(d: object) -> OffloadPolicy | None:
     raise ValueError(f"unknown offload policy {d!r}")
 
 
-def _native_args(policy: OffloadPolicy, n_layer: int) -> tuple[int, list[int], bool, bool, str]:
+def native_args(policy: OffloadPolicy, n_layer: int) -> tuple[int, list[int], bool, bool, str]:
     if isinstance(policy, Budget):
         return policy.n_bytes, [], False, False, policy.evict
     layers = []
@@ -154,48 +158,3 @@ def _native_args(policy: OffloadPolicy, n_layer: int) -> tuple[int, list[int], b
     if len(set(layers)) != len(layers):
         raise ParameterError(f"PinnedHotSet: layers {list(policy.layers)} name a layer twice")
     return policy.n_bytes, sorted(layers), policy.embeddings, policy.output, policy.evict
-
-
-def set_offload(model: Model, policy: OffloadPolicy | None) -> None:
-    """Runs ``model`` under ``policy`` from now on (None: plainly mapped)."""
-    policy = check_policy(policy)
-    if policy is None:
-        model.native.clear_offload()
-    else:
-        n_layer = int(model.config["n_layer"])
-        model.native.set_offload(*_native_args(policy, n_layer))
-    model._offload = policy
-
-
-def apply_offload(model: Model, policy: OffloadPolicy | None) -> None:
-    """What ``Engine(model, offload=policy)`` asks: None leaves the model as
-    it is; a policy is applied unless the model already runs under a
-    different one (other engines share it), which is an error."""
-    policy = check_policy(policy)
-    if policy is None or model.offload == policy:
-        return
-    if model.offload is not None:
-        raise ParameterError(
-            f"this process already runs {model.model_path} under offload={model.offload!r}; "
-            f"one model has one policy (requested {policy!r}; Model.set_offload changes it "
-            f"for every engine on it)"
-        )
-    set_offload(model, policy)
-
-
-def metrics(model: Model) -> dict[str, int]:
-    """The pager's counters as ``offload_*`` metrics; empty without a policy."""
-    stats = model.native.offload_stats()
-    if stats is None:
-        return {}
-    keys = (
-        "budget",
-        "pinned_bytes",
-        "resident_bytes",
-        "peak_resident_bytes",
-        "layer_loads",
-        "evictions",
-        "bytes_read",
-        "passes",
-    )
-    return {f"offload_{k}": int(stats[k]) for k in keys}

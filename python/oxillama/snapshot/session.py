@@ -24,7 +24,7 @@ from ..hub import locate as hub_locate
 from ..lora import LoraAdapter
 from ..lora import apply as apply_loras
 from ..model import Model
-from ..offload import apply_offload, policy_from_dict
+from ..offload import policy_from_dict
 from ..sampling import SamplerConfig, build_sampler
 from ..session_state import SessionState
 from . import sections as S
@@ -317,7 +317,7 @@ def restore(
     try:
         # Last but the KV import, which cannot fail on a checked file: an
         # error before here leaves the model as it was.
-        apply_offload(m, offload)
+        m.apply_offload(offload)
     except OxiLlamaError as e:
         raise SnapshotError(f"cannot re-apply the snapshot's offload policy: {e}") from e
     swapped = None
