@@ -11,7 +11,7 @@ from . import snapshot  # registers the OXISNAP1 codec the engine uses
 from ._native import __version__
 from .async_engine import AsyncEngine
 from .async_session import AsyncSession
-from .completion import Completion, Timings
+from .completion import Completion, Piece, Timings, TokenLogprob
 from .engine import Engine
 from .errors import (
     GenerateError,
@@ -65,6 +65,7 @@ __all__ = [
     "OverloadedError",
     "OxiLlamaError",
     "ParameterError",
+    "Piece",
     "PinnedHotSet",
     "SamplerConfig",
     "SessionState",
@@ -75,6 +76,7 @@ __all__ = [
     "TemplateError",
     "TemplateLimits",
     "Timings",
+    "TokenLogprob",
     "TokenizeError",
     "__version__",
     "default_model_path",

@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import os
 from collections.abc import AsyncGenerator, Callable, Mapping, Sequence
+from dataclasses import replace
 from typing import Any
 
 from . import _native
@@ -20,7 +21,7 @@ from .lora import LoraAdapter
 from .model import Model
 from .offload import OffloadPolicy
 from .sampling import SamplerConfig
-from .scheduler import Emit, Request, Scheduler
+from .scheduler import Emit, PromptShare, Request, Scheduler
 from .session_state import SessionState
 
 __all__ = ["AsyncEngine", "AsyncSession"]
@@ -280,6 +281,8 @@ class AsyncEngine:
         json_schema: Mapping[str, Any] | Any | None,
         emit: Callable[[str | None, Completion | None, BaseException | None], None],
         lora: str | None = None,
+        logprobs: int | None = None,
+        share: PromptShare | None = None,
     ) -> Request:
         """Checks the parameters, then queues the request."""
         if not isinstance(max_tokens, int) or max_tokens < 0:
@@ -295,6 +298,8 @@ class AsyncEngine:
             grammar=_constraint(grammar, json_schema),
             emit=emit,
             lora=self._lora(lora),
+            logprobs=logprobs,
+            share=share,
         )
 
     def stream(
@@ -309,13 +314,25 @@ class AsyncEngine:
         json_schema: Mapping[str, Any] | Any | None = None,
         result: list[Completion] | None = None,
         lora: str | None = None,
+        logprobs: int | None = None,
     ) -> AsyncGenerator[str, None]:
         """Yields text pieces as they are produced; ``result``, when given,
         receives the final :class:`Completion`. Nothing is checked or
-        queued until the first piece is awaited."""
+        queued until the first piece is awaited. With ``logprobs=k`` each
+        piece is a :class:`~oxillama.Piece` carrying the log-probabilities
+        of the tokens it completes."""
         return self._pieces(
             lambda emit: self._submit(
-                prompt, max_tokens, sampler, stop, ignore_eos, grammar, json_schema, emit, lora
+                prompt,
+                max_tokens,
+                sampler,
+                stop,
+                ignore_eos,
+                grammar,
+                json_schema,
+                emit,
+                lora,
+                logprobs,
             ),
             result,
         )
@@ -358,16 +375,27 @@ class AsyncEngine:
         grammar: str | Grammar | None = None,
         json_schema: Mapping[str, Any] | Any | None = None,
         lora: str | None = None,
+        logprobs: int | None = None,
     ) -> Completion:
         """The whole completion of one request; ``lora`` names one of the
         adapters registered with ``loras=`` (requests with different
-        adapters still decode in the same batched steps).
+        adapters still decode in the same batched steps); ``logprobs=k``
+        fills ``Completion.logprobs`` as :meth:`Engine.generate` does.
 
         Pieces are not delivered one by one: the event loop wakes once, when
         the completion is done (or failed)."""
         return await self._complete(
             lambda emit: self._submit(
-                prompt, max_tokens, sampler, stop, ignore_eos, grammar, json_schema, emit, lora
+                prompt,
+                max_tokens,
+                sampler,
+                stop,
+                ignore_eos,
+                grammar,
+                json_schema,
+                emit,
+                lora,
+                logprobs,
             )
         )
 
@@ -400,6 +428,105 @@ class AsyncEngine:
             # it has finished).
             self._scheduler.cancel(req)
 
+    def _choice_samplers(self, sampler: SamplerConfig | None, n: int) -> list[SamplerConfig]:
+        """Choice ``i`` of a seeded config samples with ``seed + i``, so the
+        choices differ and the request repeats; unseeded, each draws its own."""
+        if isinstance(n, bool) or not isinstance(n, int) or n < 1:
+            raise ParameterError(f"n must be a positive integer, got {n!r}")
+        base = sampler or self._sampler
+        if base.seed is None:
+            return [base] * n
+        return [replace(base, seed=(base.seed + i) % 2**64) for i in range(n)]
+
+    def _choice_submits(
+        self,
+        prompt: Prompt,
+        n: int,
+        max_tokens: int,
+        sampler: SamplerConfig | None,
+        stop: Sequence[str],
+        ignore_eos: bool,
+        grammar: str | Grammar | None,
+        json_schema: Mapping[str, Any] | Any | None,
+        lora: str | None,
+        logprobs: int | None,
+    ) -> list[Callable[[Emit], Request]]:
+        """One queuing function per choice, all sharing one prompt."""
+        share = PromptShare()
+        tokens = self._prompt(prompt)
+
+        def submit_for(cfg: SamplerConfig) -> Callable[[Emit], Request]:
+            def submit(emit: Emit) -> Request:
+                return self._submit(
+                    tokens,
+                    max_tokens,
+                    cfg,
+                    stop,
+                    ignore_eos,
+                    grammar,
+                    json_schema,
+                    emit,
+                    lora,
+                    logprobs,
+                    share,
+                )
+
+            return submit
+
+        return [submit_for(cfg) for cfg in self._choice_samplers(sampler, n)]
+
+    async def generate_n(
+        self,
+        prompt: Prompt,
+        n: int,
+        max_tokens: int = 256,
+        *,
+        sampler: SamplerConfig | None = None,
+        stop: Sequence[str] = (),
+        ignore_eos: bool = False,
+        grammar: str | Grammar | None = None,
+        json_schema: Mapping[str, Any] | Any | None = None,
+        lora: str | None = None,
+        logprobs: int | None = None,
+    ) -> list[Completion]:
+        """``n`` completions of one prompt (OpenAI's ``n``), decoded in the
+        same batched steps. The prompt is evaluated once: the other choices
+        start from a fork of its KV (pages shared until written). With a
+        seeded ``sampler``, choice ``i`` uses ``seed + i``."""
+        submits = self._choice_submits(
+            prompt, n, max_tokens, sampler, stop, ignore_eos, grammar, json_schema, lora, logprobs
+        )
+        return list(await asyncio.gather(*(self._complete(f) for f in submits)))
+
+    def stream_n(
+        self,
+        prompt: Prompt,
+        n: int,
+        max_tokens: int = 256,
+        *,
+        sampler: SamplerConfig | None = None,
+        stop: Sequence[str] = (),
+        ignore_eos: bool = False,
+        grammar: str | Grammar | None = None,
+        json_schema: Mapping[str, Any] | Any | None = None,
+        results: list[list[Completion]] | None = None,
+        lora: str | None = None,
+        logprobs: int | None = None,
+    ) -> list[AsyncGenerator[str, None]]:
+        """The streaming form of :meth:`generate_n`: one piece stream per
+        choice (``results[i]``, when given, receives choice ``i``'s
+        :class:`Completion`). Each is queued when first awaited; the prompt
+        is shared among the choices queued before the first one finishes
+        its prompt."""
+        if results is not None and len(results) != n:
+            raise ParameterError(f"results needs {n} lists, got {len(results)}")
+        submits = self._choice_submits(
+            prompt, n, max_tokens, sampler, stop, ignore_eos, grammar, json_schema, lora, logprobs
+        )
+        return [
+            self._pieces(f, None if results is None else results[i]) for i, f in enumerate(submits)
+        ]
+
     async def chat(
         self,
         messages: Sequence[Message],
@@ -410,6 +537,7 @@ class AsyncEngine:
         grammar: str | Grammar | None = None,
         json_schema: Mapping[str, Any] | Any | None = None,
         lora: str | None = None,
+        logprobs: int | None = None,
         **template_kwargs: Any,
     ) -> Completion:
         """Replies to a conversation rendered with the model's chat template."""
@@ -422,6 +550,7 @@ class AsyncEngine:
             grammar=grammar,
             json_schema=json_schema,
             lora=lora,
+            logprobs=logprobs,
         )
 
     def chat_stream(
@@ -434,6 +563,7 @@ class AsyncEngine:
         grammar: str | Grammar | None = None,
         json_schema: Mapping[str, Any] | Any | None = None,
         lora: str | None = None,
+        logprobs: int | None = None,
         **template_kwargs: Any,
     ) -> AsyncGenerator[str, None]:
         """Streaming form of :meth:`chat`."""
@@ -446,4 +576,5 @@ class AsyncEngine:
             grammar=grammar,
             json_schema=json_schema,
             lora=lora,
+            logprobs=logprobs,
         )

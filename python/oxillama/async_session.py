@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 from .completion import Completion
 from .errors import GenerateError, ParameterError
 from .grammar import Grammar, constraint
+from .logprobs import check_logprobs
 from .sampling import SamplerConfig
 from .scheduler import Conversation, Emit, Request, Scheduler, Turn
 
@@ -102,12 +103,18 @@ class AsyncSession:
         sampler: SamplerConfig | None,
         grammar: str | Grammar | None,
         json_schema: Mapping[str, Any] | Any | None,
+        logprobs: int | None = None,
     ) -> Turn:
         if sampler is not None and not isinstance(sampler, SamplerConfig):
             raise TypeError(f"sampler must be a SamplerConfig, not {type(sampler).__name__}")
         if sampler is not None:
             sampler.validate(self._engine.model.vocab_size)
-        turn = Turn(sampler=sampler, grammar=constraint(grammar, json_schema), chat=chat)
+        turn = Turn(
+            sampler=sampler,
+            grammar=constraint(grammar, json_schema),
+            chat=chat,
+            logprobs=check_logprobs(logprobs),
+        )
         if isinstance(prompt, str):
             turn.text = prompt
         elif prompt is not None:
@@ -120,7 +127,13 @@ class AsyncSession:
         stops = [stop] if isinstance(stop, str) else list(stop)
         sched = self._engine.scheduler
         return lambda emit: sched.submit_turn(
-            self._conv, turn, max_tokens, stop=stops, ignore_eos=ignore_eos, emit=emit
+            self._conv,
+            turn,
+            max_tokens,
+            stop=stops,
+            ignore_eos=ignore_eos,
+            emit=emit,
+            logprobs=turn.logprobs,
         )
 
     async def generate(
@@ -133,11 +146,12 @@ class AsyncSession:
         ignore_eos: bool = False,
         grammar: str | Grammar | None = None,
         json_schema: Mapping[str, Any] | Any | None = None,
+        logprobs: int | None = None,
     ) -> Completion:
         """Appends ``prompt`` (text or token ids; empty continues from the
         current position) and generates up to ``max_tokens`` tokens, with
         the meaning of :meth:`Engine.generate <oxillama.Engine.generate>`."""
-        turn = self._turn(prompt, None, sampler, grammar, json_schema)
+        turn = self._turn(prompt, None, sampler, grammar, json_schema, logprobs)
         submit = self._submit(turn, max_tokens, stop, ignore_eos)
         async with self._lock:
             self._check_open()
@@ -154,12 +168,13 @@ class AsyncSession:
         grammar: str | Grammar | None = None,
         json_schema: Mapping[str, Any] | Any | None = None,
         result: list[Completion] | None = None,
+        logprobs: int | None = None,
     ) -> AsyncGenerator[str, None]:
         """Like :meth:`generate`, yielding text pieces as they come; leaving
         early stops the turn (what was generated stays in the context).
         Nothing is checked or queued until the first piece is awaited."""
         return self._pieces(
-            lambda: self._turn(prompt, None, sampler, grammar, json_schema),
+            lambda: self._turn(prompt, None, sampler, grammar, json_schema, logprobs),
             max_tokens,
             stop,
             ignore_eos,
@@ -201,13 +216,19 @@ class AsyncSession:
         ignore_eos: bool = False,
         grammar: str | Grammar | None = None,
         json_schema: Mapping[str, Any] | Any | None = None,
+        logprobs: int | None = None,
         **template_kwargs: Any,
     ) -> Completion:
         """Replies to a conversation; only the part of the rendered chat that
         differs from the session's context is evaluated, as in
         :meth:`Engine.chat <oxillama.Engine.chat>`."""
         turn = self._turn(
-            None, self._chat_tokens(messages, template_kwargs), sampler, grammar, json_schema
+            None,
+            self._chat_tokens(messages, template_kwargs),
+            sampler,
+            grammar,
+            json_schema,
+            logprobs,
         )
         submit = self._submit(turn, max_tokens, stop, ignore_eos)
         async with self._lock:
@@ -225,12 +246,18 @@ class AsyncSession:
         grammar: str | Grammar | None = None,
         json_schema: Mapping[str, Any] | Any | None = None,
         result: list[Completion] | None = None,
+        logprobs: int | None = None,
         **template_kwargs: Any,
     ) -> AsyncGenerator[str, None]:
         """Streaming form of :meth:`chat`."""
         return self._pieces(
             lambda: self._turn(
-                None, self._chat_tokens(messages, template_kwargs), sampler, grammar, json_schema
+                None,
+                self._chat_tokens(messages, template_kwargs),
+                sampler,
+                grammar,
+                json_schema,
+                logprobs,
             ),
             max_tokens,
             stop,

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Literal
 
-__all__ = ["Completion", "FinishReason", "Timings"]
+__all__ = ["Completion", "FinishReason", "Piece", "Timings", "TokenLogprob"]
 
 FinishReason = Literal["stop", "length", "eos"]
 
@@ -29,6 +29,37 @@ class Timings:
 
 
 @dataclass(frozen=True)
+class TokenLogprob:
+    """One generated token's log-probability under the model's own
+    distribution (``log_softmax`` of the raw logits, before any sampler
+    stage or grammar mask), and the ``k`` most likely tokens there, most
+    likely first, as ``(token id, logprob)`` pairs."""
+
+    token: int
+    #: The token's bytes (a piece of a UTF-8 character is possible).
+    bytes: bytes
+    logprob: float
+    top: tuple[tuple[int, float], ...] = ()
+
+    @property
+    def text(self) -> str:
+        return self.bytes.decode("utf-8", errors="replace")
+
+
+class Piece(str):
+    """A streamed text piece that also carries the log-probabilities of the
+    tokens it completes (those generated since the previous piece), when
+    the request asked for them. It is a ``str`` in every other respect."""
+
+    logprobs: tuple[TokenLogprob, ...]
+
+    def __new__(cls, text: str, logprobs: tuple[TokenLogprob, ...] = ()) -> Piece:
+        self = super().__new__(cls, text)
+        self.logprobs = logprobs
+        return self
+
+
+@dataclass(frozen=True)
 class Completion:
     """The outcome of :meth:`oxillama.Engine.generate`.
 
@@ -37,6 +68,8 @@ class Completion:
     returned ``False``, and ``"length"`` when ``max_tokens`` or the context
     size was reached. ``seed`` is the sampler's seed (drawn from the OS when
     the config had none): the same seed, prompt and config repeat the text.
+    ``logprobs`` holds one :class:`TokenLogprob` per token of ``tokens``
+    when the call asked for them (``logprobs=k``), else ``None``.
     """
 
     text: str
@@ -44,6 +77,7 @@ class Completion:
     finish_reason: FinishReason
     timings: Timings = field(repr=False)
     seed: int | None = None
+    logprobs: tuple[TokenLogprob, ...] | None = field(default=None, repr=False)
 
     @property
     def prompt_tokens_per_second(self) -> float:

@@ -14,11 +14,12 @@ import numpy.typing as npt
 
 from . import _native
 from ._text import TextAssembler
-from .completion import Completion, FinishReason, Timings
+from .completion import Completion, FinishReason, Timings, TokenLogprob
 from .engine_metrics import EngineMetrics
 from .errors import GenerateError, ParameterError
 from .grammar import Grammar, allowed_bytes
 from .grammar import constraint as _constraint
+from .logprobs import check_logprobs, token_logprob
 from .lora import LoraAdapter, LoraSpec
 from .lora import resolve as _resolve_loras
 from .model import Model
@@ -427,7 +428,9 @@ class Engine:
         on_token: OnToken | None,
         result: list[Completion],
         constraint: Grammar | None = None,
+        logprobs: int | None = None,
     ) -> Iterator[str]:
+        logprobs = check_logprobs(logprobs)
         if not isinstance(max_tokens, int) or max_tokens < 0:
             raise ParameterError(f"max_tokens must be a non-negative integer, got {max_tokens!r}")
         if isinstance(stop, str):
@@ -452,6 +455,7 @@ class Engine:
 
         out = TextAssembler(stop)
         generated: list[int] = []
+        lps: list[TokenLogprob] = []
         finish: FinishReason = "length"
         matcher = self._matcher_for(constraint, resume=not prompt_tokens)
         while len(generated) < max_tokens:
@@ -473,6 +477,8 @@ class Engine:
                 finish = "eos"
                 break
             generated.append(tok)
+            if logprobs is not None:
+                lps.append(token_logprob(self._last_logits, tok, logprobs, self.tokenizer))
             self.eval([tok])
             piece = out.push(self.tokenizer.token_to_piece(tok))
             if piece:
@@ -495,6 +501,7 @@ class Engine:
                 finish_reason=finish,
                 timings=Timings(len(prompt_tokens), t1 - t0, len(generated), t2 - t1),
                 seed=self._sampler_config.seed,
+                logprobs=None if logprobs is None else tuple(lps),
             )
         )
 
@@ -510,6 +517,7 @@ class Engine:
         grammar: str | Grammar | None = None,
         json_schema: Mapping[str, Any] | Any | None = None,
         lora: LoraSpec | None = None,
+        logprobs: int | None = None,
     ) -> Completion:
         """Generates up to ``max_tokens`` tokens after ``prompt``.
 
@@ -527,12 +535,24 @@ class Engine:
         ``lora`` (as :meth:`set_loras` takes it) replaces the active
         adapters for this call only; the tokens it evaluates stay in the
         context, computed with them.
+
+        ``logprobs=k`` (0 to 20) puts each generated token's log-probability
+        and the ``k`` most likely alternatives on ``Completion.logprobs``
+        (see :class:`~oxillama.TokenLogprob`).
         """
         constraint = _constraint(grammar, json_schema)
         result: list[Completion] = []
         with self._call_loras(lora):
             for _ in self._run(
-                prompt, max_tokens, sampler, stop, ignore_eos, on_token, result, constraint
+                prompt,
+                max_tokens,
+                sampler,
+                stop,
+                ignore_eos,
+                on_token,
+                result,
+                constraint,
+                logprobs,
             ):
                 pass
         return result[0]
@@ -601,10 +621,12 @@ class Engine:
         on_token: OnToken | None = None,
         grammar: str | Grammar | None = None,
         json_schema: Mapping[str, Any] | Any | None = None,
+        logprobs: int | None = None,
         **template_kwargs: Any,
     ) -> Completion:
         """Replies to a conversation (a list of ``{"role", "content"}`` dicts);
-        ``grammar`` / ``json_schema`` constrain the reply as in :meth:`generate`."""
+        ``grammar`` / ``json_schema`` constrain the reply and ``logprobs``
+        reports token log-probabilities, as in :meth:`generate`."""
         constraint = _constraint(grammar, json_schema)
         rest = self._prime_chat(messages, template_kwargs)
         return self.generate(
@@ -615,6 +637,7 @@ class Engine:
             ignore_eos=ignore_eos,
             on_token=on_token,
             grammar=constraint,
+            logprobs=logprobs,
         )
 
     def chat_stream(

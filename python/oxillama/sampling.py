@@ -29,6 +29,8 @@ _FLOAT_FIELDS = (
     "top_p",
     "min_p",
     "repetition_penalty",
+    "frequency_penalty",
+    "presence_penalty",
     "mirostat_tau",
     "mirostat_eta",
     "dry_multiplier",
@@ -83,12 +85,16 @@ class SamplerConfig:
     """Every stage of the sampler chain, with llama.cpp-like defaults.
 
     Stages run in this order: logit bias and banned tokens; the repetition
-    penalty over the last ``repetition_penalty_window`` accepted tokens; DRY;
+    penalty over the last ``repetition_penalty_window`` accepted tokens;
+    OpenAI's ``frequency_penalty`` (times each token's count in that window)
+    and ``presence_penalty`` (once per token seen there), subtracted from
+    the logits; DRY;
     then the argmax when ``temperature == 0``; otherwise top-k, typical-p,
     top-p, min-p, top-a, epsilon and eta cutoffs, XTC, temperature and a
     draw from the seeded RNG. ``mirostat=2`` replaces everything after DRY
     with temperature and Mirostat v2. A stage at its neutral value is off:
     ``top_k=0``, ``top_p=1``, ``min_p=0``, ``repetition_penalty=1``,
+    ``frequency_penalty=0``, ``presence_penalty=0``,
     ``dry_multiplier=0``, ``xtc_probability=0``, ``typical_p=1``,
     ``top_a=0``, ``eta_cutoff=0``, ``epsilon_cutoff=0``.
 
@@ -116,6 +122,8 @@ class SamplerConfig:
     min_p: float = 0.05
     repetition_penalty: float = 1.0
     repetition_penalty_window: int = 64
+    frequency_penalty: float = 0.0
+    presence_penalty: float = 0.0
     seed: int | None = None
     mirostat: int = 0
     mirostat_tau: float = 5.0
@@ -174,6 +182,8 @@ class SamplerConfig:
             ("typical_p", 0 < self.typical_p <= 1, "in (0, 1]"),
             ("repetition_penalty", 0 < self.repetition_penalty < math.inf, "> 0"),
             ("repetition_penalty_window", self.repetition_penalty_window >= 0, ">= 0"),
+            ("frequency_penalty", -2 <= self.frequency_penalty <= 2, "in [-2, 2]"),
+            ("presence_penalty", -2 <= self.presence_penalty <= 2, "in [-2, 2]"),
             ("seed", self.seed is None or 0 <= self.seed < 2**64, "None or in [0, 2**64)"),
             ("mirostat", self.mirostat in (0, 2), "0 or 2"),
             ("mirostat_tau", 0 < self.mirostat_tau < math.inf, "> 0"),

@@ -50,7 +50,7 @@ import numpy.typing as npt
 
 from . import _native
 from ._text import TextAssembler
-from .completion import Completion, FinishReason, Timings
+from .completion import Completion, FinishReason, Piece, Timings, TokenLogprob
 from .errors import (
     GenerateError,
     KvCacheFullError,
@@ -59,6 +59,7 @@ from .errors import (
     ParameterError,
 )
 from .grammar import Grammar, allowed_bytes
+from .logprobs import check_logprobs, token_logprob
 from .prefix_cache import PrefixCache
 from .sampling import SamplerConfig, build_sampler
 from .session_state import SessionState, check_fits, kept_prefix, matcher_for
@@ -96,6 +97,27 @@ class Turn:
     chat: list[int] | None = None
     sampler: SamplerConfig | None = None
     grammar: Grammar | None = None
+    logprobs: int | None = None
+
+
+@dataclass(eq=False)
+class PromptShare:
+    """Several requests for one prompt (``n`` choices): the first queued is
+    the leader and evaluates the prompt; the others start from a fork of
+    its prompt KV (shared pages, copied only where written) and its
+    last-position logits, so the prompt is evaluated once."""
+
+    leader: Request | None = None
+    #: Followers that have not started yet.
+    waiting: int = 0
+    #: A fork of the leader's prompt KV and the logits after it, once done.
+    kv: _native.Session | None = None
+    logits: npt.NDArray[np.float32] | None = None
+    #: The leader ended before its prompt was done: followers prefill alone.
+    failed: bool = False
+
+    def ready(self) -> bool:
+        return self.kv is not None or self.failed
 
 
 @dataclass(eq=False)
@@ -141,9 +163,28 @@ class Request:
     #: LoRA adapters and scales of this request (applied to its rows only;
     #: its prompt bypasses the prefix cache, whose KV is the base model's).
     lora: tuple[tuple[_native.LoraAdapter, float], ...] = ()
+    #: ``logprobs=k`` of the request (None: none reported), the entries
+    #: so far, and how many of them went out with streamed pieces.
+    logprobs: int | None = None
+    lps: list[TokenLogprob] = field(default_factory=list)
+    lps_sent: int = 0
+    share: PromptShare | None = None
+
+    def follows(self) -> bool:
+        """A choice that waits for its leader's prompt KV."""
+        sh = self.share
+        return sh is not None and sh.leader is not self and self.fed == 0 and self.replay is None
 
     def __post_init__(self) -> None:
         self.text = TextAssembler(self.stop)
+
+    def piece(self, text: str) -> str:
+        """``text`` to emit, carrying the logprobs not sent yet."""
+        if self.logprobs is None:
+            return text
+        new = tuple(self.lps[self.lps_sent :])
+        self.lps_sent = len(self.lps)
+        return Piece(text, new)
 
 
 @dataclass
@@ -166,6 +207,8 @@ class Metrics:
     hibernated: int = 0
     woken: int = 0
     swapped: int = 0
+    #: Prompt tokens a choice took from its leader instead of evaluating.
+    shared_prompt_tokens: int = 0
 
 
 class Scheduler:
@@ -242,8 +285,12 @@ class Scheduler:
         grammar: Grammar | None,
         emit: Emit,
         lora: tuple[tuple[_native.LoraAdapter, float], ...] = (),
+        logprobs: int | None = None,
+        share: PromptShare | None = None,
     ) -> Request:
-        """Queues a request; raises at once if it can never be served."""
+        """Queues a request; raises at once if it can never be served.
+        Requests given one ``share`` (and the same prompt and adapters)
+        evaluate their prompt once."""
         if not prompt:
             raise GenerateError("empty prompt: a request needs at least one token")
         if len(prompt) >= self._n_ctx:
@@ -263,12 +310,22 @@ class Scheduler:
             matcher=None if grammar is None else grammar.matcher(self._tokenizer),
             emit=emit,
             lora=lora,
+            logprobs=check_logprobs(logprobs),
         )
         with self._cv:
             if self._closed:
                 raise GenerateError("the engine is closed")
             if len(self._waiting) >= self.max_queue:
                 raise OverloadedError(f"overloaded: {len(self._waiting)} requests are waiting")
+            if share is not None:
+                lead = share.leader
+                if lead is not None and (lead.prompt != prompt or lead.lora != lora):
+                    raise ParameterError("requests sharing a prompt need the same prompt and LoRA")
+                seq.share = share
+                if lead is None:
+                    share.leader = seq
+                else:
+                    share.waiting += 1
             self._waiting.append(seq)
             self._cv.notify()
         return seq
@@ -326,6 +383,7 @@ class Scheduler:
         stop: Sequence[str],
         ignore_eos: bool,
         emit: Emit,
+        logprobs: int | None = None,
     ) -> Request:
         """Queues a session turn (the caller runs one turn of a session at a
         time); its prompt is resolved when it starts."""
@@ -343,6 +401,7 @@ class Scheduler:
             emit=emit,
             conv=conv,
             turn=turn,
+            logprobs=check_logprobs(logprobs),
         )
         with self._cv:
             if self._closed:
@@ -404,6 +463,7 @@ class Scheduler:
             "finished": m.finished,
             "cancelled": m.cancelled,
             "preempted": m.preempted,
+            "shared_prompt_tokens": m.shared_prompt_tokens,
             "kv_pages_total": pool.n_pages,
             "kv_pages_free": pool.free_pages,
             "kv_pages_used": pool.n_pages - pool.free_pages,
@@ -517,7 +577,11 @@ class Scheduler:
             for i, (s, _) in enumerate(advance):
                 s.logits = logits[i]
         prefilling = [
-            s for s in batch if (s.logits is None or s.session is None) and not s.cancelled
+            s
+            for s in batch
+            if (s.logits is None or s.session is None)
+            and not s.cancelled
+            and not (s.follows() and s.share is not None and not s.share.ready())
         ]
         if prefilling:
             # Requests not started yet first (a short request's first token
@@ -667,6 +731,9 @@ class Scheduler:
             return self._turn_chunk(s)
         replay = s.replay
         tokens = s.prompt if replay is None else replay
+        if s.session is None and s.follows() and s.share is not None and s.share.kv is not None:
+            self._start_from_leader(s, s.share)
+            return True
         if s.session is None:
             s.session = _native.Session(
                 self._model, self._n_ctx, self._threads, self._kv_dtype, pool=self._pool
@@ -711,6 +778,12 @@ class Scheduler:
         s.fed += len(part)
         if s.fed == len(tokens):
             s.logits = out
+            sh = s.share
+            if sh is not None and sh.leader is s and not s.generated and sh.kv is None:
+                if sh.waiting > 0:
+                    sh.kv, sh.logits = s.session.fork(len(s.prompt)), out.copy()
+                else:
+                    sh.failed = True  # nobody left to share with
             s.replay = None
             if replay is None:
                 s.t_prefilled = time.perf_counter()
@@ -720,6 +793,22 @@ class Scheduler:
                     fork = s.session.fork(n)
                     self.prefix.store(s.prompt, n, fork, fork.pages_held * self._page_bytes)
         return True
+
+    def _start_from_leader(self, s: Request, sh: PromptShare) -> None:
+        """A follower's prompt: a fork of the leader's, and its logits."""
+        assert sh.kv is not None and sh.logits is not None
+        s.session = sh.kv.fork(len(s.prompt))
+        s.session.prefill_chunk = self.prefill_chunk
+        if s.lora:
+            s.session.set_loras(list(s.lora))
+        self._feed_sampler(s, len(s.prompt))
+        s.fed = len(s.prompt)
+        s.logits = sh.logits.copy()
+        s.t_prefilled = time.perf_counter()
+        sh.waiting -= 1
+        if sh.waiting == 0:
+            sh.kv = sh.logits = None  # its pages go back with the last fork
+        self._metrics.shared_prompt_tokens += len(s.prompt)
 
     # --------------------------------------------------------- session turns
 
@@ -881,12 +970,14 @@ class Scheduler:
             else:
                 s.sampler.accept(tok)
                 s.generated.append(tok)
+                if s.logprobs is not None:
+                    s.lps.append(token_logprob(s.logits, tok, s.logprobs, self._tokenizer))
                 self._metrics.generated_tokens += 1
                 if not s.t_first_token:
                     s.t_first_token = time.perf_counter()
                 piece = s.text.push(self._tokenizer.token_to_piece(tok))
                 if piece:
-                    s.emit(piece, None, None)
+                    s.emit(s.piece(piece), None, None)
                 if not s.text.stopped:
                     return tok
                 if s.conv is None:
@@ -898,7 +989,7 @@ class Scheduler:
                     return tok
         tail = s.text.finish()
         if tail:
-            s.emit(tail, None, None)
+            s.emit(s.piece(tail), None, None)
         now = time.perf_counter()
         done = Completion(
             text=s.text.text,
@@ -911,6 +1002,7 @@ class Scheduler:
                 now - s.t_prefilled,
             ),
             seed=s.seed,
+            logprobs=None if s.logprobs is None else tuple(s.lps),
         )
         self._finish(s, done, None)
         return None
@@ -919,6 +1011,14 @@ class Scheduler:
         with self._cv:
             if s in self._running:
                 self._running.remove(s)
+            sh = s.share
+            if sh is not None:
+                if sh.leader is s and not sh.ready():
+                    sh.failed = True  # the followers evaluate the prompt themselves
+                elif s.follows():
+                    sh.waiting -= 1
+                    if sh.waiting == 0:
+                        sh.kv = sh.logits = None
         if s.conv is not None:
             self._end_turn(s)
         with self._cv:

@@ -60,6 +60,8 @@ def _unsupported(cfg: SamplerConfig) -> list[str]:
     on history or state in ways the accept/reject rule cannot follow."""
     active = {
         "repetition_penalty": cfg.repetition_penalty != 1.0,
+        "frequency_penalty": cfg.frequency_penalty != 0.0,
+        "presence_penalty": cfg.presence_penalty != 0.0,
         "mirostat": cfg.mirostat != 0,
         "dry_multiplier": cfg.dry_multiplier != 0.0,
         "xtc_probability": cfg.xtc_probability != 0.0,

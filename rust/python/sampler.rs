@@ -11,6 +11,33 @@ use pyo3::types::PyDict;
 use super::errors::{guard, IntoPyResult, Poison};
 use crate::sampler::{Sampler, SamplerConfig, SamplerState};
 
+/// `(logprob of token, [(id, logprob), ...] for the k most likely)` under
+/// the distribution of 1-D float32 `logits`, most likely first.
+#[pyfunction]
+pub fn logprobs(
+    py: Python<'_>,
+    logits: PyReadonlyArray1<'_, f32>,
+    token: i64,
+    k: usize,
+) -> PyResult<(f32, Vec<(u32, f32)>)> {
+    let arr = logits.as_array();
+    let owned: Vec<f32>;
+    let row: &[f32] = match logits.as_slice() {
+        Ok(s) => s,
+        Err(_) => {
+            owned = arr.iter().copied().collect();
+            &owned
+        }
+    };
+    let n = row.len();
+    let t = usize::try_from(token)
+        .ok()
+        .filter(|&t| t < n)
+        .ok_or_else(|| PyValueError::new_err(format!("token {token} is outside the {n} logits")))?;
+    py.detach(|| crate::sampler::logprobs::logprobs(row, t, k))
+        .ok_or_else(|| PyValueError::new_err("no logit is finite"))
+}
+
 #[pyclass(name = "Sampler", module = "oxillama._native")]
 pub struct PySampler {
     inner: Sampler,
@@ -61,6 +88,8 @@ fn config_from(d: &Bound<'_, PyDict>, breakers: Vec<Vec<u32>>) -> PyResult<Sampl
         min_p: field(d, "min_p")?,
         repetition_penalty: field(d, "repetition_penalty")?,
         repetition_penalty_window: field(d, "repetition_penalty_window")?,
+        frequency_penalty: field(d, "frequency_penalty")?,
+        presence_penalty: field(d, "presence_penalty")?,
         seed: field(d, "seed")?,
         mirostat: field(d, "mirostat")?,
         mirostat_tau: field(d, "mirostat_tau")?,
@@ -197,5 +226,6 @@ impl PySampler {
 }
 
 pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    m.add_function(wrap_pyfunction!(logprobs, m)?)?;
     m.add_class::<PySampler>()
 }

@@ -12,6 +12,10 @@ pub struct SamplerConfig {
     pub min_p: f32,
     pub repetition_penalty: f32,
     pub repetition_penalty_window: usize,
+    /// OpenAI's frequency penalty over the same window (0 is off).
+    pub frequency_penalty: f32,
+    /// OpenAI's presence penalty over the same window (0 is off).
+    pub presence_penalty: f32,
     pub seed: u64,
     /// 0 (off) or 2 (Mirostat v2).
     pub mirostat: u8,
@@ -44,6 +48,8 @@ impl Default for SamplerConfig {
             min_p: 0.05,
             repetition_penalty: 1.0,
             repetition_penalty_window: 64,
+            frequency_penalty: 0.0,
+            presence_penalty: 0.0,
             seed: 0,
             mirostat: 0,
             mirostat_tau: 5.0,
@@ -115,6 +121,13 @@ impl SamplerConfig {
             "> 0",
             self.repetition_penalty,
         )?;
+        // OpenAI's range; beyond it the penalties stop being a nudge.
+        for (name, v) in [
+            ("frequency_penalty", self.frequency_penalty),
+            ("presence_penalty", self.presence_penalty),
+        ] {
+            check((-2.0..=2.0).contains(&v), name, "in [-2, 2]", v)?;
+        }
         check(
             matches!(self.mirostat, 0 | 2),
             "mirostat",

@@ -3,7 +3,8 @@
 //! Order, and why:
 //! 1. grammar mask, banned tokens (-inf) and logit bias: hard constraints
 //!    and explicit user intent come before anything reads the distribution;
-//! 2. repetition penalty over the last `window` accepted tokens, then DRY:
+//! 2. repetition penalty over the last `window` accepted tokens, OpenAI's
+//!    frequency and presence penalties over the same window, then DRY:
 //!    both reshape logits from the history, so every later stage (greedy
 //!    included) sees the penalized values;
 //! 3. temperature 0 stops here with the argmax: one pass, no allocation,
@@ -30,6 +31,7 @@ mod dry;
 mod edits;
 mod eta;
 mod logit_bias;
+pub mod logprobs;
 mod min_p;
 mod mirostat;
 mod penalties;
@@ -196,6 +198,18 @@ impl Sampler {
             history,
             cfg.repetition_penalty_window,
             cfg.repetition_penalty,
+            &mut self.distinct,
+        );
+        let additive = penalties::Additive {
+            frequency: cfg.frequency_penalty,
+            presence: cfg.presence_penalty,
+        };
+        penalties::additive(
+            edits,
+            raw,
+            history,
+            cfg.repetition_penalty_window,
+            additive,
             &mut self.distinct,
         );
         let dry = Dry {

@@ -9,7 +9,7 @@ are accepted in the body as vLLM and llama-server accept them: ``top_k``,
 ``min_p``, ``repetition_penalty``, ``mirostat``, ``ignore_eos``,
 ``grammar``; ``response_format`` takes ``json_schema`` and ``json_object``;
 ``session`` continues a stateful session. Unknown fields, and OpenAI
-fields this server cannot honour (``n`` > 1, ``logprobs``, tools...), are
+fields this server cannot honour (``tools``, ``echo``, ``suffix``...), are
 refused with a 400 naming them rather than ignored.
 
 Errors use OpenAI's error object and status codes. With API keys, every

@@ -9,7 +9,7 @@ import os
 import re
 import time
 import uuid
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Mapping
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -32,6 +32,8 @@ from .api_error import ApiError, error_body, from_library_error
 from .auth import ApiKeys, AuthMiddleware
 from .json_body import parse_json_object
 from .limits import BodyLimitMiddleware, Limits
+from .logprob_shapes import chat_logprobs, completion_logprobs
+from .merged import merged
 from .openapi import openapi_document
 from .request_schemas import SESSION_ID, UNSUPPORTED, RequestSchemas
 from .schema_check import SchemaViolation, check
@@ -56,6 +58,8 @@ class Options:
     stream: bool
     include_usage: bool
     session: str | None
+    #: OpenAI's ``n``: choices of one prompt.
+    n: int = 1
 
 
 class _Stream(StreamingResponse):
@@ -186,6 +190,8 @@ class Server:
             top_k=min(int(get("top_k", 0)), self.vocab),
             min_p=float(get("min_p", 0.0)),
             repetition_penalty=float(get("repetition_penalty", 1.0)),
+            frequency_penalty=float(get("frequency_penalty", 0.0)),
+            presence_penalty=float(get("presence_penalty", 0.0)),
             mirostat=int(get("mirostat", 0)),
             # No seed: a fresh one per request, reported as `seed`.
             seed=None if body.get("seed") is None else int(body["seed"]) % 2**64,
@@ -209,14 +215,32 @@ class Server:
                     param="lora" if body.get("lora") else "model",
                 )
             kwargs["lora"] = lora
+        logprobs = self.logprobs(body)
+        if logprobs is not None:
+            kwargs["logprobs"] = logprobs
         stream_options = get("stream_options", {})
+        n = int(get("n", 1))
+        if n > 1 and body.get("session") is not None:
+            raise ApiError(400, "n > 1 cannot continue a stateful session", param="n")
         return Options(
             max_tokens=int(max_tokens),
             kwargs=kwargs,
             stream=bool(get("stream", False)),
             include_usage=bool(stream_options.get("include_usage")),
             session=body.get("session"),
+            n=n,
         )
+
+    @staticmethod
+    def logprobs(body: Mapping[str, Any]) -> int | None:
+        """The ``k`` of top alternatives, or None: completions take
+        ``logprobs: k``; chat takes ``logprobs: true`` with ``top_logprobs: k``."""
+        lp, top = body.get("logprobs"), body.get("top_logprobs")
+        if isinstance(lp, bool) or (lp is None and top is not None):
+            if top is not None and lp is not True:
+                raise ApiError(400, "top_logprobs needs logprobs set to true", param="top_logprobs")
+            return (top or 0) if lp else None
+        return None if lp is None else int(lp)
 
     def constraint(self, body: Mapping[str, Any]) -> dict[str, Any]:
         grammar = body.get("grammar")
@@ -254,8 +278,8 @@ class Server:
         self,
         tokens: list[int],
         opts: Options,
-        shape: Callable[[str, Completion | None, str | None], dict[str, Any]],
-        final: Callable[[Completion], dict[str, Any]],
+        shape: Callable[[int, str, Completion | None, str | None], dict[str, Any]],
+        final: Callable[[list[Completion]], dict[str, Any]],
         stateful: Callable[[AsyncSession], Turn],
     ) -> Response:
         lease: Lease | None = None
@@ -263,28 +287,30 @@ class Server:
             lease = await self.sessions.lease(opts.session)
         # The stream's end releases the lease once the response owns it.
         handed_over = False
+        results: list[list[Completion]] = [[] for _ in range(opts.n)]
         try:
             if lease is not None:
                 # A session turn: the session appends what it has not seen.
                 generate, stream = stateful(lease.session)
+                if not opts.stream:
+                    return JSONResponse(final([await generate(opts.max_tokens, **opts.kwargs)]))
+                streams: Sequence[AsyncIterator[str]] = [
+                    stream(opts.max_tokens, result=results[0], **opts.kwargs)
+                ]
+            elif not opts.stream:
+                outs = await self.engine.generate_n(tokens, opts.n, opts.max_tokens, **opts.kwargs)
+                return JSONResponse(final(outs))
             else:
-
-                def generate(n: int, **kw: Any) -> Awaitable[Completion]:
-                    return self.engine.generate(tokens, n, **kw)
-
-                def stream(n: int, **kw: Any) -> AsyncIterator[str]:
-                    return self.engine.stream(tokens, n, **kw)
-
-            if not opts.stream:
-                return JSONResponse(final(await generate(opts.max_tokens, **opts.kwargs)))
-            result: list[Completion] = []
-            pieces = stream(opts.max_tokens, result=result, **opts.kwargs)
+                streams = self.engine.stream_n(
+                    tokens, opts.n, opts.max_tokens, results=results, **opts.kwargs
+                )
+            events_in = merged(streams)
             try:
-                # The first piece is awaited here so that a request refused by
-                # the scheduler is answered with its status, not a 200.
-                first = await anext(pieces, None)
+                # The first event is awaited here so that a request refused
+                # by the scheduler is answered with its status, not a 200.
+                first = await anext(events_in, None)
             except BaseException:
-                await pieces.aclose()  # type: ignore[attr-defined]
+                await events_in.aclose()
                 raise
             handed_over = True
         finally:
@@ -294,25 +320,28 @@ class Server:
         async def close() -> None:
             # The turn ends before the session is free for anyone else.
             try:
-                await pieces.aclose()  # type: ignore[attr-defined]
+                await events_in.aclose()
             finally:
                 if lease is not None:
                     lease.release()
 
         async def events() -> AsyncIterator[bytes]:
-            # Leaving this generator (client gone) closes `pieces`, which
-            # cancels the request in the scheduler.
+            # Leaving this generator (client gone) closes the streams, which
+            # cancels their requests in the scheduler.
             try:
-                if first is not None:
-                    yield _sse(shape(first, None, None))
-                    async for piece in pieces:
-                        yield _sse(shape(piece, None, None))
-                done = result[0] if result else None
-                yield _sse(shape("", done, _finish(done)))
+                item = first
+                while item is not None:
+                    i, piece = item
+                    if piece is not None:
+                        yield _sse(shape(i, piece, None, None))
+                    else:
+                        done = results[i][0] if results[i] else None
+                        yield _sse(shape(i, "", done, _finish(done)))
+                    item = await anext(events_in, None)
                 if opts.include_usage:
-                    usage = shape("", None, None)
+                    usage = shape(0, "", None, None)
                     usage["choices"] = []
-                    usage["usage"] = _usage(len(tokens), done)
+                    usage["usage"] = _usage(len(tokens), [r[0] for r in results if r])
                     yield _sse(usage)
             except OxiLlamaError as e:
                 err = from_library_error(e)
@@ -338,20 +367,44 @@ class Server:
         self.check_fits(len(tokens))
         cid, created = f"cmpl-{uuid.uuid4().hex}", int(time.time())
 
-        def shape(text: str, done: Completion | None, finish: str | None) -> dict[str, Any]:
+        want_lp = "logprobs" in opts.kwargs
+        tok = self.engine.engine.tokenizer
+        offsets = [0] * opts.n
+
+        def shape(i: int, text: str, done: Completion | None, finish: str | None) -> dict[str, Any]:
+            lp = None
+            if want_lp and finish is None:
+                lp = completion_logprobs(getattr(text, "logprobs", ()), tok, offsets[i])
+                offsets[i] += len(text)
             return {
                 "id": cid,
                 "object": "text_completion",
                 "created": created,
                 "model": served,
-                "choices": [{"index": 0, "text": text, "logprobs": None, "finish_reason": finish}],
+                "choices": [{"index": i, "text": text, "logprobs": lp, "finish_reason": finish}],
                 **_seed(done),
             }
 
-        def final(out: Completion) -> dict[str, Any]:
-            d = shape(out.text, out, _finish(out))
-            d["usage"] = _usage(len(tokens), out)
-            return d
+        def final(outs: list[Completion]) -> dict[str, Any]:
+            return {
+                "id": cid,
+                "object": "text_completion",
+                "created": created,
+                "model": served,
+                "choices": [
+                    {
+                        "index": i,
+                        "text": out.text,
+                        "logprobs": completion_logprobs(out.logprobs, tok)
+                        if out.logprobs is not None
+                        else None,
+                        "finish_reason": _finish(out),
+                    }
+                    for i, out in enumerate(outs)
+                ],
+                "usage": _usage(len(tokens), outs),
+                **_seed(outs[0]),
+            }
 
         # A session appends the prompt to its context (BOS only at the start).
         p = prompt[0] if isinstance(prompt, list) and isinstance(prompt[0], str) else prompt
@@ -383,18 +436,27 @@ class Server:
         self.check_fits(len(tokens))
         cid, created = f"chatcmpl-{uuid.uuid4().hex}", int(time.time())
 
-        def shape(piece: str, done: Completion | None, finish: str | None) -> dict[str, Any]:
+        want_lp = "logprobs" in opts.kwargs
+        tok = self.engine.engine.tokenizer
+
+        def shape(
+            i: int, piece: str, done: Completion | None, finish: str | None
+        ) -> dict[str, Any]:
             delta: dict[str, Any] = {"content": piece} if piece or finish is None else {}
+            choice: dict[str, Any] = {"index": i, "delta": delta, "finish_reason": finish}
+            if want_lp:
+                lps = getattr(piece, "logprobs", ())
+                choice["logprobs"] = chat_logprobs(lps, tok) if lps else None
             return {
                 "id": cid,
                 "object": "chat.completion.chunk",
                 "created": created,
                 "model": served,
-                "choices": [{"index": 0, "delta": delta, "finish_reason": finish}],
+                "choices": [choice],
                 **_seed(done),
             }
 
-        def final(out: Completion) -> dict[str, Any]:
+        def final(outs: list[Completion]) -> dict[str, Any]:
             return {
                 "id": cid,
                 "object": "chat.completion",
@@ -402,13 +464,17 @@ class Server:
                 "model": served,
                 "choices": [
                     {
-                        "index": 0,
+                        "index": i,
                         "message": {"role": "assistant", "content": out.text},
+                        "logprobs": chat_logprobs(out.logprobs, tok)
+                        if out.logprobs is not None
+                        else None,
                         "finish_reason": _finish(out),
                     }
+                    for i, out in enumerate(outs)
                 ],
-                "usage": _usage(len(tokens), out),
-                **_seed(out),
+                "usage": _usage(len(tokens), outs),
+                **_seed(outs[0]),
             }
 
         def stateful(sess: AsyncSession) -> Turn:
@@ -490,8 +556,9 @@ def _seed(out: Completion | None) -> dict[str, int]:
     return {} if out is None or out.seed is None else {"seed": out.seed}
 
 
-def _usage(prompt: int, out: Completion | None) -> dict[str, int]:
-    n = 0 if out is None else len(out.tokens)
+def _usage(prompt: int, outs: list[Completion]) -> dict[str, int]:
+    """Usage over every choice (the prompt is counted once, as OpenAI does)."""
+    n = sum(len(o.tokens) for o in outs)
     return {"prompt_tokens": prompt, "completion_tokens": n, "total_tokens": prompt + n}
 
 

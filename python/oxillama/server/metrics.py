@@ -22,6 +22,7 @@ SCHEDULER_COUNTERS = frozenset(
         "finished",
         "cancelled",
         "preempted",
+        "shared_prompt_tokens",
         "session_turns",
         "session_decode_tokens",
         "mixed_decode_steps",

@@ -134,7 +134,16 @@ def openapi_document(
         "properties": {
             "index": {"type": "integer"},
             "text": {"type": "string"},
-            "logprobs": {"type": "null"},
+            "logprobs": {
+                "type": ["object", "null"],
+                "properties": {
+                    "tokens": {"type": "array", "items": {"type": "string"}},
+                    "token_logprobs": {"type": "array", "items": {"type": "number"}},
+                    "top_logprobs": {"type": "array", "items": {"type": "object"}},
+                    "text_offset": {"type": "array", "items": {"type": "integer"}},
+                },
+                "required": ["tokens", "token_logprobs", "top_logprobs", "text_offset"],
+            },
             "finish_reason": _FINISH,
         },
         "required": ["index", "text", "finish_reason"],
@@ -150,6 +159,11 @@ def openapi_document(
                     "content": {"type": "string"},
                 },
                 "required": ["role", "content"],
+            },
+            "logprobs": {
+                "type": ["object", "null"],
+                "properties": {"content": {"type": "array", "items": {"type": "object"}}},
+                "required": ["content"],
             },
             "finish_reason": _FINISH,
         },

@@ -8,6 +8,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from ..logprobs import MAX_TOP_LOGPROBS
 from .limits import Limits
 
 __all__ = ["UNSUPPORTED", "RequestSchemas"]
@@ -16,14 +17,9 @@ Schema = dict[str, Any]
 
 #: OpenAI fields accepted only at their neutral value, and why.
 UNSUPPORTED = {
-    "n": "only n=1 is supported",
     "best_of": "only best_of=1 is supported",
     "echo": "echo is not supported",
     "suffix": "suffix (insertion) is not supported",
-    "logprobs": "logprobs are not supported",
-    "top_logprobs": "logprobs are not supported",
-    "frequency_penalty": "frequency_penalty is not supported; use repetition_penalty",
-    "presence_penalty": "presence_penalty is not supported; use repetition_penalty",
     "tools": "tool calls are not supported",
     "tool_choice": "tool calls are not supported",
     "functions": "function calls are not supported",
@@ -32,6 +28,10 @@ UNSUPPORTED = {
 }
 
 SESSION_ID = r"^[A-Za-z0-9_-]{1,64}$"
+
+#: The most choices (``n``) one request may ask for: each is a sequence in
+#: the batch.
+MAX_CHOICES = 16
 
 
 def _neutral(kind: str, value: Any, field: str) -> Schema:
@@ -144,8 +144,9 @@ class RequestSchemas:
             "n": {
                 "type": ["integer", "null"],
                 "minimum": 1,
-                "maximum": 1,
-                "description": "Only 1 is supported.",
+                "maximum": MAX_CHOICES,
+                "description": "Choices of the one prompt, which is evaluated once "
+                "(not with a session).",
             },
             "user": {"type": ["string", "null"], "maxLength": 256},
             "metadata": {
@@ -154,8 +155,8 @@ class RequestSchemas:
                 "additionalProperties": {"type": "string", "maxLength": 512},
             },
             "store": _neutral("boolean", False, "store"),
-            "frequency_penalty": _neutral("number", 0, "frequency_penalty"),
-            "presence_penalty": _neutral("number", 0, "presence_penalty"),
+            "frequency_penalty": {"type": ["number", "null"], "minimum": -2, "maximum": 2},
+            "presence_penalty": {"type": ["number", "null"], "minimum": -2, "maximum": 2},
             "ignore_eos": {"type": ["boolean", "null"]},
             "grammar": {"type": ["string", "null"], "description": "A GBNF grammar."},
             "response_format": self.response_format(),
@@ -195,7 +196,13 @@ class RequestSchemas:
                     "maxLength": 0,
                     "description": f"Only empty or null: {UNSUPPORTED['suffix']}.",
                 },
-                "logprobs": _neutral("integer", 0, "logprobs"),
+                "logprobs": {
+                    "type": ["integer", "null"],
+                    "minimum": 0,
+                    "maximum": MAX_TOP_LOGPROBS,
+                    "description": "Each token's log-probability and this many likely "
+                    "alternatives (the model's own distribution, before sampling).",
+                },
             },
             "required": ["prompt"],
             "additionalProperties": False,
@@ -212,8 +219,12 @@ class RequestSchemas:
                     "items": {"$ref": "#/components/schemas/ChatMessage"},
                 },
                 **self.common(),
-                "logprobs": _neutral("boolean", False, "logprobs"),
-                "top_logprobs": _neutral("integer", 0, "top_logprobs"),
+                "logprobs": {"type": ["boolean", "null"]},
+                "top_logprobs": {
+                    "type": ["integer", "null"],
+                    "minimum": 0,
+                    "maximum": MAX_TOP_LOGPROBS,
+                },
                 "tools": {
                     "type": ["array", "null"],
                     "maxItems": 0,
