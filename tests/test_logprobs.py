@@ -1,0 +1,128 @@
+"""Per-token log-probabilities (``generate(..., logprobs=k)``) against a
+float64 ``log_softmax`` of the engine's own logits, and ``n`` choices of
+one prompt that evaluate it once."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from oxillama import AsyncEngine, Engine, ParameterError, Piece, SamplerConfig, _native
+
+PROMPT = "The three primary colors are"
+
+
+def log_softmax(x: np.ndarray) -> np.ndarray:
+    x = x.astype(np.float64)
+    m = x.max()
+    return x - (m + np.log(np.exp(x - m).sum()))
+
+
+def test_logprobs_are_the_log_softmax_of_the_engines_logits(engine: Engine) -> None:
+    k = 5
+    out = engine.generate(PROMPT, 12, logprobs=k)
+    assert out.logprobs is not None and len(out.logprobs) == len(out.tokens) == 12
+    # Replay the same tokens and read the logits each was sampled from.
+    engine.reset()
+    rows = engine.eval(engine.tokenize(PROMPT), all_logits=True)
+    logits = [rows[-1]]
+    for t in out.tokens[:-1]:
+        logits.append(engine.eval([t]))
+    for entry, tok, row in zip(out.logprobs, out.tokens, logits, strict=True):
+        want = log_softmax(row)
+        assert entry.token == tok
+        assert entry.bytes == engine.tokenizer.token_to_piece(tok)
+        assert abs(entry.logprob - want[tok]) < 1e-4
+        ids = [i for i, _ in entry.top]
+        assert ids == list(np.argsort(-want, kind="stable")[:k])
+        assert [lp for _, lp in entry.top] == sorted((lp for _, lp in entry.top), reverse=True)
+        assert all(abs(lp - want[i]) < 1e-4 for i, lp in entry.top)
+        # Greedy picks the most likely token, so it heads its own list.
+        assert ids[0] == tok
+
+
+def test_no_logprobs_unless_asked_and_bad_values_are_refused(engine: Engine) -> None:
+    assert engine.generate(PROMPT, 2).logprobs is None
+    assert engine.generate("", 2, logprobs=0).logprobs is not None
+    for bad in (-1, 21, 2.5, True, "3"):
+        with pytest.raises(ParameterError, match="logprobs"):
+            engine.generate(PROMPT, 2, logprobs=bad)  # type: ignore[arg-type]
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    st.lists(st.floats(-30, 30, allow_nan=False, width=32), min_size=2, max_size=300),
+    st.integers(0, 25),
+    st.data(),
+)
+def test_native_logprobs_match_float64(values: list[float], k: int, data: st.DataObject) -> None:
+    x = np.array(values, dtype=np.float32)
+    tok = data.draw(st.integers(0, len(values) - 1))
+    lp, top = _native.logprobs(x, tok, k)
+    want = log_softmax(x)
+    assert abs(lp - want[tok]) < 1e-5
+    order = sorted(range(len(x)), key=lambda i: (-x[i], i))[:k]
+    assert [i for i, _ in top] == order
+
+
+def test_native_logprobs_refuse_bad_tokens() -> None:
+    x = np.zeros(4, dtype=np.float32)
+    for bad in (-1, 4):
+        with pytest.raises(ValueError, match="outside"):
+            _native.logprobs(x, bad, 1)
+
+
+def test_async_logprobs_and_pieces_match_the_engine(model_path: Path, engine: Engine) -> None:
+    want = engine.generate(PROMPT, 10, logprobs=3)
+    assert want.logprobs is not None
+
+    async def run() -> tuple[list[Piece], list[float]]:
+        async with AsyncEngine(model_path, context_size=256, threads=2) as ai:
+            g = SamplerConfig.greedy()
+            done = await ai.generate(PROMPT, 10, sampler=g, logprobs=3)
+            assert done.logprobs is not None
+            pieces = [p async for p in ai.stream(PROMPT, 10, sampler=g, logprobs=3)]
+            return pieces, [t.logprob for t in done.logprobs]  # type: ignore[misc]
+
+    pieces, lps = asyncio.run(run())
+    assert [t.token for t in want.logprobs] == [t.token for p in pieces for t in p.logprobs]
+    assert np.allclose(lps, [t.logprob for t in want.logprobs], atol=1e-4)
+    assert all(isinstance(p, Piece) for p in pieces)
+
+
+def test_n_choices_share_the_prompt_and_greedy_choices_agree(model_path: Path) -> None:
+    prompt = "Write a haiku about the sea. " * 6  # several KV pages
+
+    async def run() -> tuple[list[list[int]], list[list[int]], dict[str, float | int], int]:
+        async with AsyncEngine(model_path, context_size=512, threads=2, max_batch=8) as ai:
+            greedy = await ai.generate_n(prompt, 3, 8, sampler=SamplerConfig.greedy())
+            seeded = await ai.generate_n(
+                prompt, 3, 8, sampler=SamplerConfig(temperature=1.0, seed=11)
+            )
+            one = await ai.generate(prompt, 8, sampler=SamplerConfig(temperature=1.0, seed=12))
+            assert seeded[1].tokens == one.tokens  # choice 1 of seed 11 samples with 12
+            assert [o.seed for o in seeded] == [11, 12, 13]
+            n = len(ai.tokenize(prompt))
+            return [o.tokens for o in greedy], [o.tokens for o in seeded], ai.metrics(), n
+
+    greedy, seeded, m, n = asyncio.run(run())
+    assert greedy[0] == greedy[1] == greedy[2]
+    assert len({tuple(t) for t in seeded}) > 1
+    # In each call two followers started from the leader's prompt KV, and
+    # only the leaders' prompts (and the lone request's) were evaluated.
+    assert m["shared_prompt_tokens"] == 2 * 2 * n
+    assert m["prompt_tokens"] <= 3 * n
+
+
+def test_n_must_be_positive(model_path: Path) -> None:
+    async def run() -> None:
+        async with AsyncEngine(model_path, context_size=256, threads=2) as ai:
+            with pytest.raises(ParameterError, match="n must be"):
+                await ai.generate_n("Hi", 0, 2)
+
+    asyncio.run(run())
