@@ -22,6 +22,7 @@ __all__ = [
     "dequantize",
     "eval_batch",
     "filled_bytes",
+    "logprobs",
     "physical_core_count",
     "quantize_act",
     "simd_level",
