@@ -593,6 +593,11 @@ class Engine:
 
     # ------------------------------------------------------------------ chat
 
+    @property
+    def chat_template_source(self) -> str | None:
+        """The Jinja source of the chat template in use."""
+        return self._chat_template.source
+
     def apply_chat_template(
         self, messages: Sequence[Message], *, add_generation_prompt: bool = True, **kwargs: Any
     ) -> str:

@@ -27,6 +27,7 @@ from ..async_session import AsyncSession
 from ..completion import Completion
 from ..errors import OxiLlamaError
 from ..sampling import SamplerConfig
+from ..tool_calls import ToolFormat
 from . import metrics as prom
 from .api_error import ApiError, error_body, from_library_error
 from .auth import ApiKeys, AuthMiddleware
@@ -38,6 +39,7 @@ from .openapi import openapi_document
 from .request_schemas import SESSION_ID, UNSUPPORTED, RequestSchemas
 from .schema_check import SchemaViolation, check
 from .session_table import Lease, SessionTable
+from .tools import ChoiceCalls, tool_request
 
 __all__ = ["build_app"]
 
@@ -106,8 +108,10 @@ class Server:
         auth: bool,
         metrics_auth: bool,
         responses: collections.Counter[int],
+        tool_format: ToolFormat | None = None,
     ) -> None:
         self.engine = engine
+        self.tool_format = tool_format
         self.model_name = model_name
         self.limits = limits
         self.n_ctx = engine.engine.n_ctx
@@ -431,18 +435,43 @@ class Server:
                 param="messages",
                 code="context_length_exceeded",
             )
-        text = self.engine.engine.apply_chat_template(messages)
+        template = self.engine.engine.chat_template_source
+        treq = tool_request(body, template, self.tool_format)
+        variables: dict[str, Any] = {}
+        if treq is not None:
+            if treq.grammar is not None:
+                if opts.kwargs.get("grammar") is not None or "json_schema" in opts.kwargs:
+                    raise ApiError(
+                        400,
+                        "a required tool call has its own grammar: drop grammar and "
+                        "response_format, or use tool_choice 'auto'",
+                        param="tool_choice",
+                    )
+                opts.kwargs["grammar"] = treq.grammar
+            messages, variables = treq.template_input(messages)
+        text = self.engine.engine.apply_chat_template(messages, **variables)
         tokens = self.engine.tokenize(text)
         self.check_fits(len(tokens))
         cid, created = f"chatcmpl-{uuid.uuid4().hex}", int(time.time())
 
         want_lp = "logprobs" in opts.kwargs
         tok = self.engine.engine.tokenizer
+        found = [ChoiceCalls(treq.fmt) for _ in range(opts.n)] if treq is not None else []
+
+        def finish_of(i: int, finish: str | None) -> str | None:
+            # A reply cut by max_tokens says so, calls or not.
+            if finish == "stop" and found and found[i].calls:
+                return "tool_calls"
+            return finish
 
         def shape(
             i: int, piece: str, done: Completion | None, finish: str | None
         ) -> dict[str, Any]:
-            delta: dict[str, Any] = {"content": piece} if piece or finish is None else {}
+            if found:
+                delta = found[i].delta(piece) if finish is None else found[i].end()
+            else:
+                delta = {"content": piece} if piece or finish is None else {}
+            finish = finish_of(i, finish)
             choice: dict[str, Any] = {"index": i, "delta": delta, "finish_reason": finish}
             if want_lp:
                 lps = getattr(piece, "logprobs", ())
@@ -465,11 +494,13 @@ class Server:
                 "choices": [
                     {
                         "index": i,
-                        "message": {"role": "assistant", "content": out.text},
+                        "message": found[i].message(out.text)
+                        if found
+                        else {"role": "assistant", "content": out.text},
                         "logprobs": chat_logprobs(out.logprobs, tok)
                         if out.logprobs is not None
                         else None,
-                        "finish_reason": _finish(out),
+                        "finish_reason": finish_of(i, _finish(out)),
                     }
                     for i, out in enumerate(outs)
                 ],
@@ -480,8 +511,8 @@ class Server:
         def stateful(sess: AsyncSession) -> Turn:
             # Only the turns the session has not seen are evaluated.
             return (
-                lambda n, **kw: sess.chat(messages, n, **kw),
-                lambda n, **kw: sess.chat_stream(messages, n, **kw),
+                lambda n, **kw: sess.chat(messages, n, **variables, **kw),
+                lambda n, **kw: sess.chat_stream(messages, n, **variables, **kw),
             )
 
         return await self.run(tokens, opts, shape, final, stateful)
@@ -595,6 +626,7 @@ def build_app(
     api_keys: Iterable[str] = (),
     metrics_auth: bool = False,
     limits: Limits | None = None,
+    tool_format: ToolFormat | None = None,
 ) -> Starlette:
     """The Starlette app serving ``engine``.
 
@@ -603,7 +635,8 @@ def build_app(
     hibernated (replicas sharing it can hand sessions to each other).
     With ``api_keys``, every ``/v1/*`` route (and ``/metrics`` with
     ``metrics_auth``) requires ``Authorization: Bearer <key>``. ``limits``
-    bounds what one request may ask for (:class:`Limits`)."""
+    bounds what one request may ask for (:class:`Limits`). ``tool_format``
+    overrides the tool-call syntax read from the chat template."""
     limits = limits or Limits()
     folder = Path(sessions_dir) if sessions_dir is not None else None
     if folder is not None:
@@ -618,6 +651,7 @@ def build_app(
         auth=bool(keys),
         metrics_auth=metrics_auth,
         responses=responses,
+        tool_format=tool_format,
     )
     routes = [
         Route("/health", _guarded(s.health), methods=["GET"]),

@@ -20,8 +20,6 @@ UNSUPPORTED = {
     "best_of": "only best_of=1 is supported",
     "echo": "echo is not supported",
     "suffix": "suffix (insertion) is not supported",
-    "tools": "tool calls are not supported",
-    "tool_choice": "tool calls are not supported",
     "functions": "function calls are not supported",
     "function_call": "function calls are not supported",
     "store": "stored completions are not supported",
@@ -32,6 +30,9 @@ SESSION_ID = r"^[A-Za-z0-9_-]{1,64}$"
 #: The most choices (``n``) one request may ask for: each is a sequence in
 #: the batch.
 MAX_CHOICES = 16
+
+#: The most tools one request may offer.
+MAX_TOOLS = 128
 
 
 def _neutral(kind: str, value: Any, field: str) -> Schema:
@@ -227,15 +228,36 @@ class RequestSchemas:
                 },
                 "tools": {
                     "type": ["array", "null"],
-                    "maxItems": 0,
-                    "description": f"Only empty or null: {UNSUPPORTED['tools']}.",
+                    "maxItems": MAX_TOOLS,
+                    "items": {"$ref": "#/components/schemas/Tool"},
                 },
                 "functions": {
                     "type": ["array", "null"],
                     "maxItems": 0,
                     "description": f"Only empty or null: {UNSUPPORTED['functions']}.",
                 },
-                "tool_choice": _neutral("string", "none", "tool_choice"),
+                "tool_choice": {
+                    "anyOf": [
+                        {"type": "string", "enum": ["none", "auto", "required"]},
+                        {
+                            "type": "object",
+                            "properties": {
+                                "type": {"const": "function"},
+                                "function": {
+                                    "type": "object",
+                                    "properties": {"name": {"type": "string"}},
+                                    "required": ["name"],
+                                    "additionalProperties": False,
+                                },
+                            },
+                            "required": ["type", "function"],
+                            "additionalProperties": False,
+                        },
+                        {"type": "null"},
+                    ],
+                    "description": "'none', 'auto', 'required' or "
+                    "{'type': 'function', 'function': {'name': ...}}",
+                },
                 "function_call": _neutral("string", "none", "function_call"),
                 "parallel_tool_calls": {"type": ["boolean", "null"]},
             },
@@ -271,7 +293,30 @@ class RequestSchemas:
             # Other keys (tool_calls, ...) go to the chat template as they are.
             "additionalProperties": True,
         }
+        tool = {
+            "type": "object",
+            "properties": {
+                "type": {"const": "function"},
+                "function": {
+                    "type": "object",
+                    "properties": {
+                        "name": {
+                            "type": "string",
+                            "pattern": "^[A-Za-z0-9_.-]{1,64}$",
+                        },
+                        "description": {"type": ["string", "null"], "maxLength": 4096},
+                        "parameters": {"type": ["object", "null"]},
+                        "strict": {"type": ["boolean", "null"]},
+                    },
+                    "required": ["name"],
+                    "additionalProperties": False,
+                },
+            },
+            "required": ["type", "function"],
+            "additionalProperties": False,
+        }
         return {
+            "Tool": tool,
             "TextPart": part,
             "ChatMessage": message,
             "CompletionRequest": self.completion(),

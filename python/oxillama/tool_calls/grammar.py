@@ -1,0 +1,91 @@
+"""The grammar that makes a reply one tool call (or several, in
+parallel), each naming an offered function and carrying arguments valid
+against its JSON Schema, in the model's call syntax."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from ..errors import ParameterError
+from ..grammar import Grammar
+from ..grammar.json_schema import schema_to_gbnf
+from .detector import Custom, ToolFormat
+
+__all__ = ["call_grammar"]
+
+
+def _rename_root(gbnf: str, new: str) -> str:
+    """``gbnf`` with the rule ``root`` renamed ``new`` wherever it is a rule
+    name (never inside a literal or a character class)."""
+    out: list[str] = []
+    i, n = 0, len(gbnf)
+    while i < n:
+        ch = gbnf[i]
+        if ch in '"[':
+            end_ch = '"' if ch == '"' else "]"
+            j = i + 1
+            while j < n and gbnf[j] != end_ch:
+                j += 2 if gbnf[j] == "\\" else 1
+            out.append(gbnf[i : j + 1])
+            i = j + 1
+        elif ch.isalnum() or ch == "-":
+            j = i
+            while j < n and (gbnf[j].isalnum() or gbnf[j] == "-"):
+                j += 1
+            word = gbnf[i:j]
+            out.append(new if word == "root" else word)
+            i = j
+        else:
+            out.append(ch)
+            i += 1
+    return "".join(out)
+
+
+def _lit(s: str) -> str:
+    return json.dumps(s)  # a GBNF literal escapes like a JSON string
+
+
+def call_grammar(
+    tools: Sequence[Mapping[str, Any]],
+    fmt: ToolFormat,
+    *,
+    only: str | None = None,
+    parallel: bool = True,
+) -> Grammar:
+    """A grammar for calls to ``tools`` (or to the function ``only``), in
+    ``fmt``; several calls when ``parallel``."""
+    fns = [t.get("function", t) for t in tools]
+    if only is not None:
+        fns = [f for f in fns if f.get("name") == only]
+        if not fns:
+            raise ParameterError(f"tool_choice names '{only}', which is not among the tools")
+    variants = [
+        {
+            "type": "object",
+            "properties": {
+                "name": {"const": f["name"]},
+                "arguments": f.get("parameters") or {"type": "object"},
+            },
+            "required": ["name", "arguments"],
+            "additionalProperties": False,
+        }
+        for f in fns
+    ]
+    body = _rename_root(schema_to_gbnf({"anyOf": variants}), "call")
+    if isinstance(fmt, Custom):
+        one = f"{_lit(fmt.open)} call {_lit(fmt.close)}"
+    elif fmt == "qwen":
+        one = f'{_lit("<tool_call>")} "\\n" call "\\n" {_lit("</tool_call>")}'
+    elif fmt == "mistral":
+        # One array holds every call.
+        many = ' ("," ws call)*' if parallel else ""
+        return Grammar(f'root ::= {_lit("[TOOL_CALLS]")} "[" call{many} "]"\n{body}')
+    elif fmt == "llama3":
+        # Llama 3.1/3.2's JSON calls come one per reply.
+        return Grammar(f"root ::= call\n{body}")
+    else:
+        raise ParameterError(f"unknown tool-call format {fmt!r}")
+    root = f'root ::= {one} ("\\n" {one})*' if parallel else f"root ::= {one}"
+    return Grammar(f"{root}\n{body}")
