@@ -43,6 +43,7 @@ from .snapshot.errors import (
 )
 from .speculative import SpeculativeEngine
 from .template_limits import TemplateLimits
+from .tool_calls import Custom, ToolCall, ToolCallDetector
 
 __all__ = [
     "AdapterMismatchError",
@@ -50,6 +51,7 @@ __all__ = [
     "AsyncSession",
     "Budget",
     "Completion",
+    "Custom",
     "Engine",
     "GenerateError",
     "Grammar",
@@ -78,6 +80,8 @@ __all__ = [
     "Timings",
     "TokenLogprob",
     "TokenizeError",
+    "ToolCall",
+    "ToolCallDetector",
     "__version__",
     "default_model_path",
     "snapshot",

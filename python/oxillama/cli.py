@@ -233,6 +233,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
         metrics_auth=args.metrics_auth,
         limits=limits,
         loras=_lora_args(args.lora or []),
+        tool_format=args.tool_format,
     )
     return 0
 
@@ -418,6 +419,12 @@ def build_parser() -> argparse.ArgumentParser:
         help="a GGUF LoRA adapter requests can pick by 'model': NAME (listed in /v1/models) "
         "or a 'lora': NAME body field; repeatable. Requests with different adapters are "
         "batched together; the base weights are shared",
+    )
+    sv.add_argument(
+        "--tool-format",
+        choices=["llama3", "qwen", "mistral"],
+        help="the tool-call syntax of the model's replies (default: read from the markers its "
+        "chat template writes; Hermes-style <tool_call> when it has none)",
     )
     sv.add_argument(
         "--sessions-dir",

@@ -9,6 +9,7 @@ from collections.abc import Iterable, Mapping
 from ..async_engine import AsyncEngine
 from ..model import Model
 from ..offload import OffloadPolicy
+from ..tool_calls import ToolFormat
 from .app import build_app
 from .auth import ENV_VAR, load_api_keys
 from .limits import Limits
@@ -37,6 +38,7 @@ def serve(
     metrics_auth: bool = False,
     limits: Limits | None = None,
     loras: Mapping[str, str | os.PathLike[str]] | None = None,
+    tool_format: ToolFormat | None = None,
 ) -> None:
     """Runs the server until interrupted. The keys are ``api_keys``, the
     lines of ``api_key_file`` and ``$OXILLAMA_API_KEY`` together."""
@@ -62,6 +64,7 @@ def serve(
         api_keys=keys,
         metrics_auth=metrics_auth,
         limits=limits,
+        tool_format=tool_format,
     )
     logging.basicConfig(level=logging.INFO, format="%(levelname)s:     %(message)s")
     if keys:
