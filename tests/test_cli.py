@@ -37,6 +37,18 @@ def test_generate_greedy_default_model() -> None:
     assert "Paris" in r.stdout
 
 
+def test_generate_beams_prints_each_beam_best_first() -> None:
+    r = run("generate", "The capital of France is", "-n", "6", "--beams", "3", "--quiet")
+    assert r.returncode == 0, r.stderr
+    scores = [
+        float(line.split()[1].rstrip(",")) for line in r.stdout.splitlines() if "[score" in line
+    ]
+    assert len(scores) == 3 and scores == sorted(scores, reverse=True)
+    assert "Paris" in r.stdout
+    bad = run("generate", "Hi", "--beams", "2", "--stop", ".")
+    assert bad.returncode == 2 and "--beams" in bad.stderr
+
+
 def test_chat_reads_stdin() -> None:
     r = subprocess.run(
         [sys.executable, "-m", "oxillama", "chat", "-n", "16", "--temperature", "0"],

@@ -11,6 +11,7 @@ from . import snapshot  # registers the OXISNAP1 codec the engine uses
 from ._native import __version__
 from .async_engine import AsyncEngine
 from .async_session import AsyncSession
+from .beam import Beam
 from .completion import Completion, Piece, Timings, TokenLogprob
 from .engine import Engine
 from .errors import (
@@ -49,6 +50,7 @@ __all__ = [
     "AdapterMismatchError",
     "AsyncEngine",
     "AsyncSession",
+    "Beam",
     "Budget",
     "Completion",
     "Custom",

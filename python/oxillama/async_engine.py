@@ -12,6 +12,7 @@ from typing import Any
 from . import _native
 from ._mailbox import Mailbox
 from .async_session import AsyncSession
+from .beam import Beam, BeamSearch
 from .completion import Completion
 from .engine import Engine, Message, Prompt
 from .errors import GenerateError, LoraError, ParameterError
@@ -526,6 +527,30 @@ class AsyncEngine:
         return [
             self._pieces(f, None if results is None else results[i]) for i, f in enumerate(submits)
         ]
+
+    async def beam_search(
+        self,
+        prompt: Prompt,
+        *,
+        beam_width: int = 4,
+        max_tokens: int = 256,
+        length_penalty: float = 1.0,
+        early_stopping: bool = True,
+    ) -> list[Beam]:
+        """:meth:`Engine.beam_search`, one step at a time on the worker
+        between batched steps, so running streams keep going meanwhile."""
+        sched = self._scheduler
+        started: tuple[BeamSearch, _native.KvPool] = await asyncio.wrap_future(
+            sched.call(
+                lambda: self._engine._beam_start(
+                    prompt, beam_width, max_tokens, length_penalty, early_stopping
+                )
+            )
+        )
+        search, pool = started
+        while not await asyncio.wrap_future(sched.call(lambda: search.step(pool))):
+            pass
+        return search.results(self._engine.detokenize)
 
     async def chat(
         self,

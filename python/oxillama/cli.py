@@ -108,6 +108,15 @@ def cmd_generate(args: argparse.Namespace) -> int:
     engine = _engine(args)
     _report_seed(args, engine)
     prompt = args.prompt if args.prompt is not None else sys.stdin.read()
+    if args.beams:
+        if args.stop or args.ignore_eos:
+            raise ParameterError("--stop and --ignore-eos do not apply to --beams")
+        beams = engine.beam_search(prompt, beam_width=args.beams, max_tokens=args.max_tokens)
+        for b in beams:
+            end = "ended" if b.finished else "cut"
+            sys.stdout.write(f"[score {b.score:.4f}, logprob {b.logprob_sum:.3f}, {end}]\n")
+            sys.stdout.write(("" if args.quiet else prompt) + b.text + "\n\n")
+        return 0
     if not args.quiet:
         sys.stdout.write(prompt)
     pieces = engine.stream(
@@ -355,6 +364,13 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--stop", action="append", help="stop string (repeatable)")
     g.add_argument("--ignore-eos", action="store_true", help="keep going past end-of-sequence")
     g.add_argument("--quiet", "-q", action="store_true", help="do not echo the prompt")
+    g.add_argument(
+        "--beams",
+        type=int,
+        metavar="N",
+        help="beam search of width N instead of sampling: prints the N best continuations, "
+        "best first, with their scores (sampling options, --stop and --ignore-eos do not apply)",
+    )
     _add_model_args(g)
     _add_sampling_args(g)
     g.set_defaults(func=cmd_generate)

@@ -14,6 +14,8 @@ import numpy.typing as npt
 
 from . import _native
 from ._text import TextAssembler
+from .beam import Beam, BeamSearch
+from .beam import check_args as check_beam_args
 from .completion import Completion, FinishReason, Timings, TokenLogprob
 from .engine_metrics import EngineMetrics
 from .errors import GenerateError, ParameterError
@@ -21,6 +23,7 @@ from .grammar import Grammar, allowed_bytes
 from .grammar import constraint as _constraint
 from .logprobs import check_logprobs, token_logprob
 from .lora import LoraAdapter, LoraSpec
+from .lora import apply as apply_loras
 from .lora import resolve as _resolve_loras
 from .model import Model
 from .offload import OffloadPolicy
@@ -178,6 +181,8 @@ class Engine:
         self._model = model.native
         self._chat_template = model.chat_template
         self._metrics = EngineMetrics()
+        #: The last beam search (its ``peak_pages``, for tests and tuning).
+        self._last_beam: BeamSearch | None = None
         self._lora_cache: dict[Path, LoraAdapter] = {}
 
     # ---------------------------------------------------------------- state
@@ -590,6 +595,74 @@ class Engine:
             yield from self._run(
                 prompt, max_tokens, sampler, stop, ignore_eos, on_token, result, constraint
             )
+
+    # ------------------------------------------------------------ beam search
+
+    def beam_search(
+        self,
+        prompt: Prompt,
+        *,
+        beam_width: int = 4,
+        max_tokens: int = 256,
+        length_penalty: float = 1.0,
+        early_stopping: bool = True,
+    ) -> list[Beam]:
+        """The ``beam_width`` most likely continuations of ``prompt`` (text,
+        with the model's special tokens, or token ids), best first by
+        ``logprob_sum / len(tokens) ** length_penalty``.
+
+        The prompt is evaluated once; beams fork its KV (pages shared until
+        written) and advance together, one batched forward pass per step.
+        ``early_stopping`` ends the search once ``beam_width`` hypotheses
+        have ended; otherwise it goes on while a live beam could still beat
+        them. The engine's own context is not touched; its active LoRA
+        adapters apply. Raises ``KvCacheFullError`` only if the search's own
+        page pool runs out (it is sized for every beam at full length)."""
+        search, pool = self._beam_start(
+            prompt, beam_width, max_tokens, length_penalty, early_stopping
+        )
+        while not search.step(pool):
+            pass
+        return search.results(self.detokenize)
+
+    def _beam_start(
+        self,
+        prompt: Prompt,
+        beam_width: int,
+        max_tokens: int,
+        length_penalty: float,
+        early_stopping: bool,
+    ) -> tuple[BeamSearch, _native.KvPool]:
+        """A search with its prompt evaluated, on a page pool of its own."""
+        check_beam_args(beam_width, max_tokens, length_penalty)
+        toks = (
+            self.tokenize(prompt, add_special=True, parse_special=True)
+            if isinstance(prompt, str)
+            else self._check_tokens(prompt)
+        )
+        if not toks:
+            raise GenerateError("beam search needs a prompt of at least one token")
+        check_fits(len(toks), 0, self.n_ctx)
+        max_tokens = min(max_tokens, self.n_ctx - len(toks))
+        kv = self._session
+        probe = _native.KvPool(self._model, 1, kv.kv_dtype)
+        per_seq = -(-(len(toks) + max_tokens) // probe.page_size) + 1
+        pool = _native.KvPool(self._model, per_seq * (beam_width + 1), kv.kv_dtype)
+        root = _native.Session(self._model, self.n_ctx, kv.threads, kv.kv_dtype, pool=pool)
+        root.prefill_chunk = kv.prefill_chunk
+        apply_loras(root, self._state.loras)
+        logits = root.eval(np.asarray(toks, dtype=np.uint32), False)
+        search = BeamSearch(
+            root,
+            logits,
+            is_eog=self.tokenizer.is_eog,
+            beam_width=beam_width,
+            max_tokens=max_tokens,
+            length_penalty=length_penalty,
+            early_stopping=early_stopping,
+        )
+        self._last_beam = search
+        return search, pool
 
     # ------------------------------------------------------------------ chat
 
