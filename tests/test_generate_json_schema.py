@@ -95,8 +95,8 @@ def test_random_schemas_yield_valid_documents(
     engine.reset()
     cfg = SamplerConfig.greedy() if greedy else SamplerConfig(temperature=1.0, seed=seed)
     out = engine.generate("JSON:", 160, json_schema=schema, sampler=cfg)
-    if out.finish_reason == "length":
-        return  # cut by max_tokens: prefix validity is covered elsewhere
+    # Even a document cut by max_tokens is complete: the grammar budget
+    # closes it in time.
     jsonschema.validate(json.loads(out.text), schema)
 
 

@@ -284,6 +284,7 @@ class AsyncEngine:
         lora: str | None = None,
         logprobs: int | None = None,
         share: PromptShare | None = None,
+        grammar_budget: bool = True,
     ) -> Request:
         """Checks the parameters, then queues the request."""
         if not isinstance(max_tokens, int) or max_tokens < 0:
@@ -301,6 +302,7 @@ class AsyncEngine:
             lora=self._lora(lora),
             logprobs=logprobs,
             share=share,
+            grammar_budget=grammar_budget,
         )
 
     def stream(
@@ -316,6 +318,7 @@ class AsyncEngine:
         result: list[Completion] | None = None,
         lora: str | None = None,
         logprobs: int | None = None,
+        grammar_budget: bool = True,
     ) -> AsyncGenerator[str, None]:
         """Yields text pieces as they are produced; ``result``, when given,
         receives the final :class:`Completion`. Nothing is checked or
@@ -334,6 +337,8 @@ class AsyncEngine:
                 emit,
                 lora,
                 logprobs,
+                None,
+                grammar_budget,
             ),
             result,
         )
@@ -377,6 +382,7 @@ class AsyncEngine:
         json_schema: Mapping[str, Any] | Any | None = None,
         lora: str | None = None,
         logprobs: int | None = None,
+        grammar_budget: bool = True,
     ) -> Completion:
         """The whole completion of one request; ``lora`` names one of the
         adapters registered with ``loras=`` (requests with different
@@ -397,6 +403,8 @@ class AsyncEngine:
                 emit,
                 lora,
                 logprobs,
+                None,
+                grammar_budget,
             )
         )
 

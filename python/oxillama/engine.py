@@ -21,6 +21,7 @@ from .engine_metrics import EngineMetrics
 from .errors import GenerateError, ParameterError
 from .grammar import Grammar, allowed_bytes
 from .grammar import constraint as _constraint
+from .grammar.budget import sample_within_budget
 from .logprobs import check_logprobs, token_logprob
 from .lora import LoraAdapter, LoraSpec
 from .lora import apply as apply_loras
@@ -434,6 +435,7 @@ class Engine:
         result: list[Completion],
         constraint: Grammar | None = None,
         logprobs: int | None = None,
+        grammar_budget: bool = True,
     ) -> Iterator[str]:
         logprobs = check_logprobs(logprobs)
         if not isinstance(max_tokens, int) or max_tokens < 0:
@@ -461,6 +463,7 @@ class Engine:
         out = TextAssembler(stop)
         generated: list[int] = []
         lps: list[TokenLogprob] = []
+        forced = False  # the token budget chose some tokens to close the grammar
         finish: FinishReason = "length"
         matcher = self._matcher_for(constraint, resume=not prompt_tokens)
         while len(generated) < max_tokens:
@@ -471,10 +474,24 @@ class Engine:
             if matcher is not None and matcher.is_terminated():
                 finish = "stop"  # the grammar is complete: nothing may follow
                 break
-            allowed = None if matcher is None else allowed_bytes(matcher, self.vocab_size)
-            tok = int(self._sampler.sample(self._last_logits, allowed))
-            if matcher is not None and not matcher.accept_token(tok):
-                raise GenerateError(f"internal error: sampled token {tok} the grammar refuses")
+            if matcher is None:
+                tok = int(self._sampler.sample(self._last_logits, None))
+            elif grammar_budget:
+                tok, by_budget = sample_within_budget(
+                    self._sampler,
+                    matcher,
+                    self._last_logits,
+                    allowed_bytes(matcher, self.vocab_size),
+                    self.vocab_size,
+                    min(max_tokens - len(generated), self.n_ctx - self.n_past),
+                )
+                forced = forced or by_budget
+            else:
+                tok = int(
+                    self._sampler.sample(self._last_logits, allowed_bytes(matcher, self.vocab_size))
+                )
+                if not matcher.accept_token(tok):
+                    raise GenerateError(f"internal error: sampled token {tok} the grammar refuses")
             if self.tokenizer.is_eog(tok) and (not ignore_eos or matcher is not None):
                 # With a grammar, EOS is only sampled where the grammar may
                 # end, and then it ends the text even under ignore_eos.
@@ -497,6 +514,8 @@ class Engine:
         tail = out.finish()
         if tail:
             yield tail
+        if forced:
+            finish = "length"  # complete, but only because the budget closed it
         t2 = time.perf_counter()
         self._metrics.record(len(prompt_tokens), t1 - t0, len(generated), t2 - t1)
         result.append(
@@ -523,6 +542,7 @@ class Engine:
         json_schema: Mapping[str, Any] | Any | None = None,
         lora: LoraSpec | None = None,
         logprobs: int | None = None,
+        grammar_budget: bool = True,
     ) -> Completion:
         """Generates up to ``max_tokens`` tokens after ``prompt``.
 
@@ -544,6 +564,12 @@ class Engine:
         ``logprobs=k`` (0 to 20) puts each generated token's log-probability
         and the ``k`` most likely alternatives on ``Completion.logprobs``
         (see :class:`~oxillama.TokenLogprob`).
+
+        Under a grammar, ``grammar_budget`` (on by default) keeps the text
+        completable within ``max_tokens``: when the tokens left would no
+        longer fit the grammar's shortest completion, the next tokens are
+        drawn from those that close it along a shortest path. The text is
+        then complete and valid, and ``finish_reason`` is ``"length"``.
         """
         constraint = _constraint(grammar, json_schema)
         result: list[Completion] = []
@@ -558,6 +584,7 @@ class Engine:
                 result,
                 constraint,
                 logprobs,
+                grammar_budget,
             ):
                 pass
         return result[0]

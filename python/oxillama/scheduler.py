@@ -59,6 +59,7 @@ from .errors import (
     ParameterError,
 )
 from .grammar import Grammar, allowed_bytes
+from .grammar.budget import sample_within_budget
 from .logprobs import check_logprobs, token_logprob
 from .prefix_cache import PrefixCache
 from .sampling import SamplerConfig, build_sampler
@@ -169,6 +170,10 @@ class Request:
     lps: list[TokenLogprob] = field(default_factory=list)
     lps_sent: int = 0
     share: PromptShare | None = None
+    #: Under a grammar, keep the text completable within ``max_tokens``
+    #: (see :mod:`oxillama.grammar.budget`), and whether that chose tokens.
+    grammar_budget: bool = True
+    forced: bool = False
 
     def follows(self) -> bool:
         """A choice that waits for its leader's prompt KV."""
@@ -287,6 +292,7 @@ class Scheduler:
         lora: tuple[tuple[_native.LoraAdapter, float], ...] = (),
         logprobs: int | None = None,
         share: PromptShare | None = None,
+        grammar_budget: bool = True,
     ) -> Request:
         """Queues a request; raises at once if it can never be served.
         Requests given one ``share`` (and the same prompt and adapters)
@@ -311,6 +317,7 @@ class Scheduler:
             emit=emit,
             lora=lora,
             logprobs=check_logprobs(logprobs),
+            grammar_budget=bool(grammar_budget),
         )
         with self._cv:
             if self._closed:
@@ -960,10 +967,19 @@ class Scheduler:
         elif m is not None and m.is_terminated():
             finish = "stop"
         if finish is None:
-            allowed = None if m is None else allowed_bytes(m, self._vocab)
-            tok = int(s.sampler.sample(s.logits, allowed))
-            if m is not None and not m.accept_token(tok):
-                raise GenerateError(f"internal error: sampled token {tok} the grammar refuses")
+            if m is None:
+                tok = int(s.sampler.sample(s.logits, None))
+            elif s.grammar_budget:
+                left = min(s.max_tokens - len(s.generated), s.session.n_ctx - s.session.n_past)
+                allowed = allowed_bytes(m, self._vocab)
+                tok, by_budget = sample_within_budget(
+                    s.sampler, m, s.logits, allowed, self._vocab, left
+                )
+                s.forced = s.forced or by_budget
+            else:
+                tok = int(s.sampler.sample(s.logits, allowed_bytes(m, self._vocab)))
+                if not m.accept_token(tok):
+                    raise GenerateError(f"internal error: sampled token {tok} the grammar refuses")
             if self._tokenizer.is_eog(tok) and (not s.ignore_eos or m is not None):
                 s.sampler.accept(tok)
                 finish = "eos"
@@ -990,6 +1006,8 @@ class Scheduler:
         tail = s.text.finish()
         if tail:
             s.emit(s.piece(tail), None, None)
+        if s.forced:
+            finish = "length"  # complete, but only because the budget closed it
         now = time.perf_counter()
         done = Completion(
             text=s.text.text,

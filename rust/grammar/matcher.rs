@@ -7,6 +7,7 @@ use rustc_hash::FxHashMap;
 
 use super::mask::{self, Local, LocalKey, Memo};
 use super::program::{Elem, Program};
+use super::shortest::{segment_counts, Table, INF};
 use super::stack::{canonical, Config, Stacks, ACCEPT, EMPTY};
 use super::trie::VocabTrie;
 use crate::{Error, Result};
@@ -98,6 +99,71 @@ impl Matcher {
     /// Whether the grammar has ended: nothing but the end can follow.
     pub fn is_terminated(&self) -> bool {
         self.current().iter().all(|c| c.pos == ACCEPT)
+    }
+
+    fn shortest(&self) -> &Table {
+        let prog = &self.stacks.prog;
+        prog.shortest.get_or_init(|| Table::new(prog))
+    }
+
+    /// One shortest (in bytes) completion from here, as text: `None` when
+    /// there is no finite one or it does not spell out as text
+    /// (mid-character, or a token reference).
+    fn shortest_text(&self) -> Option<Vec<u8>> {
+        let t = self.shortest();
+        let best = self
+            .current()
+            .iter()
+            .copied()
+            .filter(|&c| t.stack_min(&self.stacks, c) != INF)
+            .min_by_key(|&c| t.stack_min(&self.stacks, c))?;
+        t.spell(&self.stacks.prog, &self.stacks, best)
+    }
+
+    /// Tokens that finish the grammar from here along one shortest
+    /// completion, spelled with as few tokens as the vocabulary allows;
+    /// `None` when no completion spells out as text.
+    pub fn min_completion_tokens(&self) -> Option<u32> {
+        let text = self.shortest_text()?;
+        let n = segment_counts(&self.trie, &text)[0];
+        (n != INF).then_some(n)
+    }
+
+    /// The tokens that start the shortest completion and still let it
+    /// finish within `left` tokens counting themselves (where the grammar
+    /// may end, the end-of-generation tokens too). Taking one of them each
+    /// step keeps the completion within the budget it had.
+    pub fn shortest_path_tokens(&self, left: u32) -> Option<Vec<u32>> {
+        let text = self.shortest_text()?;
+        let counts = segment_counts(&self.trie, &text);
+        let trie = &self.trie;
+        let mut out: Vec<u32> = Vec::new();
+        if self.is_accepting() {
+            out.extend_from_slice(trie.eog());
+        }
+        let mut fallback: (u32, Vec<u32>) = (INF, Vec::new());
+        for tok in 0..trie.n_vocab() as u32 {
+            if trie.is_special(tok) {
+                continue;
+            }
+            let Some(p) = trie.piece(tok) else { continue };
+            if p.is_empty() || !text.starts_with(p) {
+                continue;
+            }
+            let need = counts[p.len()].saturating_add(1);
+            if need <= left {
+                out.push(tok);
+            } else if need < fallback.0 {
+                fallback = (need, vec![tok]);
+            } else if need == fallback.0 {
+                fallback.1.push(tok);
+            }
+        }
+        if out.is_empty() {
+            // Over budget whatever comes: the quickest way to the end.
+            out = fallback.1;
+        }
+        (!out.is_empty()).then_some(out)
     }
 
     /// Back to the start state.

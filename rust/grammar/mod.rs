@@ -5,6 +5,7 @@
 mod mask;
 mod matcher;
 mod program;
+mod shortest;
 mod stack;
 mod trie;
 mod utf8;

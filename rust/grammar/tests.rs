@@ -271,3 +271,35 @@ fn utf8_class_steps_agree_with_std_decoding() {
     }
     assert_eq!(subs.len(), 3, "{subs:x?}");
 }
+
+#[test]
+fn shortest_completion_counts_tokens_and_its_path_keeps_the_budget() {
+    let trie = vocab();
+    let mut m = Matcher::new(program(), Arc::clone(&trie)).unwrap();
+    // From the start the shortest text is "!", one token.
+    assert_eq!(m.min_completion_tokens(), Some(1));
+    let toks = m.shortest_path_tokens(1).expect("a path");
+    assert_eq!(toks, vec![5]); // "!"
+    assert!(m.accept_token(0).unwrap()); // "a"
+    assert_eq!(m.min_completion_tokens(), Some(1));
+    // Half of "é": one continuation byte, then "!" (the two-byte token
+    // 0xA9 "!" spells both).
+    assert!(m.accept_token(11).unwrap());
+    assert_eq!(m.min_completion_tokens(), None); // mid-character: not spelled
+    assert!(m.accept_token(12).unwrap());
+    assert!(m.is_accepting());
+    assert_eq!(m.min_completion_tokens(), Some(0));
+    let end = m.shortest_path_tokens(0).expect("the end");
+    assert!(end.contains(&10));
+}
+
+#[test]
+fn segment_counts_take_the_fewest_tokens() {
+    let trie = vocab();
+    let c = super::shortest::segment_counts(&trie, b"abca!");
+    // "abc" + "a!" is two tokens; "ab" + ... needs more.
+    assert_eq!(c[0], 2);
+    assert_eq!(c[3], 1);
+    assert_eq!(c[5], 0);
+    assert_eq!(super::shortest::segment_counts(&trie, b"z")[0], super::shortest::INF);
+}

@@ -66,6 +66,20 @@ impl CharClass {
         i < self.ranges.len() && self.ranges[i].0 <= hi
     }
 
+    /// The class's smallest code point that is a valid `char` (not a
+    /// surrogate), if any: the cheapest one to spell.
+    pub fn smallest(&self) -> Option<u32> {
+        self.ranges.iter().find_map(|&(lo, hi)| {
+            if lo < 0xD800 || lo > 0xDFFF {
+                Some(lo)
+            } else if hi > 0xDFFF {
+                Some(0xE000)
+            } else {
+                None
+            }
+        })
+    }
+
     pub fn contains(&self, c: u32) -> bool {
         if c < 128 {
             return self.ascii[(c / 64) as usize] >> (c % 64) & 1 == 1;

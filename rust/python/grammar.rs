@@ -170,6 +170,38 @@ impl PyMatcher {
         Ok(PyBytes::new(py, &out))
     }
 
+    /// The tokens that finish the grammar from here along a shortest
+    /// completion (spelled with as few tokens as possible), or None when
+    /// no completion spells out as text.
+    fn min_completion_tokens(&self, py: Python<'_>) -> PyResult<Option<u32>> {
+        let inner = &self.inner;
+        self.poison
+            .run(|| Ok(py.detach(|| inner.min_completion_tokens())))
+    }
+
+    /// The tokens that start that completion and let it finish within
+    /// `left` tokens (see `Matcher::shortest_path_tokens`) as a bitset like
+    /// `mask()`, or None.
+    fn shortest_path_mask<'py>(
+        &self,
+        py: Python<'py>,
+        left: u32,
+    ) -> PyResult<Option<Bound<'py, PyBytes>>> {
+        let inner = &self.inner;
+        let toks = self
+            .poison
+            .run(|| Ok(py.detach(|| inner.shortest_path_tokens(left))))?;
+        Ok(toks.map(|toks| {
+            let mut out = vec![0u8; self.bits.len() * 8];
+            for t in toks {
+                if let Some(b) = out.get_mut(t as usize / 8) {
+                    *b |= 1 << (t % 8);
+                }
+            }
+            PyBytes::new(py, &out)
+        }))
+    }
+
     /// The live state as a list of ints, for snapshots.
     fn export_state(&self) -> PyResult<Vec<u32>> {
         self.poison.run(|| Ok(self.inner.export_state()))
