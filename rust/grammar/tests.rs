@@ -301,5 +301,8 @@ fn segment_counts_take_the_fewest_tokens() {
     assert_eq!(c[0], 2);
     assert_eq!(c[3], 1);
     assert_eq!(c[5], 0);
-    assert_eq!(super::shortest::segment_counts(&trie, b"z")[0], super::shortest::INF);
+    assert_eq!(
+        super::shortest::segment_counts(&trie, b"z")[0],
+        super::shortest::INF
+    );
 }
