@@ -70,7 +70,7 @@ impl CharClass {
     /// surrogate), if any: the cheapest one to spell.
     pub fn smallest(&self) -> Option<u32> {
         self.ranges.iter().find_map(|&(lo, hi)| {
-            if lo < 0xD800 || lo > 0xDFFF {
+            if !(0xD800..=0xDFFF).contains(&lo) {
                 Some(lo)
             } else if hi > 0xDFFF {
                 Some(0xE000)
