@@ -1,0 +1,60 @@
+"""Distance from the exact math: mean KL(float64 oracle || engine) and
+argmax agreement over teacher-forced positions of SmolLM2, for oxillama
+and llama.cpp on the same tokens (the oracle is tests/oracle/llama_f64.py,
+a float64 forward pass of the weights ``gguf`` dequantizes).
+
+    python benches/bench_fidelity.py [--positions 256]
+
+Both engines quantize activations to 8 bits before their quantized
+products and accumulate in float32, so neither is exact; llama.cpp's
+figure is the yardstick for "as faithful as llama.cpp".
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+import numpy as np
+
+from oxillama import Engine
+from oxillama.models import default_model_path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from tests.oracle.llama_f64 import TEXT, LlamaF64, kl_rows
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
+    ap.add_argument("--positions", type=int, default=256)
+    args = ap.parse_args()
+    path = default_model_path()
+    ours = Engine(path, context_size=1024, threads=2)
+    toks = ours.tokenize(TEXT * 4, add_special=True)[: args.positions]
+    oracle = LlamaF64(path).logits(toks)
+    rows = {"oxillama (batched)": ours.eval(toks, all_logits=True)}
+    ours.reset()
+    rows["oxillama (token by token)"] = np.stack([ours.eval([t]) for t in toks])
+    try:
+        from llama_cpp import Llama
+
+        peer = Llama(str(path), n_ctx=1024, n_threads=2, logits_all=True, verbose=False)
+        peer.eval(toks)
+        rows["llama.cpp (batched)"] = np.array(peer.scores[: len(toks)])
+        peer.reset()
+        for t in toks:
+            peer.eval([t])
+        rows["llama.cpp (token by token)"] = np.array(peer.scores[: len(toks)])
+    except ImportError:
+        print("llama-cpp-python is not installed: its rows are skipped")
+    print(f"SmolLM2-135M Q4_1, {len(toks)} teacher-forced positions of the oracle's text")
+    print(f"{'engine':<28} {'mean KL':>9} {'max KL':>8} {'argmax agreement':>17}")
+    for name, r in rows.items():
+        kl = kl_rows(oracle, r)
+        agree = float((oracle.argmax(-1) == r.argmax(-1)).mean())
+        print(f"{name:<28} {kl.mean():>9.5f} {kl.max():>8.4f} {agree:>17.3f}")
+
+
+if __name__ == "__main__":
+    main()
