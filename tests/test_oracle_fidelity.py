@@ -12,6 +12,7 @@ import pytest
 
 from oxillama import Engine
 from tests.models._rewrite import rewrite_f32
+from tests.oracle.gemma3_f64 import Gemma3F64
 from tests.oracle.llama_f64 import TEXT, LlamaF64, kl_rows
 
 FIXTURE = Path(__file__).parent / "models" / "fixtures" / "llama.gguf"
@@ -32,6 +33,21 @@ def test_the_oracle_is_the_engines_f32_math(tmp_path: Path) -> None:
     got = e.eval(toks, all_logits=True)
     want = LlamaF64(f32).logits(toks)
     assert np.abs(got - want).max() < 1e-4
+
+
+def test_the_gemma3_oracle_is_the_engines_f32_math_but_for_gelu(tmp_path: Path) -> None:
+    """The same on gemma3 (q/k norms, post-norms, sliding-window layers with
+    their own RoPE base, linear scaling on the global ones): the engine
+    evaluates GELU through ggml's f16 table, so the exact oracle differs by
+    that much, and the oracle with the same table agrees to rounding."""
+    f32 = tmp_path / "gemma3_f32.gguf"
+    rewrite_f32(FIXTURE.with_name("gemma3.gguf"), f32)
+    e = Engine(f32, context_size=128, threads=2, kv_dtype="f32")
+    toks = e.tokenize(TEXT[:160], add_special=True)
+    got = e.eval(toks, all_logits=True)
+    exact = np.abs(got - Gemma3F64(f32).logits(toks)).max()
+    table = np.abs(got - Gemma3F64(f32, gelu_f16=True).logits(toks)).max()
+    assert table < 1e-3 and exact < 5e-2 and table < exact / 10
 
 
 @pytest.fixture(scope="module")
