@@ -197,9 +197,12 @@ CHAT_CASES: list[tuple[dict[str, Any], str, str]] = [
         "not among the tools",
     ),
     (
-        {"tools": [{"type": "function", "function": {"name": "f", "strict": True}}]},
+        {
+            "tools": [{"type": "function", "function": {"name": "f", "strict": True}}],
+            "response_format": {"type": "json_object"},
+        },
         "tool_choice",
-        "strict",
+        "own grammar",
     ),
     (
         {

@@ -4,15 +4,17 @@ the function's schema), and the format read from chat templates."""
 
 from __future__ import annotations
 
+import asyncio
 import json
+from pathlib import Path
 from typing import Any
 
 import jsonschema
 import pytest
 
-from oxillama import Engine, ParameterError, SamplerConfig
+from oxillama import AsyncEngine, Engine, ParameterError, SamplerConfig
 from oxillama.tool_calls import Custom, ToolCall, ToolCallDetector, ToolFormat
-from oxillama.tool_calls.grammar import call_grammar
+from oxillama.tool_calls.grammar import call_grammar, lazy_call_grammar
 from oxillama.tool_calls.templates import format_for_template, takes_tools, tools_instructions
 
 WEATHER = {
@@ -70,6 +72,10 @@ CASES: list[tuple[ToolFormat, str, list[tuple[str, dict[str, Any]]], str]] = [
         "x  y <<cal",
     ),
 ]
+
+
+def run_detector(fmt: ToolFormat, text: str) -> tuple[list[ToolCall], str, int]:
+    return run(fmt, [text])
 
 
 def run(fmt: ToolFormat, pieces: list[str]) -> tuple[list[ToolCall], str, int]:
@@ -165,3 +171,43 @@ def test_a_named_call_grammar_only_allows_that_function() -> None:
 def test_arguments_json_round_trips() -> None:
     c = ToolCall("f", {"x": [1, "é"]})
     assert json.loads(c.arguments_json()) == {"x": [1, "é"]} and c.id.startswith("call_")
+
+
+def test_a_lazy_grammar_applies_from_its_trigger(model_path: Path, engine: Engine) -> None:
+    """Free text until the trigger, then the grammar: with a Custom format
+    whose opening marker is a word the model writes anyway, the call after
+    it is forced valid and the detector finds it."""
+    fmt = Custom(" Paris", "!")
+    trigger, g = lazy_call_grammar(TOOLS, fmt)
+    assert trigger == " Paris"
+    free = engine.generate("The capital of France is", 40, sampler=SamplerConfig.greedy())
+    assert free.text.startswith(" Paris")
+
+    async def run() -> tuple[str, str, str]:
+        async with AsyncEngine(model_path, context_size=256, threads=2) as ai:
+            greedy = SamplerConfig.greedy()
+            lazy = await ai.generate(
+                "The capital of France is", 60, sampler=greedy, grammar=g, grammar_trigger=trigger
+            )
+            never = await ai.generate(
+                "The capital of France is", 8, sampler=greedy, grammar=g, grammar_trigger="zebra"
+            )
+            return lazy.text, lazy.finish_reason, never.text
+
+    text, finish, untouched = asyncio.run(run())
+    calls, content, _ = run_detector(fmt, text)
+    assert len(calls) == 1 and content == "", text
+    schemas = {t["function"]["name"]: t["function"]["parameters"] for t in TOOLS}
+    jsonschema.validate(calls[0].arguments, schemas[calls[0].name])
+    assert finish == "stop"  # the grammar ended with the closing marker
+    engine.reset()
+    assert untouched == engine.generate("The capital of France is", 8).text
+
+
+def test_grammar_trigger_needs_a_grammar(model_path: Path) -> None:
+    async def run() -> None:
+        async with AsyncEngine(model_path, context_size=256, threads=2) as ai:
+            with pytest.raises(ParameterError, match="grammar_trigger"):
+                await ai.generate("Hi", 2, grammar_trigger="x")
+
+    asyncio.run(run())

@@ -285,24 +285,34 @@ class AsyncEngine:
         logprobs: int | None = None,
         share: PromptShare | None = None,
         grammar_budget: bool = True,
+        grammar_trigger: str | None = None,
     ) -> Request:
         """Checks the parameters, then queues the request."""
         if not isinstance(max_tokens, int) or max_tokens < 0:
             raise ParameterError(f"max_tokens must be a non-negative integer, got {max_tokens!r}")
         if isinstance(stop, str):
             stop = [stop]
+        constraint = _constraint(grammar, json_schema)
+        lazy = None
+        if grammar_trigger is not None:
+            if not isinstance(grammar_trigger, str) or not grammar_trigger:
+                raise ParameterError("grammar_trigger must be a non-empty string")
+            if constraint is None:
+                raise ParameterError("grammar_trigger needs a grammar or json_schema")
+            lazy, constraint = (grammar_trigger, constraint), None
         return self._scheduler.submit(
             self._prompt(prompt),
             max_tokens,
             sampler or self._sampler,
             stop=stop,
             ignore_eos=ignore_eos,
-            grammar=_constraint(grammar, json_schema),
+            grammar=constraint,
             emit=emit,
             lora=self._lora(lora),
             logprobs=logprobs,
             share=share,
             grammar_budget=grammar_budget,
+            lazy=lazy,
         )
 
     def stream(
@@ -319,6 +329,7 @@ class AsyncEngine:
         lora: str | None = None,
         logprobs: int | None = None,
         grammar_budget: bool = True,
+        grammar_trigger: str | None = None,
     ) -> AsyncGenerator[str, None]:
         """Yields text pieces as they are produced; ``result``, when given,
         receives the final :class:`Completion`. Nothing is checked or
@@ -339,6 +350,7 @@ class AsyncEngine:
                 logprobs,
                 None,
                 grammar_budget,
+                grammar_trigger,
             ),
             result,
         )
@@ -383,11 +395,15 @@ class AsyncEngine:
         lora: str | None = None,
         logprobs: int | None = None,
         grammar_budget: bool = True,
+        grammar_trigger: str | None = None,
     ) -> Completion:
         """The whole completion of one request; ``lora`` names one of the
         adapters registered with ``loras=`` (requests with different
         adapters still decode in the same batched steps); ``logprobs=k``
         fills ``Completion.logprobs`` as :meth:`Engine.generate` does.
+        With ``grammar_trigger``, ``grammar`` / ``json_schema`` apply only
+        from the first occurrence of that text in the output (a lazy
+        grammar: free text, then a constrained part, as a tool call).
 
         Pieces are not delivered one by one: the event loop wakes once, when
         the completion is done (or failed)."""
@@ -405,6 +421,7 @@ class AsyncEngine:
                 logprobs,
                 None,
                 grammar_budget,
+                grammar_trigger,
             )
         )
 
@@ -459,6 +476,7 @@ class AsyncEngine:
         json_schema: Mapping[str, Any] | Any | None,
         lora: str | None,
         logprobs: int | None,
+        grammar_trigger: str | None = None,
     ) -> list[Callable[[Emit], Request]]:
         """One queuing function per choice, all sharing one prompt."""
         share = PromptShare()
@@ -478,6 +496,8 @@ class AsyncEngine:
                     lora,
                     logprobs,
                     share,
+                    True,
+                    grammar_trigger,
                 )
 
             return submit
@@ -497,13 +517,24 @@ class AsyncEngine:
         json_schema: Mapping[str, Any] | Any | None = None,
         lora: str | None = None,
         logprobs: int | None = None,
+        grammar_trigger: str | None = None,
     ) -> list[Completion]:
         """``n`` completions of one prompt (OpenAI's ``n``), decoded in the
         same batched steps. The prompt is evaluated once: the other choices
         start from a fork of its KV (pages shared until written). With a
         seeded ``sampler``, choice ``i`` uses ``seed + i``."""
         submits = self._choice_submits(
-            prompt, n, max_tokens, sampler, stop, ignore_eos, grammar, json_schema, lora, logprobs
+            prompt,
+            n,
+            max_tokens,
+            sampler,
+            stop,
+            ignore_eos,
+            grammar,
+            json_schema,
+            lora,
+            logprobs,
+            grammar_trigger,
         )
         return list(await asyncio.gather(*(self._complete(f) for f in submits)))
 
@@ -521,6 +552,7 @@ class AsyncEngine:
         results: list[list[Completion]] | None = None,
         lora: str | None = None,
         logprobs: int | None = None,
+        grammar_trigger: str | None = None,
     ) -> list[AsyncGenerator[str, None]]:
         """The streaming form of :meth:`generate_n`: one piece stream per
         choice (``results[i]``, when given, receives choice ``i``'s
@@ -530,7 +562,17 @@ class AsyncEngine:
         if results is not None and len(results) != n:
             raise ParameterError(f"results needs {n} lists, got {len(results)}")
         submits = self._choice_submits(
-            prompt, n, max_tokens, sampler, stop, ignore_eos, grammar, json_schema, lora, logprobs
+            prompt,
+            n,
+            max_tokens,
+            sampler,
+            stop,
+            ignore_eos,
+            grammar,
+            json_schema,
+            lora,
+            logprobs,
+            grammar_trigger,
         )
         return [
             self._pieces(f, None if results is None else results[i]) for i, f in enumerate(submits)

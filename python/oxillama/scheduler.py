@@ -174,6 +174,10 @@ class Request:
     #: (see :mod:`oxillama.grammar.budget`), and whether that chose tokens.
     grammar_budget: bool = True
     forced: bool = False
+    #: A grammar that starts to apply after the first occurrence of its
+    #: trigger text in the output (a lazy grammar), and where to look next.
+    lazy: tuple[str, Grammar] | None = None
+    lazy_from: int = 0
 
     def follows(self) -> bool:
         """A choice that waits for its leader's prompt KV."""
@@ -293,6 +297,7 @@ class Scheduler:
         logprobs: int | None = None,
         share: PromptShare | None = None,
         grammar_budget: bool = True,
+        lazy: tuple[str, Grammar] | None = None,
     ) -> Request:
         """Queues a request; raises at once if it can never be served.
         Requests given one ``share`` (and the same prompt and adapters)
@@ -318,7 +323,10 @@ class Scheduler:
             lora=lora,
             logprobs=check_logprobs(logprobs),
             grammar_budget=bool(grammar_budget),
+            lazy=lazy,
         )
+        if lazy is not None and grammar is not None:
+            raise ParameterError("a request has a grammar or a lazy grammar, not both")
         with self._cv:
             if self._closed:
                 raise GenerateError("the engine is closed")
@@ -992,6 +1000,8 @@ class Scheduler:
                 if not s.t_first_token:
                     s.t_first_token = time.perf_counter()
                 piece = s.text.push(self._tokenizer.token_to_piece(tok))
+                if s.lazy is not None:
+                    self._maybe_trigger(s)
                 if piece:
                     s.emit(s.piece(piece), None, None)
                 if not s.text.stopped:
@@ -1024,6 +1034,24 @@ class Scheduler:
         )
         self._finish(s, done, None)
         return None
+
+    def _maybe_trigger(self, s: Request) -> None:
+        """Starts a lazy grammar once its trigger is in the output; the text
+        after the trigger (in the same token) must already match it, or the
+        output stays unconstrained (and the caller sees what was written)."""
+        assert s.lazy is not None
+        trigger, grammar = s.lazy
+        full = s.text.text
+        at = full.find(trigger, max(0, s.lazy_from - len(trigger) + 1))
+        s.lazy_from = len(full)
+        if at < 0:
+            return
+        s.lazy = None
+        m = grammar.matcher(self._tokenizer)
+        rest = full[at + len(trigger) :].encode()
+        if rest and not m.accept_bytes(rest):
+            return
+        s.matcher = m
 
     def _finish(self, s: Request, done: Completion | None, err: BaseException | None) -> None:
         with self._cv:

@@ -439,15 +439,24 @@ class Server:
         treq = tool_request(body, template, self.tool_format)
         variables: dict[str, Any] = {}
         if treq is not None:
-            if treq.grammar is not None:
+            if treq.grammar is not None or treq.lazy is not None:
                 if opts.kwargs.get("grammar") is not None or "json_schema" in opts.kwargs:
                     raise ApiError(
                         400,
-                        "a required tool call has its own grammar: drop grammar and "
-                        "response_format, or use tool_choice 'auto'",
+                        "a required or strict tool call has its own grammar: drop grammar "
+                        "and response_format, or use non-strict tools with tool_choice 'auto'",
                         param="tool_choice",
                     )
+            if treq.grammar is not None:
                 opts.kwargs["grammar"] = treq.grammar
+            if treq.lazy is not None:
+                if opts.session is not None:
+                    raise ApiError(
+                        400,
+                        "strict tools with tool_choice 'auto' cannot continue a session",
+                        param="tools",
+                    )
+                opts.kwargs["grammar_trigger"], opts.kwargs["grammar"] = treq.lazy
             messages, variables = treq.template_input(messages)
         text = self.engine.engine.apply_chat_template(messages, **variables)
         tokens = self.engine.tokenize(text)

@@ -12,7 +12,7 @@ from typing import Any
 from ..errors import OxiLlamaError
 from ..grammar import Grammar
 from ..tool_calls import ToolCall, ToolCallDetector, ToolFormat
-from ..tool_calls.grammar import call_grammar
+from ..tool_calls.grammar import call_grammar, lazy_call_grammar
 from ..tool_calls.templates import format_for_template, takes_tools, tools_instructions
 from .api_error import ApiError
 
@@ -28,6 +28,9 @@ class ToolRequest:
     #: The template renders ``tools`` itself (else the system prompt says).
     native: bool
     grammar: Grammar | None
+    #: For ``"auto"`` with strict tools: the call-opening marker and the
+    #: grammar that applies from it on (the reply may still be text).
+    lazy: tuple[str, Grammar] | None = None
 
     def template_input(
         self, messages: list[dict[str, Any]]
@@ -109,16 +112,15 @@ def tool_request(
                 param="tool_choice",
             )
     choice = choice or "auto"
-    strict = [t["function"]["name"] for t in tools if t["function"].get("strict")]
-    if strict and choice == "auto":
-        raise ApiError(
-            400,
-            f"strict tools ({', '.join(strict)}) are enforced only with tool_choice "
-            "'required' or a named function; with 'auto' the reply may be text",
-            param="tool_choice",
-        )
+    strict = any(t["function"].get("strict") for t in tools)
     form = fmt or format_for_template(template)
     grammar = None
+    lazy = None
+    if strict and choice == "auto":
+        try:
+            lazy = lazy_call_grammar(tools, form)
+        except OxiLlamaError as e:
+            raise ApiError(400, f"tools: {e}", param="tools") from e
     if choice != "auto":
         try:
             grammar = call_grammar(
@@ -129,7 +131,7 @@ def tool_request(
             )
         except OxiLlamaError as e:
             raise ApiError(400, f"tools: {e}", param="tools") from e
-    return ToolRequest(list(tools), choice, form, takes_tools(template), grammar)
+    return ToolRequest(list(tools), choice, form, takes_tools(template), grammar, lazy)
 
 
 @dataclass

@@ -13,7 +13,7 @@ from ..grammar import Grammar
 from ..grammar.json_schema import schema_to_gbnf
 from .detector import Custom, ToolFormat
 
-__all__ = ["call_grammar"]
+__all__ = ["call_grammar", "lazy_call_grammar"]
 
 
 def _rename_root(gbnf: str, new: str) -> str:
@@ -47,6 +47,40 @@ def _lit(s: str) -> str:
     return json.dumps(s)  # a GBNF literal escapes like a JSON string
 
 
+def _variants_rules(fns: Sequence[Mapping[str, Any]]) -> str:
+    variants = [
+        {
+            "type": "object",
+            "properties": {
+                "name": {"const": f["name"]},
+                "arguments": f.get("parameters") or {"type": "object"},
+            },
+            "required": ["name", "arguments"],
+            "additionalProperties": False,
+        }
+        for f in fns
+    ]
+    return _rename_root(schema_to_gbnf({"anyOf": variants}), "call")
+
+
+def lazy_call_grammar(tools: Sequence[Mapping[str, Any]], fmt: ToolFormat) -> tuple[str, Grammar]:
+    """For a reply that may be text or a call: the marker that opens a call
+    in ``fmt``, and the grammar of what follows it (the call, valid against
+    its function's schema, then the closing marker), to apply lazily."""
+    body = _variants_rules([t.get("function", t) for t in tools])
+    pad = "[ \\n]*"
+    if isinstance(fmt, Custom):
+        return fmt.open, Grammar(f"root ::= {pad} call {pad} {_lit(fmt.close)}\n{body}")
+    if fmt == "qwen":
+        close = _lit("</tool_call>")
+        return "<tool_call>", Grammar(f"root ::= {pad} call {pad} {close}\n{body}")
+    if fmt == "mistral":
+        return "[TOOL_CALLS]", Grammar(f'root ::= {pad} "[" call ("," ws call)* "]"\n{body}')
+    if fmt == "llama3":
+        return "<|python_tag|>", Grammar(f"root ::= {pad} call\n{body}")
+    raise ParameterError(f"unknown tool-call format {fmt!r}")
+
+
 def call_grammar(
     tools: Sequence[Mapping[str, Any]],
     fmt: ToolFormat,
@@ -61,19 +95,7 @@ def call_grammar(
         fns = [f for f in fns if f.get("name") == only]
         if not fns:
             raise ParameterError(f"tool_choice names '{only}', which is not among the tools")
-    variants = [
-        {
-            "type": "object",
-            "properties": {
-                "name": {"const": f["name"]},
-                "arguments": f.get("parameters") or {"type": "object"},
-            },
-            "required": ["name", "arguments"],
-            "additionalProperties": False,
-        }
-        for f in fns
-    ]
-    body = _rename_root(schema_to_gbnf({"anyOf": variants}), "call")
+    body = _variants_rules(fns)
     if isinstance(fmt, Custom):
         one = f"{_lit(fmt.open)} call {_lit(fmt.close)}"
     elif fmt == "qwen":
