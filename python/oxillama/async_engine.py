@@ -18,6 +18,7 @@ from .grammar import Grammar
 from .grammar import constraint as _constraint
 from .lora import LoraAdapter
 from .model import Model
+from .ngram_draft import NgramCache, NgramDraft
 from .offload import OffloadPolicy
 from .sampling import SamplerConfig
 from .scheduler import Emit, Request, Scheduler
@@ -56,7 +57,12 @@ class AsyncEngine:
         loras: Mapping[str, str | os.PathLike[str] | tuple[str | os.PathLike[str], float]]
         | None = None,
         offload: OffloadPolicy | None = None,
+        speculative: str | NgramDraft | None = None,
     ) -> None:
+        #: The default draft of requests (None: no speculation); a request's
+        #: ``speculative=`` overrides it.
+        self._draft = _draft_of(speculative, "speculative")
+        self._ngram: NgramDraft | None = None
         # The model (weights, tokenizer, template) is the process's one copy
         # of it; every request and session gets its own KV on those weights.
         self._engine = Engine(
@@ -269,6 +275,22 @@ class AsyncEngine:
             return self.tokenize(prompt)
         return self._engine._check_tokens(prompt)
 
+    def _request_draft(self, speculative: str | None) -> NgramDraft | None:
+        """A request's draft: the engine's by default, ``"none"`` for none,
+        ``"ngram"`` for the engine's n-gram draft (or one made on first use,
+        sharing one cache of earlier requests' n-grams)."""
+        if speculative is None:
+            return self._draft
+        if speculative == "none":
+            return None
+        if speculative == "ngram":
+            if self._draft is not None:
+                return self._draft
+            if self._ngram is None:
+                self._ngram = NgramDraft(cache=NgramCache())
+            return self._ngram
+        raise ParameterError(f"speculative must be 'ngram' or 'none', got {speculative!r}")
+
     def _submit(
         self,
         prompt: Prompt,
@@ -280,6 +302,7 @@ class AsyncEngine:
         json_schema: Mapping[str, Any] | Any | None,
         emit: Callable[[str | None, Completion | None, BaseException | None], None],
         lora: str | None = None,
+        speculative: str | None = None,
     ) -> Request:
         """Checks the parameters, then queues the request."""
         if not isinstance(max_tokens, int) or max_tokens < 0:
@@ -295,6 +318,7 @@ class AsyncEngine:
             grammar=_constraint(grammar, json_schema),
             emit=emit,
             lora=self._lora(lora),
+            draft=self._request_draft(speculative),
         )
 
     def stream(
@@ -309,13 +333,23 @@ class AsyncEngine:
         json_schema: Mapping[str, Any] | Any | None = None,
         result: list[Completion] | None = None,
         lora: str | None = None,
+        speculative: str | None = None,
     ) -> AsyncGenerator[str, None]:
         """Yields text pieces as they are produced; ``result``, when given,
         receives the final :class:`Completion`. Nothing is checked or
         queued until the first piece is awaited."""
         return self._pieces(
             lambda emit: self._submit(
-                prompt, max_tokens, sampler, stop, ignore_eos, grammar, json_schema, emit, lora
+                prompt,
+                max_tokens,
+                sampler,
+                stop,
+                ignore_eos,
+                grammar,
+                json_schema,
+                emit,
+                lora,
+                speculative,
             ),
             result,
         )
@@ -358,6 +392,7 @@ class AsyncEngine:
         grammar: str | Grammar | None = None,
         json_schema: Mapping[str, Any] | Any | None = None,
         lora: str | None = None,
+        speculative: str | None = None,
     ) -> Completion:
         """The whole completion of one request; ``lora`` names one of the
         adapters registered with ``loras=`` (requests with different
@@ -367,7 +402,16 @@ class AsyncEngine:
         the completion is done (or failed)."""
         return await self._complete(
             lambda emit: self._submit(
-                prompt, max_tokens, sampler, stop, ignore_eos, grammar, json_schema, emit, lora
+                prompt,
+                max_tokens,
+                sampler,
+                stop,
+                ignore_eos,
+                grammar,
+                json_schema,
+                emit,
+                lora,
+                speculative,
             )
         )
 
@@ -410,6 +454,7 @@ class AsyncEngine:
         grammar: str | Grammar | None = None,
         json_schema: Mapping[str, Any] | Any | None = None,
         lora: str | None = None,
+        speculative: str | None = None,
         **template_kwargs: Any,
     ) -> Completion:
         """Replies to a conversation rendered with the model's chat template."""
@@ -422,6 +467,7 @@ class AsyncEngine:
             grammar=grammar,
             json_schema=json_schema,
             lora=lora,
+            speculative=speculative,
         )
 
     def chat_stream(
@@ -434,6 +480,7 @@ class AsyncEngine:
         grammar: str | Grammar | None = None,
         json_schema: Mapping[str, Any] | Any | None = None,
         lora: str | None = None,
+        speculative: str | None = None,
         **template_kwargs: Any,
     ) -> AsyncGenerator[str, None]:
         """Streaming form of :meth:`chat`."""
@@ -446,4 +493,15 @@ class AsyncEngine:
             grammar=grammar,
             json_schema=json_schema,
             lora=lora,
+            speculative=speculative,
         )
+
+
+def _draft_of(value: str | NgramDraft | None, field: str) -> NgramDraft | None:
+    if value is None or value == "none":
+        return None
+    if value == "ngram":
+        return NgramDraft(cache=NgramCache())
+    if isinstance(value, NgramDraft):
+        return value
+    raise ParameterError(f"{field} must be 'ngram', 'none', None or an NgramDraft, got {value!r}")

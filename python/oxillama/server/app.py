@@ -209,6 +209,16 @@ class Server:
                     param="lora" if body.get("lora") else "model",
                 )
             kwargs["lora"] = lora
+        speculative = body.get("speculative")
+        if speculative is not None:
+            if body.get("session") is not None and speculative != "none":
+                raise ApiError(
+                    400,
+                    "a stateful session request cannot use speculative decoding",
+                    param="speculative",
+                )
+            if body.get("session") is None:
+                kwargs["speculative"] = speculative
         stream_options = get("stream_options", {})
         return Options(
             max_tokens=int(max_tokens),

@@ -37,6 +37,7 @@ def serve(
     metrics_auth: bool = False,
     limits: Limits | None = None,
     loras: Mapping[str, str | os.PathLike[str]] | None = None,
+    speculative: str | None = None,
 ) -> None:
     """Runs the server until interrupted. The keys are ``api_keys``, the
     lines of ``api_key_file`` and ``$OXILLAMA_API_KEY`` together."""
@@ -53,6 +54,7 @@ def serve(
         max_queue=max_queue,
         loras=loras,
         offload=offload,
+        speculative=speculative,
     )
     name = model_name or (engine.engine.model_path.stem if engine.engine.model_path else "oxillama")
     app = build_app(
