@@ -17,7 +17,7 @@ import pytest
 
 from oxillama import Engine, NgramCache, NgramDraft, SamplerConfig, SpeculativeEngine
 from oxillama.errors import ParameterError
-from oxillama.ngram_draft import best_k
+from oxillama.ngram_draft import best_k, row_cost
 from oxillama.snapshot import SnapshotFormatError
 from oxillama.snapshot import sections as S
 from oxillama.snapshot import spec as spec_format
@@ -91,7 +91,11 @@ def test_sampling_keeps_the_target_distribution(target: Engine) -> None:
         # A prior that always drafts, so the rule is exercised every time.
         assert se._ng is not None
         se._ng.agree = {n_: 0.95 for n_ in range(1, 5)}
-        tok = se.generate(prompt, 1, sampler=cfg, ignore_eos=True).tokens[0]
+        # The prompt alone, then one token: it is drawn in a round that
+        # verifies a draft (right after a prompt the first token comes from
+        # the prompt pass, as Engine's does).
+        se.generate(prompt, 0, sampler=cfg)
+        tok = se.generate("", 1, sampler=cfg, ignore_eos=True).tokens[0]
         counts[tok] += 1
         drafted += se.stats.drafted
         rejected += se.stats.rejected
@@ -174,20 +178,27 @@ def test_index_is_incremental_and_finds_the_longest_match() -> None:
 
 
 def test_adaptive_k_follows_agreement_and_cost() -> None:
-    assert best_k(0.05, 8) == 0
-    assert best_k(0.95, 8) >= 6
-    assert 0 < best_k(0.6, 8) < best_k(0.9, 8)
+    assert best_k(0.05, 8)[0] == 0
+    assert best_k(0.5, 8)[0] == 0  # the prior: nothing drafted before evidence
+    k, gain = best_k(0.95, 8)
+    assert k >= 6 and gain > 4
+    # A pass that already holds 8 rows of other sequences: drafts cost less
+    # per row there, but must beat the tokens per cost it already has.
+    assert best_k(0.9, 8, tokens=8.0, rows=8)[0] != best_k(0.9, 8)[0]
+    assert row_cost(1) == 1.0 and row_cost(8) < row_cost(9)
     d = NgramDraft(num_speculative=8)
-    st = d.new_state([1, 2, 3, 4, 1, 2, 3])
-    n, proposal, drafts = st.propose(100)
-    assert n == 3 and proposal == [4, 1, 2, 3] and drafts
-    for _ in range(20):  # the proposals keep failing
-        st.feedback(n, proposal, len(drafts), [9])
-    assert st.propose(100)[2] == []
-    # The failing length is still watched on rounds that draft nothing.
-    for _ in range(30):
+    st = d.new_state([1, 2, 3, 4, 5, 6, 7, 8, 9, 1, 2, 3])
+    n, proposal, drafts, _ = st.propose(100)
+    assert n == 3 and proposal == [4, 5, 6, 7, 8, 9, 1, 2] and drafts == []
+    for _ in range(20):  # the proposals' first tokens keep agreeing
         st.feedback(n, proposal, 0, [4])
-    assert st.propose(100)[2]
+    drafts = st.propose(100)[2]
+    # 7 drafts fill one GEMM group with the pending token; an 8th would
+    # start a second group.
+    assert drafts == proposal[:7]
+    for _ in range(20):  # then the drafts keep failing
+        st.feedback(n, proposal, 8, [9])
+    assert st.propose(100)[2] == []
 
 
 def test_shared_cache_drafts_an_earlier_requests_tokens(target: Engine) -> None:

@@ -82,8 +82,8 @@ def test_an_engine_default_draft_and_bad_values(model_path: Path) -> None:
         try:
             with pytest.raises(ParameterError, match="speculative"):
                 await eng.generate("x", 2, speculative="fast")
-            a = await eng.chat(CHATS[0], 30)
-            b = await eng.chat(CHATS[0], 30, speculative="none")
+            a = await eng.chat(CHATS[0], 48)
+            b = await eng.chat(CHATS[0], 48, speculative="none")
             assert a.tokens == b.tokens
             assert eng.metrics()["speculative_drafted_tokens"] > 0
         finally:

@@ -9,7 +9,7 @@ how often proposals of this match length have agreed with the target
 (an estimate per n, updated after every round, also on rounds that drafted
 nothing, by comparing the proposal with the token the target chose), and
 what a forward pass over ``r`` rows costs compared with one decode step
-(:data:`ROW_COST`). The chosen ``k`` maximizes the expected tokens per round
+(:func:`row_cost`). The chosen ``k`` maximizes the expected tokens per round
 over the cost of the round, and is 0 (a plain decode step) when no ``k``
 beats decoding alone.
 """
@@ -23,42 +23,52 @@ from typing import Any
 
 from .errors import ParameterError
 
-__all__ = ["ROW_COST", "NgramCache", "NgramDraft", "NgramState"]
+__all__ = ["NgramCache", "NgramDraft", "NgramState", "best_k", "row_cost"]
 
-#: Cost of one forward pass over ``r`` rows (a verifying sequence's pending
-#: token and ``r - 1`` drafts), in decode steps, for r = 1, 2, ... Measured
-#: with SmolLM2-135M Q4_1 on 2 threads (``benches/bench_ngram.py`` prints it
-#: again as ``row cost``): the GEMM path costs about 1.2 steps for 2-7 rows
-#: and grows by about 0.06 per row after that. Beyond the table it grows
-#: linearly.
-ROW_COST: tuple[float, ...] = (1.0, 1.2, 1.21, 1.22, 1.23, 1.24, 1.25, 1.36, 1.46, 1.52, 1.58)
+#: The cost model of a forward pass over ``r`` rows, in one-token decode
+#: steps, measured with SmolLM2-135M Q4_1 (``python benches/bench_ngram.py``
+#: prints the table again): up to three rows go through the tile kernel
+#: (2 rows 1.7 steps, 3 rows 2.25); four or more through the GEMM
+#: microkernel, eight tokens to a group (4 rows 2.45, every further row
+#: about 0.12 more, every further group of eight about 1.05 more).
+SMALL_ROWS = (1.0, 1.7, 2.25)
+COST_FIRST_GROUP = 2.45
+COST_PER_ROW = 0.12
+COST_PER_GROUP = 1.05
 
-#: Agreement assumed for a match length never observed yet.
+
+def row_cost(rows: int) -> float:
+    if rows <= len(SMALL_ROWS):
+        return SMALL_ROWS[max(rows, 1) - 1]
+    groups = -(-rows // 8)
+    return COST_FIRST_GROUP + COST_PER_ROW * (rows - 4) + COST_PER_GROUP * (groups - 1)
+
+
+#: Agreement assumed for a match length never observed yet: low enough that
+#: nothing is drafted before rounds show that proposals agree.
 _PRIOR = 0.5
 #: Weight of one observation in the running agreement estimates.
 _ALPHA = 0.15
 
 
-def row_cost(rows: int) -> float:
-    if rows <= len(ROW_COST):
-        return ROW_COST[rows - 1]
-    return ROW_COST[-1] + 0.06 * (rows - len(ROW_COST))
+def best_k(agree: float, k_max: int, tokens: float = 1.0, rows: int = 1) -> tuple[int, float]:
+    """How many drafts to verify, and the tokens they are expected to add.
 
-
-def best_k(agree: float, k_max: int) -> int:
-    """The number of drafts that maximizes the expected new tokens of a
-    round, ``1 + a + ... + a^k`` (each draft passes with probability
-    ``a`` given the previous one did), per unit of its cost; 0 when no
-    ``k`` beats a plain decode step."""
-    best, best_rate = 0, 1.0
-    expect, term = 1.0, 1.0
+    A forward pass already holds ``rows`` rows expected to produce
+    ``tokens`` tokens (a lone stream: 1 and 1). ``k`` drafts add ``k`` rows
+    and ``a + a^2 + ... + a^k`` expected tokens (each draft passes with
+    probability ``a`` given the previous one did); the ``k`` chosen
+    maximizes tokens per cost of the pass, and is 0 when no ``k`` beats
+    the pass without drafts."""
+    best, best_rate, best_gain = 0, tokens / row_cost(rows), 0.0
+    gain, term = 0.0, 1.0
     for k in range(1, k_max + 1):
         term *= agree
-        expect += term
-        rate = expect / row_cost(k + 1)
-        if rate > best_rate * 1.02:  # a margin: the estimate is noisy
-            best, best_rate = k, rate
-    return best
+        gain += term
+        rate = (tokens + gain) / row_cost(rows + k)
+        if rate > best_rate * 1.02:  # a margin: the estimates are noisy
+            best, best_rate, best_gain = k, rate, gain
+    return best, best_gain
 
 
 class NgramCache:
@@ -167,8 +177,10 @@ class NgramState:
         self._maps: dict[int, dict[tuple[int, ...], int]] = {
             n: {} for n in range(draft.n_min, draft.n_max + 1)
         }
-        #: Agreement estimate per match length (-1: the shared cache).
+        #: Agreement estimate per match length (-1: the shared cache), and
+        #: over all lengths (what a length not seen yet starts from).
         self.agree: dict[int, float] = {}
+        self.agree_all = _PRIOR
         self.drafted = 0
         self.accepted = 0
 
@@ -217,18 +229,22 @@ class NgramState:
 
     # ---------------------------------------------------------- deciding
 
-    def propose(self, room: int) -> tuple[int, list[int], list[int]]:
-        """``(n, proposal, drafts)``: the match length, what it proposes and
-        the adaptive prefix of it to verify now (``room`` bounds it by the
-        context left)."""
+    def propose(
+        self, room: int, tokens: float = 1.0, rows: int = 1
+    ) -> tuple[int, list[int], list[int], float]:
+        """``(n, proposal, drafts, gain)``: the match length, what it
+        proposes, the prefix of it to verify now and the tokens that prefix
+        is expected to add. ``room`` bounds the drafts (context left);
+        ``tokens`` and ``rows`` describe the rest of the forward pass they
+        join (see :func:`best_k`)."""
         limit = max(0, min(self.draft.num_speculative, room))
         if limit == 0:
-            return 0, [], []
+            return 0, [], [], 0.0
         n, proposal = self.lookup(limit)
         if not proposal:
-            return 0, [], []
-        k = best_k(self.agree.get(n, _PRIOR), len(proposal))
-        return n, proposal, proposal[:k]
+            return 0, [], [], 0.0
+        k, gain = best_k(self.agree.get(n, self.agree_all), len(proposal), tokens, rows)
+        return n, proposal, proposal[:k], gain
 
     def feedback(self, n: int, proposal: Sequence[int], k: int, new: Sequence[int]) -> None:
         """Updates the estimate for match length ``n`` from a round that
@@ -237,11 +253,12 @@ class NgramState:
         proposal's first token was right."""
         if not proposal:
             return
-        a = self.agree.get(n, _PRIOR)
+        a = self.agree.get(n, self.agree_all)
         seen = max(k, 1)
         for i in range(min(seen, len(new))):
-            hit = new[i] == proposal[i]
-            a += _ALPHA * (float(hit) - a)
+            hit = float(new[i] == proposal[i])
+            a += _ALPHA * (hit - a)
+            self.agree_all += _ALPHA * (hit - self.agree_all)
             if not hit:
                 break
         self.agree[n] = a
@@ -252,7 +269,10 @@ class NgramState:
     # --------------------------------------------------------- snapshots
 
     def export(self) -> dict[str, Any]:
-        return {"agree": {str(n): a for n, a in sorted(self.agree.items())}}
+        return {
+            "agree": {str(n): a for n, a in sorted(self.agree.items())},
+            "agree_all": self.agree_all,
+        }
 
     def load(self, data: Mapping[str, Any]) -> None:
         agree = data.get("agree", {})
@@ -266,4 +286,8 @@ class NgramState:
             if not isinstance(val, float) or not 0.0 <= val <= 1.0:
                 raise ValueError(f"ngram.agree[{n}] is not a probability")
             out[n] = val
+        every = data.get("agree_all", _PRIOR)
+        if not isinstance(every, float) or not 0.0 <= every <= 1.0:
+            raise ValueError("ngram.agree_all is not a probability")
         self.agree = out
+        self.agree_all = every

@@ -240,8 +240,10 @@ class Scheduler:
         self._cv = threading.Condition()
         self._closed = False
         self._metrics = Metrics()
-        #: Pool pages promised to this step's evaluations (see `_draft`).
+        #: Pool pages promised to this step's evaluations, and the step's
+        #: expected tokens and rows so far (see `_draft`).
         self._reserved = 0
+        self._plan = (0.0, 0)
         # A recurrent model's state cannot be shared up to an arbitrary
         # block boundary the way KV pages are, so its prefix cache is off
         # (``metrics()["prefix_cache"]`` says so).
@@ -527,13 +529,16 @@ class Scheduler:
         decoding = [s for s in decoding if s.logits is not None and s.session is not None]
         advance: list[tuple[Request, int]] = []
         for s in decoding:
-            tok = self._verify(s) if s.rows is not None else self._sample(s)
+            tok = self._verify(s) if s.spec is not None else self._sample(s)
             if tok is not None:
                 advance.append((s, tok))
         if advance:
             # Pages every plain step needs come first (`_make_room` made
             # sure they are free); drafts take only what is left.
             self._reserved = sum(self._need(s.session, 1) for s, _ in advance)
+            # Drafts are chosen for the whole pass: its rows and expected
+            # tokens so far decide what a sequence's drafts are worth.
+            self._plan = (float(len(advance)), len(advance))
             feeds = [[tok, *self._draft(s)] for s, tok in advance]
             wide = [len(f) > 1 for f in feeds]
             t = time.perf_counter()
@@ -600,19 +605,23 @@ class Scheduler:
             return []
         ng.extend(s.generated[len(ng.tokens) - len(s.prompt) :])
         room = min(kv.n_ctx - kv.n_past - 1, s.max_tokens - len(s.generated))
-        s.match_n, s.proposal, drafts = ng.propose(room)
+        tokens, rows = self._plan
+        s.match_n, s.proposal, drafts, gain = ng.propose(room, tokens, rows)
         extra = self._need(kv, 1 + len(drafts)) - self._need(kv, 1)
         if extra > self._pool.free_pages - self._reserved:
             return []  # drafts never take pages a plain step needs
         self._reserved += extra
+        self._plan = (tokens + gain, rows + len(drafts))
         return drafts
 
     def _verify(self, s: Request) -> int | None:
-        """Samples ``s``'s rows in order, as plain steps would, while each
-        sampled token is the draft; truncates the failed drafts' KV. Returns
-        the token to evaluate next (None when the request ended)."""
-        assert s.rows is not None and s.session is not None
-        drafts, rows = s.drafts, s.rows
+        """Samples ``s``'s rows in order (one row when it drafted nothing),
+        as plain steps would, while each sampled token is the draft;
+        truncates the failed drafts' KV. Returns the token to evaluate next
+        (None when the request ended)."""
+        assert s.logits is not None and s.session is not None
+        drafts = s.drafts
+        rows = s.rows if s.rows is not None else s.logits[None, :]
         s.rows, s.drafts = None, []
         new: list[int] = []
         tok: int | None = None
@@ -627,12 +636,16 @@ class Scheduler:
                 break
         s.spec_extra = 0
         accepted = max(0, len(new) - 1) if tok is not None else len(new)
-        m = self._metrics
-        m.spec_steps += 1
-        m.spec_drafted += len(drafts)
-        m.spec_accepted += min(accepted, len(drafts))
+        if drafts:
+            m = self._metrics
+            m.spec_steps += 1
+            m.spec_drafted += len(drafts)
+            m.spec_accepted += min(accepted, len(drafts))
         if s.spec is not None:
+            # Also after a step without drafts: whether the proposal's first
+            # token was right is what lets drafting start.
             s.spec.feedback(s.match_n, s.proposal, len(drafts), new)
+            s.proposal = []
         if tok is not None and s.session is not None:
             cut_to_kept(s.session, s.session.n_past - (len(drafts) - accepted))
         return tok

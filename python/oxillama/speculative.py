@@ -239,6 +239,9 @@ class SpeculativeEngine:
             self.draft.new_state() if isinstance(self.draft, NgramDraft) else None
         )
         self._tokens: list[int] = []
+        #: The n-gram path's logits after a prompt pass, until the first
+        #: round draws from them.
+        self._prompt_logits: npt.NDArray[np.float32] | None = None
         self._grammar: Grammar | None = None
         self._matcher: GrammarMatcher | None = None
         #: Tokens a round already decided but a max_tokens cut held back;
@@ -383,19 +386,46 @@ class SpeculativeEngine:
         """A round with n-gram drafts (see the module docstring): the target
         evaluates the pending token and the drafts; at each row its token is
         drawn as without speculation, and the round goes on while that is
-        the draft."""
-        n0 = len(self._tokens) - 1
-        if self._t.n_past < n0:  # tokens emitted from the held-back buffer
-            behind = self._tokens[self._t.n_past : n0]
-            self._t.eval(np.asarray(behind, dtype=np.uint32), False)
-        ng.sync(self._tokens)
-        n, proposal, drafts = ng.propose(self._n_ctx - n0 - 1)
+        the draft. Right after a prompt the pending token's logits are the
+        prompt pass's (as :class:`Engine` has them), so its token is drawn
+        from those first and becomes the pending token."""
         m = self._matcher
         vocab = self.target.vocab_size
+        first: list[int] = []
         masks: list[npt.NDArray[np.bool_] | None] = []
+        prompt_logits, self._prompt_logits = self._prompt_logits, None
+        if prompt_logits is not None:
+            allowed = self._allowed(vocab)
+            row = self._masked(prompt_logits, allowed)
+            tok0 = self._argmax(row, cfg) if greedy else self._draw(self._dist(row, cfg))
+            first = [tok0]
+            ends = self.target.tokenizer.is_eog(tok0)
+            if m is not None:
+                if not m.accept_token(tok0):
+                    raise GenerateError(f"internal error: token {tok0} the grammar refuses")
+                ends = ends or m.is_terminated()
+                m.rollback(1)
+            if ends:
+                self._commit_round(first, 0, 0)
+                return first
+            n0 = len(self._tokens)
+        else:
+            n0 = len(self._tokens) - 1
+            if self._t.n_past < n0:  # tokens emitted from the held-back buffer
+                behind = self._tokens[self._t.n_past : n0]
+                # As the one-token steps that would have evaluated them.
+                self._t.exact_rows = True
+                try:
+                    self._t.eval(np.asarray(behind, dtype=np.uint32), False)
+                finally:
+                    self._t.exact_rows = False
+        ng.sync(self._tokens + first if first else self._tokens)
+        n, proposal, drafts, _ = ng.propose(self._n_ctx - n0 - 1)
         if m is not None:
             # Only drafts the grammar allows are verified; the target's rows
             # at those positions see the same matcher states.
+            for tok in first:
+                m.accept_token(tok)
             kept: list[int] = []
             for tok in drafts:
                 allowed = self._allowed(vocab)
@@ -406,11 +436,12 @@ class SpeculativeEngine:
                     break
                 kept.append(tok)
             masks.append(self._allowed(vocab))
-            m.rollback(len(kept))
+            m.rollback(len(kept) + len(first))
             drafts = kept
         else:
             masks = [None] * (len(drafts) + 1)
-        batch = np.asarray([self._tokens[-1], *drafts], dtype=np.uint32)
+        pending = first[0] if first else self._tokens[-1]
+        batch = np.asarray([pending, *drafts], dtype=np.uint32)
         # Verification rows must equal one-token evaluations exactly.
         self._t.exact_rows = True
         try:
@@ -426,9 +457,9 @@ class SpeculativeEngine:
                 break
         accepted = len(new) - 1
         ng.feedback(n, proposal, len(drafts), new)
-        self._commit_round(new, len(drafts), accepted)
+        self._commit_round(first + new, len(drafts), accepted)
         cut_to_kept(self._t, n0 + 1 + accepted)
-        return new
+        return first + new
 
     def _commit_round(self, new: list[int], k: int, accepted: int) -> None:
         """Advances the grammar over a round's tokens and counts the round."""
@@ -667,11 +698,17 @@ class SpeculativeEngine:
         if toks:
             self._ahead = []  # the context changed: held-back tokens no longer follow
             self._drop_lookahead()
-            # Everything but the last token is evaluated now; the last one
-            # is "pending" and goes into the first verification batch.
-            head = self._tokens[self._t.n_past :] + toks[:-1]
-            if head:
-                self._t.eval(np.asarray(head, dtype=np.uint32), False)
+            if self._ng is not None:
+                # The whole prompt in one pass, as Engine evaluates it, so
+                # the first token is drawn from the same logits.
+                head = self._tokens[self._t.n_past :] + toks
+                self._prompt_logits = self._t.eval(np.asarray(head, dtype=np.uint32), False)
+            else:
+                # Everything but the last token is evaluated now; the last
+                # one is "pending" and goes into the first verification batch.
+                head = self._tokens[self._t.n_past :] + toks[:-1]
+                if head:
+                    self._t.eval(np.asarray(head, dtype=np.uint32), False)
             self._tokens += toks
         t1 = time.perf_counter()
         # The matcher continues when the same grammar continues an empty
@@ -724,6 +761,11 @@ class SpeculativeEngine:
                     break
             # Tokens past a stop are dropped; caches never hold more than
             # the committed tokens minus the pending one.
+            self._trim_to(len(self._tokens))
+        if self._prompt_logits is not None:
+            # No round ran (max_tokens=0): the last prompt token is pending
+            # again, as the caches' invariant wants.
+            self._prompt_logits = None
             self._trim_to(len(self._tokens))
         tail = out.finish()
         if tail:

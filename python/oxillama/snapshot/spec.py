@@ -167,6 +167,7 @@ def loads(
         raise SnapshotFormatError(f"meta.rng or meta.stats is invalid: {e}") from None
     spec._rng = rng
     spec._ng = None
+    spec._prompt_logits = None
     if ngram is not None:
         spec._ng = ngram.new_state(tokens)
         try:
