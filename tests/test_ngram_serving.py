@@ -126,3 +126,17 @@ def test_server_field_is_validated_and_overrides(base_url: str) -> None:
     with urllib.request.urlopen(base_url + "/metrics", timeout=30) as r:
         text = r.read().decode()
     assert "speculative_drafted_tokens" in text
+
+
+def test_a_recurrent_model_refuses_scheduler_drafts() -> None:
+    from tests.models import _checks as arch
+
+    path = arch.reference("mamba2").path
+    with pytest.raises(ParameterError, match="recurrent"):
+        AsyncEngine(path, context_size=64, speculative="ngram")
+    eng = AsyncEngine(path, context_size=64)
+    try:
+        with pytest.raises(ParameterError, match="recurrent"):
+            asyncio.run(eng.generate([1, 2, 3], 2, speculative="ngram"))
+    finally:
+        asyncio.run(eng.close())

@@ -83,6 +83,11 @@ class AsyncEngine:
             prefix_cache_bytes=prefix_cache_bytes,
             kv_pages=kv_pages,
         )
+        if self._draft is not None and self._engine.config.get("recurrent"):
+            self._scheduler.close()
+            raise ParameterError(
+                f"speculative decoding needs an attention model; {self._engine.arch!r} is recurrent"
+            )
         self._mailboxes: dict[asyncio.AbstractEventLoop, Mailbox] = {}
         #: Adapters requests may pick by name, each with its scale.
         self._loras: dict[str, tuple[LoraAdapter, float]] = {}

@@ -284,6 +284,13 @@ class Scheduler:
                 f"prompt of {len(prompt)} tokens does not fit in the context of "
                 f"{self._n_ctx} tokens (at least one must be left to generate)"
             )
+        if draft is not None and self._recurrent:
+            # A batched pass keeps a recurrent state only where it starts,
+            # so failed drafts could not be given back.
+            raise ParameterError(
+                "speculative decoding in the scheduler needs an attention model; "
+                "this model is recurrent"
+            )
         sampler = sampler.seeded()
         seq = Request(
             id=next(self._ids),
