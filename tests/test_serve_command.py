@@ -126,6 +126,7 @@ def test_serve_help_teaches_every_flag() -> None:
         "--max-logit-bias",
         "--max-queue",
         "--max-sessions",
+        "--speculative",
         "OXILLAMA_API_KEY",
         "413",
         "503",

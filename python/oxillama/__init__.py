@@ -32,6 +32,7 @@ from .grammar import Grammar
 from .lora import LoraAdapter
 from .model import Model
 from .models import default_model_path
+from .ngram_draft import NgramCache, NgramDraft
 from .offload import Budget, PinnedHotSet
 from .sampling import SamplerConfig
 from .session_state import SessionState
@@ -66,6 +67,8 @@ __all__ = [
     "LoraError",
     "Model",
     "ModelMismatchError",
+    "NgramCache",
+    "NgramDraft",
     "OverloadedError",
     "OxiLlamaError",
     "ParameterError",

@@ -20,6 +20,7 @@ from .grammar import Grammar
 from .grammar import constraint as _constraint
 from .lora import LoraAdapter
 from .model import Model
+from .ngram_draft import NgramCache, NgramDraft
 from .offload import OffloadPolicy
 from .sampling import SamplerConfig
 from .scheduler import Emit, PromptShare, Request, Scheduler
@@ -58,7 +59,12 @@ class AsyncEngine:
         loras: Mapping[str, str | os.PathLike[str] | tuple[str | os.PathLike[str], float]]
         | None = None,
         offload: OffloadPolicy | None = None,
+        speculative: str | NgramDraft | None = None,
     ) -> None:
+        #: The default draft of requests (None: no speculation); a request's
+        #: ``speculative=`` overrides it.
+        self._draft = _draft_of(speculative, "speculative")
+        self._ngram: NgramDraft | None = None
         # The model (weights, tokenizer, template) is the process's one copy
         # of it; every request and session gets its own KV on those weights.
         self._engine = Engine(
@@ -79,6 +85,11 @@ class AsyncEngine:
             prefix_cache_bytes=prefix_cache_bytes,
             kv_pages=kv_pages,
         )
+        if self._draft is not None and self._engine.config.get("recurrent"):
+            self._scheduler.close()
+            raise ParameterError(
+                f"speculative decoding needs an attention model; {self._engine.arch!r} is recurrent"
+            )
         self._mailboxes: dict[asyncio.AbstractEventLoop, Mailbox] = {}
         #: Adapters requests may pick by name, each with its scale.
         self._loras: dict[str, tuple[LoraAdapter, float]] = {}
@@ -271,6 +282,22 @@ class AsyncEngine:
             return self.tokenize(prompt)
         return self._engine._check_tokens(prompt)
 
+    def _request_draft(self, speculative: str | None) -> NgramDraft | None:
+        """A request's draft: the engine's by default, ``"none"`` for none,
+        ``"ngram"`` for the engine's n-gram draft (or one made on first use,
+        sharing one cache of earlier requests' n-grams)."""
+        if speculative is None:
+            return self._draft
+        if speculative == "none":
+            return None
+        if speculative == "ngram":
+            if self._draft is not None:
+                return self._draft
+            if self._ngram is None:
+                self._ngram = NgramDraft(cache=NgramCache())
+            return self._ngram
+        raise ParameterError(f"speculative must be 'ngram' or 'none', got {speculative!r}")
+
     def _submit(
         self,
         prompt: Prompt,
@@ -286,6 +313,7 @@ class AsyncEngine:
         share: PromptShare | None = None,
         grammar_budget: bool = True,
         grammar_trigger: str | None = None,
+        speculative: str | None = None,
     ) -> Request:
         """Checks the parameters, then queues the request."""
         if not isinstance(max_tokens, int) or max_tokens < 0:
@@ -313,6 +341,7 @@ class AsyncEngine:
             share=share,
             grammar_budget=grammar_budget,
             lazy=lazy,
+            draft=self._request_draft(speculative),
         )
 
     def stream(
@@ -330,6 +359,7 @@ class AsyncEngine:
         logprobs: int | None = None,
         grammar_budget: bool = True,
         grammar_trigger: str | None = None,
+        speculative: str | None = None,
     ) -> AsyncGenerator[str, None]:
         """Yields text pieces as they are produced; ``result``, when given,
         receives the final :class:`Completion`. Nothing is checked or
@@ -351,6 +381,7 @@ class AsyncEngine:
                 None,
                 grammar_budget,
                 grammar_trigger,
+                speculative,
             ),
             result,
         )
@@ -396,6 +427,7 @@ class AsyncEngine:
         logprobs: int | None = None,
         grammar_budget: bool = True,
         grammar_trigger: str | None = None,
+        speculative: str | None = None,
     ) -> Completion:
         """The whole completion of one request; ``lora`` names one of the
         adapters registered with ``loras=`` (requests with different
@@ -422,6 +454,7 @@ class AsyncEngine:
                 None,
                 grammar_budget,
                 grammar_trigger,
+                speculative,
             )
         )
 
@@ -477,6 +510,7 @@ class AsyncEngine:
         lora: str | None,
         logprobs: int | None,
         grammar_trigger: str | None = None,
+        speculative: str | None = None,
     ) -> list[Callable[[Emit], Request]]:
         """One queuing function per choice, all sharing one prompt."""
         share = PromptShare()
@@ -498,6 +532,7 @@ class AsyncEngine:
                     share,
                     True,
                     grammar_trigger,
+                    speculative,
                 )
 
             return submit
@@ -518,6 +553,7 @@ class AsyncEngine:
         lora: str | None = None,
         logprobs: int | None = None,
         grammar_trigger: str | None = None,
+        speculative: str | None = None,
     ) -> list[Completion]:
         """``n`` completions of one prompt (OpenAI's ``n``), decoded in the
         same batched steps. The prompt is evaluated once: the other choices
@@ -535,6 +571,7 @@ class AsyncEngine:
             lora,
             logprobs,
             grammar_trigger,
+            speculative,
         )
         return list(await asyncio.gather(*(self._complete(f) for f in submits)))
 
@@ -553,6 +590,7 @@ class AsyncEngine:
         lora: str | None = None,
         logprobs: int | None = None,
         grammar_trigger: str | None = None,
+        speculative: str | None = None,
     ) -> list[AsyncGenerator[str, None]]:
         """The streaming form of :meth:`generate_n`: one piece stream per
         choice (``results[i]``, when given, receives choice ``i``'s
@@ -573,6 +611,7 @@ class AsyncEngine:
             lora,
             logprobs,
             grammar_trigger,
+            speculative,
         )
         return [
             self._pieces(f, None if results is None else results[i]) for i, f in enumerate(submits)
@@ -613,6 +652,7 @@ class AsyncEngine:
         json_schema: Mapping[str, Any] | Any | None = None,
         lora: str | None = None,
         logprobs: int | None = None,
+        speculative: str | None = None,
         **template_kwargs: Any,
     ) -> Completion:
         """Replies to a conversation rendered with the model's chat template."""
@@ -626,6 +666,7 @@ class AsyncEngine:
             json_schema=json_schema,
             lora=lora,
             logprobs=logprobs,
+            speculative=speculative,
         )
 
     def chat_stream(
@@ -639,6 +680,7 @@ class AsyncEngine:
         json_schema: Mapping[str, Any] | Any | None = None,
         lora: str | None = None,
         logprobs: int | None = None,
+        speculative: str | None = None,
         **template_kwargs: Any,
     ) -> AsyncGenerator[str, None]:
         """Streaming form of :meth:`chat`."""
@@ -652,4 +694,15 @@ class AsyncEngine:
             json_schema=json_schema,
             lora=lora,
             logprobs=logprobs,
+            speculative=speculative,
         )
+
+
+def _draft_of(value: str | NgramDraft | None, field: str) -> NgramDraft | None:
+    if value is None or value == "none":
+        return None
+    if value == "ngram":
+        return NgramDraft(cache=NgramCache())
+    if isinstance(value, NgramDraft):
+        return value
+    raise ParameterError(f"{field} must be 'ngram', 'none', None or an NgramDraft, got {value!r}")

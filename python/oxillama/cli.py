@@ -243,6 +243,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
         limits=limits,
         loras=_lora_args(args.lora or []),
         tool_format=args.tool_format,
+        speculative=args.speculative,
     )
     return 0
 
@@ -428,6 +429,14 @@ def build_parser() -> argparse.ArgumentParser:
         help="which resident unit leaves first under --offload-budget (default: lru)",
     )
     sv.add_argument("--model-name", help="name reported by /v1/models (default: the file's stem)")
+    sv.add_argument(
+        "--speculative",
+        choices=["ngram", "none"],
+        default="none",
+        help="speculative decoding for every request: 'ngram' drafts tokens from the request's "
+        "own context (and earlier requests') and verifies them in the batched pass; a request's "
+        "'speculative' field overrides it (default: none)",
+    )
     sv.add_argument(
         "--lora",
         action="append",

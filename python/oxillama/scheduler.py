@@ -28,6 +28,16 @@ out of the pool exactly, as bytes) and woken when its next turn starts. A
 running turn that must give its pages up is swapped out the same way, never
 recomputed, because its earlier context was computed in other chunks.
 
+A request with an n-gram draft (``speculative="ngram"``) feeds its sampled
+token and up to ``k`` drafted tokens in the same batched pass, with every
+row's logits returned (rows attended one by one with the one-token kernel,
+so they are the bits one-token steps give). The next step samples row by
+row exactly as without speculation and goes on while the sampled token is
+the draft; the KV of the drafts that failed is truncated. The sampler and
+grammar see the same tokens in the same order as without speculation, so
+the output is the same token for token, seeded sampling too. Session
+turns decode without drafts.
+
 Results go back through callbacks, which :class:`~oxillama.AsyncEngine`
 turns into asyncio futures and queues. The forward passes release the GIL.
 Work that must see a session at rest (snapshots, adoption, closing) runs on
@@ -61,9 +71,10 @@ from .errors import (
 from .grammar import Grammar, allowed_bytes
 from .grammar.budget import sample_within_budget
 from .logprobs import check_logprobs, token_logprob
+from .ngram_draft import NgramDraft, NgramState
 from .prefix_cache import PrefixCache
 from .sampling import SamplerConfig, build_sampler
-from .session_state import SessionState, check_fits, kept_prefix, matcher_for
+from .session_state import SessionState, check_fits, cut_to_kept, kept_prefix, matcher_for
 
 #: Positions per KV page (the pool's page size).
 PAGE = 16
@@ -184,6 +195,18 @@ class Request:
         sh = self.share
         return sh is not None and sh.leader is not self and self.fed == 0 and self.replay is None
 
+    #: The n-gram draft's index of this request's tokens (None: no drafts).
+    spec: NgramState | None = None
+    #: Drafts evaluated after the last sampled token, and the logits of each
+    #: row of that pass (the sampled token's, then each draft's).
+    drafts: list[int] = field(default_factory=list)
+    rows: npt.NDArray[np.float32] | None = None
+    #: The proposal the drafts came from and its match length (feedback).
+    proposal: list[int] = field(default_factory=list)
+    match_n: int = 0
+    #: Draft positions in the KV past the row being sampled.
+    spec_extra: int = 0
+
     def __post_init__(self) -> None:
         self.text = TextAssembler(self.stop)
 
@@ -218,6 +241,11 @@ class Metrics:
     swapped: int = 0
     #: Prompt tokens a choice took from its leader instead of evaluating.
     shared_prompt_tokens: int = 0
+    #: Speculative decoding: steps that verified drafts, drafts verified,
+    #: drafts accepted.
+    spec_steps: int = 0
+    spec_drafted: int = 0
+    spec_accepted: int = 0
 
 
 class Scheduler:
@@ -265,6 +293,10 @@ class Scheduler:
         self._cv = threading.Condition()
         self._closed = False
         self._metrics = Metrics()
+        #: Pool pages promised to this step's evaluations, and the step's
+        #: expected tokens and rows so far (see `_draft`).
+        self._reserved = 0
+        self._plan = (0.0, 0)
         # A recurrent model's state cannot be shared up to an arbitrary
         # block boundary the way KV pages are, so its prefix cache is off
         # (``metrics()["prefix_cache"]`` says so).
@@ -298,16 +330,25 @@ class Scheduler:
         share: PromptShare | None = None,
         grammar_budget: bool = True,
         lazy: tuple[str, Grammar] | None = None,
+        draft: NgramDraft | None = None,
     ) -> Request:
         """Queues a request; raises at once if it can never be served.
         Requests given one ``share`` (and the same prompt and adapters)
-        evaluate their prompt once."""
+        evaluate their prompt once; ``draft`` makes it decode speculatively
+        with n-gram drafts."""
         if not prompt:
             raise GenerateError("empty prompt: a request needs at least one token")
         if len(prompt) >= self._n_ctx:
             raise GenerateError(
                 f"prompt of {len(prompt)} tokens does not fit in the context of "
                 f"{self._n_ctx} tokens (at least one must be left to generate)"
+            )
+        if draft is not None and self._recurrent:
+            # A batched pass keeps a recurrent state only where it starts,
+            # so failed drafts could not be given back.
+            raise ParameterError(
+                "speculative decoding in the scheduler needs an attention model; "
+                "this model is recurrent"
             )
         sampler = sampler.seeded()
         seq = Request(
@@ -324,6 +365,7 @@ class Scheduler:
             logprobs=check_logprobs(logprobs),
             grammar_budget=bool(grammar_budget),
             lazy=lazy,
+            spec=None if draft is None else draft.new_state(prompt),
         )
         if lazy is not None and grammar is not None:
             raise ParameterError("a request has a grammar or a lazy grammar, not both")
@@ -492,6 +534,12 @@ class Scheduler:
             "session_hibernations": m.hibernated,
             "session_wakes": m.woken,
             "session_swaps": m.swapped,
+            "speculative_steps": m.spec_steps,
+            "speculative_drafted_tokens": m.spec_drafted,
+            "speculative_accepted_tokens": m.spec_accepted,
+            "speculative_acceptance_rate": m.spec_accepted / m.spec_drafted
+            if m.spec_drafted
+            else 0.0,
             **self._prefix_metrics(),
         }
 
@@ -564,14 +612,25 @@ class Scheduler:
         decoding = [s for s in decoding if s.logits is not None and s.session is not None]
         advance: list[tuple[Request, int]] = []
         for s in decoding:
-            tok = self._sample(s)
+            tok = self._verify(s) if s.spec is not None else self._sample(s)
             if tok is not None:
                 advance.append((s, tok))
         if advance:
+            # Pages every plain step needs come first (`_make_room` made
+            # sure they are free); drafts take only what is left.
+            self._reserved = sum(self._need(s.session, 1) for s, _ in advance)
+            # Drafts are chosen for the whole pass: its rows and expected
+            # tokens so far decide what a sequence's drafts are worth.
+            self._plan = (float(len(advance)), len(advance))
+            feeds = [[tok, *self._draft(s)] for s, tok in advance]
+            wide = [len(f) > 1 for f in feeds]
             t = time.perf_counter()
             sessions = [s.session for s, _ in advance]
+            for (s, _), w in zip(advance, wide, strict=True):
+                if w:  # verification rows must equal one-token steps
+                    s.session.exact_rows = True  # type: ignore[union-attr]
             try:
-                logits = _native.eval_batch(sessions, [[tok] for _, tok in advance])  # type: ignore[arg-type]
+                logits = _native.eval_batch(sessions, feeds, wide if any(wide) else None)  # type: ignore[arg-type]
             except KvCacheFullError:
                 # `_make_room` counted the pages, so this is not expected;
                 # the sampled tokens are already emitted, so their sequences
@@ -582,6 +641,10 @@ class Scheduler:
                         q.pending, q.logits = tok, None
                     self._preempt(q)
                 return
+            finally:
+                for (s, _), w in zip(advance, wide, strict=True):
+                    if w and s.session is not None:
+                        s.session.exact_rows = False
             m = self._metrics
             m.decode_seconds += time.perf_counter() - t
             m.decode_steps += 1
@@ -589,8 +652,16 @@ class Scheduler:
             m.session_decode_tokens += turns
             if 0 < turns < len(advance):
                 m.mixed_decode_steps += 1
-            for i, (s, _) in enumerate(advance):
-                s.logits = logits[i]
+            row = 0
+            for (s, _), feed in zip(advance, feeds, strict=True):
+                if len(feed) > 1:
+                    s.drafts = feed[1:]
+                    s.rows = logits[row : row + len(feed)]
+                    s.logits = s.rows[0]
+                    row += len(feed)
+                else:
+                    s.logits = logits[row]
+                    row += 1
         prefilling = [
             s
             for s in batch
@@ -609,6 +680,62 @@ class Scheduler:
             else:
                 if not advance:
                     self._unjam(batch)
+
+    # ---------------------------------------------------------- speculation
+
+    def _draft(self, s: Request) -> list[int]:
+        """Drafts to evaluate after ``s``'s newly sampled token: the n-gram
+        proposal, cut to what the context, ``max_tokens`` and the free KV
+        pages allow."""
+        ng, kv = s.spec, s.session
+        if ng is None or kv is None:
+            return []
+        ng.extend(s.generated[len(ng.tokens) - len(s.prompt) :])
+        room = min(kv.n_ctx - kv.n_past - 1, s.max_tokens - len(s.generated))
+        tokens, rows = self._plan
+        s.match_n, s.proposal, drafts, gain = ng.propose(room, tokens, rows)
+        extra = self._need(kv, 1 + len(drafts)) - self._need(kv, 1)
+        if extra > self._pool.free_pages - self._reserved:
+            return []  # drafts never take pages a plain step needs
+        self._reserved += extra
+        self._plan = (tokens + gain, rows + len(drafts))
+        return drafts
+
+    def _verify(self, s: Request) -> int | None:
+        """Samples ``s``'s rows in order (one row when it drafted nothing),
+        as plain steps would, while each sampled token is the draft;
+        truncates the failed drafts' KV. Returns the token to evaluate next
+        (None when the request ended)."""
+        assert s.logits is not None and s.session is not None
+        drafts = s.drafts
+        rows = s.rows if s.rows is not None else s.logits[None, :]
+        s.rows, s.drafts = None, []
+        new: list[int] = []
+        tok: int | None = None
+        for j in range(len(drafts) + 1):
+            s.logits = rows[j]
+            s.spec_extra = len(drafts) - j
+            tok = self._sample(s)
+            if tok is None:
+                break
+            new.append(tok)
+            if j == len(drafts) or tok != drafts[j]:
+                break
+        s.spec_extra = 0
+        accepted = max(0, len(new) - 1) if tok is not None else len(new)
+        if drafts:
+            m = self._metrics
+            m.spec_steps += 1
+            m.spec_drafted += len(drafts)
+            m.spec_accepted += min(accepted, len(drafts))
+        if s.spec is not None:
+            # Also after a step without drafts: whether the proposal's first
+            # token was right is what lets drafting start.
+            s.spec.feedback(s.match_n, s.proposal, len(drafts), new)
+            s.proposal = []
+        if tok is not None and s.session is not None:
+            cut_to_kept(s.session, s.session.n_past - (len(drafts) - accepted))
+        return tok
 
     def _chunk(self, s: Request) -> list[int]:
         """The tokens of ``s``'s next prefill chunk."""
@@ -734,6 +861,7 @@ class Scheduler:
             return
         s.session = None
         s.logits = None
+        s.rows, s.drafts = None, []
         s.fed = 0
         s.replay = s.prompt + s.generated if s.generated else None
         s.preempted += 1
@@ -970,7 +1098,7 @@ class Scheduler:
         finish: FinishReason | None = None
         if s.stop_next:
             finish = "stop"
-        elif len(s.generated) >= s.max_tokens or s.session.n_past >= s.session.n_ctx:
+        elif len(s.generated) >= s.max_tokens or s.session.n_past - s.spec_extra >= s.session.n_ctx:
             finish = "length"
         elif m is not None and m.is_terminated():
             finish = "stop"
@@ -1054,6 +1182,8 @@ class Scheduler:
         s.matcher = m
 
     def _finish(self, s: Request, done: Completion | None, err: BaseException | None) -> None:
+        if done is not None and s.spec is not None and s.spec.draft.cache is not None:
+            s.spec.draft.cache.add(s.prompt + s.generated)
         with self._cv:
             if s in self._running:
                 self._running.remove(s)

@@ -26,6 +26,15 @@ draws are then keyed by (seed, round, slot) instead of taken from one
 stream, so what a seeded run produces does not depend on thread timing,
 nor on whether a look-ahead was used or thrown away. (Grammar-constrained
 rounds draft synchronously: the matcher is one state.)
+
+With an :class:`~oxillama.NgramDraft` the drafts come from the context
+itself (see ``ngram_draft.py``) and cost nothing to make. A proposal is
+deterministic (q is one-hot at the drafted token), so the rule above reduces
+to: draw the target's token at each position as without speculation and
+accept the draft when it is that token; at the first difference the drawn
+token is the residual draw (``p`` with the draft's token removed). Each
+emitted token takes exactly one uniform, so what a seeded run produces does
+not depend on how many tokens were drafted.
 """
 
 from __future__ import annotations
@@ -49,6 +58,7 @@ from .engine import Engine, Prompt
 from .errors import GenerateError, OxiLlamaError, ParameterError
 from .grammar import Grammar
 from .grammar import constraint as _constraint
+from .ngram_draft import NgramDraft, NgramState
 from .sampling import SamplerConfig
 from .session_state import cut_to_kept
 
@@ -113,12 +123,29 @@ class SpeculativeEngine:
     def __init__(
         self,
         target: Engine,
-        draft: Engine,
+        draft: Engine | NgramDraft,
         *,
-        num_speculative: int = 4,
+        num_speculative: int | None = None,
         seed: int | None = None,
         async_draft: bool = False,
     ) -> None:
+        if isinstance(draft, NgramDraft):
+            # Its own num_speculative is the only one: two would be ambiguous.
+            if num_speculative is not None:
+                raise ParameterError(
+                    "num_speculative is set on the NgramDraft, not on SpeculativeEngine"
+                )
+            if async_draft:
+                raise ParameterError("async_draft needs a draft model; an n-gram draft is free")
+            self._adopt(target, draft, draft.num_speculative, seed, False)
+            self.reset()
+            return
+        if not isinstance(draft, Engine):
+            raise ParameterError(
+                f"draft must be an Engine or an NgramDraft, got {type(draft).__name__}"
+            )
+        if num_speculative is None:
+            num_speculative = 4
         if not isinstance(num_speculative, int) or not 1 <= num_speculative <= 32:
             raise ParameterError(f"num_speculative must be in 1..32, got {num_speculative!r}")
         _check_vocab(target, draft)
@@ -177,7 +204,12 @@ class SpeculativeEngine:
         return cls(target, best[1], num_speculative=num_speculative, seed=seed)
 
     def _adopt(
-        self, target: Engine, draft: Engine, k: int, seed: int | None, async_draft: bool = False
+        self,
+        target: Engine,
+        draft: Engine | NgramDraft,
+        k: int,
+        seed: int | None,
+        async_draft: bool = False,
     ) -> None:
         self.target, self.draft = target, draft
         self.num_speculative = k
@@ -192,14 +224,26 @@ class SpeculativeEngine:
         # The engines' own sessions carry the KV, so each engine's OXISNAP1
         # snapshot (inside OXISPEC1) is its part of the state.
         self._t = target._session
-        self._d = draft._session
-        self._n_ctx = min(target.n_ctx, draft.n_ctx)
+        if isinstance(draft, NgramDraft):
+            self._d: Any = None
+            self._n_ctx = target.n_ctx
+        else:
+            self._d = draft._session
+            self._n_ctx = min(target.n_ctx, draft.n_ctx)
 
     def reset(self) -> None:
         """Empties both contexts; the RNG restarts from the seed."""
         self.target.reset()
-        self.draft.reset()
+        if isinstance(self.draft, Engine):
+            self.draft.reset()
+        #: The n-gram draft's index and estimates for this session.
+        self._ng: NgramState | None = (
+            self.draft.new_state() if isinstance(self.draft, NgramDraft) else None
+        )
         self._tokens: list[int] = []
+        #: The n-gram path's logits after a prompt pass, until the first
+        #: round draws from them.
+        self._prompt_logits: npt.NDArray[np.float32] | None = None
         self._grammar: Grammar | None = None
         self._matcher: GrammarMatcher | None = None
         #: Tokens a round already decided but a max_tokens cut held back;
@@ -294,6 +338,8 @@ class SpeculativeEngine:
 
     def _round(self, cfg: SamplerConfig, greedy: bool) -> list[int]:
         """One draft-and-verify round; returns the new tokens (>= 1)."""
+        if self._ng is not None:
+            return self._ngram_round(self._ng, cfg, greedy)
         if self.async_draft and self._matcher is None:
             return self._round_async(cfg, greedy)
         k = self.num_speculative
@@ -337,6 +383,103 @@ class SpeculativeEngine:
         new, accepted = self._verify(n0, drafts, qs, masks, cfg, greedy)
         cut_to_kept(self._d, min(self._d.n_past, n0 + 1 + accepted))
         return new
+
+    def _ngram_round(self, ng: NgramState, cfg: SamplerConfig, greedy: bool) -> list[int]:
+        """A round with n-gram drafts (see the module docstring): the target
+        evaluates the pending token and the drafts; at each row its token is
+        drawn as without speculation, and the round goes on while that is
+        the draft. Right after a prompt the pending token's logits are the
+        prompt pass's (as :class:`Engine` has them), so its token is drawn
+        from those first and becomes the pending token."""
+        m = self._matcher
+        vocab = self.target.vocab_size
+        first: list[int] = []
+        masks: list[npt.NDArray[np.bool_] | None] = []
+        prompt_logits, self._prompt_logits = self._prompt_logits, None
+        if prompt_logits is not None:
+            allowed = self._allowed(vocab)
+            row = self._masked(prompt_logits, allowed)
+            tok0 = self._argmax(row, cfg) if greedy else self._draw(self._dist(row, cfg))
+            first = [tok0]
+            ends = self.target.tokenizer.is_eog(tok0)
+            if m is not None:
+                if not m.accept_token(tok0):
+                    raise GenerateError(f"internal error: token {tok0} the grammar refuses")
+                ends = ends or m.is_terminated()
+                m.rollback(1)
+            if ends:
+                self._commit_round(first, 0, 0)
+                return first
+            n0 = len(self._tokens)
+        else:
+            n0 = len(self._tokens) - 1
+            if self._t.n_past < n0:  # tokens emitted from the held-back buffer
+                behind = self._tokens[self._t.n_past : n0]
+                # As the one-token steps that would have evaluated them.
+                self._t.exact_rows = True
+                try:
+                    self._t.eval(np.asarray(behind, dtype=np.uint32), False)
+                finally:
+                    self._t.exact_rows = False
+        ng.sync(self._tokens + first if first else self._tokens)
+        n, proposal, drafts, _ = ng.propose(self._n_ctx - n0 - 1)
+        if m is not None:
+            # Only drafts the grammar allows are verified; the target's rows
+            # at those positions see the same matcher states.
+            for tok in first:
+                m.accept_token(tok)
+            kept: list[int] = []
+            for tok in drafts:
+                allowed = self._allowed(vocab)
+                if allowed is None or not allowed[tok] or m.is_terminated():
+                    break
+                masks.append(allowed)
+                if not m.accept_token(tok):
+                    break
+                kept.append(tok)
+            masks.append(self._allowed(vocab))
+            m.rollback(len(kept) + len(first))
+            drafts = kept
+        else:
+            masks = [None] * (len(drafts) + 1)
+        pending = first[0] if first else self._tokens[-1]
+        batch = np.asarray([pending, *drafts], dtype=np.uint32)
+        # Verification rows must equal one-token evaluations exactly.
+        self._t.exact_rows = True
+        try:
+            p_rows = self._t.eval(batch, True)
+        finally:
+            self._t.exact_rows = False
+        new: list[int] = []
+        for i in range(len(drafts) + 1):
+            row = self._masked(p_rows[i], masks[i])
+            tok = self._argmax(row, cfg) if greedy else self._draw(self._dist(row, cfg))
+            new.append(tok)
+            if i == len(drafts) or tok != drafts[i]:
+                break
+        accepted = len(new) - 1
+        ng.feedback(n, proposal, len(drafts), new)
+        self._commit_round(first + new, len(drafts), accepted)
+        cut_to_kept(self._t, n0 + 1 + accepted)
+        return first + new
+
+    def _commit_round(self, new: list[int], k: int, accepted: int) -> None:
+        """Advances the grammar over a round's tokens and counts the round."""
+        m = self._matcher
+        self._complete_at = None
+        if m is not None:
+            for j, tok in enumerate(new):
+                if not m.accept_token(tok):
+                    raise GenerateError(f"internal error: token {tok} the grammar refuses")
+                if self._complete_at is None and m.is_terminated():
+                    # Like Engine: a complete grammar ends the text before
+                    # anything (an EOS) is sampled after it.
+                    self._complete_at = j
+        self.stats.rounds += 1
+        self.stats.drafted += k
+        self.stats.accepted += accepted
+        if accepted < k:
+            self.stats.rejected += 1
 
     # ------------------------------------------------------ async drafting
 
@@ -467,7 +610,7 @@ class SpeculativeEngine:
         """Forgets the look-ahead and its KV (snapshots, context changes):
         its drafts are a pure function of the state, so redrafting them
         later gives the same ones."""
-        if self._lookahead is not None:
+        if self._lookahead is not None and self._d is not None:
             self._lookahead = None
             cut_to_kept(self._d, min(self._d.n_past, max(len(self._tokens) - 1, 0)))
 
@@ -484,7 +627,6 @@ class SpeculativeEngine:
         the accept/reject rule and rolls the target back to what was
         accepted; returns the round's new tokens and how many drafts were
         accepted."""
-        m = self._matcher
         k = len(drafts)
         batch = np.asarray([self._tokens[-1], *drafts], dtype=np.uint32)
         # Verification rows must equal one-token evaluations exactly.
@@ -515,20 +657,7 @@ class SpeculativeEngine:
             last = self._masked(p_rows[k], masks[k])
             new.append(self._argmax(last, cfg) if greedy else self._draw(self._dist(last, cfg)))
         accepted = len(new) - 1 if len(new) <= k else k
-        self._complete_at = None
-        if m is not None:
-            for j, tok in enumerate(new):
-                if not m.accept_token(tok):
-                    raise GenerateError(f"internal error: token {tok} the grammar refuses")
-                if self._complete_at is None and m.is_terminated():
-                    # Like Engine: a complete grammar ends the text before
-                    # anything (an EOS) is sampled after it.
-                    self._complete_at = j
-        self.stats.rounds += 1
-        self.stats.drafted += k
-        self.stats.accepted += accepted
-        if accepted < k:
-            self.stats.rejected += 1
+        self._commit_round(new, k, accepted)
         # Roll back to the accepted prefix: pending + accepted drafts.
         cut_to_kept(self._t, n0 + 1 + accepted)
         return new, accepted
@@ -571,11 +700,17 @@ class SpeculativeEngine:
         if toks:
             self._ahead = []  # the context changed: held-back tokens no longer follow
             self._drop_lookahead()
-            # Everything but the last token is evaluated now; the last one
-            # is "pending" and goes into the first verification batch.
-            head = self._tokens[self._t.n_past :] + toks[:-1]
-            if head:
-                self._t.eval(np.asarray(head, dtype=np.uint32), False)
+            if self._ng is not None:
+                # The whole prompt in one pass, as Engine evaluates it, so
+                # the first token is drawn from the same logits.
+                head = self._tokens[self._t.n_past :] + toks
+                self._prompt_logits = self._t.eval(np.asarray(head, dtype=np.uint32), False)
+            else:
+                # Everything but the last token is evaluated now; the last
+                # one is "pending" and goes into the first verification batch.
+                head = self._tokens[self._t.n_past :] + toks[:-1]
+                if head:
+                    self._t.eval(np.asarray(head, dtype=np.uint32), False)
             self._tokens += toks
         t1 = time.perf_counter()
         # The matcher continues when the same grammar continues an empty
@@ -629,9 +764,16 @@ class SpeculativeEngine:
             # Tokens past a stop are dropped; caches never hold more than
             # the committed tokens minus the pending one.
             self._trim_to(len(self._tokens))
+        if self._prompt_logits is not None:
+            # No round ran (max_tokens=0): the last prompt token is pending
+            # again, as the caches' invariant wants.
+            self._prompt_logits = None
+            self._trim_to(len(self._tokens))
         tail = out.finish()
         if tail:
             yield tail
+        if isinstance(self.draft, NgramDraft) and self.draft.cache is not None:
+            self.draft.cache.add(self._tokens)
         t2 = time.perf_counter()
         result.append(
             Completion(
@@ -650,14 +792,17 @@ class SpeculativeEngine:
         la = self._lookahead
         if la is not None and la.base != n_tokens:
             self._lookahead = None
-        if self._d.n_past > keep and self._lookahead is None:
+        if self._d is not None and self._d.n_past > keep and self._lookahead is None:
             cut_to_kept(self._d, keep)
         self._sync()
 
     def _sync(self) -> None:
         """Keeps each engine's token list equal to what its cache holds (the
         pending token is in neither), so its own snapshot is consistent."""
-        for eng, sess in ((self.target, self._t), (self.draft, self._d)):
+        pairs = [(self.target, self._t)]
+        if isinstance(self.draft, Engine):
+            pairs.append((self.draft, self._d))
+        for eng, sess in pairs:
             # A draft look-ahead runs past the committed tokens; its engine
             # then only claims those (snapshots drop the look-ahead first).
             eng._tokens = self._tokens[: sess.n_past]

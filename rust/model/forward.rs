@@ -32,6 +32,10 @@ pub struct Segment<'a> {
     /// logits are bit-identical to evaluating the tokens one at a time
     /// (speculative verification relies on it).
     pub decode_rows: bool,
+    /// Send every row of this segment through the output head, not only
+    /// its last (a speculative verification needs the logits after each
+    /// drafted token).
+    pub all_rows: bool,
     /// A recurrent model's state for this sequence (`None` otherwise).
     pub rec: Option<&'a mut RecurrentState>,
     /// LoRA adapters active for this sequence (their deltas apply to its
@@ -125,8 +129,11 @@ impl Scratch {
         self.h.extend_from_slice(hidden);
     }
 
-    /// Keeps only head row 0 as the last hidden state.
-    pub fn keep_first_row_hidden(&mut self, n_embd: usize) {
+    /// Keeps only head row `i` as the last hidden state.
+    pub fn keep_row_hidden(&mut self, i: usize, n_embd: usize) {
+        if i > 0 && (i + 1) * n_embd <= self.h.len() {
+            self.h.copy_within(i * n_embd..(i + 1) * n_embd, 0);
+        }
         self.h.truncate(n_embd);
     }
 
@@ -350,8 +357,9 @@ impl Model {
     /// One forward pass over several sequences at once, each with its own
     /// KV cache and position: the weight matrices are read once for all
     /// their tokens (a GEMM over the batch), attention runs per sequence.
-    /// Writes the last token's logits of each segment (`segs.len() x
-    /// n_vocab`), or with a single segment and `all_logits` every token's.
+    /// Writes the last token's logits of each segment, or every token's for
+    /// a segment with `all_rows` (and for a single segment with
+    /// `all_logits`), segment after segment (`rows x n_vocab`).
     pub fn forward_segments(
         &self,
         pool: &ThreadPool,
@@ -408,11 +416,19 @@ impl Model {
         }
         // Only the rows whose logits are wanted go through the output head,
         // which is the largest matrix of a small model.
-        let picked: Vec<usize> = if all_logits {
-            (0..n).collect()
-        } else {
-            p.starts[1..].iter().map(|&end| end - 1).collect()
-        };
+        let mut picked: Vec<usize> = Vec::with_capacity(p.segs.len());
+        // Head rows of each segment: [picked_starts[g], picked_starts[g + 1]).
+        let mut picked_starts = Vec::with_capacity(p.segs.len() + 1);
+        for (g, seg) in p.segs.iter().enumerate() {
+            picked_starts.push(picked.len());
+            let (a, b) = (p.starts[g], p.starts[g + 1]);
+            if all_logits || seg.all_rows {
+                picked.extend(a..b);
+            } else {
+                picked.push(b - 1);
+            }
+        }
+        picked_starts.push(picked.len());
         let (e, rows) = (c.n_embd, picked.len());
         fit(&mut s.h, rows * e);
         for (r, &t) in picked.iter().enumerate() {
@@ -422,15 +438,12 @@ impl Model {
         logits.resize(rows * c.n_vocab, 0.0);
         self.head_matmul(pool, &s.h, rows, logits, &mut s.acts, pass.as_mut())?;
         if p.segs.iter().any(|g| !g.lora.is_empty()) {
-            let ranges: Vec<(&[ActiveLora], usize, usize)> = if all_logits {
-                vec![(p.segs[0].lora, 0, rows)]
-            } else {
-                p.segs
-                    .iter()
-                    .enumerate()
-                    .map(|(g, seg)| (seg.lora, g, g + 1))
-                    .collect()
-            };
+            let ranges: Vec<(&[ActiveLora], usize, usize)> = p
+                .segs
+                .iter()
+                .enumerate()
+                .map(|(g, seg)| (seg.lora, picked_starts[g], picked_starts[g + 1]))
+                .collect();
             lora::apply_ranges(pool, vk, &self.output, &s.h, logits, ranges.into_iter());
         }
         self.finish_logits(logits);

@@ -183,6 +183,7 @@ impl Session {
                 tokens: part,
                 pos0: self.n_past,
                 decode_rows: self.exact_rows,
+                all_rows: false,
                 rec: self.rec.as_mut().map(|r| &mut r.state),
                 lora: &self.loras,
             }];
@@ -354,9 +355,15 @@ impl Session {
 
     /// Appends `tokens[i]` to `sessions[i]` for every session in one
     /// forward pass (the sessions must share one model) and returns the
-    /// logits of each one's last new token (`n x n_vocab`). Everything is
-    /// validated first, so on error no session changed.
-    pub fn eval_batch(sessions: &mut [&mut Session], tokens: &[Vec<u32>]) -> Result<Vec<f32>> {
+    /// logits of each one's last new token, or of every new token for a
+    /// session whose `all_rows[i]` is set (`rows x n_vocab`, session after
+    /// session; an empty `all_rows` means none). Everything is validated
+    /// first, so on error no session changed.
+    pub fn eval_batch(
+        sessions: &mut [&mut Session],
+        tokens: &[Vec<u32>],
+        all_rows: &[bool],
+    ) -> Result<Vec<f32>> {
         if sessions.is_empty() || sessions.len() != tokens.len() {
             return Err(Error::invalid(format!(
                 "eval_batch needs one token list per session ({} sessions, {} lists)",
@@ -364,6 +371,14 @@ impl Session {
                 tokens.len()
             )));
         }
+        if !all_rows.is_empty() && all_rows.len() != sessions.len() {
+            return Err(Error::invalid(format!(
+                "eval_batch needs one all_logits flag per session ({} sessions, {} flags)",
+                sessions.len(),
+                all_rows.len()
+            )));
+        }
+        let wants_all = |i: usize| all_rows.get(i).copied().unwrap_or(false);
         let model = Arc::clone(&sessions[0].model);
         let n_vocab = model.n_vocab();
         for (s, toks) in sessions.iter().zip(tokens) {
@@ -407,9 +422,11 @@ impl Session {
             let mut segs: Vec<Segment<'_>> = sessions
                 .iter_mut()
                 .zip(tokens)
-                .map(|(s, toks)| Segment {
+                .enumerate()
+                .map(|(i, (s, toks))| Segment {
                     pos0: s.n_past,
                     decode_rows: s.exact_rows,
+                    all_rows: wants_all(i),
                     kv: &mut s.kv,
                     tokens: toks,
                     rec: s.rec.as_mut().map(|r| &mut r.state),
@@ -419,16 +436,23 @@ impl Session {
             model.forward_segments(&pool, vk, &mut segs, false, &mut scratch, &mut logits)
         };
         res?;
-        // Row i of the head's input is session i's last hidden state. Each
-        // session keeps its own (n_embd floats), so a session that waits
-        // after a batched step can hold it instead of its logits: every
-        // matmul path forms the same bits for a row alone or in a batch, so
+        // Session i's last head row is its last hidden state. Each session
+        // keeps its own (n_embd floats), so a session that waits after a
+        // batched step can hold it instead of its logits: every matmul path
+        // forms the same bits for a row alone or in a batch, so
         // `head_logits` of it gives these logits again.
         let e = model.cfg.n_embd;
-        for (i, s) in sessions.iter_mut().enumerate().skip(1) {
-            s.scratch.set_last_hidden(scratch.row_hidden(i, e));
+        let mut last_rows = Vec::with_capacity(tokens.len());
+        let mut row = 0;
+        for (i, toks) in tokens.iter().enumerate() {
+            row += if wants_all(i) { toks.len() } else { 1 };
+            last_rows.push(row - 1);
         }
-        scratch.keep_first_row_hidden(e);
+        for (i, s) in sessions.iter_mut().enumerate().skip(1) {
+            s.scratch
+                .set_last_hidden(scratch.row_hidden(last_rows[i], e));
+        }
+        scratch.keep_row_hidden(last_rows[0], e);
         sessions[0].scratch = scratch;
         for (s, toks) in sessions.iter_mut().zip(tokens) {
             s.n_past += toks.len();

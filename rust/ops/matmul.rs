@@ -99,6 +99,15 @@ impl ActScratch {
 
 const ROW_TILE: usize = 4;
 
+/// Fewest tokens that go through the GEMM microkernel. Its groups of
+/// GEMM_COLS cost the same for 2 tokens as for 8, while the tile kernel
+/// reads each weight tile once per call and dots it with every token from
+/// cache: with SmolLM2 Q4_1 on one thread (relative to one decode step)
+/// 2 tokens cost 1.72 through tiles and 2.62 through the GEMM, 3 tokens
+/// 2.26 and 2.67, 4 tokens 2.97 and 2.46. Both form each block sum the
+/// same way, so the bits do not depend on the path.
+const GEMM_MIN_TOKENS: usize = 4;
+
 fn quantize_inputs(
     pool: &ThreadPool,
     k: &QuantKernels,
@@ -194,9 +203,10 @@ pub fn matmul_multi(
         .map(|w| kernels(w.ty).expect("QMatrix::new checked the kernel exists"))
         .collect();
     // Several tokens go through the GEMM microkernel (zero-padding the
-    // last group of GEMM_COLS is cheaper than a slower kernel for it); a
-    // single token, the decode step, through the tile kernel.
-    let use_gemm = |k: &QuantKernels| k.gemm.is_some() && n_tok >= 2;
+    // last group of GEMM_COLS is cheaper than a slower kernel for it); one
+    // to three tokens (a decode step, a small batch, a short speculative
+    // verification) through the tile kernel (see GEMM_MIN_TOKENS).
+    let use_gemm = |k: &QuantKernels| k.gemm.is_some() && n_tok >= GEMM_MIN_TOKENS;
     let mut done: Vec<GgmlType> = Vec::new();
     for k in &ks {
         if !done.contains(&k.act) {

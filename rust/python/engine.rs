@@ -511,13 +511,18 @@ fn write_hashed<'py>(
 
 /// One forward pass that appends `tokens[i]` to `sessions[i]` for every
 /// session (all on one model); returns the last new token's logits of each
-/// as an `(n, n_vocab)` array. The GIL is released for the pass.
+/// (every new token's for a session whose `all_logits[i]` is true), session
+/// after session, as a `(rows, n_vocab)` array. The GIL is released for the
+/// pass.
 #[pyfunction]
+#[pyo3(signature = (sessions, tokens, all_logits=None))]
 fn eval_batch<'py>(
     py: Python<'py>,
     sessions: Vec<Bound<'py, PySession>>,
     tokens: Vec<Vec<u32>>,
+    all_logits: Option<Vec<bool>>,
 ) -> PyResult<Bound<'py, PyAny>> {
+    let all_rows = all_logits.unwrap_or_default();
     let mut refs = Vec::with_capacity(sessions.len());
     for s in &sessions {
         let r = s
@@ -529,12 +534,22 @@ fn eval_batch<'py>(
         r.poison.check()?;
         refs.push(r);
     }
-    let rows = refs.len();
+    let rows: usize = tokens
+        .iter()
+        .enumerate()
+        .map(|(i, t)| {
+            if all_rows.get(i).copied().unwrap_or(false) {
+                t.len()
+            } else {
+                1
+            }
+        })
+        .sum();
     let n_vocab = refs.first().map_or(0, |r| r.inner.model.n_vocab());
     let mut inner: Vec<&mut Session> = refs.iter_mut().map(|r| &mut r.inner).collect();
     let batch = Poison::default();
     let logits = batch.run(|| {
-        py.detach(|| Session::eval_batch(&mut inner, &tokens))
+        py.detach(|| Session::eval_batch(&mut inner, &tokens, &all_rows))
             .py_err()
     });
     if let (Err(e), Err(_)) = (&logits, batch.check()) {

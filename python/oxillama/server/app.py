@@ -222,6 +222,16 @@ class Server:
         logprobs = self.logprobs(body)
         if logprobs is not None:
             kwargs["logprobs"] = logprobs
+        speculative = body.get("speculative")
+        if speculative is not None:
+            if body.get("session") is not None and speculative != "none":
+                raise ApiError(
+                    400,
+                    "a stateful session request cannot use speculative decoding",
+                    param="speculative",
+                )
+            if body.get("session") is None:
+                kwargs["speculative"] = speculative
         stream_options = get("stream_options", {})
         n = int(get("n", 1))
         if n > 1 and body.get("session") is not None:

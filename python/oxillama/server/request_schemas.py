@@ -125,6 +125,13 @@ class RequestSchemas:
                 "maxLength": 256,
                 "description": "A LoRA adapter the server was started with (--lora NAME=PATH).",
             },
+            "speculative": {
+                "type": ["string", "null"],
+                "enum": ["ngram", "none", None],
+                "description": "Speculative decoding for this request: 'ngram' (drafts from the "
+                "context, verified in the batched pass; same tokens, often faster on text that "
+                "copies its input) or 'none'; default: the server's --speculative.",
+            },
             "max_tokens": max_tokens,
             "max_completion_tokens": max_tokens,
             "temperature": {"type": ["number", "null"], "minimum": 0},

@@ -39,6 +39,7 @@ def serve(
     limits: Limits | None = None,
     loras: Mapping[str, str | os.PathLike[str]] | None = None,
     tool_format: ToolFormat | None = None,
+    speculative: str | None = None,
 ) -> None:
     """Runs the server until interrupted. The keys are ``api_keys``, the
     lines of ``api_key_file`` and ``$OXILLAMA_API_KEY`` together."""
@@ -55,6 +56,7 @@ def serve(
         max_queue=max_queue,
         loras=loras,
         offload=offload,
+        speculative=speculative,
     )
     name = model_name or (engine.engine.model_path.stem if engine.engine.model_path else "oxillama")
     app = build_app(

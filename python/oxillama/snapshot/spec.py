@@ -1,7 +1,9 @@
 """OXISPEC1: a speculative-decoding session (target and draft OXISNAP1
 snapshots, the accepted-token history, held-back tokens, the accept/reject
 RNG state and the acceptance statistics). Same container as OXISNAP1 with
-its own magic; see docs/snapshot-format.md."""
+its own magic; see docs/snapshot-format.md. An n-gram draft has no DRAFT
+section: ``meta.draft`` names the method, its parameters and its agreement
+estimates (its index is rebuilt from the token history)."""
 
 from __future__ import annotations
 
@@ -13,12 +15,14 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from .._native import __version__
+from ..errors import ParameterError
 from . import sections as S
 from .atomic import refuse_temp, write_bytes
 from .errors import SnapshotError, SnapshotFormatError
 from .format import Section, decode, encode
 
 if TYPE_CHECKING:
+    from ..ngram_draft import NgramDraft
     from ..speculative import SpeculativeEngine
 
 MAGIC = b"OXISPEC1"
@@ -27,9 +31,18 @@ META, TARGET, DRAFT = 1, 2, 3
 
 
 def dumps(spec: SpeculativeEngine) -> bytes:
+    from ..ngram_draft import NgramDraft
+
     spec._drop_lookahead()
     spec._sync()
+    draft = spec.draft
+    if isinstance(draft, NgramDraft):
+        assert spec._ng is not None
+        described: dict[str, Any] = {"method": "ngram", **draft.params(), **spec._ng.export()}
+    else:
+        described = {"method": "model"}
     meta = {
+        "draft": described,
         "num_speculative": spec.num_speculative,
         "seed": spec.seed,
         "async_draft": spec.async_draft,
@@ -56,12 +69,11 @@ def dumps(spec: SpeculativeEngine) -> bytes:
         "created_at": _dt.datetime.now(_dt.timezone.utc).isoformat(),
         "library_version": __version__,
     }
+    secs = [Section(META, S.encode_json(meta)), Section(TARGET, spec.target.snapshot_bytes())]
+    if not isinstance(draft, NgramDraft):
+        secs.append(Section(DRAFT, draft.snapshot_bytes()))
     return encode(
-        [
-            Section(META, S.encode_json(meta)),
-            Section(TARGET, spec.target.snapshot_bytes()),
-            Section(DRAFT, spec.draft.snapshot_bytes()),
-        ],
+        secs,
         magic=MAGIC,
         version=VERSION,
     )
@@ -89,10 +101,20 @@ def loads(
     from ..speculative import SpeculativeEngine, SpeculativeStats
 
     _, secs = decode(blob, magic=MAGIC)
-    for tag, name in ((META, "meta"), (TARGET, "target"), (DRAFT, "draft")):
+    for tag, name in ((META, "meta"), (TARGET, "target")):
         if tag not in secs:
             raise SnapshotFormatError(f"missing required section: {name}")
     meta = S.decode_json(secs[META], "meta")
+    described = meta.get("draft", {"method": "model"})
+    method = described.get("method") if isinstance(described, dict) else None
+    if method not in ("model", "ngram"):
+        raise SnapshotFormatError(f"meta.draft names an unknown draft method: {method!r}")
+    if method == "model" and DRAFT not in secs:
+        raise SnapshotFormatError("missing required section: draft")
+    if method == "ngram" and DRAFT in secs:
+        raise SnapshotFormatError("an n-gram draft's snapshot has a draft model section")
+    if method == "ngram" and draft_model_path is not None:
+        raise ParameterError("draft_model_path was given, but this snapshot's draft is n-gram")
     tokens = _ints(meta.get("tokens"), "meta.tokens")
     ahead = _ints(meta.get("ahead"), "meta.ahead")
     k, seed, stats = meta.get("num_speculative"), meta.get("seed"), meta.get("stats")
@@ -100,9 +122,18 @@ def loads(
         raise SnapshotFormatError("meta.num_speculative / meta.seed are invalid")
     if not isinstance(stats, dict):
         raise SnapshotFormatError("meta.stats is not an object")
+    ngram = _ngram_draft(described) if method == "ngram" else None
     target = Engine.restore_bytes(bytes(secs[TARGET]), model_path=target_model_path)
-    draft = Engine.restore_bytes(bytes(secs[DRAFT]), model_path=draft_model_path)
-    for eng, name in ((target, "target"), (draft, "draft")):
+    engines = [(target, "target")]
+    draft: Engine | NgramDraft
+    if ngram is None:
+        draft = Engine.restore_bytes(bytes(secs[DRAFT]), model_path=draft_model_path)
+        engines.append((draft, "draft"))
+    else:
+        draft = ngram
+        if k != ngram.num_speculative:
+            raise SnapshotFormatError("meta.num_speculative differs from meta.draft's")
+    for eng, name in engines:
         if eng.tokens != tokens[: eng.n_past] or eng.n_past > max(len(tokens) - 1, 0):
             raise SnapshotFormatError(f"the {name} session does not match the token history")
     async_draft, key = meta.get("async_draft", False), meta.get("draft_key", seed)
@@ -135,6 +166,14 @@ def loads(
         # numpy raises OverflowError for a state word past 128 bits.
         raise SnapshotFormatError(f"meta.rng or meta.stats is invalid: {e}") from None
     spec._rng = rng
+    spec._ng = None
+    spec._prompt_logits = None
+    if ngram is not None:
+        spec._ng = ngram.new_state(tokens)
+        try:
+            spec._ng.load(described)
+        except (TypeError, ValueError) as e:
+            raise SnapshotFormatError(f"meta.draft is invalid: {e}") from None
     spec._grammar, spec._matcher = None, None
     g = meta.get("grammar")
     if g is not None:
@@ -142,6 +181,19 @@ def loads(
 
         spec._grammar, spec._matcher = _grammar(target.model, g if isinstance(g, dict) else {})
     return spec
+
+
+def _ngram_draft(described: dict[str, Any]) -> NgramDraft:
+    from ..ngram_draft import NgramDraft
+
+    try:
+        return NgramDraft(
+            n_max=described["n_max"],
+            n_min=described["n_min"],
+            num_speculative=described["num_speculative"],
+        )
+    except (KeyError, ParameterError) as e:
+        raise SnapshotFormatError(f"meta.draft's n-gram parameters are invalid: {e}") from None
 
 
 def dump(spec: SpeculativeEngine, path: str | os.PathLike[str], *, durable: bool = True) -> None:
