@@ -171,7 +171,7 @@ _ID_KEYS: dict[str, tuple[str, ...]] = {
 }
 
 #: Tokenizer models we build: GGUF name -> kind.
-MODELS = {"gpt2": "bpe", "llama": "spm", "gemma4": "spm_bpe"}
+MODELS = {"gpt2": "bpe", "llama": "spm", "gemma4": "spm_bpe", "bert": "wpm"}
 
 
 @dataclass(frozen=True)
@@ -257,7 +257,7 @@ class GgufVocab:
             raise LoadError(
                 f"unsupported tokenizer model {model!r} (tokenizer.ggml.model); "
                 "supported: gpt2 (byte-level BPE), llama (SentencePiece), "
-                "gemma4 (SentencePiece-style BPE)"
+                "gemma4 (SentencePiece-style BPE), bert (WordPiece)"
             )
         kind = MODELS[model]
         raw_tokens = get("tokens")
@@ -285,7 +285,7 @@ class GgufVocab:
         )
 
         merges = get("merges")
-        if kind != "spm" and merges is None:
+        if kind in ("bpe", "spm_bpe") and merges is None:
             raise LoadError(f"{model!r} BPE vocabulary has no tokenizer.ggml.merges")
 
         pre_name = str(get("pre") or "default")
@@ -298,6 +298,11 @@ class GgufVocab:
             # default special ids.
             pre_name = "gemma4"
             special = {}
+            add_bos, add_space_prefix = True, False
+        elif kind == "wpm":
+            # llama.cpp's defaults for BERT: [CLS] is BOS, [SEP] is appended.
+            pre_name = "default"
+            special = {"bos": 101, "sep": 102, "unk": 100, "pad": 0, "mask": 103}
             add_bos, add_space_prefix = True, False
         else:
             pre_name = "default"  # SPM has no pre-tokenizer
@@ -321,6 +326,11 @@ class GgufVocab:
 
         add_bos = flag("add_bos_token", add_bos)
         add_eos = flag("add_eos_token", add_eos)
+        if kind == "wpm" and not add_eos and flag("add_sep_token", True):
+            # WordPiece ends a text with the separator ([SEP]) when the file
+            # does not say to end it with its EOS.
+            add_eos = True
+            special["eos"] = special.get("sep")
         add_space_prefix = flag("add_space_prefix", add_space_prefix)
         if kind == "spm_bpe":
             add_bos = True  # llama.cpp overrides a false add_bos_token for Gemma 4

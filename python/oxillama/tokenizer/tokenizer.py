@@ -29,6 +29,7 @@ from .gguf_vocab import (
 from .spm import SPACE, build_spm, byte_token_value, spm_piece
 from .spm_bpe import build_spm_bpe
 from .strip import strip_around
+from .wordpiece import build_wordpiece, wordpiece_piece
 
 __all__ = ["Tokenizer"]
 
@@ -114,7 +115,12 @@ class Tokenizer:
     @classmethod
     def _from_gguf(cls, metadata: Mapping[str, Any]) -> Tokenizer:
         v = GgufVocab.from_metadata(metadata)
-        builders = {"bpe": build_bpe, "spm": build_spm, "spm_bpe": build_spm_bpe}
+        builders = {
+            "bpe": build_bpe,
+            "spm": build_spm,
+            "spm_bpe": build_spm_bpe,
+            "wpm": build_wordpiece,
+        }
         hf = builders[v.kind](v)
         # Control tokens are "special" (split as text when parse_special is
         # off); user-defined ones are always matched whole.
@@ -373,6 +379,8 @@ def _gguf_piece(token: str, attr: int, kind: str) -> bytes:
         return spm_piece(token, attr)
     if attr & (A_SPECIAL | A_USER_DEFINED):
         return token.encode()
+    if kind == "wpm":
+        return wordpiece_piece(token) if attr & A_NORMAL else b""
     if attr & A_NORMAL:
         return bpe_piece(token)
     if attr & A_BYTE:
