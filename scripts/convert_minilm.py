@@ -124,7 +124,9 @@ def convert(zip_path: Path, out: Path, outtype: str = "f16") -> Path:
     w.add_layer_norm_eps(hp["layer_norm_eps"])
     w.add_causal_attention(False)
     w.add_pooling_type(gguf.PoolingType(_pooling(files)))
-    w.add_file_type(gguf.LlamaFileType.MOSTLY_F16 if outtype == "f16" else gguf.LlamaFileType.ALL_F32)
+    w.add_file_type(
+        gguf.LlamaFileType.MOSTLY_F16 if outtype == "f16" else gguf.LlamaFileType.ALL_F32
+    )
 
     w.add_tokenizer_model("bert")
     w.add_token_type_count(hp["type_vocab_size"])

@@ -12,6 +12,7 @@ from ._native import __version__
 from .async_engine import AsyncEngine
 from .async_session import AsyncSession
 from .completion import Completion, Timings
+from .embeddings import EmbedInput, Pooling
 from .engine import Engine
 from .errors import (
     GenerateError,
@@ -50,6 +51,7 @@ __all__ = [
     "AsyncSession",
     "Budget",
     "Completion",
+    "EmbedInput",
     "Engine",
     "GenerateError",
     "Grammar",
@@ -66,6 +68,7 @@ __all__ = [
     "OxiLlamaError",
     "ParameterError",
     "PinnedHotSet",
+    "Pooling",
     "SamplerConfig",
     "SessionState",
     "SnapshotError",

@@ -12,13 +12,14 @@ of an encoder).
 from __future__ import annotations
 
 import operator
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Literal, Union, get_args
+from typing import Any, Literal, get_args
 
 import numpy as np
 import numpy.typing as npt
 
+from . import _native
 from .errors import GenerateError, LoadError, ParameterError
 from .tokenizer import Tokenizer
 
@@ -27,7 +28,7 @@ __all__ = ["EmbedInput", "Pooling", "default_pooling", "pool", "prepare"]
 Pooling = Literal["last", "mean", "max", "cls", "none"]
 POOLINGS: tuple[str, ...] = get_args(Pooling)
 #: What one call embeds: a text, a token-id list, or a list of either.
-EmbedInput = Union[str, Sequence[int], Sequence[str], Sequence[Sequence[int]]]
+EmbedInput = str | Sequence[int] | Sequence[str] | Sequence[Sequence[int]]
 
 # `<arch>.pooling_type` as llama.cpp numbers it.
 _GGUF_POOLING: dict[int, Pooling] = {0: "none", 1: "mean", 2: "cls", 3: "last"}
@@ -87,12 +88,13 @@ class Prepared:
     n_tokens: int
 
 
-def prepare(
-    inputs: EmbedInput, tokenizer: Tokenizer, max_len: int, *, truncate: bool
-) -> Prepared:
+def prepare(inputs: EmbedInput, tokenizer: Tokenizer, max_len: int, *, truncate: bool) -> Prepared:
     """Tokenizes texts (with the model's special tokens) and checks token
     lists (used exactly as given); cuts an input longer than ``max_len``
     when ``truncate``, else raises :class:`GenerateError` naming it."""
+    if isinstance(inputs, Sequence | np.ndarray) and not isinstance(inputs, str | bytes):
+        if len(inputs) == 0:
+            raise ParameterError("input is an empty list")
     if isinstance(inputs, str):
         items: list[object] = [inputs]
         single = True
@@ -171,29 +173,43 @@ def _l2(x: npt.NDArray[Any]) -> npt.NDArray[np.float32]:
     return (x / np.where(n > 0, n, 1.0)).astype(np.float32)
 
 
-def max_len(native: Any, n_ctx: int) -> int:
+def max_len(native: _native.Model, n_ctx: int) -> int:
     """The longest input: the context size, and for an encoder also the
     position table."""
     return n_ctx if native.causal else min(n_ctx, native.n_ctx_train)
 
 
 def embed(
-    native: Any,
+    native: _native.Model,
     prepared: Prepared,
     pooling: Pooling,
     normalize: bool,
     threads: int,
     n_ctx: int,
-    run: Callable[[list[list[int]]], npt.NDArray[np.float32]] | None = None,
 ) -> npt.NDArray[np.float32] | list[npt.NDArray[np.float32]]:
-    """Hidden states of every input in passes of up to ``PASS_ROWS`` rows
-    (through ``run`` when given, e.g. on a worker thread), pooled."""
+    """Hidden states of every input in passes of up to ``PASS_ROWS`` rows,
+    pooled."""
+    hidden = native.embed_hidden(prepared.seqs, threads, n_ctx, PASS_ROWS)
+    return finish(hidden, prepared, pooling, normalize)
 
-    def native_run(seqs: list[list[int]]) -> npt.NDArray[np.float32]:
-        return native.embed_hidden(seqs, threads, n_ctx, PASS_ROWS)  # type: ignore[no-any-return]
 
-    hidden = (run or native_run)(prepared.seqs)
+def finish(
+    hidden: npt.NDArray[np.float32], prepared: Prepared, pooling: Pooling, normalize: bool
+) -> npt.NDArray[np.float32] | list[npt.NDArray[np.float32]]:
+    """Pools the hidden states of ``prepared`` and shapes the answer."""
     out = pool(hidden, [len(s) for s in prepared.seqs], pooling, normalize)
-    if prepared.single:
-        return out[0]
+    return out[0] if prepared.single else out
+
+
+def groups(seqs: list[list[int]], rows: int) -> list[list[list[int]]]:
+    """Consecutive runs of ``seqs`` of at most ``rows`` tokens (a longer
+    sequence alone)."""
+    out: list[list[list[int]]] = []
+    n = rows
+    for s in seqs:
+        if not out or n + len(s) > rows:
+            out.append([])
+            n = 0
+        out[-1].append(s)
+        n += len(s)
     return out
