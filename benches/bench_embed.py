@@ -79,7 +79,7 @@ def cpu() -> str:
     return f"{name} ({os.cpu_count()} logical CPUs; {flags})"
 
 
-def worker(engine: str, model: str, threads: int, inner: int) -> dict[str, float]:
+def worker(engine: str, model: str, threads: int, inner: int, llama_batch: int) -> dict[str, float]:
     texts = sentences()
     if engine == "oxillama":
         from oxillama import Engine
@@ -94,7 +94,8 @@ def worker(engine: str, model: str, threads: int, inner: int) -> dict[str, float
 
         probe = llama_cpp.Llama(model, vocab_only=True, verbose=False)
         n_tok = sum(len(probe.tokenize(t.encode())) for t in texts)
-        n = 1 << (n_tok - 1).bit_length()
+        # Sized for the whole batch unless --llama-batch says otherwise.
+        n = llama_batch or 1 << (n_tok - 1).bit_length()
         llm = llama_cpp.Llama(
             model,
             embedding=True,
@@ -119,7 +120,7 @@ def worker(engine: str, model: str, threads: int, inner: int) -> dict[str, float
     return {"sentences_per_s": statistics.median(rates), "tokens": n_tok}
 
 
-def spawn(engine: str, model: str, threads: int, inner: int) -> dict[str, float]:
+def spawn(engine: str, model: str, threads: int, inner: int, llama_batch: int) -> dict[str, float]:
     out = subprocess.run(
         [
             sys.executable,
@@ -132,6 +133,8 @@ def spawn(engine: str, model: str, threads: int, inner: int) -> dict[str, float]
             str(threads),
             "--inner",
             str(inner),
+            "--llama-batch",
+            str(llama_batch),
         ],
         check=True,
         capture_output=True,
@@ -147,9 +150,16 @@ def main() -> None:
     ap.add_argument("--reps", type=int, default=5)
     ap.add_argument("--inner", type=int, default=3)
     ap.add_argument("--worker", default=None)
+    ap.add_argument(
+        "--llama-batch",
+        type=int,
+        default=0,
+        help="llama.cpp's n_ctx = n_batch = n_ubatch (default: the whole batch's tokens, "
+        "rounded up to a power of two)",
+    )
     a = ap.parse_args()
     if a.worker:
-        print(json.dumps(worker(a.worker, a.model, a.threads, a.inner)))
+        print(json.dumps(worker(a.worker, a.model, a.threads, a.inner, a.llama_batch)))
         return
     with tempfile.TemporaryDirectory() as d:
         model = a.model
@@ -159,11 +169,14 @@ def main() -> None:
 
             model = str(convert(default_zip(), Path(d) / "minilm.gguf"))
         print(f"CPU: {cpu()}")
-        print(f"model: {Path(model).name}, {N_SENTENCES} sentences, {a.threads} threads")
+        print(
+            f"model: {Path(model).name}, {N_SENTENCES} sentences, {a.threads} threads, "
+            f"llama.cpp n_batch {a.llama_batch or 'sized for the batch'}"
+        )
         ours, theirs, ratios = [], [], []
         for rep in range(a.reps):
             order = ("oxillama", "llama.cpp") if rep % 2 == 0 else ("llama.cpp", "oxillama")
-            got = {e: spawn(e, model, a.threads, a.inner) for e in order}
+            got = {e: spawn(e, model, a.threads, a.inner, a.llama_batch) for e in order}
             o, t = got["oxillama"]["sentences_per_s"], got["llama.cpp"]["sentences_per_s"]
             ours.append(o)
             theirs.append(t)

@@ -157,3 +157,21 @@ def test_embedding_leaves_the_session_alone(engine: Engine) -> None:
     engine.reset()
     whole = engine.generate("The capital of France is", 12, ignore_eos=True)
     assert first.tokens + rest.tokens == whole.tokens
+
+
+def test_active_lora_applies_to_embeddings(model_path: Path, tmp_path: Path) -> None:
+    from tests.lora import cases
+
+    adapter = tmp_path / "smol_a.gguf"
+    cases.smol_a(model_path, adapter)
+    eng = Engine(model_path, context_size=128, threads=2)
+    text = "The capital of France is Paris."
+    plain = eng.embed(text, normalize=False)
+    eng.load_lora(adapter, scale=1.0)
+    tuned = eng.embed(text, normalize=False)
+    # The last token's hidden state is the one generation computes.
+    eng.eval(eng.tokenize(text))
+    hidden = eng._session.last_hidden()
+    assert hidden is not None
+    np.testing.assert_allclose(tuned, hidden, rtol=1e-5, atol=1e-5)
+    assert _cos(plain, tuned) < 0.9999

@@ -279,20 +279,24 @@ class AsyncEngine:
         pooling: Pooling | None = None,
         normalize: bool = True,
         truncate: bool = True,
+        lora: str | None = None,
     ) -> npt.NDArray[np.float32] | list[npt.NDArray[np.float32]]:
-        """:meth:`Engine.embed` on the worker that runs generation. The
-        inputs go in slices of at most ``EMBED_JOB_ROWS`` tokens, each one
-        job between two decode steps, so streams keep advancing while a
-        large batch is embedded."""
+        """:meth:`Engine.embed` on the worker that runs generation (with the
+        registered adapter ``lora`` applied, if named). The inputs go in
+        slices of at most ``EMBED_JOB_ROWS`` tokens, each one job between
+        two decode steps, so streams keep advancing while a large batch is
+        embedded."""
         eng = self._engine
         mode = eng.pooling if pooling is None else _emb.check_pooling(pooling)
         n = _emb.max_len(eng._model, eng.n_ctx)
         prepared = _emb.prepare(texts, eng.tokenizer, n, truncate=truncate)
         native, threads = eng._model, eng.threads
+        loras = list(self._lora(lora))
+        rows = EMBED_JOB_ROWS
         parts = []
-        for group in _emb.groups(prepared.seqs, EMBED_JOB_ROWS):
+        for group in _emb.groups(prepared.seqs, rows):
             job = self._scheduler.call(
-                lambda g=group: native.embed_hidden(g, threads, n, EMBED_JOB_ROWS)  # type: ignore[misc]
+                lambda g=group: native.embed_hidden(g, threads, n, rows, loras)  # type: ignore[misc]
             )
             parts.append(await asyncio.wrap_future(job))
         return _emb.finish(np.concatenate(parts), prepared, mode, normalize)

@@ -120,7 +120,7 @@ def prepare(inputs: EmbedInput, tokenizer: Tokenizer, max_len: int, *, truncate:
             toks = tokenizer.encode(x, add_special=True, parse_special=False)
             if not toks:
                 raise ParameterError(f"{where} is an empty text and the model adds no tokens")
-            keep_last = tokenizer.add_eos and len(toks) > 1
+            keep_last = tokenizer.adds_closing_token and len(toks) > 1
         else:
             got = _token_list(x, where)
             if got is None:
@@ -186,10 +186,11 @@ def embed(
     normalize: bool,
     threads: int,
     n_ctx: int,
+    loras: list[tuple[_native.LoraAdapter, float]],
 ) -> npt.NDArray[np.float32] | list[npt.NDArray[np.float32]]:
-    """Hidden states of every input in passes of up to ``PASS_ROWS`` rows,
-    pooled."""
-    hidden = native.embed_hidden(prepared.seqs, threads, n_ctx, PASS_ROWS)
+    """Hidden states of every input in passes of up to ``PASS_ROWS`` rows
+    (with ``loras`` applied), pooled."""
+    hidden = native.embed_hidden(prepared.seqs, threads, n_ctx, PASS_ROWS, loras)
     return finish(hidden, prepared, pooling, normalize)
 
 

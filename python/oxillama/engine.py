@@ -355,11 +355,13 @@ class Engine:
         their own, so the generation session is left exactly as it was.
         An input longer than the context is cut when ``truncate``, else a
         :class:`GenerateError` names it; ``normalize`` scales each vector
-        to unit length."""
+        to unit length. The engine's active LoRA adapters apply."""
         mode = self.pooling if pooling is None else _emb.check_pooling(pooling)
         n = _emb.max_len(self._model, self.n_ctx)
         prepared = _emb.prepare(texts, self.tokenizer, n, truncate=truncate)
-        return _emb.embed(self._model, prepared, mode, normalize, self.threads, n)
+        # The session's active LoRA adapters apply, as to its generation.
+        loras = [(a.native, float(s)) for a, s in self._state.loras.items() if s != 0.0]
+        return _emb.embed(self._model, prepared, mode, normalize, self.threads, n, loras)
 
     def metrics(self) -> dict[str, float | int]:
         """Running totals of this engine's generation calls, under

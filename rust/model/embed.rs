@@ -9,22 +9,35 @@ use std::sync::Arc;
 use super::forward::{Model, Scratch, Segment};
 use super::kv_cache::{KvCache, KvDtype};
 use super::kv_pool::{KvPool, PAGE};
+use crate::lora::ActiveLora;
 use crate::ops::vec::VecKernels;
 use crate::threadpool::ThreadPool;
 use crate::{Error, Result};
 
 /// The last hidden state of every token of every sequence, `sum(len) x
 /// n_embd`, sequence after sequence. `max_len` bounds one sequence (the
-/// caller's context size); a longer one is an error naming its index.
+/// caller's context size; a longer one is an error naming its index),
+/// `max_rows` one pass; `loras` apply to every row.
 pub fn embed_hidden(
     model: &Model,
     pool: &ThreadPool,
     vk: &VecKernels,
     seqs: &[Vec<u32>],
-    max_len: usize,
-    max_rows: usize,
+    (max_len, max_rows): (usize, usize),
+    loras: &[ActiveLora],
 ) -> Result<Vec<f32>> {
     let c = &model.cfg;
+    for l in loras {
+        if !l.adapter.fits(model) {
+            return Err(Error::lora("the LoRA adapter was loaded for another model"));
+        }
+        if !l.scale.is_finite() {
+            return Err(Error::invalid(format!(
+                "LoRA scale must be finite, got {}",
+                l.scale
+            )));
+        }
+    }
     if c.ssm.is_some() {
         return Err(Error::invalid(format!(
             "embeddings are not supported for the recurrent architecture {}",
@@ -95,7 +108,7 @@ pub fn embed_hidden(
                 pos0: 0,
                 decode_rows: false,
                 rec: None,
-                lora: &[],
+                lora: loras,
             })
             .collect();
         let dst = &mut out[row0 * e..(row0 + rows) * e];

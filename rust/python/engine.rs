@@ -108,7 +108,8 @@ impl PyModel {
     /// The final hidden state of every token of every sequence, `(sum of
     /// lengths, n_embd)` float32, from scratch passes of at most `max_rows`
     /// rows that touch no session. The GIL is released meanwhile.
-    #[pyo3(signature = (seqs, threads, max_len, max_rows=2048))]
+    /// `loras` (adapter, scale) apply to every row, as in a session.
+    #[pyo3(signature = (seqs, threads, max_len, max_rows=2048, loras=Vec::new()))]
     fn embed_hidden<'py>(
         &self,
         py: Python<'py>,
@@ -116,15 +117,25 @@ impl PyModel {
         threads: usize,
         max_len: usize,
         max_rows: usize,
+        loras: Vec<(Bound<'py, PyLoraAdapter>, f32)>,
     ) -> PyResult<Bound<'py, PyAny>> {
         let m = &self.inner;
         let rows: usize = seqs.iter().map(Vec::len).sum();
         let e = m.cfg.n_embd;
+        let active: Vec<ActiveLora> = loras
+            .iter()
+            .map(|(a, scale)| ActiveLora {
+                adapter: Arc::clone(&a.borrow().inner),
+                scale: *scale,
+            })
+            .collect();
         let pool = shared_pool(threads.max(1));
         let vk = crate::ops::vec::best();
         let out = guard(|| {
-            py.detach(|| crate::model::embed::embed_hidden(m, &pool, vk, &seqs, max_len, max_rows))
-                .py_err()
+            py.detach(|| {
+                crate::model::embed::embed_hidden(m, &pool, vk, &seqs, (max_len, max_rows), &active)
+            })
+            .py_err()
         })?;
         Ok(PyArray1::from_vec(py, out).reshape([rows, e])?.into_any())
     }

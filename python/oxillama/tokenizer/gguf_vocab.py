@@ -190,6 +190,8 @@ class GgufVocab:
     add_bos: bool
     add_eos: bool
     add_space_prefix: bool
+    #: WordPiece: append the separator token after the text (and EOS).
+    add_sep: bool
     eog_ids: frozenset[int]
 
     # ---------------------------------------------------------- accessors
@@ -216,6 +218,10 @@ class GgufVocab:
     @property
     def unk_id(self) -> int | None:
         return self.special.get("unk")
+
+    @property
+    def sep_id(self) -> int | None:
+        return self.special.get("sep")
 
     @property
     def pad_id(self) -> int | None:
@@ -326,11 +332,10 @@ class GgufVocab:
 
         add_bos = flag("add_bos_token", add_bos)
         add_eos = flag("add_eos_token", add_eos)
-        if kind == "wpm" and not add_eos and flag("add_sep_token", True):
-            # WordPiece ends a text with the separator ([SEP]) when the file
-            # does not say to end it with its EOS.
-            add_eos = True
-            special["eos"] = special.get("sep")
+        # WordPiece ends a text with the separator ([SEP]) unless told not to.
+        add_sep = kind == "wpm" and flag("add_sep_token", True)
+        if add_sep and special.get("sep") is None:
+            raise LoadError("tokenizer.ggml.add_sep_token is true but there is no separator token")
         add_space_prefix = flag("add_space_prefix", add_space_prefix)
         if kind == "spm_bpe":
             add_bos = True  # llama.cpp overrides a false add_bos_token for Gemma 4
@@ -399,6 +404,7 @@ class GgufVocab:
             add_bos=add_bos,
             add_eos=add_eos,
             add_space_prefix=add_space_prefix,
+            add_sep=add_sep,
             eog_ids=frozenset(eog),
         )
 

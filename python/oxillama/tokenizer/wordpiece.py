@@ -11,15 +11,29 @@ which is what llama.cpp's WordPiece tokenizer reproduces.
 
 from __future__ import annotations
 
-from tokenizers import Tokenizer, decoders, models, normalizers, pre_tokenizers
+from tokenizers import Regex, Tokenizer, decoders, models, normalizers, pre_tokenizers
 
 from .gguf_vocab import GgufVocab
 
-__all__ = ["PHANTOM_SPACE", "build_wordpiece", "wordpiece_piece"]
+__all__ = ["PHANTOM_SPACE", "build_wordpiece", "prenormalize", "wordpiece_piece"]
 
 PHANTOM_SPACE = "\u2581"
 #: BERT leaves a word longer than this as one unknown token.
 MAX_WORD_CHARS = 100
+
+
+# llama.cpp's WordPiece differs from BERT's own normalizer in two places,
+# and its ids are the reference: a precomposed Hangul syllable keeps only
+# its leading consonant (its decomposition stops there), and upper case
+# maps code point by code point (a final capital sigma becomes U+03C3, not
+# the final form U+03C2).
+_QUIRKS = {s: 0x1100 + (s - 0xAC00) // 588 for s in range(0xAC00, 0xD7A4)}
+_QUIRKS[ord("\u03a3")] = ord("\u03c3")
+
+
+def prenormalize(text: str) -> str:
+    """The part of llama.cpp's normalization done before the HF pipeline."""
+    return text if text.isascii() else text.translate(_QUIRKS)
 
 
 def _bert_token(token: str) -> str:
@@ -58,8 +72,15 @@ def build_wordpiece(v: GgufVocab) -> Tokenizer:
             max_input_chars_per_word=MAX_WORD_CHARS,
         )
     )
-    tok.normalizer = normalizers.BertNormalizer(
-        clean_text=True, handle_chinese_chars=True, strip_accents=None, lowercase=True
+    tok.normalizer = normalizers.Sequence(
+        [
+            normalizers.BertNormalizer(
+                clean_text=True, handle_chinese_chars=True, strip_accents=True, lowercase=True
+            ),
+            # llama.cpp drops every combining mark (spacing and enclosing
+            # ones too), BERT only the nonspacing ones.
+            normalizers.Replace(Regex(r"\p{M}"), ""),
+        ]
     )
     tok.pre_tokenizer = pre_tokenizers.BertPreTokenizer()
     tok.decoder = decoders.WordPiece(prefix="##")

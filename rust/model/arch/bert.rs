@@ -80,6 +80,11 @@ pub fn load(f: &GgufFile, cfg: &mut ModelConfig) -> Result<Loaded> {
     let position = matrix(f, "position_embd.weight", e, None)?;
     cfg.n_ctx_train = cfg.n_ctx_train.min(position.rows);
     let types = matrix(f, "token_types.weight", e, None)?;
+    if types.rows == 0 || position.rows == 0 {
+        return Err(Error::load(
+            "bert needs at least one row in token_types and position_embd",
+        ));
+    }
     let mut type0 = vec![0f32; e];
     dequantize_row(types.ty, types.view(f).row(0), &mut type0)?;
     let input = EncoderInput {
