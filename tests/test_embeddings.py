@@ -141,6 +141,8 @@ def test_bad_inputs_are_typed_errors(minilm: Engine) -> None:
         minilm.embed(["a", 3.5])  # type: ignore[list-item]
     with pytest.raises(ParameterError, match="input 0 is an empty token list"):
         minilm.embed([[]])
+    with pytest.raises(ParameterError, match=r"input 1 has a token id outside \[0, 2\*\*32\)"):
+        minilm.embed([[101, 102], [101, 2**40]])
     with pytest.raises(ParameterError, match="input 1: token id 99999 is outside"):
         minilm.embed([[101, 102], [101, 99999]])
     with pytest.raises(GenerateError, match=r"encoder .* cannot generate"):

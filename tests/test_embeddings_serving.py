@@ -148,3 +148,25 @@ def test_truncate_field_cuts_long_texts(base_url: str) -> None:
     status, body = _post(base_url, {"input": ["fine", "word " * 80], "truncate": True})
     assert status == 200
     assert body["usage"] == {"prompt_tokens": 3 + 64, "total_tokens": 67}
+
+
+def test_async_embed_applies_a_named_lora(model_path: Path, tmp_path: Path) -> None:
+    from oxillama import LoraError
+    from tests.lora import cases
+
+    adapter = tmp_path / "smol_a.gguf"
+    cases.smol_a(model_path, adapter)
+    text = "The capital of France is Paris."
+    eng = Engine(model_path, context_size=128, threads=2)
+    eng.load_lora(adapter, scale=0.5)
+    want = eng.embed(text, normalize=False)
+
+    async def run() -> np.ndarray:
+        async with AsyncEngine(
+            model_path, context_size=128, threads=2, loras={"a": (adapter, 0.5)}
+        ) as ae:
+            with pytest.raises(LoraError, match="unknown LoRA adapter 'b'"):
+                await ae.embed(text, lora="b")
+            return np.asarray(await ae.embed(text, normalize=False, lora="a"))
+
+    np.testing.assert_allclose(asyncio.run(run()), want, rtol=1e-5, atol=1e-5)

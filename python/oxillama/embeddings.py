@@ -72,8 +72,8 @@ def _token_list(x: object, where: str) -> list[int] | None:
         out.append(operator.index(t))
     if not out:
         raise ParameterError(f"{where} is an empty token list")
-    if any(t < 0 for t in out):
-        raise ParameterError(f"{where} has a negative token id")
+    if any(not 0 <= t < 1 << 32 for t in out):
+        raise ParameterError(f"{where} has a token id outside [0, 2**32)")
     return out
 
 
@@ -84,8 +84,6 @@ class Prepared:
     seqs: list[list[int]]
     #: One input (a str or one token list): the answer is one vector.
     single: bool
-    #: Tokens each input had before truncation (the server's usage).
-    n_tokens: int
 
 
 def prepare(inputs: EmbedInput, tokenizer: Tokenizer, max_len: int, *, truncate: bool) -> Prepared:
@@ -112,7 +110,6 @@ def prepare(inputs: EmbedInput, tokenizer: Tokenizer, max_len: int, *, truncate:
     if not items:
         raise ParameterError("input is an empty list")
     seqs: list[list[int]] = []
-    total = 0
     for i, x in enumerate(items):
         where = f"input {i}"
         if isinstance(x, str):
@@ -128,7 +125,6 @@ def prepare(inputs: EmbedInput, tokenizer: Tokenizer, max_len: int, *, truncate:
                     f"{where} must be a string or a list of token ids, got {type(x).__name__}"
                 )
             toks, keep_last = got, False
-        total += len(toks)
         if len(toks) > max_len:
             if not truncate:
                 raise GenerateError(
@@ -139,7 +135,7 @@ def prepare(inputs: EmbedInput, tokenizer: Tokenizer, max_len: int, *, truncate:
             # truncation does; token ids are cut as given.
             toks = toks[: max_len - 1] + toks[-1:] if keep_last else toks[:max_len]
         seqs.append(toks)
-    return Prepared(seqs, single, total)
+    return Prepared(seqs, single)
 
 
 def pool(

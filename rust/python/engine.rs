@@ -125,7 +125,7 @@ impl PyModel {
         let active: Vec<ActiveLora> = loras
             .iter()
             .map(|(a, scale)| ActiveLora {
-                adapter: Arc::clone(&a.borrow().inner),
+                adapter: Arc::clone(&a.get().inner),
                 scale: *scale,
             })
             .collect();
