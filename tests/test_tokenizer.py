@@ -346,8 +346,8 @@ def is_unk_special(tok: Tokenizer) -> bool:
 def test_missing_or_unsupported_vocabulary_raises_load_error() -> None:
     with pytest.raises(LoadError, match=r"tokenizer\.ggml\.model is missing"):
         Tokenizer.from_gguf_metadata({})
-    with pytest.raises(LoadError, match="unsupported tokenizer model 'bert'"):
-        Tokenizer.from_gguf_metadata({**_tiny_bpe("gpt2"), "tokenizer.ggml.model": "bert"})
+    with pytest.raises(LoadError, match="unsupported tokenizer model 't5'"):
+        Tokenizer.from_gguf_metadata({**_tiny_bpe("gpt2"), "tokenizer.ggml.model": "t5"})
     no_merges = {k: v for k, v in _tiny_bpe("gpt2").items() if k != "tokenizer.ggml.merges"}
     with pytest.raises(LoadError, match="merges"):
         Tokenizer.from_gguf_metadata(no_merges)

@@ -13,6 +13,7 @@ from .async_engine import AsyncEngine
 from .async_session import AsyncSession
 from .beam import Beam
 from .completion import Completion, Piece, Timings, TokenLogprob
+from .embeddings import EmbedInput, Pooling
 from .engine import Engine
 from .errors import (
     GenerateError,
@@ -55,6 +56,7 @@ __all__ = [
     "Budget",
     "Completion",
     "Custom",
+    "EmbedInput",
     "Engine",
     "GenerateError",
     "Grammar",
@@ -74,6 +76,7 @@ __all__ = [
     "ParameterError",
     "Piece",
     "PinnedHotSet",
+    "Pooling",
     "SamplerConfig",
     "SessionState",
     "SnapshotError",

@@ -72,6 +72,16 @@ class Model:
     ) -> None: ...
     def clear_offload(self) -> None: ...
     def offload_stats(self) -> dict[str, Any] | None: ...
+    def embed_hidden(
+        self,
+        seqs: list[list[int]],
+        threads: int,
+        max_len: int,
+        max_rows: int = 2048,
+        loras: list[tuple[LoraAdapter, float]] = ...,
+    ) -> npt.NDArray[np.float32]: ...
+    @property
+    def causal(self) -> bool: ...
 
 @final
 @final

@@ -9,11 +9,16 @@ from collections.abc import AsyncGenerator, Callable, Mapping, Sequence
 from dataclasses import replace
 from typing import Any
 
+import numpy as np
+import numpy.typing as npt
+
 from . import _native
+from . import embeddings as _emb
 from ._mailbox import Mailbox
 from .async_session import AsyncSession
 from .beam import Beam, BeamSearch
 from .completion import Completion
+from .embeddings import EmbedInput, Pooling
 from .engine import Engine, Message, Prompt
 from .errors import GenerateError, LoraError, ParameterError
 from .grammar import Grammar
@@ -29,6 +34,9 @@ from .session_state import SessionState
 __all__ = ["AsyncEngine", "AsyncSession"]
 
 _END = object()
+#: Tokens one embedding job may run between two decode steps: small enough
+#: that streams sharing the worker wait one short pass, not the whole batch.
+EMBED_JOB_ROWS = 512
 
 
 class AsyncEngine:
@@ -274,6 +282,37 @@ class AsyncEngine:
         """:meth:`Engine.snapshot` off the event loop."""
         loop = asyncio.get_running_loop()
         await loop.run_in_executor(None, lambda: engine.snapshot(path, durable=durable))
+
+    # ---------------------------------------------------------- embeddings
+
+    async def embed(
+        self,
+        texts: EmbedInput,
+        *,
+        pooling: Pooling | None = None,
+        normalize: bool = True,
+        truncate: bool = True,
+        lora: str | None = None,
+    ) -> npt.NDArray[np.float32] | list[npt.NDArray[np.float32]]:
+        """:meth:`Engine.embed` on the worker that runs generation (with the
+        registered adapter ``lora`` applied, if named). The inputs go in
+        slices of at most ``EMBED_JOB_ROWS`` tokens, each one job between
+        two decode steps, so streams keep advancing while a large batch is
+        embedded."""
+        eng = self._engine
+        mode = eng.pooling if pooling is None else _emb.check_pooling(pooling)
+        n = _emb.max_len(eng._model, eng.n_ctx)
+        prepared = _emb.prepare(texts, eng.tokenizer, n, truncate=truncate)
+        native, threads = eng._model, eng.threads
+        loras = list(self._lora(lora))
+        rows = EMBED_JOB_ROWS
+        parts = []
+        for group in _emb.groups(prepared.seqs, rows):
+            job = self._scheduler.call(
+                lambda g=group: native.embed_hidden(g, threads, n, rows, loras)  # type: ignore[misc]
+            )
+            parts.append(await asyncio.wrap_future(job))
+        return _emb.finish(np.concatenate(parts), prepared, mode, normalize)
 
     # ------------------------------------------------------------ requests
 

@@ -13,10 +13,12 @@ import numpy as np
 import numpy.typing as npt
 
 from . import _native
+from . import embeddings as _emb
 from ._text import TextAssembler
 from .beam import Beam, BeamSearch
 from .beam import check_args as check_beam_args
 from .completion import Completion, FinishReason, Timings, TokenLogprob
+from .embeddings import EmbedInput, Pooling
 from .engine_metrics import EngineMetrics
 from .errors import GenerateError, ParameterError
 from .grammar import Grammar, allowed_bytes
@@ -335,6 +337,38 @@ class Engine:
     @property
     def sampler(self) -> SamplerConfig:
         return self._sampler_config
+
+    # ------------------------------------------------------------ embeddings
+
+    @property
+    def pooling(self) -> Pooling:
+        """The pooling ``embed`` uses by default: the file's
+        ``<arch>.pooling_type``, else ``"last"``."""
+        return _emb.default_pooling(self.metadata, self.arch)
+
+    def embed(
+        self,
+        texts: EmbedInput,
+        *,
+        pooling: Pooling | None = None,
+        normalize: bool = True,
+        truncate: bool = True,
+    ) -> npt.NDArray[np.float32] | list[npt.NDArray[np.float32]]:
+        """Embeddings of ``texts``: a string or a token-id list gives a
+        ``(dim,)`` vector, a list of them an ``(n, dim)`` float32 array
+        (``pooling="none"``: one ``(tokens, dim)`` array per input, in a
+        list or alone). Texts get the model's special tokens; token ids are
+        used as given. All inputs go through batched forward passes of
+        their own, so the generation session is left exactly as it was.
+        An input longer than the context is cut when ``truncate``, else a
+        :class:`GenerateError` names it; ``normalize`` scales each vector
+        to unit length. The engine's active LoRA adapters apply."""
+        mode = self.pooling if pooling is None else _emb.check_pooling(pooling)
+        n = _emb.max_len(self._model, self.n_ctx)
+        prepared = _emb.prepare(texts, self.tokenizer, n, truncate=truncate)
+        # The session's active LoRA adapters apply, as to its generation.
+        loras = [(a.native, float(s)) for a, s in self._state.loras.items() if s != 0.0]
+        return _emb.embed(self._model, prepared, mode, normalize, self.threads, n, loras)
 
     def metrics(self) -> dict[str, float | int]:
         """Running totals of this engine's generation calls, under

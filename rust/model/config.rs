@@ -86,6 +86,10 @@ pub struct ModelConfig {
     /// Llama-4 style attention temperature: queries at position `p` are
     /// multiplied by `ln(floor(p / floor) + 1) * scale + 1`.
     pub attn_temp: Option<(f32, usize)>,
+    /// `<arch>.attention.causal`: false for an encoder (BERT), whose
+    /// queries see their whole sequence; such a model embeds, it cannot
+    /// generate.
+    pub causal: bool,
 }
 
 /// Typed access to `<arch>.<key>` metadata, with errors naming the key.
@@ -255,6 +259,7 @@ impl ModelConfig {
             residual_mul: 1.0,
             ssm: None,
             attn_temp: None,
+            causal: true,
         })
     }
 

@@ -6,6 +6,7 @@
 
 use std::sync::{Arc, RwLock};
 
+use super::arch::bert::EncoderInput;
 use super::arch::{self, Arch, RopeFactors};
 use super::blocks::Norm;
 use super::config::ModelConfig;
@@ -82,9 +83,11 @@ pub struct Model {
     pub cfg: ModelConfig,
     tok_embd: MatRef,
     output: MatRef,
-    output_norm: Norm,
+    /// Absent only in an encoder (BERT), whose last layer ends in a norm.
+    output_norm: Option<Norm>,
     output_bias: Option<Vec<f32>>,
     arch: Arch,
+    encoder: Option<EncoderInput>,
     ropes: Ropes,
     /// The memory budget's pager, when the model runs under one.
     pager: RwLock<Option<Arc<LayerPager>>>,
@@ -172,12 +175,16 @@ impl Model {
         } else {
             tok_embd
         };
-        let output_norm = Norm::from_vectors(
-            cfg.norm,
-            vector(f, "output_norm.weight", e)?,
-            opt_vector(f, "output_norm.bias", e)?,
-            cfg.norm_eps,
-        );
+        let output_norm = if cfg.causal || f.tensor("output_norm.weight").is_some() {
+            Some(Norm::from_vectors(
+                cfg.norm,
+                vector(f, "output_norm.weight", e)?,
+                opt_vector(f, "output_norm.bias", e)?,
+                cfg.norm_eps,
+            ))
+        } else {
+            None
+        };
         let output_bias = opt_vector(f, "output.bias", cfg.n_vocab)?;
         let base = Rope::new(
             cfg.rope_order,
@@ -211,6 +218,7 @@ impl Model {
             output_norm,
             output_bias,
             arch: loaded.arch,
+            encoder: loaded.encoder,
             ropes: Ropes {
                 global,
                 local,
@@ -369,6 +377,92 @@ impl Model {
         s: &mut Scratch,
         logits: &mut Vec<f32>,
     ) -> Result<()> {
+        if !self.cfg.causal {
+            return Err(Error::generate(format!(
+                "{} is an encoder (embedding) model with bidirectional attention: \
+                 it cannot generate; use embed()",
+                self.cfg.arch
+            )));
+        }
+        let all_logits = all_logits && segs.len() == 1;
+        self.run_layers(pool, vk, segs, s, |p, s, pass| {
+            let c = &self.cfg;
+            // Only the rows whose logits are wanted go through the output
+            // head, which is the largest matrix of a small model.
+            let mut picked: Vec<usize> = Vec::with_capacity(p.segs.len());
+            // Head rows of each segment: [picked_starts[g], picked_starts[g + 1]).
+            let mut picked_starts = Vec::with_capacity(p.segs.len() + 1);
+            for (g, seg) in p.segs.iter().enumerate() {
+                picked_starts.push(picked.len());
+                let (a, b) = (p.starts[g], p.starts[g + 1]);
+                if all_logits || seg.all_rows {
+                    picked.extend(a..b);
+                } else {
+                    picked.push(b - 1);
+                }
+            }
+            picked_starts.push(picked.len());
+            let (e, rows) = (c.n_embd, picked.len());
+            fit(&mut s.h, rows * e);
+            for (r, &t) in picked.iter().enumerate() {
+                self.final_norm(&s.x[t * e..(t + 1) * e], &mut s.h[r * e..(r + 1) * e]);
+            }
+            logits.resize(rows * c.n_vocab, 0.0);
+            self.head_matmul(pool, &s.h, rows, logits, &mut s.acts, pass)?;
+            if p.segs.iter().any(|g| !g.lora.is_empty()) {
+                let ranges: Vec<(&[ActiveLora], usize, usize)> = p
+                    .segs
+                    .iter()
+                    .enumerate()
+                    .map(|(g, seg)| (seg.lora, picked_starts[g], picked_starts[g + 1]))
+                    .collect();
+                lora::apply_ranges(pool, vk, &self.output, &s.h, logits, ranges.into_iter());
+            }
+            self.finish_logits(logits);
+            Ok(())
+        })
+    }
+
+    /// The final hidden state of every row of every segment (`rows x
+    /// n_embd`, segment after segment), after the output norm when the
+    /// model has one: what llama.cpp pools into embeddings.
+    pub fn forward_hidden(
+        &self,
+        pool: &ThreadPool,
+        vk: &VecKernels,
+        segs: &mut [Segment<'_>],
+        s: &mut Scratch,
+        out: &mut [f32],
+    ) -> Result<()> {
+        self.run_layers(pool, vk, segs, s, |p, s, _| {
+            let e = self.cfg.n_embd;
+            if out.len() != p.n * e {
+                return Err(Error::internal("hidden-state buffer of the wrong size"));
+            }
+            for (src, dst) in s.x.chunks_exact(e).zip(out.chunks_exact_mut(e)) {
+                self.final_norm(src, dst);
+            }
+            Ok(())
+        })
+    }
+
+    fn final_norm(&self, x: &[f32], out: &mut [f32]) {
+        match &self.output_norm {
+            Some(n) => n.apply(x, out),
+            None => out.copy_from_slice(x),
+        }
+    }
+
+    /// Lays the segments' rows out, embeds them, runs every layer, then
+    /// hands the pass (with the residual stream in `s.x`) to `finish`.
+    fn run_layers<R>(
+        &self,
+        pool: &ThreadPool,
+        vk: &VecKernels,
+        segs: &mut [Segment<'_>],
+        s: &mut Scratch,
+        finish: impl FnOnce(&Pass<'_, '_, '_>, &mut Scratch, Option<&mut PagerPass<'_>>) -> Result<R>,
+    ) -> Result<R> {
         if segs.iter().any(|g| g.tokens.is_empty()) || segs.is_empty() {
             return Err(Error::generate("forward called with no tokens"));
         }
@@ -380,7 +474,6 @@ impl Model {
                 "a segment's recurrent state does not match the model",
             ));
         }
-        let all_logits = all_logits && segs.len() == 1;
         // Row layout: the segments' tokens one after the other.
         let mut starts = Vec::with_capacity(segs.len() + 1);
         let mut rows_pos = Vec::new();
@@ -396,6 +489,9 @@ impl Model {
         let pager = self.current_pager();
         let mut pass = pager.as_deref().map(LayerPager::begin);
         self.embed(&tokens, (vk, segs, &starts), s, pass.as_mut())?;
+        if let Some(enc) = &self.encoder {
+            enc.apply(&self.file, &rows_pos, &mut s.x)?;
+        }
         self.angles(segs, &starts, &rows_pos, s);
         let mut p = Pass {
             pool,
@@ -414,40 +510,7 @@ impl Model {
             }
             self.arch.layer(&mut p, s, il);
         }
-        // Only the rows whose logits are wanted go through the output head,
-        // which is the largest matrix of a small model.
-        let mut picked: Vec<usize> = Vec::with_capacity(p.segs.len());
-        // Head rows of each segment: [picked_starts[g], picked_starts[g + 1]).
-        let mut picked_starts = Vec::with_capacity(p.segs.len() + 1);
-        for (g, seg) in p.segs.iter().enumerate() {
-            picked_starts.push(picked.len());
-            let (a, b) = (p.starts[g], p.starts[g + 1]);
-            if all_logits || seg.all_rows {
-                picked.extend(a..b);
-            } else {
-                picked.push(b - 1);
-            }
-        }
-        picked_starts.push(picked.len());
-        let (e, rows) = (c.n_embd, picked.len());
-        fit(&mut s.h, rows * e);
-        for (r, &t) in picked.iter().enumerate() {
-            self.output_norm
-                .apply(&s.x[t * e..(t + 1) * e], &mut s.h[r * e..(r + 1) * e]);
-        }
-        logits.resize(rows * c.n_vocab, 0.0);
-        self.head_matmul(pool, &s.h, rows, logits, &mut s.acts, pass.as_mut())?;
-        if p.segs.iter().any(|g| !g.lora.is_empty()) {
-            let ranges: Vec<(&[ActiveLora], usize, usize)> = p
-                .segs
-                .iter()
-                .enumerate()
-                .map(|(g, seg)| (seg.lora, picked_starts[g], picked_starts[g + 1]))
-                .collect();
-            lora::apply_ranges(pool, vk, &self.output, &s.h, logits, ranges.into_iter());
-        }
-        self.finish_logits(logits);
-        Ok(())
+        finish(&p, s, pass.as_mut())
     }
 
     fn embed(

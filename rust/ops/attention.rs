@@ -36,6 +36,9 @@ pub struct AttnParams {
     pub window: Option<usize>,
     /// Scores become `cap * tanh(score / cap)` before the softmax (Gemma 2).
     pub softcap: Option<f32>,
+    /// Whether a query sees only earlier keys; an encoder (BERT) sees the
+    /// whole block it was evaluated with.
+    pub causal: bool,
 }
 
 /// With an f16 cache, q is rounded to f16 before the q.k products and the
@@ -197,8 +200,9 @@ fn exp_sum(vk: &VecKernels, s: &mut [f32], max: f32) -> f64 {
     s.iter().fold(0f64, |a, &x| a + x as f64)
 }
 
-fn visible(p: &AttnParams, pos: usize) -> (usize, usize) {
-    let hi = pos + 1;
+/// Keys `lo..hi` a query at `pos` attends to, in a block ending at `end`.
+fn visible(p: &AttnParams, pos: usize, end: usize) -> (usize, usize) {
+    let hi = if p.causal { pos + 1 } else { end };
     let lo = p.window.map_or(0, |w| hi.saturating_sub(w));
     (lo, hi)
 }
@@ -250,7 +254,7 @@ pub fn attention(
             .flat_map(|t| std::iter::repeat_n(t, group))
             .zip(qbuf.chunks_exact(p.dim_k))
             .map(|(t, qv)| {
-                let (lo, hi) = visible(p, pos0 + t);
+                let (lo, hi) = visible(p, pos0 + t, kv_len);
                 Query { q: qv, lo, hi }
             })
             .collect();
@@ -369,7 +373,7 @@ pub fn decode_many(
     let mut plans = Vec::with_capacity(rows.len());
     let mut total = 0;
     for r in rows.iter() {
-        let (lo, hi) = visible(p, r.pos);
+        let (lo, hi) = visible(p, r.pos, r.pos + 1);
         let span = hi - lo;
         let n_split = DECODE_UNITS
             .div_ceil(p.n_head_kv)
@@ -636,6 +640,7 @@ mod tests {
                     scale: 0.25,
                     window: None,
                     softcap: None,
+                    causal: true,
                 };
                 // Prefill of positions 0..n-1, then a decode at the last position.
                 let mut out = vec![0f32; (n - 1) * n_head * d];
@@ -699,6 +704,7 @@ mod tests {
             scale: 0.3,
             window: None,
             softcap: None,
+            causal: true,
         };
         for dtype in [KvDtype::F16, KvDtype::F32] {
             let kvp = Arc::new(KvPool::new(dtype, 1, 64, n_kv, d, d).unwrap());

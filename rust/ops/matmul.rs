@@ -8,7 +8,7 @@
 //! same input (q/k/v, gate/up) go in a single dispatch.
 
 use crate::quant::{
-    kernels, pack_panel, GgmlType, QuantKernels, GEMM_COLS, PANEL_BLOCK, PANEL_SCALES,
+    has_panels, kernels, pack_panel, GgmlType, QuantKernels, GEMM_COLS, PANEL_BLOCK, PANEL_SCALES,
 };
 use crate::threadpool::{SharedMut, ThreadPool};
 use crate::{Error, Result};
@@ -212,7 +212,7 @@ pub fn matmul_multi(
         if !done.contains(&k.act) {
             let buf = scratch.buf(k.act);
             quantize_inputs(pool, k, x, cols, n_tok, &mut buf.rows);
-            if ks.iter().any(|k2| k2.act == k.act && use_gemm(k2)) {
+            if has_panels(k.act) && ks.iter().any(|k2| k2.act == k.act && use_gemm(k2)) {
                 pack_panels(pool, buf, cols, n_tok);
             }
             done.push(k.act);
@@ -254,9 +254,16 @@ pub fn matmul_multi(
             Some(gemm) => {
                 let nb = w.cols / k.weight.block_size();
                 let mut out = vec![0f32; (r1 - r0) * GEMM_COLS];
+                let packed = has_panels(k.act);
                 for (g, group) in act_rows.chunks(GEMM_COLS).enumerate() {
-                    let q = &buf.panels[g * nb * PANEL_BLOCK..(g + 1) * nb * PANEL_BLOCK];
-                    let s = &buf.panel_scales[g * nb * PANEL_SCALES..(g + 1) * nb * PANEL_SCALES];
+                    let (q, s): (&[u8], &[f32]) = if packed {
+                        (
+                            &buf.panels[g * nb * PANEL_BLOCK..(g + 1) * nb * PANEL_BLOCK],
+                            &buf.panel_scales[g * nb * PANEL_SCALES..(g + 1) * nb * PANEL_SCALES],
+                        )
+                    } else {
+                        (&[], &[])
+                    };
                     gemm(w.cols, &w_rows, group, q, s, &mut out);
                     let t0 = g * GEMM_COLS;
                     scatter(&shared[j], &out, GEMM_COLS, group.len(), t0, rows, r0, r1);

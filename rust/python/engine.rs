@@ -15,7 +15,7 @@ use crate::lora::ActiveLora;
 use crate::model::kv_pool::{KvPool, PAGE};
 use crate::model::pager::{Evict, OffloadSpec};
 use crate::model::{KvDtype, Model, Session};
-use crate::threadpool::physical_cores;
+use crate::threadpool::{physical_cores, shared_pool};
 
 #[pyclass(name = "Model", module = "oxillama._native", frozen)]
 pub struct PyModel {
@@ -103,6 +103,47 @@ impl PyModel {
         d.set_item("bytes_read", st.bytes_read)?;
         d.set_item("passes", st.passes)?;
         Ok(Some(d))
+    }
+
+    /// The final hidden state of every token of every sequence, `(sum of
+    /// lengths, n_embd)` float32, from scratch passes of at most `max_rows`
+    /// rows that touch no session. The GIL is released meanwhile.
+    /// `loras` (adapter, scale) apply to every row, as in a session.
+    #[pyo3(signature = (seqs, threads, max_len, max_rows=2048, loras=Vec::new()))]
+    fn embed_hidden<'py>(
+        &self,
+        py: Python<'py>,
+        seqs: Vec<Vec<u32>>,
+        threads: usize,
+        max_len: usize,
+        max_rows: usize,
+        loras: Vec<(Bound<'py, PyLoraAdapter>, f32)>,
+    ) -> PyResult<Bound<'py, PyAny>> {
+        let m = &self.inner;
+        let rows: usize = seqs.iter().map(Vec::len).sum();
+        let e = m.cfg.n_embd;
+        let active: Vec<ActiveLora> = loras
+            .iter()
+            .map(|(a, scale)| ActiveLora {
+                adapter: Arc::clone(&a.get().inner),
+                scale: *scale,
+            })
+            .collect();
+        let pool = shared_pool(threads.max(1));
+        let vk = crate::ops::vec::best();
+        let out = guard(|| {
+            py.detach(|| {
+                crate::model::embed::embed_hidden(m, &pool, vk, &seqs, (max_len, max_rows), &active)
+            })
+            .py_err()
+        })?;
+        Ok(PyArray1::from_vec(py, out).reshape([rows, e])?.into_any())
+    }
+
+    /// Whether attention is causal (false for an encoder such as BERT).
+    #[getter]
+    fn causal(&self) -> bool {
+        self.inner.cfg.causal
     }
 
     /// Hyper-parameters as a dict (for `info` and snapshots).

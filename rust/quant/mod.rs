@@ -54,7 +54,7 @@ pub type TileFn = fn(n: usize, w_rows: &[&[u8]], acts: &[&[u8]], out: &mut [f32]
 pub type GemmFn =
     fn(n: usize, w_rows: &[&[u8]], acts: &[&[u8]], quants: &[u8], scales: &[f32], out: &mut [f32]);
 
-pub use panel::{pack_panel, PANEL_BLOCK, PANEL_SCALES};
+pub use panel::{has_panels, pack_panel, PANEL_BLOCK, PANEL_SCALES};
 
 /// Activation columns a GEMM microkernel handles at once.
 pub const GEMM_COLS: usize = 8;
@@ -113,8 +113,10 @@ macro_rules! gemm_of {
     ($dot:path) => {{
         fn gemm(n: usize, w_rows: &[&[u8]], acts: &[&[u8]], _: &[u8], _: &[f32], out: &mut [f32]) {
             for (r, w) in w_rows.iter().enumerate() {
+                let row = &mut out[r * GEMM_COLS..(r + 1) * GEMM_COLS];
+                row.fill(0.0); // columns past `acts` are padding
                 for (c, a) in acts.iter().enumerate().take(GEMM_COLS) {
-                    out[r * GEMM_COLS + c] = $dot(n, w, a);
+                    row[c] = $dot(n, w, a);
                 }
             }
         }
@@ -132,26 +134,32 @@ use GgmlType as T;
 
 /// The portable reference kernels, one per weight format.
 static SCALAR: [QuantKernels; 13] = [
-    table!(
+    table_tiled!(
         T::F32,
         T::F32,
         float::dequantize_f32,
         float::quantize_act_f32,
-        float::vec_dot_f32
+        float::vec_dot_f32,
+        tile_of!(float::vec_dot_f32),
+        gemm_of!(float::vec_dot_f32)
     ),
-    table!(
+    table_tiled!(
         T::F16,
         T::F32,
         f16::dequantize,
         float::quantize_act_f32,
-        f16::vec_dot
+        f16::vec_dot,
+        tile_of!(f16::vec_dot),
+        gemm_of!(f16::vec_dot)
     ),
-    table!(
+    table_tiled!(
         T::BF16,
         T::F32,
         bf16::dequantize,
         float::quantize_act_f32,
-        bf16::vec_dot
+        bf16::vec_dot,
+        tile_of!(bf16::vec_dot),
+        gemm_of!(bf16::vec_dot)
     ),
     table_tiled!(
         T::Q8_0,
@@ -251,26 +259,44 @@ static DEQUANT_ONLY: [QuantKernels; 2] = [
 /// (it runs once per token for embeddings, not per weight).
 #[cfg(target_arch = "x86_64")]
 static AVX2: [QuantKernels; 13] = [
-    table!(
+    // Float weights have no panel format: their "GEMM" is the dot kernel
+    // over groups of GEMM_COLS tokens, which keeps those activations in L1
+    // and the chunk's weight rows in L2 instead of streaming every token
+    // past every row (same bits as the dot, so prefill equals decode).
+    table_tiled!(
         T::F32,
         T::F32,
         float::dequantize_f32,
         float::quantize_act_f32,
-        avx2::vec_dot_f32
+        avx2::vec_dot_f32,
+        tile_of!(avx2::vec_dot_f32),
+        gemm_of!(avx2::vec_dot_f32)
     ),
-    table!(
+    // Float weights have no panel format: their "GEMM" is the dot kernel
+    // over groups of GEMM_COLS tokens, which keeps those activations in L1
+    // and the chunk's weight rows in L2 instead of streaming every token
+    // past every row (same bits as the dot, so prefill equals decode).
+    table_tiled!(
         T::F16,
         T::F32,
         f16::dequantize,
         float::quantize_act_f32,
-        avx2::vec_dot_f16
+        avx2::vec_dot_f16,
+        tile_of!(avx2::vec_dot_f16),
+        gemm_of!(avx2::vec_dot_f16)
     ),
-    table!(
+    // Float weights have no panel format: their "GEMM" is the dot kernel
+    // over groups of GEMM_COLS tokens, which keeps those activations in L1
+    // and the chunk's weight rows in L2 instead of streaming every token
+    // past every row (same bits as the dot, so prefill equals decode).
+    table_tiled!(
         T::BF16,
         T::F32,
         bf16::dequantize,
         float::quantize_act_f32,
-        avx2::vec_dot_bf16
+        avx2::vec_dot_bf16,
+        tile_of!(avx2::vec_dot_bf16),
+        gemm_of!(avx2::vec_dot_bf16)
     ),
     table_tiled!(
         T::Q8_0,

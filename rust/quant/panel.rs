@@ -18,6 +18,12 @@ pub const PANEL_BLOCK: usize = 32 * GEMM_COLS;
 /// Panel floats per 32-element block.
 pub const PANEL_SCALES: usize = 2 * GEMM_COLS;
 
+/// Whether `pack_panel` packs activations of format `act` (the others'
+/// GEMM kernels read the activation rows directly).
+pub fn has_panels(act: GgmlType) -> bool {
+    matches!(act, GgmlType::Q8_0 | GgmlType::Q8_1)
+}
+
 /// Packs up to eight activation rows of `nb` blocks each (format `act`,
 /// Q8_0 or Q8_1) into `quants` (`nb * PANEL_BLOCK` bytes) and `scales`
 /// (`nb * PANEL_SCALES` floats). Other formats leave both untouched.

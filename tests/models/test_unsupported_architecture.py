@@ -18,7 +18,7 @@ TESTED = sorted({c.reference(n).fixture for n in c.REFERENCES})
 
 
 # Real llama.cpp architectures we do not run, and a name nobody uses.
-@pytest.mark.parametrize("arch", ["falcon", "bert", "rwkv7", "t5", "not-an-architecture"])
+@pytest.mark.parametrize("arch", ["falcon", "gptneox", "rwkv7", "t5", "not-an-architecture"])
 def test_an_architecture_we_do_not_run_is_a_load_error_naming_it(arch: str, tmp_path: Path) -> None:
     # The llama fixture under another name: a valid file in every other way.
     path = tmp_path / f"{arch}.gguf"

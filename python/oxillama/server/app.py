@@ -31,6 +31,7 @@ from ..tool_calls import ToolFormat
 from . import metrics as prom
 from .api_error import ApiError, error_body, from_library_error
 from .auth import ApiKeys, AuthMiddleware
+from .embeddings_route import embeddings
 from .json_body import parse_json_object
 from .limits import BodyLimitMiddleware, Limits
 from .logprob_shapes import chat_logprobs, completion_logprobs
@@ -120,7 +121,7 @@ class Server:
         # the characters of the longest token's text.
         chars = limits.max_prompt_chars or self.n_ctx * _longest_piece(engine)
         self.schemas = RequestSchemas(self.n_ctx, self.vocab, limits, chars)
-        self.defs = self.schemas.definitions()
+        self.defs = self.schemas.definitions(dim=int(engine.engine.config["n_embd"]))
         self.sessions = SessionTable(
             engine,
             max_sessions=limits.max_sessions,
@@ -565,6 +566,9 @@ class Server:
         sess = await self.sessions.replace_from_file(sid)
         return JSONResponse({"id": sid, "tokens": sess.n_past})
 
+    async def embeddings(self, request: Request) -> Response:
+        return await embeddings(self, request)
+
     async def models(self, request: Request) -> Response:
         return JSONResponse(
             {
@@ -679,6 +683,7 @@ def build_app(
         Route("/v1/models", _guarded(s.models), methods=["GET"]),
         Route("/v1/completions", _guarded(s.completions), methods=["POST"]),
         Route("/v1/chat/completions", _guarded(s.chat), methods=["POST"]),
+        Route("/v1/embeddings", _guarded(s.embeddings), methods=["POST"]),
         Route("/v1/sessions/{sid}/save", _guarded(s.save), methods=["POST"]),
         Route("/v1/sessions/{sid}/restore", _guarded(s.restore), methods=["POST"]),
     ]

@@ -203,6 +203,39 @@ def openapi_document(
             },
             "required": ["object", "data"],
         },
+        "EmbeddingList": {
+            "type": "object",
+            "properties": {
+                "object": {"type": "string", "const": "list"},
+                "data": {
+                    "type": "array",
+                    "items": {
+                        "type": "object",
+                        "properties": {
+                            "object": {"type": "string", "const": "embedding"},
+                            "index": {"type": "integer"},
+                            "embedding": {
+                                "anyOf": [
+                                    {"type": "array", "items": {"type": "number"}},
+                                    {"type": "string", "contentEncoding": "base64"},
+                                ]
+                            },
+                        },
+                        "required": ["object", "index", "embedding"],
+                    },
+                },
+                "model": {"type": "string"},
+                "usage": {
+                    "type": "object",
+                    "properties": {
+                        "prompt_tokens": {"type": "integer"},
+                        "total_tokens": {"type": "integer"},
+                    },
+                    "required": ["prompt_tokens", "total_tokens"],
+                },
+            },
+            "required": ["object", "data", "model", "usage"],
+        },
         "SessionSaved": {
             "type": "object",
             "properties": {
@@ -270,6 +303,15 @@ def openapi_document(
         },
         "/v1/chat/completions": {
             "post": generation("Reply to a conversation", "ChatCompletionRequest", "ChatCompletion")
+        },
+        "/v1/embeddings": {
+            "post": _operation(
+                "Embed texts or token ids",
+                ok("One vector per input", _json(_ref("EmbeddingList"))),
+                ("404", "503"),
+                guarded=v1,
+                body="EmbeddingRequest",
+            )
         },
         "/v1/sessions/{sid}/save": {
             "post": _operation(

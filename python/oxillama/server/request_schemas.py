@@ -26,6 +26,8 @@ UNSUPPORTED = {
 }
 
 SESSION_ID = r"^[A-Za-z0-9_-]{1,64}$"
+#: Inputs one embeddings request may hold (OpenAI's limit).
+MAX_EMBED_INPUTS = 2048
 
 #: The most choices (``n``) one request may ask for: each is a sequence in
 #: the batch.
@@ -272,7 +274,55 @@ class RequestSchemas:
             "additionalProperties": False,
         }
 
-    def definitions(self) -> dict[str, Schema]:
+    def embeddings(self, dim: int) -> Schema:
+        text = {"type": "string", "maxLength": self.prompt_chars}
+        ids = {
+            "type": "array",
+            "minItems": 1,
+            "maxItems": self.n_ctx,
+            "items": {"type": "integer", "minimum": 0, "maximum": self.vocab - 1},
+        }
+        many = MAX_EMBED_INPUTS
+        return {
+            "type": "object",
+            "properties": {
+                "input": {
+                    "anyOf": [
+                        text,
+                        {"type": "array", "minItems": 1, "maxItems": many, "items": text},
+                        ids,
+                        {"type": "array", "minItems": 1, "maxItems": many, "items": ids},
+                    ],
+                    "description": f"a string of at most {self.prompt_chars} characters, an "
+                    f"array of 1 to {many} such strings, an array of 1 to {self.n_ctx} token "
+                    f"ids below {self.vocab}, or an array of 1 to {many} such arrays",
+                },
+                "model": {"type": ["string", "null"], "maxLength": 256},
+                "encoding_format": {
+                    "type": ["string", "null"],
+                    "enum": ["float", "base64", None],
+                    "description": "'float' (default): arrays of numbers; 'base64': the "
+                    "little-endian float32 bytes, base64-encoded",
+                },
+                "dimensions": {
+                    "type": ["integer", "null"],
+                    "minimum": 1,
+                    "maximum": dim,
+                    "description": f"Keep the first 1 to {dim} values and renormalize "
+                    "(Matryoshka-style truncation).",
+                },
+                "truncate": {
+                    "type": ["boolean", "null"],
+                    "description": "Cut a text longer than the context instead of answering "
+                    "400 (default false, as OpenAI).",
+                },
+                "user": {"type": ["string", "null"], "maxLength": 256},
+            },
+            "required": ["input"],
+            "additionalProperties": False,
+        }
+
+    def definitions(self, dim: int = 1) -> dict[str, Schema]:
         """Named schemas (``#/components/schemas/<name>``)."""
         part = {
             "type": "object",
@@ -328,4 +378,5 @@ class RequestSchemas:
             "ChatMessage": message,
             "CompletionRequest": self.completion(),
             "ChatCompletionRequest": self.chat(),
+            "EmbeddingRequest": self.embeddings(dim),
         }

@@ -171,7 +171,7 @@ _ID_KEYS: dict[str, tuple[str, ...]] = {
 }
 
 #: Tokenizer models we build: GGUF name -> kind.
-MODELS = {"gpt2": "bpe", "llama": "spm", "gemma4": "spm_bpe"}
+MODELS = {"gpt2": "bpe", "llama": "spm", "gemma4": "spm_bpe", "bert": "wpm"}
 
 
 @dataclass(frozen=True)
@@ -190,6 +190,8 @@ class GgufVocab:
     add_bos: bool
     add_eos: bool
     add_space_prefix: bool
+    #: WordPiece: append the separator token after the text (and EOS).
+    add_sep: bool
     eog_ids: frozenset[int]
 
     # ---------------------------------------------------------- accessors
@@ -216,6 +218,10 @@ class GgufVocab:
     @property
     def unk_id(self) -> int | None:
         return self.special.get("unk")
+
+    @property
+    def sep_id(self) -> int | None:
+        return self.special.get("sep")
 
     @property
     def pad_id(self) -> int | None:
@@ -257,7 +263,7 @@ class GgufVocab:
             raise LoadError(
                 f"unsupported tokenizer model {model!r} (tokenizer.ggml.model); "
                 "supported: gpt2 (byte-level BPE), llama (SentencePiece), "
-                "gemma4 (SentencePiece-style BPE)"
+                "gemma4 (SentencePiece-style BPE), bert (WordPiece)"
             )
         kind = MODELS[model]
         raw_tokens = get("tokens")
@@ -285,7 +291,7 @@ class GgufVocab:
         )
 
         merges = get("merges")
-        if kind != "spm" and merges is None:
+        if kind in ("bpe", "spm_bpe") and merges is None:
             raise LoadError(f"{model!r} BPE vocabulary has no tokenizer.ggml.merges")
 
         pre_name = str(get("pre") or "default")
@@ -298,6 +304,11 @@ class GgufVocab:
             # default special ids.
             pre_name = "gemma4"
             special = {}
+            add_bos, add_space_prefix = True, False
+        elif kind == "wpm":
+            # llama.cpp's defaults for BERT: [CLS] is BOS, [SEP] is appended.
+            pre_name = "default"
+            special = {"bos": 101, "sep": 102, "unk": 100, "pad": 0, "mask": 103}
             add_bos, add_space_prefix = True, False
         else:
             pre_name = "default"  # SPM has no pre-tokenizer
@@ -321,6 +332,10 @@ class GgufVocab:
 
         add_bos = flag("add_bos_token", add_bos)
         add_eos = flag("add_eos_token", add_eos)
+        # WordPiece ends a text with the separator ([SEP]) unless told not to.
+        add_sep = kind == "wpm" and flag("add_sep_token", True)
+        if add_sep and special.get("sep") is None:
+            raise LoadError("tokenizer.ggml.add_sep_token is true but there is no separator token")
         add_space_prefix = flag("add_space_prefix", add_space_prefix)
         if kind == "spm_bpe":
             add_bos = True  # llama.cpp overrides a false add_bos_token for Gemma 4
@@ -389,6 +404,7 @@ class GgufVocab:
             add_bos=add_bos,
             add_eos=add_eos,
             add_space_prefix=add_space_prefix,
+            add_sep=add_sep,
             eog_ids=frozenset(eog),
         )
 

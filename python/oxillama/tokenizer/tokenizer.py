@@ -7,7 +7,7 @@ import json
 import os
 import re
 import threading
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -29,6 +29,7 @@ from .gguf_vocab import (
 from .spm import SPACE, build_spm, byte_token_value, spm_piece
 from .spm_bpe import build_spm_bpe
 from .strip import strip_around
+from .wordpiece import build_wordpiece, prenormalize, wordpiece_piece
 
 __all__ = ["Tokenizer"]
 
@@ -68,6 +69,8 @@ class Tokenizer:
         add_eos: bool,
         add_space_prefix: bool = False,
         manual_special: bool = True,
+        prenormalize: Callable[[str], str] | None = None,
+        sep_id: int | None = None,
     ) -> None:
         self._hf = hf
         self._pieces = list(pieces)
@@ -89,6 +92,10 @@ class Tokenizer:
         # True: BOS/EOS come from the GGUF flags; False: the tokenizer.json's
         # own post-processor adds them.
         self._manual_special = manual_special
+        # Applied to the text before the HF pipeline (WordPiece's quirks).
+        self._prenormalize = prenormalize
+        # WordPiece's closing [SEP], appended after EOS (None: not added).
+        self._sep = sep_id
         # encode_special_tokens is a switch on the shared HF object.
         self._lock = threading.Lock()
         self._dropped = hf.token_to_id(DROPPED)
@@ -114,7 +121,12 @@ class Tokenizer:
     @classmethod
     def _from_gguf(cls, metadata: Mapping[str, Any]) -> Tokenizer:
         v = GgufVocab.from_metadata(metadata)
-        builders = {"bpe": build_bpe, "spm": build_spm, "spm_bpe": build_spm_bpe}
+        builders = {
+            "bpe": build_bpe,
+            "spm": build_spm,
+            "spm_bpe": build_spm_bpe,
+            "wpm": build_wordpiece,
+        }
         hf = builders[v.kind](v)
         # Control tokens are "special" (split as text when parse_special is
         # off); user-defined ones are always matched whole.
@@ -140,6 +152,8 @@ class Tokenizer:
             add_bos=v.add_bos,
             add_eos=v.add_eos,
             add_space_prefix=v.add_space_prefix,
+            prenormalize=prenormalize if v.kind == "wpm" else None,
+            sep_id=v.sep_id if v.add_sep else None,
         )
 
     @classmethod
@@ -246,6 +260,12 @@ class Tokenizer:
         return self._add_eos
 
     @property
+    def adds_closing_token(self) -> bool:
+        """Whether ``encode(..., add_special=True)`` ends with a token of
+        its own (EOS or WordPiece's [SEP]) that truncation should keep."""
+        return (self._add_eos and self._eos is not None) or self._sep is not None
+
+    @property
     def eog_ids(self) -> frozenset[int]:
         """Every end-of-generation token id."""
         return self._eog
@@ -277,6 +297,8 @@ class Tokenizer:
                     f"{bad.start()}: it is not Unicode text and has no UTF-8 bytes",
                     position=bad.start(),
                 )
+        if self._prenormalize is not None:
+            text = self._prenormalize(text)
         auto = add_special and not self._manual_special
         with self._lock:
             self._hf.encode_special_tokens = not parse_special
@@ -303,6 +325,8 @@ class Tokenizer:
                 ids.insert(0, self._bos)
             if self._add_eos and self._eos is not None:
                 ids.append(self._eos)
+            if self._sep is not None:
+                ids.append(self._sep)
         return ids
 
     def decode(self, ids: Sequence[int], *, skip_special: bool = False) -> str:
@@ -360,6 +384,10 @@ def _set_post_processor(hf: HFTokenizer, v: GgufVocab) -> None:
         single = f"{single} {v.tokens[v.eos_id]}"
         if v.eos_id != v.bos_id:
             specials.append((v.tokens[v.eos_id], v.eos_id))
+    if v.add_sep and v.sep_id is not None:
+        single = f"{single} {v.tokens[v.sep_id]}"
+        if v.sep_id not in (v.bos_id, v.eos_id):
+            specials.append((v.tokens[v.sep_id], v.sep_id))
     if specials:
         pair = single + " " + single.replace("$A", "$B")
         hf.post_processor = processors.TemplateProcessing(
@@ -373,6 +401,8 @@ def _gguf_piece(token: str, attr: int, kind: str) -> bytes:
         return spm_piece(token, attr)
     if attr & (A_SPECIAL | A_USER_DEFINED):
         return token.encode()
+    if kind == "wpm":
+        return wordpiece_piece(token) if attr & A_NORMAL else b""
     if attr & A_NORMAL:
         return bpe_piece(token)
     if attr & A_BYTE:

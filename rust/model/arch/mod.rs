@@ -3,6 +3,7 @@
 //! shared blocks). `ARCHS` is the one list of names we run; a file whose
 //! `general.architecture` is not in it is refused naming it.
 
+pub mod bert;
 pub mod command_r;
 pub mod gemma;
 pub mod llama;
@@ -26,6 +27,7 @@ pub enum Arch {
     Starcoder2(starcoder2::Starcoder2),
     Mamba2(mamba2::Mamba2),
     Olmo2(olmo2::Olmo2),
+    Bert(bert::Bert),
 }
 
 impl Arch {
@@ -38,6 +40,7 @@ impl Arch {
             Arch::Starcoder2(a) => a.layer(p, s, il),
             Arch::Mamba2(a) => a.layer(p, s, il),
             Arch::Olmo2(a) => a.layer(p, s, il),
+            Arch::Bert(a) => a.layer(p, s, il),
         }
     }
 }
@@ -90,6 +93,8 @@ pub struct Loaded {
     /// The output head is the token embedding even if `output.weight`
     /// exists (Command-R).
     pub tied_output: bool,
+    /// An encoder's position and token-type embeddings and their norm.
+    pub encoder: Option<bert::EncoderInput>,
 }
 
 impl Loaded {
@@ -97,6 +102,7 @@ impl Loaded {
         Loaded {
             arch,
             tied_output: false,
+            encoder: None,
         }
     }
 }
@@ -174,6 +180,11 @@ pub const ARCHS: &[ArchEntry] = &[
         name: "starcoder2",
         recurrent: false,
         load: starcoder2::load,
+    },
+    ArchEntry {
+        name: "bert",
+        recurrent: false,
+        load: bert::load,
     },
     ArchEntry {
         name: "mamba2",

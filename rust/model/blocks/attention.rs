@@ -206,6 +206,7 @@ impl AttnWeights {
             scale: c.attn_scale,
             window: if local { c.sliding_window } else { None },
             softcap: c.attn_softcap,
+            causal: c.causal,
         };
         fit(&mut s.att, n * od);
         attend(p, s, il, &params);
