@@ -64,7 +64,12 @@ def test_budgeted_documents_parse_and_validate(model_path: Path, shared_engine: 
                 for max_tokens in (m, (5 * m) // 4, (3 * m) // 2):
                     cfg = SamplerConfig(temperature=0.9, seed=100 * k + max_tokens)
                     docs = await ai.generate_n(
-                        PROMPT, 10, max_tokens, sampler=cfg, json_schema=schema
+                        PROMPT,
+                        10,
+                        max_tokens,
+                        sampler=cfg,
+                        json_schema=schema,
+                        grammar_budget=True,
                     )
                     for d in docs:
                         try:

@@ -350,7 +350,7 @@ class AsyncEngine:
         lora: str | None = None,
         logprobs: int | None = None,
         share: PromptShare | None = None,
-        grammar_budget: bool = True,
+        grammar_budget: bool = False,
         grammar_trigger: str | None = None,
         speculative: str | None = None,
     ) -> Request:
@@ -396,7 +396,7 @@ class AsyncEngine:
         result: list[Completion] | None = None,
         lora: str | None = None,
         logprobs: int | None = None,
-        grammar_budget: bool = True,
+        grammar_budget: bool = False,
         grammar_trigger: str | None = None,
         speculative: str | None = None,
     ) -> AsyncGenerator[str, None]:
@@ -464,7 +464,7 @@ class AsyncEngine:
         json_schema: Mapping[str, Any] | Any | None = None,
         lora: str | None = None,
         logprobs: int | None = None,
-        grammar_budget: bool = True,
+        grammar_budget: bool = False,
         grammar_trigger: str | None = None,
         speculative: str | None = None,
     ) -> Completion:
@@ -550,6 +550,7 @@ class AsyncEngine:
         logprobs: int | None,
         grammar_trigger: str | None = None,
         speculative: str | None = None,
+        grammar_budget: bool = False,
     ) -> list[Callable[[Emit], Request]]:
         """One queuing function per choice, all sharing one prompt."""
         share = PromptShare()
@@ -569,7 +570,7 @@ class AsyncEngine:
                     lora,
                     logprobs,
                     share,
-                    True,
+                    grammar_budget,
                     grammar_trigger,
                     speculative,
                 )
@@ -593,6 +594,7 @@ class AsyncEngine:
         logprobs: int | None = None,
         grammar_trigger: str | None = None,
         speculative: str | None = None,
+        grammar_budget: bool = False,
     ) -> list[Completion]:
         """``n`` completions of one prompt (OpenAI's ``n``), decoded in the
         same batched steps. The prompt is evaluated once: the other choices
@@ -611,6 +613,7 @@ class AsyncEngine:
             logprobs,
             grammar_trigger,
             speculative,
+            grammar_budget,
         )
         return list(await asyncio.gather(*(self._complete(f) for f in submits)))
 
@@ -630,6 +633,7 @@ class AsyncEngine:
         logprobs: int | None = None,
         grammar_trigger: str | None = None,
         speculative: str | None = None,
+        grammar_budget: bool = False,
     ) -> list[AsyncGenerator[str, None]]:
         """The streaming form of :meth:`generate_n`: one piece stream per
         choice (``results[i]``, when given, receives choice ``i``'s
@@ -651,6 +655,7 @@ class AsyncEngine:
             logprobs,
             grammar_trigger,
             speculative,
+            grammar_budget,
         )
         return [
             self._pieces(f, None if results is None else results[i]) for i, f in enumerate(submits)

@@ -120,6 +120,20 @@ impl Matcher {
         t.spell(&self.stacks.prog, &self.stacks, best)
     }
 
+    /// The fewest bytes (a token reference counts one) that finish the
+    /// grammar from here, `None` when no finite completion is known. No
+    /// allocation: cheap enough to check after every token.
+    pub fn min_completion_bytes(&self) -> Option<u32> {
+        let t = self.shortest();
+        let m = self
+            .current()
+            .iter()
+            .map(|&c| t.stack_min(&self.stacks, c))
+            .min()
+            .unwrap_or(INF);
+        (m != INF).then_some(m)
+    }
+
     /// Tokens that finish the grammar from here along one shortest
     /// completion, spelled with as few tokens as the vocabulary allows;
     /// `None` when no completion spells out as text.

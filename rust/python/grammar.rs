@@ -170,6 +170,12 @@ impl PyMatcher {
         Ok(PyBytes::new(py, &out))
     }
 
+    /// The fewest bytes that finish the grammar from here (a token
+    /// reference counts one), or None; allocation-free.
+    fn min_completion_bytes(&self) -> PyResult<Option<u32>> {
+        self.poison.run(|| Ok(self.inner.min_completion_bytes()))
+    }
+
     /// The tokens that finish the grammar from here along a shortest
     /// completion (spelled with as few tokens as possible), or None when
     /// no completion spells out as text.

@@ -41,6 +41,11 @@ def sample_within_budget(
     tok = int(sampler.sample(logits, allowed))
     if not matcher.accept_token(tok):
         raise GenerateError(f"internal error: sampled token {tok} the grammar refuses")
+    # Bytes bound tokens from above (single-byte tokens spell anything), so
+    # the usual case is settled without spelling a completion out.
+    bytes_needed = matcher.min_completion_bytes()
+    if bytes_needed is None or bytes_needed <= left - 1:
+        return tok, False
     need = matcher.min_completion_tokens()
     if need is None or need <= left - 1:
         return tok, False
