@@ -9,7 +9,15 @@ import os
 import re
 import time
 import uuid
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Mapping, Sequence
+from collections.abc import (
+    AsyncGenerator,
+    AsyncIterator,
+    Awaitable,
+    Callable,
+    Iterable,
+    Mapping,
+    Sequence,
+)
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -319,7 +327,7 @@ class Server:
                 streams = self.engine.stream_n(
                     tokens, opts.n, opts.max_tokens, results=results, **opts.kwargs
                 )
-            events_in = merged(streams)
+            events_in = merged(streams) if len(streams) > 1 else _single(streams[0])
             try:
                 # The first event is awaited here so that a request refused
                 # by the scheduler is answered with its status, not a 200.
@@ -589,6 +597,18 @@ class Server:
 
     async def openapi(self, request: Request) -> Response:
         return JSONResponse(self.document)
+
+
+async def _single(stream: AsyncIterator[str]) -> AsyncGenerator[tuple[int, str | None]]:
+    """One choice's stream as merged() events, without its tasks."""
+    try:
+        async for piece in stream:
+            yield 0, piece
+        yield 0, None
+    finally:
+        aclose = getattr(stream, "aclose", None)
+        if aclose is not None:
+            await aclose()
 
 
 def _session_id_ok(sid: str) -> bool:
