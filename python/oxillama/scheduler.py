@@ -1195,6 +1195,12 @@ class Scheduler:
                     sh.waiting -= 1
                     if sh.waiting == 0:
                         sh.kv = sh.logits = None
+                # Request and share refer to each other: break the cycle so
+                # a finished request (its sampler, matcher, buffers) is freed
+                # at once, not at the next full garbage collection.
+                if sh.leader is s:
+                    sh.leader = None
+                s.share = None
         if s.conv is not None:
             self._end_turn(s)
         with self._cv:
