@@ -321,8 +321,15 @@ class Server:
                     stream(opts.max_tokens, result=results[0], **opts.kwargs)
                 ]
             elif not opts.stream:
+                if opts.n == 1:
+                    one = await self.engine.generate(tokens, opts.max_tokens, **opts.kwargs)
+                    return JSONResponse(final([one]))
                 outs = await self.engine.generate_n(tokens, opts.n, opts.max_tokens, **opts.kwargs)
                 return JSONResponse(final(outs))
+            elif opts.n == 1:
+                streams = [
+                    self.engine.stream(tokens, opts.max_tokens, result=results[0], **opts.kwargs)
+                ]
             else:
                 streams = self.engine.stream_n(
                     tokens, opts.n, opts.max_tokens, results=results, **opts.kwargs
