@@ -350,7 +350,7 @@ class AsyncEngine:
         lora: str | None = None,
         logprobs: int | None = None,
         share: PromptShare | None = None,
-        grammar_budget: bool = False,
+        grammar_budget: bool = True,
         grammar_trigger: str | None = None,
         speculative: str | None = None,
     ) -> Request:
@@ -396,7 +396,7 @@ class AsyncEngine:
         result: list[Completion] | None = None,
         lora: str | None = None,
         logprobs: int | None = None,
-        grammar_budget: bool = False,
+        grammar_budget: bool = True,
         grammar_trigger: str | None = None,
         speculative: str | None = None,
     ) -> AsyncGenerator[str, None]:
@@ -464,7 +464,7 @@ class AsyncEngine:
         json_schema: Mapping[str, Any] | Any | None = None,
         lora: str | None = None,
         logprobs: int | None = None,
-        grammar_budget: bool = False,
+        grammar_budget: bool = True,
         grammar_trigger: str | None = None,
         speculative: str | None = None,
     ) -> Completion:
@@ -550,7 +550,7 @@ class AsyncEngine:
         logprobs: int | None,
         grammar_trigger: str | None = None,
         speculative: str | None = None,
-        grammar_budget: bool = False,
+        grammar_budget: bool = True,
     ) -> list[Callable[[Emit], Request]]:
         """One queuing function per choice, all sharing one prompt."""
         share = PromptShare()
@@ -594,7 +594,7 @@ class AsyncEngine:
         logprobs: int | None = None,
         grammar_trigger: str | None = None,
         speculative: str | None = None,
-        grammar_budget: bool = False,
+        grammar_budget: bool = True,
     ) -> list[Completion]:
         """``n`` completions of one prompt (OpenAI's ``n``), decoded in the
         same batched steps. The prompt is evaluated once: the other choices
@@ -633,7 +633,7 @@ class AsyncEngine:
         logprobs: int | None = None,
         grammar_trigger: str | None = None,
         speculative: str | None = None,
-        grammar_budget: bool = False,
+        grammar_budget: bool = True,
     ) -> list[AsyncGenerator[str, None]]:
         """The streaming form of :meth:`generate_n`: one piece stream per
         choice (``results[i]``, when given, receives choice ``i``'s

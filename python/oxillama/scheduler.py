@@ -183,7 +183,7 @@ class Request:
     share: PromptShare | None = None
     #: Under a grammar, keep the text completable within ``max_tokens``
     #: (see :mod:`oxillama.grammar.budget`), and whether that chose tokens.
-    grammar_budget: bool = False
+    grammar_budget: bool = True
     forced: bool = False
     #: A grammar that starts to apply after the first occurrence of its
     #: trigger text in the output (a lazy grammar), and where to look next.
@@ -328,7 +328,7 @@ class Scheduler:
         lora: tuple[tuple[_native.LoraAdapter, float], ...] = (),
         logprobs: int | None = None,
         share: PromptShare | None = None,
-        grammar_budget: bool = False,
+        grammar_budget: bool = True,
         lazy: tuple[str, Grammar] | None = None,
         draft: NgramDraft | None = None,
     ) -> Request:
