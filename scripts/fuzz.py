@@ -58,6 +58,9 @@ class Result:
     peak_rss_mib: float = 0.0
     seconds: float = 0.0
     restarts: int = 0
+    # The slowest input that finished, in seconds (poll-granular, 0.1 s):
+    # how far the target is from the hang bound.
+    slowest_seconds: float = 0.0
     typed_by_class: dict[str, int] = dataclasses.field(default_factory=dict)
     saved: list[str] = dataclasses.field(default_factory=list)
     crash_reports: list[str] = dataclasses.field(default_factory=list)
@@ -286,6 +289,7 @@ def _supervise(
                     continue
                 assert running is not None
                 result.inputs += 1
+                result.slowest_seconds = max(result.slowest_seconds, round(now - running[0], 2))
                 if value == TYPED:
                     assert isinstance(message, bytes)
                     by_class[message.decode()] += 1
@@ -392,8 +396,16 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--corpus", type=Path, default=CORPUS, help="where crashes and hangs go")
     p.add_argument("--json", action="store_true", help="print the results as JSON")
     p.add_argument("--replay", type=Path, help="run one kept input and print its outcome")
+    p.add_argument(
+        "--hang-seconds",
+        type=float,
+        default=HANG_SECONDS,
+        help=f"one input over this is a hang (default {HANG_SECONDS:g}); lower it to keep "
+        "the slow inputs that approach the bound",
+    )
     p.add_argument("-v", "--verbose", action="store_true")
     a = p.parse_args(argv)
+    globals()["HANG_SECONDS"] = a.hang_seconds
     if a.replay is not None:
         print(replay(a.replay))
         return 0

@@ -111,6 +111,48 @@ def test_huge_bounds_match_exactly() -> None:
         assert complete(g, '"' + "é" * n + '"') == ok, n
     g = Grammar.from_json_schema({"type": "number", "minimum": -1e300, "maximum": 1e300})
     assert complete(g, "-12.5") and complete(g, "123456789")
+    # Past 16 chunks of 1,000 the chunk counts split again (radix 16).
+    g = Grammar.from_json_schema({"type": "string", "minLength": 20_001, "maxLength": 60_003})
+    for n, ok in ((20_000, False), (20_001, True), (36_999, True), (60_003, True), (60_004, False)):
+        assert complete(g, '"' + "x" * n + '"') == ok, n
+    g = Grammar.from_json_schema(
+        {"type": "array", "items": {"type": "integer"}, "minItems": 3, "maxItems": 2**63}
+    )
+    assert complete(g, "[1,2,3]") and not complete(g, "[1,2]")
+    assert complete(g, "[" + ",".join(["7"] * 2500) + "]")
+
+
+def test_big_bounds_share_their_chunks() -> None:
+    """Every branch of a split bound reuses the same chunk repetitions, and
+    the lowering builds each once, also when the GBNF text is read back
+    (without it, ``maxItems: 2**63`` passed a million elements)."""
+    schema = {"type": "string", "minLength": 1000, "maxLength": 2**64 - 1}
+    g = Grammar.from_json_schema(schema)
+    reread = compile_gbnf(g.source)
+    assert g.n_rules == len(reread.rules) < 3_000
+    assert len(reread.program(lambda t: 0)) < 200_000
+
+
+@pytest.mark.parametrize("key", ["maxLength", "maxItems", "maxProperties"])
+def test_upper_counts_of_2_64_or_more_are_no_bound(key: str) -> None:
+    """No document a matcher can see holds 2**64 of anything, so the bound
+    changes nothing and is compiled as absent (it used to take seconds)."""
+    kind = {"maxLength": "string", "maxItems": "array", "maxProperties": "object"}[key]
+    unbounded = Grammar.from_json_schema({"type": kind})
+    for big in (2**64, 1e43, 1.7976931348623157e308):
+        assert Grammar.from_json_schema({"type": kind, key: big}).source == unbounded.source
+
+
+@pytest.mark.parametrize("key", ["minLength", "minItems", "minProperties"])
+def test_lower_counts_of_2_64_or_more_are_unsatisfiable(key: str) -> None:
+    kind = {"minLength": "string", "minItems": "array", "minProperties": "object"}[key]
+    with pytest.raises(JsonSchemaError) as info:
+        Grammar.from_json_schema({"type": kind, key: 1e43})
+    assert info.value.keyword == key and "2**64" in str(info.value)
+    # In one branch of a choice it drops only that branch.
+    g = Grammar.from_json_schema({"anyOf": [{"type": kind, key: 2**64}, {"type": "null"}]})
+    opener = {"string": '"', "array": "[", "object": "{"}[kind]
+    assert complete(g, "null") and not viable(g, opener)
 
 
 # ---------------------------------------------------------- productivity

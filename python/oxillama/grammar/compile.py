@@ -16,7 +16,7 @@ Program layout (a flat list of u32, validated again by the matcher)::
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Hashable
 from dataclasses import dataclass
 
 from ..errors import GrammarError
@@ -96,6 +96,8 @@ class _Lowering:
         self.names: list[str] = [root]
         self.elements = 0
         self.token_texts: set[str] = set()
+        self.repeats: dict[Hashable, list[Elem]] = {}
+        self.shapes: dict[int, tuple[gbnf.Node, Hashable]] = {}
         self.current = root
         # Every rule is lowered, used or not, so its mistakes are reported.
         for r in rules:
@@ -171,6 +173,42 @@ class _Lowering:
             self.count(1)
             return [("r", self.fresh(self.alts(node, depth + 1), "alt"))]
         assert isinstance(node, Repeat)
+        key = self.shape(node)
+        seen = self.repeats.get(key)
+        if seen is not None:
+            # The same repetition again (JSON Schema's big bounds repeat
+            # their chunk towers in every branch): its rules exist, and a
+            # second use shares its elements as one rule.
+            if len(seen) > 1:
+                seen = self.repeats[key] = [("r", self.fresh([seen], "rep"))]
+            self.count(len(seen))
+            return list(seen)
+        out = self.repeat(node, depth)
+        self.repeats[key] = out
+        return list(out)
+
+    def shape(self, node: gbnf.Node) -> Hashable:
+        """A key equal for structurally equal nodes (positions aside)."""
+        hit = self.shapes.get(id(node))
+        if hit is not None:
+            return hit[1]
+        key: Hashable
+        if isinstance(node, Chars):
+            key = ("c", tuple(node.ranges))
+        elif isinstance(node, Ref):
+            key = ("r", node.name)
+        elif isinstance(node, TokenRef):
+            key = ("t", node.negated, node.token)
+        elif isinstance(node, Repeat):
+            key = ("*", self.shape(node.item), node.min, node.max)
+        else:
+            assert isinstance(node, Alternatives)
+            key = ("|", tuple(tuple(self.shape(x) for x in seq) for seq in node.alts))
+        # The node is kept beside its key so that its id is not reused.
+        self.shapes[id(node)] = (node, key)
+        return key
+
+    def repeat(self, node: Repeat, depth: int) -> list[Elem]:
         body = self.node(node.item, depth + 1)
         copies = node.min + (1 if node.max is None else node.max - node.min)
         if len(body) > 1 and len(body) * copies > SHARE_OVER:

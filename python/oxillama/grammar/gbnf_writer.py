@@ -36,6 +36,8 @@ _ALT, _SEQ, _ATOM = 0, 1, 2
 #: Repetition bounds above this are split into nested repetitions, because
 #: GBNF readers limit (and expand) repetition counts.
 REPEAT_CHUNK = 1000
+#: The radix of the chunk counts above the first level (see ``_big_rep``).
+CHUNK_RADIX = 16
 
 
 @dataclass(frozen=True)
@@ -211,14 +213,32 @@ def alt(*parts: Expr) -> Expr:
 
 def rep(e: Expr, lo: int, hi: int | None) -> Expr:
     """``e`` repeated ``lo`` to ``hi`` times (``hi`` None: unbounded)."""
+    return _rep(e, lo, hi, REPEAT_CHUNK, {})
+
+
+_Towers = dict[tuple[str, int, int | None, int], "Expr"]
+
+
+def _rep(e: Expr, lo: int, hi: int | None, limit: int, towers: _Towers) -> Expr:
+    """``rep`` with the radix ``limit``. ``towers`` holds the repetitions
+    made so far for one big bound: each branch of the split reuses the same
+    objects, which the lowering then builds once (see ``compile``)."""
+    key = (e.text, lo, hi, limit)
+    hit = towers.get(key)
+    if hit is None:
+        hit = towers[key] = _rep_new(e, lo, hi, limit, towers)
+    return hit
+
+
+def _rep_new(e: Expr, lo: int, hi: int | None, limit: int, towers: _Towers) -> Expr:
     if hi is not None and hi < lo:
         raise ValueError(f"repetition {lo}..{hi}")
     if e.literal == "" or hi == 0:
         return EMPTY
     if lo == hi == 1:
         return e
-    if lo > REPEAT_CHUNK or (hi is not None and hi > REPEAT_CHUNK):
-        return _big_rep(e, lo, hi)
+    if lo > limit or (hi is not None and hi > limit):
+        return _big_rep(e, lo, hi, limit, towers)
     atom = _wrap(e, _ATOM)
     if (lo, hi) == (0, None):
         suffix = "*"
@@ -235,22 +255,27 @@ def rep(e: Expr, lo: int, hi: int | None) -> Expr:
     return Expr(atom + suffix, _ATOM, e.refs, ast=_g.Repeat(_atom_node(e), lo, hi))
 
 
-def _big_rep(e: Expr, lo: int, hi: int | None) -> Expr:
-    """``e{lo,hi}`` with bounds above REPEAT_CHUNK, as nested repetitions of
-    chunks: ``e{lo}`` is ``(e{K}){lo//K} e{lo%K}`` and ``e{0,n}`` is
-    ``(e{K}){0,q-1} e{0,K-1} | (e{K}){q} e{0,r}`` with n = qK + r."""
-    k = REPEAT_CHUNK
-    chunk = rep(e, k, k)
-    fixed = seq(rep(chunk, lo // k, lo // k), rep(e, lo % k, lo % k))
+def _big_rep(e: Expr, lo: int, hi: int | None, k: int, towers: _Towers) -> Expr:
+    """``e{lo,hi}`` with bounds above ``k``, as nested repetitions of
+    chunks: ``e{lo}`` is ``(e{k}){lo//k} e{lo%k}`` and ``e{0,n}`` is
+    ``(e{k}){0,q-1} e{0,k-1} | (e{k}){q} e{0,r}`` with n = qk + r.
+
+    The chunks' own counts use the smaller radix :data:`CHUNK_RADIX`: a
+    bound ``e{0,m}`` lowers to about ``m`` rules, so radix 1000 all the way
+    up made ``maxItems: 2**63`` a 9,000-rule grammar (a second to compile);
+    radix 16 above the first level keeps it to a few hundred."""
+    chunk = _rep(e, k, k, k, towers)
+    up = CHUNK_RADIX
+    fixed = seq(_rep(chunk, lo // k, lo // k, up, towers), _rep(e, lo % k, lo % k, k, towers))
     if hi is None:
-        return seq(fixed, rep(e, 0, None))
+        return seq(fixed, _rep(e, 0, None, k, towers))
     span = hi - lo
     q, r = divmod(span, k)
     if q == 0:
-        return seq(fixed, rep(e, 0, span))
+        return seq(fixed, _rep(e, 0, span, k, towers))
     tail = alt(
-        seq(rep(chunk, 0, q - 1), rep(e, 0, k - 1)),
-        seq(rep(chunk, q, q), rep(e, 0, r)),
+        seq(_rep(chunk, 0, q - 1, up, towers), _rep(e, 0, k - 1, k, towers)),
+        seq(_rep(chunk, q, q, up, towers), _rep(e, 0, r, k, towers)),
     )
     return seq(fixed, tail)
 

@@ -58,6 +58,11 @@ less):
   lengths can be pushed into the regex (one part of varying length, e.g.
   ``^[a-z]+$``); otherwise it is reported as unsupported. ``pattern`` and
   ``format`` together are unsupported.
+* A count bound (``maxLength``, ``maxItems``, ``maxProperties``) of
+  :data:`UNREACHABLE_COUNT` (2**64) or more is no bound: no document a
+  matcher can ever see is that long, so the unbounded grammar accepts
+  exactly the same documents, and is far smaller. A lower count bound that
+  large can never be met and is a :class:`JsonSchemaError`.
 * Without ``type``, the type follows from the keywords present (``minLength``
   means a string, and so on); with none, any JSON value.
 * ``enum``/``const`` values are checked against the other keywords of their
@@ -277,6 +282,11 @@ def _child(hint: str, name: str) -> str:
     return f"{hint}-{name}" if hint else name
 
 
+#: Counts no document can reach (see the module's notes): 2**64 bytes,
+#: items or properties is more than any address space holds.
+UNREACHABLE_COUNT = 2**64
+
+
 def _nonneg_int(s: Mapping[str, Any], key: str, path: str, default: int | None) -> int | None:
     value = s.get(key, default)
     if value is None:
@@ -286,6 +296,14 @@ def _nonneg_int(s: Mapping[str, Any], key: str, path: str, default: int | None) 
     if isinstance(value, bool) or not isinstance(value, int) or value < 0:
         raise JsonSchemaError(
             f"{key} must be a non-negative integer, got {value!r}", keyword=key, path=path
+        )
+    if value >= UNREACHABLE_COUNT:
+        if key.startswith("max"):
+            return None  # the same documents as no bound, and a far smaller grammar
+        raise Unsatisfiable(
+            f"{key} {value} is at least 2**64: no document can be that long",
+            keyword=key,
+            path=path,
         )
     return value
 
