@@ -23,6 +23,13 @@ from hypothesis import strategies as st
 from oxillama import _native
 from oxillama.errors import LoadError
 from oxillama.tokenizer import Tokenizer
+from oxillama.tokenizer.bpe import (
+    UNICODE_TO_BYTE,
+    bpe_piece,
+    bpe_pieces,
+    check_merges,
+    split_merges,
+)
 from oxillama.tokenizer.pretokenizers import PRETOKENIZERS, pretokenizer
 from tests._gguf_meta import ModelMissing, gemma3_path, read_metadata, smollm2_path
 from tests.reference.corpus import TOKEN_TEXTS
@@ -402,3 +409,33 @@ def test_metadata_mapping_is_only_read(metadata: dict[str, dict[str, Any]]) -> N
     before = len(meta["tokenizer.ggml.tokens"])
     Tokenizer.from_gguf_metadata(meta)
     assert len(meta["tokenizer.ggml.tokens"]) == before
+
+
+# GGUF strings are UTF-8: no lone surrogates.
+_GPT2_AND_MORE = st.sampled_from(sorted(UNICODE_TO_BYTE)) | st.characters(exclude_categories=["Cs"])
+
+
+@settings(max_examples=2000, deadline=None)
+@given(st.text(_GPT2_AND_MORE, max_size=8))
+def test_bpe_piece_fast_path_equals_the_character_loop(token: str) -> None:
+    """``bpe_piece`` translates a whole token at once; characters outside
+    GPT-2's table (kept as UTF-8) must come out as the plain loop gives."""
+    want = b"".join(
+        bytes([UNICODE_TO_BYTE[c]]) if c in UNICODE_TO_BYTE else c.encode() for c in token
+    )
+    assert bpe_piece(token) == want
+
+
+@settings(max_examples=500, deadline=None)
+@given(st.lists(st.text(_GPT2_AND_MORE, max_size=6), max_size=12))
+def test_bpe_pieces_of_a_vocabulary_equal_each_token_alone(tokens: list[str]) -> None:
+    assert bpe_pieces(tokens) == [bpe_piece(t) for t in tokens]
+
+
+def test_damaged_merges_name_the_merge() -> None:
+    with pytest.raises(LoadError, match="merge #1 'ab' is not two"):
+        split_merges(["a b", "ab"])
+    vocab = {"a": 0, "b": 1, "ab": 2}
+    check_merges([("a", "b")], vocab)
+    with pytest.raises(LoadError, match="merge #1 'b a': its result 'ba'"):
+        check_merges([("a", "b"), ("b", "a")], vocab)

@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
+import bisect
+import itertools
+import re
 from collections.abc import Mapping, Sequence
+from typing import Any
 
 from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers
 
@@ -13,7 +17,9 @@ __all__ = [
     "BYTE_TO_UNICODE",
     "DROPPED",
     "UNICODE_TO_BYTE",
+    "bpe_model",
     "bpe_piece",
+    "bpe_pieces",
     "build_bpe",
     "split_merges",
 ]
@@ -49,18 +55,21 @@ UNICODE_TO_BYTE: dict[str, int] = {c: b for b, c in BYTE_TO_UNICODE.items()}
 def split_merges(merges: Sequence[str]) -> list[tuple[str, str]]:
     """``"a b"`` merge strings as pairs, split at the first space after the
     first character as llama.cpp does."""
-    out: list[tuple[str, str]] = []
-    for i, m in enumerate(merges):
-        pos = m.find(" ", 1)
-        if pos < 0:
-            raise LoadError(f"tokenizer merge #{i} {m!r} is not two space-separated parts")
-        out.append((m[:pos], m[pos + 1 :]))
-    return out
+    # One comprehension, then the error path: this runs on every load (48,900
+    # merges for SmolLM2), so the common case stays out of a Python loop body.
+    cuts = [m.find(" ", 1) for m in merges]
+    if min(cuts, default=0) < 0:
+        i = cuts.index(-1)
+        raise LoadError(f"tokenizer merge #{i} {merges[i]!r} is not two space-separated parts")
+    return [(m[:p], m[p + 1 :]) for m, p in zip(merges, cuts, strict=True)]
 
 
 def check_merges(merges: Sequence[tuple[str, str]], vocab: Mapping[str, int]) -> None:
     """Each merge's parts and result must be tokens (in a damaged file the
     vocabulary and the merges no longer match)."""
+    known = vocab.keys()
+    if all(a in known and b in known and a + b in known for a, b in merges):
+        return
     for i, (a, b) in enumerate(merges):
         for part, what in ((a, "its first part"), (b, "its second part"), (a + b, "its result")):
             if part not in vocab:
@@ -70,24 +79,33 @@ def check_merges(merges: Sequence[tuple[str, str]], vocab: Mapping[str, int]) ->
                 )
 
 
+def bpe_model(vocab: dict[str, int], merges: list[tuple[str, str]], **options: Any) -> models.BPE:
+    """HF's BPE model over a GGUF vocabulary. HF refuses merges whose parts
+    or result are not tokens, naming only the token; only then does
+    ``check_merges`` walk the merges (off the load path) for the error that
+    names the merge."""
+    try:
+        return models.BPE(vocab=vocab, merges=merges, **options)
+    except Exception:  # the tokenizers library raises bare Exceptions
+        check_merges(merges, vocab)
+        raise
+
+
 def build_bpe(v: GgufVocab) -> Tokenizer:
     """The model, pre-tokenizer and decoder; special tokens are added by the
     caller."""
     assert v.merges is not None  # checked by GgufVocab
     pre = v.pre_tokenizer
-    vocab = {tok: i for i, tok in enumerate(v.tokens)}
+    vocab = dict(zip(v.tokens, range(len(v.tokens)), strict=True))
     vocab.setdefault(DROPPED, len(v.tokens))
-    merges = split_merges(v.merges)
-    check_merges(merges, vocab)
-    tok = Tokenizer(
-        models.BPE(
-            vocab=vocab,
-            merges=merges,
-            unk_token=DROPPED,
-            fuse_unk=False,
-            ignore_merges=pre.ignore_merges,
-        )
+    model = bpe_model(
+        vocab,
+        split_merges(v.merges),
+        unk_token=DROPPED,
+        fuse_unk=False,
+        ignore_merges=pre.ignore_merges,
     )
+    tok = Tokenizer(model)
     splits: list[pre_tokenizers.PreTokenizer] = [
         pre_tokenizers.Split(Regex(rx), behavior="isolated", invert=False) for rx in pre.regexes
     ]
@@ -98,9 +116,29 @@ def build_bpe(v: GgufVocab) -> Tokenizer:
     return tok
 
 
+def _piece_table() -> dict[int, int | str]:
+    """``str.translate`` table from GPT-2's characters to the bytes they
+    stand for (as code points 0..255). Code points below 256 that are *not*
+    in GPT-2's table map to a character that Latin-1 cannot encode, so a
+    token holding one (kept as UTF-8, two bytes for U+0080 and up) leaves
+    the fast path."""
+    table: dict[int, int | str] = {ord(c): b for c, b in UNICODE_TO_BYTE.items()}
+    for cp in range(256):
+        table.setdefault(cp, "\U0010ffff")
+    return table
+
+
+_PIECE_TABLE = _piece_table()
+
+
 def bpe_piece(token: str) -> bytes:
     """Raw bytes of a byte-level BPE token (characters outside GPT-2's table
     are kept as their UTF-8)."""
+    try:
+        # Every token of a whole vocabulary passes here on each load.
+        return token.translate(_PIECE_TABLE).encode("latin-1")
+    except UnicodeEncodeError:
+        pass
     out = bytearray()
     for c in token:
         b = UNICODE_TO_BYTE.get(c)
@@ -109,3 +147,22 @@ def bpe_piece(token: str) -> bytes:
         else:
             out.append(b)
     return bytes(out)
+
+
+_NOT_A_BYTE = re.compile("[^\x00-\xff]")
+
+
+def bpe_pieces(tokens: Sequence[str]) -> list[bytes]:
+    """``bpe_piece`` of every token, translated as one string: the fast
+    path maps each character to one byte, so token ``i`` is the slice at its
+    character offsets. Tokens holding a character outside the table (rare)
+    are redone one by one."""
+    joined = "".join(tokens).translate(_PIECE_TABLE)
+    blob = joined.encode("latin-1", errors="replace")
+    ends = list(itertools.accumulate(map(len, tokens)))
+    starts = [0, *ends][:-1]
+    out = [blob[a:b] for a, b in zip(starts, ends, strict=True)]
+    for m in _NOT_A_BYTE.finditer(joined):
+        i = bisect.bisect_right(ends, m.start())
+        out[i] = bpe_piece(tokens[i])
+    return out

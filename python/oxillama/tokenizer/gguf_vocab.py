@@ -4,10 +4,13 @@ special-token detection by text, the same end-of-generation set."""
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from enum import IntEnum, IntFlag
 from typing import Any
+
+import numpy as np
 
 from ..errors import LoadError
 from .pretokenizers import PreTokenizer, pretokenizer
@@ -237,17 +240,17 @@ class GgufVocab:
     def control_ids(self) -> list[int]:
         """Tokens matched in text only when special-token parsing is on:
         control and unknown tokens."""
-        return [i for i, a in enumerate(self.attrs) if a & A_SPECIAL]
+        return _having(self.attrs, A_SPECIAL)
 
     def strip_ids(self, attr: int) -> list[int]:
         """Tokens after (``A_RSTRIP``) or before (``A_LSTRIP``) which
         llama.cpp drops the ASCII whitespace when it matches them in text."""
-        return [i for i, a in enumerate(self.attrs) if a & attr]
+        return _having(self.attrs, attr)
 
     def user_defined_ids(self) -> list[int]:
         """Tokens always matched whole in text, even with special-token
         parsing off (llama.cpp and HF both pre-split on them)."""
-        return [i for i, a in enumerate(self.attrs) if a & A_USER_DEFINED and not a & A_SPECIAL]
+        return _having(self.attrs, A_USER_DEFINED, without=A_SPECIAL)
 
     # ------------------------------------------------------------ loading
 
@@ -270,8 +273,13 @@ class GgufVocab:
         if not isinstance(raw_tokens, Sequence) or isinstance(raw_tokens, str) or not raw_tokens:
             raise LoadError("metadata tokenizer.ggml.tokens is missing or empty")
         n = len(raw_tokens)
-        tokens = [str(t) if t != "" else f"[EMPTY_{i}]" for i, t in enumerate(raw_tokens)]
-        if len(set(tokens)) != n:
+        # map() keeps the per-token work in C: this runs on every load.
+        tokens = list(map(str, raw_tokens))
+        unique = set(tokens)
+        if "" in unique:
+            tokens = [t or f"[EMPTY_{i}]" for i, t in enumerate(tokens)]
+            unique = set(tokens)
+        if len(unique) != n:
             seen: dict[str, int] = {}
             for i, t in enumerate(tokens):
                 if t in seen:
@@ -287,7 +295,9 @@ class GgufVocab:
         if scores is not None and len(scores) < n:
             raise LoadError(f"tokenizer.ggml.scores has {len(scores)} entries for {n} tokens")
         attrs: list[int] = (
-            [_TYPE_ATTR.get(int(t), 0) for t in types[:n]] if types is not None else [A_NORMAL] * n
+            list(map(_TYPE_ATTR.get, map(int, types[:n]), itertools.repeat(0)))
+            if types is not None
+            else [A_NORMAL] * n
         )
 
         merges = get("merges")
@@ -344,7 +354,7 @@ class GgufVocab:
         if add_eos and special.get("eos") is None:
             raise LoadError("tokenizer.ggml.add_eos_token is true but there is no EOS token")
 
-        ids = {t: i for i, t in enumerate(tokens)}
+        ids = dict(zip(tokens, range(n), strict=True))
         control = A_CONTROL
 
         # Special tokens the converter did not record, found by their text.
@@ -407,6 +417,14 @@ class GgufVocab:
             add_sep=add_sep,
             eog_ids=frozenset(eog),
         )
+
+
+def _having(attrs: Sequence[int], attr: int, *, without: int = 0) -> list[int]:
+    """Ids whose attributes have ``attr`` and none of ``without`` (numpy:
+    a whole vocabulary is scanned several times per load)."""
+    a = np.asarray(attrs, dtype=np.int64)
+    hit = np.flatnonzero((a & attr != 0) & (a & without == 0))
+    return [int(i) for i in hit]
 
 
 def _set_strip_attrs(meta: Mapping[str, Any], ids: Mapping[str, int], attrs: list[int]) -> None:

@@ -47,7 +47,7 @@ def spm_merges(v: GgufVocab) -> list[tuple[str, str]]:
 def build_spm(v: GgufVocab) -> Tokenizer:
     """The model, normalizer and decoder; special tokens are added by the
     caller."""
-    vocab = {tok: i for i, tok in enumerate(v.tokens)}
+    vocab = dict(zip(v.tokens, range(len(v.tokens)), strict=True))
     unk = v.tokens[v.unk_id] if v.unk_id is not None else None
     tok = Tokenizer(
         models.BPE(

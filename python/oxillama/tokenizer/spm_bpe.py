@@ -10,9 +10,9 @@ produce those same tokens) and adds no space prefix.
 
 from __future__ import annotations
 
-from tokenizers import Regex, Tokenizer, decoders, models, normalizers, pre_tokenizers
+from tokenizers import Regex, Tokenizer, decoders, normalizers, pre_tokenizers
 
-from .bpe import check_merges, split_merges
+from .bpe import bpe_model, split_merges
 from .gguf_vocab import GgufVocab
 from .spm import SPACE
 
@@ -23,10 +23,9 @@ def build_spm_bpe(v: GgufVocab) -> Tokenizer:
     """The model, normalizer, pre-tokenizer and decoder; special tokens are
     added by the caller."""
     assert v.merges is not None  # checked by GgufVocab
-    vocab = {tok: i for i, tok in enumerate(v.tokens)}
-    merges = split_merges(v.merges)
-    check_merges(merges, vocab)
-    tok = Tokenizer(models.BPE(vocab=vocab, merges=merges, byte_fallback=True, fuse_unk=False))
+    vocab = dict(zip(v.tokens, range(len(v.tokens)), strict=True))
+    model = bpe_model(vocab, split_merges(v.merges), byte_fallback=True, fuse_unk=False)
+    tok = Tokenizer(model)
     tok.normalizer = normalizers.Replace(" ", SPACE)
     tok.pre_tokenizer = pre_tokenizers.Split(Regex("\n+"), behavior="isolated")
     tok.decoder = decoders.Sequence(

@@ -15,7 +15,7 @@ from tokenizers import AddedToken, processors
 from tokenizers import Tokenizer as HFTokenizer
 
 from ..errors import LoadError, OxiLlamaError, ParameterError, TokenizeError
-from .bpe import DROPPED, UNICODE_TO_BYTE, bpe_piece, build_bpe
+from .bpe import DROPPED, UNICODE_TO_BYTE, bpe_piece, bpe_pieces, build_bpe
 from .gguf_vocab import (
     A_BYTE,
     A_LSTRIP,
@@ -137,7 +137,7 @@ class Tokenizer:
         ]
         hf.add_tokens(added)
         _set_post_processor(hf, v)
-        pieces = [_gguf_piece(t, a, v.kind) for t, a in zip(v.tokens, v.attrs, strict=True)]
+        pieces = _gguf_pieces(v.tokens, v.attrs, v.kind)
         return cls(
             hf,
             pieces=pieces,
@@ -393,6 +393,21 @@ def _set_post_processor(hf: HFTokenizer, v: GgufVocab) -> None:
         hf.post_processor = processors.TemplateProcessing(
             single=single, pair=pair, special_tokens=specials
         )
+
+
+def _gguf_pieces(tokens: Sequence[str], attrs: Sequence[int], kind: str) -> list[bytes]:
+    """Every token's bytes; byte-level BPE's plain tokens (nearly all of a
+    vocabulary, on every load) in one pass."""
+    if kind != "bpe":
+        return [_gguf_piece(t, a, kind) for t, a in zip(tokens, attrs, strict=True)]
+    plain = [i for i, a in enumerate(attrs) if a == A_NORMAL]
+    out = [b""] * len(tokens)
+    for i, piece in zip(plain, bpe_pieces([tokens[i] for i in plain]), strict=True):
+        out[i] = piece
+    for i, a in enumerate(attrs):
+        if a != A_NORMAL:
+            out[i] = _gguf_piece(tokens[i], a, kind)
+    return out
 
 
 def _gguf_piece(token: str, attr: int, kind: str) -> bytes:
