@@ -18,14 +18,14 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
-import platform
 import statistics
 import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
+
+from _cpu import describe as describe_cpu
 
 N_SENTENCES = 256
 SUBJECTS = (
@@ -60,23 +60,6 @@ def sentences() -> list[str]:
     """256 distinct sentences of 6 to 16 words."""
     out = [f"{s} {v} {o}." for s in SUBJECTS for v in VERBS for o in OBJECTS]
     return out[:N_SENTENCES]
-
-
-def cpu() -> str:
-    name, flags = platform.processor(), ""
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name") and not name:
-                name = line.split(":", 1)[1].strip()
-            if line.startswith("model name"):
-                name = line.split(":", 1)[1].strip()
-            if line.startswith("flags"):
-                have = set(line.split(":", 1)[1].split())
-                flags = " ".join(f for f in ("avx2", "fma", "f16c", "avx512f") if f in have)
-                break
-    except OSError:
-        pass
-    return f"{name} ({os.cpu_count()} logical CPUs; {flags})"
 
 
 def worker(engine: str, model: str, threads: int, inner: int, llama_batch: int) -> dict[str, float]:
@@ -168,7 +151,7 @@ def main() -> None:
             from scripts.convert_minilm import convert, default_zip
 
             model = str(convert(default_zip(), Path(d) / "minilm.gguf"))
-        print(f"CPU: {cpu()}")
+        print(f"CPU: {describe_cpu()}")
         print(
             f"model: {Path(model).name}, {N_SENTENCES} sentences, {a.threads} threads, "
             f"llama.cpp n_batch {a.llama_batch or 'sized for the batch'}"

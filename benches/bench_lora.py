@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import platform
 import statistics
 import sys
 import tempfile
@@ -35,6 +34,8 @@ from oxillama.models import default_model_path
 
 # The test adapters' writer (tests/lora/adapters.py), from the repository.
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from _cpu import describe as describe_cpu
+
 from tests.lora import adapters
 
 PROMPTS = [
@@ -47,21 +48,6 @@ PROMPTS = [
     "In 1969, astronauts",
     "The quick brown fox",
 ]
-
-
-def cpu() -> str:
-    name, flags = platform.processor(), ""
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                name = line.split(":", 1)[1].strip()
-            if line.startswith("flags"):
-                have = set(line.split(":", 1)[1].split())
-                flags = " ".join(f for f in ("avx2", "fma", "f16c", "avx512f") if f in have)
-                break
-    except OSError:
-        pass
-    return f"{name} [{flags}]"
 
 
 def make(base: Path, folder: Path, n: int) -> list[Path]:
@@ -138,7 +124,7 @@ def main() -> None:
     ap.add_argument("--steps", type=int, default=40)
     args = ap.parse_args()
     base = default_model_path()
-    print(f"CPU: {cpu()}; SmolLM2-135M-Instruct Q4_1, 2 threads")
+    print(f"CPU: {describe_cpu()}; SmolLM2-135M-Instruct Q4_1, 2 threads")
     with tempfile.TemporaryDirectory() as tmp:
         paths = make(base, Path(tmp), 8)
         g = SamplerConfig.greedy()

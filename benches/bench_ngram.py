@@ -23,12 +23,11 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import os
-import platform
 import statistics
 import time
 
 import numpy as np
+from _cpu import describe as describe_cpu
 
 from oxillama import AsyncEngine, Engine, NgramDraft, SamplerConfig, SpeculativeEngine
 
@@ -73,24 +72,6 @@ GROUNDED = {
     f"whole code.\n\n```python\n{CODE}```",
 }
 FREE = {"story": "Write a short story about a dragon who learns to bake bread."}
-
-
-def cpu() -> str:
-    name, flags = platform.processor(), ""
-    try:
-        with open("/proc/cpuinfo") as f:
-            for line in f:
-                if line.startswith("model name") and not name:
-                    name = line.split(":", 1)[1].strip()
-                if line.startswith("model name"):
-                    name = line.split(":", 1)[1].strip()
-                if line.startswith("flags"):
-                    have = set(line.split(":", 1)[1].split())
-                    flags = " ".join(f for f in ("avx2", "fma", "f16c", "avx512f") if f in have)
-                    break
-    except OSError:
-        pass
-    return f"{name} ({os.cpu_count()} logical CPUs; {flags})"
 
 
 def row_cost(engine: Engine, reps: int) -> dict[int, float]:
@@ -252,7 +233,7 @@ def main() -> None:
     ap.add_argument("--skip", default="", help="comma-separated parts to skip (1,2,3)")
     args = ap.parse_args()
     skip = set(args.skip.split(","))
-    print(f"CPU: {cpu()}")
+    print(f"CPU: {describe_cpu()}")
     engine = Engine(context_size=1024, threads=2)
     print(f"model: {engine.model.model_path}")
     if "1" not in skip:

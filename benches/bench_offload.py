@@ -36,7 +36,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from benches.bench_offload_io import cpu
+from _cpu import describe as describe_cpu
 
 PROMPT = "The history of the printing press begins"
 SLACK = 24 << 20
@@ -227,7 +227,7 @@ def main() -> None:
 
     w = weights(args.model)
     cg = my_cgroup()
-    print(f"CPU: {cpu()}")
+    print(f"CPU: {describe_cpu()}")
     print(
         f"model: {Path(args.model).name}, weights {w / 2**20:.1f} MiB; {args.tokens} "
         f"decode tokens, 2 threads, cold page cache per run, {args.reps} reps"

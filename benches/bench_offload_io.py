@@ -31,7 +31,6 @@ from __future__ import annotations
 import argparse
 import mmap
 import os
-import platform
 import statistics
 import sys
 import time
@@ -42,27 +41,12 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from _cpu import describe as describe_cpu
+
 from oxillama._native import GgufFile
 
 PAGE = mmap.PAGESIZE
 MADV_POPULATE_READ = 22  # Linux 5.14+; Python's mmap module lacks the name
-
-
-def cpu() -> str:
-    name, flags = platform.processor(), ""
-    try:
-        for line in open("/proc/cpuinfo", encoding="utf-8"):
-            if line.startswith("model name") and not name:
-                name = line.split(":", 1)[1].strip()
-            if line.startswith("model name"):
-                name = line.split(":", 1)[1].strip()
-            if line.startswith("flags"):
-                fl = line.split(":", 1)[1].split()
-                flags = " ".join(f for f in ("avx2", "fma", "f16c", "avx512f") if f in fl)
-                break
-    except OSError:
-        pass
-    return f"{name} ({os.cpu_count()} logical CPUs; {flags})"
 
 
 def units(path: Path) -> list[tuple[int, int]]:
@@ -187,7 +171,7 @@ def main() -> None:
     total = sum(b - a for a, b in us)
     largest = max(b - a for a, b in us)
     window = max(1, int(total * args.budget) // largest - 1)
-    print(f"CPU: {cpu()}")
+    print(f"CPU: {describe_cpu()}")
     print(
         f"model: {args.model.name}, {len(us)} units, {total / 2**20:.1f} MiB, "
         f"largest {largest / 2**20:.2f} MiB; {window} resident + 1 read ahead "

@@ -26,6 +26,8 @@ import subprocess
 import sys
 import time
 
+from _cpu import describe as describe_cpu
+
 TEXT = (
     "The history of computing is a story of abstraction layered upon abstraction. "
     "Early machines were programmed by rewiring; later, stored programs let the same "
@@ -96,23 +98,6 @@ def worker(engine: str, model: str, threads: int, pp: int, tg: int, inner: int) 
     return {"pp": statistics.median(pps), "tg": statistics.median(tgs), "rss": rss_mib}
 
 
-def cpu() -> str:
-    """The CPU model and its SIMD flags: figures only compare within a run."""
-    try:
-        text = open("/proc/cpuinfo").read()
-    except OSError:
-        return "unknown CPU"
-    model = next(
-        (ln.split(":", 1)[1].strip() for ln in text.splitlines() if ln.startswith("model name")),
-        "unknown CPU",
-    )
-    flags = next(
-        (ln.split(":", 1)[1].split() for ln in text.splitlines() if ln.startswith("flags")), []
-    )
-    simd = [f for f in flags if f.startswith(("avx", "amx", "fma", "f16c"))]
-    return f"{model}; {' '.join(sorted(simd))}"
-
-
 def main() -> None:
     ap = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
@@ -137,7 +122,7 @@ def main() -> None:
 
     engines = args.engines.split(",")
     threads = [int(t) for t in args.threads.split(",")]
-    print(f"cpu: {cpu()}")
+    print(f"cpu: {describe_cpu()}")
     print(
         f"model: {args.model}\nreps: {args.reps} x {args.inner} (medians; each worker warmed "
         f"with a full pp{args.pp} and a full tg{args.tg} first), pp{args.pp}, tg{args.tg}"

@@ -59,6 +59,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import llama_cpp
+from _cpu import describe as describe_cpu
 from llama_cpp._utils import suppress_stdout_stderr
 
 from oxillama import AsyncEngine, AsyncSession, Completion, Engine, SamplerConfig, _native
@@ -134,27 +135,6 @@ def settled_rss() -> int:
 
 def verdict(ok: bool) -> str:
     return "PASS" if ok else "OVER"
-
-
-def cpu_description() -> str:
-    model, flags = "?", set[str]()
-    try:
-        with open("/proc/cpuinfo") as f:
-            for line in f:
-                key, _, val = line.partition(":")
-                key = key.strip()
-                if key == "model name" and model == "?":
-                    model = val.strip()
-                elif key == "flags" and not flags:
-                    flags = set(val.split())
-    except OSError:
-        pass
-    wanted = (
-        "avx2 fma f16c avx512f avx512bw avx512vl avx512_vnni avx512_vbmi avx512_bf16 "
-        "avx512_fp16 avx_vnni amx_tile amx_int8 amx_bf16"
-    ).split()
-    shown = " ".join(f for f in wanted if f in flags)
-    return f"{model}, {os.cpu_count()} logical CPUs; flags: {shown}"
 
 
 def timed(fn: Callable[[], Any]) -> tuple[float, Any]:
@@ -640,7 +620,7 @@ def main() -> None:
     t_start = time.perf_counter()
 
     print(f"model: {path}")
-    print(f"CPU: {cpu_description()}")
+    print(f"CPU: {describe_cpu()}")
     print(
         f"oxillama {_native.__version__}, kernels {_native.simd_level()}; llama-cpp-python "
         f"{llama_cpp.__version__}"

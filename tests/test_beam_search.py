@@ -14,14 +14,9 @@ import pytest
 
 from oxillama import AsyncEngine, Engine, ParameterError, SamplerConfig, _native
 from oxillama.beam import score
+from tests.oracle.llama_f64 import log_softmax
 
 FIXTURE = Path(__file__).parent / "models" / "fixtures" / "llama.gguf"
-
-
-def log_softmax(x: np.ndarray) -> np.ndarray:
-    x = x.astype(np.float64)
-    m = x.max()
-    return x - (m + np.log(np.exp(x - m).sum()))
 
 
 @pytest.mark.parametrize("prompt", ["The capital of France is", "def add(a, b):", "Once upon"])

@@ -13,14 +13,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from oxillama import AsyncEngine, Engine, ParameterError, Piece, SamplerConfig, _native
+from tests.oracle.llama_f64 import log_softmax
 
 PROMPT = "The three primary colors are"
-
-
-def log_softmax(x: np.ndarray) -> np.ndarray:
-    x = x.astype(np.float64)
-    m = x.max()
-    return x - (m + np.log(np.exp(x - m).sum()))
 
 
 def test_logprobs_are_the_log_softmax_of_the_engines_logits(engine: Engine) -> None:

@@ -6,7 +6,7 @@ from __future__ import annotations
 import asyncio
 import os
 from collections.abc import AsyncGenerator, Callable, Mapping, Sequence
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from typing import Any
 
 import numpy as np
@@ -34,6 +34,27 @@ from .session_state import SessionState
 __all__ = ["AsyncEngine", "AsyncSession"]
 
 _END = object()
+
+
+@dataclass(frozen=True)
+class _Ask:
+    """One request's options, built by keyword once per public call so that
+    every front door (generate, stream, the n-choice forms) passes the same
+    record and a new option is added in one place."""
+
+    max_tokens: int
+    sampler: SamplerConfig | None = None
+    stop: Sequence[str] = ()
+    ignore_eos: bool = False
+    grammar: str | Grammar | None = None
+    json_schema: Mapping[str, Any] | Any | None = None
+    lora: str | None = None
+    logprobs: int | None = None
+    grammar_budget: bool = True
+    grammar_trigger: str | None = None
+    speculative: str | None = None
+
+
 #: Tokens one embedding job may run between two decode steps: small enough
 #: that streams sharing the worker wait one short pass, not the whole batch.
 EMBED_JOB_ROWS = 512
@@ -340,47 +361,41 @@ class AsyncEngine:
     def _submit(
         self,
         prompt: Prompt,
-        max_tokens: int,
-        sampler: SamplerConfig | None,
-        stop: Sequence[str],
-        ignore_eos: bool,
-        grammar: str | Grammar | None,
-        json_schema: Mapping[str, Any] | Any | None,
-        emit: Callable[[str | None, Completion | None, BaseException | None], None],
-        lora: str | None = None,
-        logprobs: int | None = None,
+        ask: _Ask,
+        emit: Emit,
+        *,
+        sampler: SamplerConfig | None = None,
         share: PromptShare | None = None,
-        grammar_budget: bool = True,
-        grammar_trigger: str | None = None,
-        speculative: str | None = None,
     ) -> Request:
-        """Checks the parameters, then queues the request."""
+        """Checks the options, then queues the request (``sampler``, when
+        given, overrides ``ask.sampler``: one choice of several)."""
+        max_tokens = ask.max_tokens
         if not isinstance(max_tokens, int) or max_tokens < 0:
             raise ParameterError(f"max_tokens must be a non-negative integer, got {max_tokens!r}")
-        if isinstance(stop, str):
-            stop = [stop]
-        constraint = _constraint(grammar, json_schema)
+        stop = [ask.stop] if isinstance(ask.stop, str) else ask.stop
+        constraint = _constraint(ask.grammar, ask.json_schema)
         lazy = None
-        if grammar_trigger is not None:
-            if not isinstance(grammar_trigger, str) or not grammar_trigger:
+        trigger = ask.grammar_trigger
+        if trigger is not None:
+            if not isinstance(trigger, str) or not trigger:
                 raise ParameterError("grammar_trigger must be a non-empty string")
             if constraint is None:
                 raise ParameterError("grammar_trigger needs a grammar or json_schema")
-            lazy, constraint = (grammar_trigger, constraint), None
+            lazy, constraint = (trigger, constraint), None
         return self._scheduler.submit(
             self._prompt(prompt),
             max_tokens,
-            sampler or self._sampler,
+            sampler or ask.sampler or self._sampler,
             stop=stop,
-            ignore_eos=ignore_eos,
+            ignore_eos=ask.ignore_eos,
             grammar=constraint,
             emit=emit,
-            lora=self._lora(lora),
-            logprobs=logprobs,
+            lora=self._lora(ask.lora),
+            logprobs=ask.logprobs,
             share=share,
-            grammar_budget=grammar_budget,
+            grammar_budget=ask.grammar_budget,
             lazy=lazy,
-            draft=self._request_draft(speculative),
+            draft=self._request_draft(ask.speculative),
         )
 
     def stream(
@@ -405,25 +420,20 @@ class AsyncEngine:
         queued until the first piece is awaited. With ``logprobs=k`` each
         piece is a :class:`~oxillama.Piece` carrying the log-probabilities
         of the tokens it completes."""
-        return self._pieces(
-            lambda emit: self._submit(
-                prompt,
-                max_tokens,
-                sampler,
-                stop,
-                ignore_eos,
-                grammar,
-                json_schema,
-                emit,
-                lora,
-                logprobs,
-                None,
-                grammar_budget,
-                grammar_trigger,
-                speculative,
-            ),
-            result,
+        ask = _Ask(
+            max_tokens,
+            sampler=sampler,
+            stop=stop,
+            ignore_eos=ignore_eos,
+            grammar=grammar,
+            json_schema=json_schema,
+            lora=lora,
+            logprobs=logprobs,
+            grammar_budget=grammar_budget,
+            grammar_trigger=grammar_trigger,
+            speculative=speculative,
         )
+        return self._pieces(lambda emit: self._submit(prompt, ask, emit), result)
 
     async def _pieces(
         self, submit: Callable[[Emit], Request], result: list[Completion] | None
@@ -478,24 +488,20 @@ class AsyncEngine:
 
         Pieces are not delivered one by one: the event loop wakes once, when
         the completion is done (or failed)."""
-        return await self._complete(
-            lambda emit: self._submit(
-                prompt,
-                max_tokens,
-                sampler,
-                stop,
-                ignore_eos,
-                grammar,
-                json_schema,
-                emit,
-                lora,
-                logprobs,
-                None,
-                grammar_budget,
-                grammar_trigger,
-                speculative,
-            )
+        ask = _Ask(
+            max_tokens,
+            sampler=sampler,
+            stop=stop,
+            ignore_eos=ignore_eos,
+            grammar=grammar,
+            json_schema=json_schema,
+            lora=lora,
+            logprobs=logprobs,
+            grammar_budget=grammar_budget,
+            grammar_trigger=grammar_trigger,
+            speculative=speculative,
         )
+        return await self._complete(lambda emit: self._submit(prompt, ask, emit))
 
     async def _complete(self, submit: Callable[[Emit], Request]) -> Completion:
         """The completion of the request ``submit`` queues."""
@@ -536,48 +542,18 @@ class AsyncEngine:
             return [base] * n
         return [replace(base, seed=(base.seed + i) % 2**64) for i in range(n)]
 
-    def _choice_submits(
-        self,
-        prompt: Prompt,
-        n: int,
-        max_tokens: int,
-        sampler: SamplerConfig | None,
-        stop: Sequence[str],
-        ignore_eos: bool,
-        grammar: str | Grammar | None,
-        json_schema: Mapping[str, Any] | Any | None,
-        lora: str | None,
-        logprobs: int | None,
-        grammar_trigger: str | None = None,
-        speculative: str | None = None,
-        grammar_budget: bool = True,
-    ) -> list[Callable[[Emit], Request]]:
+    def _choice_submits(self, prompt: Prompt, n: int, ask: _Ask) -> list[Callable[[Emit], Request]]:
         """One queuing function per choice, all sharing one prompt."""
         share = PromptShare()
         tokens = self._prompt(prompt)
 
         def submit_for(cfg: SamplerConfig) -> Callable[[Emit], Request]:
             def submit(emit: Emit) -> Request:
-                return self._submit(
-                    tokens,
-                    max_tokens,
-                    cfg,
-                    stop,
-                    ignore_eos,
-                    grammar,
-                    json_schema,
-                    emit,
-                    lora,
-                    logprobs,
-                    share,
-                    grammar_budget,
-                    grammar_trigger,
-                    speculative,
-                )
+                return self._submit(tokens, ask, emit, sampler=cfg, share=share)
 
             return submit
 
-        return [submit_for(cfg) for cfg in self._choice_samplers(sampler, n)]
+        return [submit_for(cfg) for cfg in self._choice_samplers(ask.sampler, n)]
 
     async def generate_n(
         self,
@@ -603,17 +579,19 @@ class AsyncEngine:
         submits = self._choice_submits(
             prompt,
             n,
-            max_tokens,
-            sampler,
-            stop,
-            ignore_eos,
-            grammar,
-            json_schema,
-            lora,
-            logprobs,
-            grammar_trigger,
-            speculative,
-            grammar_budget,
+            _Ask(
+                max_tokens,
+                sampler=sampler,
+                stop=stop,
+                ignore_eos=ignore_eos,
+                grammar=grammar,
+                json_schema=json_schema,
+                lora=lora,
+                logprobs=logprobs,
+                grammar_budget=grammar_budget,
+                grammar_trigger=grammar_trigger,
+                speculative=speculative,
+            ),
         )
         return list(await asyncio.gather(*(self._complete(f) for f in submits)))
 
@@ -645,17 +623,19 @@ class AsyncEngine:
         submits = self._choice_submits(
             prompt,
             n,
-            max_tokens,
-            sampler,
-            stop,
-            ignore_eos,
-            grammar,
-            json_schema,
-            lora,
-            logprobs,
-            grammar_trigger,
-            speculative,
-            grammar_budget,
+            _Ask(
+                max_tokens,
+                sampler=sampler,
+                stop=stop,
+                ignore_eos=ignore_eos,
+                grammar=grammar,
+                json_schema=json_schema,
+                lora=lora,
+                logprobs=logprobs,
+                grammar_budget=grammar_budget,
+                grammar_trigger=grammar_trigger,
+                speculative=speculative,
+            ),
         )
         return [
             self._pieces(f, None if results is None else results[i]) for i, f in enumerate(submits)

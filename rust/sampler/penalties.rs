@@ -75,9 +75,10 @@ mod tests {
     use super::*;
     use crate::sampler::edits::View;
 
-    fn run(raw: &[f32], history: &[u32], window: usize, penalty: f32) -> Vec<f32> {
+    /// The logits after one penalty stage, read through the edits view.
+    fn apply(raw: &[f32], stage: impl FnOnce(&mut Edits)) -> Vec<f32> {
         let mut e = Edits::new(raw.len());
-        repetition(&mut e, raw, history, window, penalty, &mut Vec::new());
+        stage(&mut e);
         let mut out = vec![f32::NEG_INFINITY; raw.len()];
         View {
             raw,
@@ -88,17 +89,16 @@ mod tests {
         out
     }
 
+    fn run(raw: &[f32], history: &[u32], window: usize, penalty: f32) -> Vec<f32> {
+        apply(raw, |e| {
+            repetition(e, raw, history, window, penalty, &mut Vec::new())
+        })
+    }
+
     fn run_additive(raw: &[f32], history: &[u32], window: usize, pen: Additive) -> Vec<f32> {
-        let mut e = Edits::new(raw.len());
-        additive(&mut e, raw, history, window, pen, &mut Vec::new());
-        let mut out = vec![f32::NEG_INFINITY; raw.len()];
-        View {
-            raw,
-            allowed: None,
-            edits: &e,
-        }
-        .for_each(|t, l| out[t as usize] = l);
-        out
+        apply(raw, |e| {
+            additive(e, raw, history, window, pen, &mut Vec::new())
+        })
     }
 
     #[test]

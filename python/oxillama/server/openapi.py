@@ -55,6 +55,31 @@ _USAGE = {
 _FINISH = {"type": ["string", "null"], "enum": ["stop", "length", None]}
 
 
+_STR: Schema = {"type": "string"}
+_INT: Schema = {"type": "integer"}
+_NUM: Schema = {"type": "number"}
+_OBJ: Schema = {"type": "object"}
+
+
+def _const(value: str) -> Schema:
+    return {"type": "string", "const": value}
+
+
+def _array(items: Schema) -> Schema:
+    return {"type": "array", "items": items}
+
+
+def _object(
+    props: Mapping[str, Schema], *, optional: tuple[str, ...] = (), nullable: bool = False
+) -> Schema:
+    """An object whose properties are all required but ``optional``."""
+    return {
+        "type": ["object", "null"] if nullable else "object",
+        "properties": dict(props),
+        "required": [k for k in props if k not in optional],
+    }
+
+
 def _reply(obj: str, choice: Schema) -> Schema:
     return {
         "type": "object",
@@ -129,46 +154,29 @@ def openapi_document(
 ) -> Schema:
     """The document for an app with these request schemas; ``auth`` and
     ``metrics_auth`` say which routes need a key."""
-    text_choice = {
-        "type": "object",
-        "properties": {
-            "index": {"type": "integer"},
-            "text": {"type": "string"},
-            "logprobs": {
-                "type": ["object", "null"],
-                "properties": {
-                    "tokens": {"type": "array", "items": {"type": "string"}},
-                    "token_logprobs": {"type": "array", "items": {"type": "number"}},
-                    "top_logprobs": {"type": "array", "items": {"type": "object"}},
-                    "text_offset": {"type": "array", "items": {"type": "integer"}},
-                },
-                "required": ["tokens", "token_logprobs", "top_logprobs", "text_offset"],
-            },
+    logprobs_legacy = _object(
+        {
+            "tokens": _array(_STR),
+            "token_logprobs": _array(_NUM),
+            "top_logprobs": _array(_OBJ),
+            "text_offset": _array(_INT),
+        },
+        nullable=True,
+    )
+    text_choice = _object(
+        {"index": _INT, "text": _STR, "logprobs": logprobs_legacy, "finish_reason": _FINISH},
+        optional=("logprobs",),
+    )
+    message = _object({"role": {"type": "string", "const": "assistant"}, "content": _STR})
+    chat_choice = _object(
+        {
+            "index": _INT,
+            "message": message,
+            "logprobs": _object({"content": _array(_OBJ)}, nullable=True),
             "finish_reason": _FINISH,
         },
-        "required": ["index", "text", "finish_reason"],
-    }
-    chat_choice = {
-        "type": "object",
-        "properties": {
-            "index": {"type": "integer"},
-            "message": {
-                "type": "object",
-                "properties": {
-                    "role": {"type": "string", "const": "assistant"},
-                    "content": {"type": "string"},
-                },
-                "required": ["role", "content"],
-            },
-            "logprobs": {
-                "type": ["object", "null"],
-                "properties": {"content": {"type": "array", "items": {"type": "object"}}},
-                "required": ["content"],
-            },
-            "finish_reason": _FINISH,
-        },
-        "required": ["index", "message", "finish_reason"],
-    }
+        optional=("logprobs",),
+    )
     sse = {
         "text/event-stream": {
             "schema": {
@@ -178,78 +186,30 @@ def openapi_document(
             }
         }
     }
+    model = _object({"id": _STR, "object": _const("model"), "created": _INT, "owned_by": _STR})
+    embedding = _object(
+        {
+            "object": _const("embedding"),
+            "index": _INT,
+            "embedding": {"anyOf": [_array(_NUM), {"type": "string", "contentEncoding": "base64"}]},
+        }
+    )
     schemas: dict[str, Schema] = {
         **request_schemas,
         "Error": _ERROR,
         "Completion": _reply("text_completion", text_choice),
         "ChatCompletion": _reply("chat.completion", chat_choice),
-        "ModelList": {
-            "type": "object",
-            "properties": {
-                "object": {"type": "string", "const": "list"},
-                "data": {
-                    "type": "array",
-                    "items": {
-                        "type": "object",
-                        "properties": {
-                            "id": {"type": "string"},
-                            "object": {"type": "string", "const": "model"},
-                            "created": {"type": "integer"},
-                            "owned_by": {"type": "string"},
-                        },
-                        "required": ["id", "object", "created", "owned_by"],
-                    },
-                },
-            },
-            "required": ["object", "data"],
-        },
-        "EmbeddingList": {
-            "type": "object",
-            "properties": {
-                "object": {"type": "string", "const": "list"},
-                "data": {
-                    "type": "array",
-                    "items": {
-                        "type": "object",
-                        "properties": {
-                            "object": {"type": "string", "const": "embedding"},
-                            "index": {"type": "integer"},
-                            "embedding": {
-                                "anyOf": [
-                                    {"type": "array", "items": {"type": "number"}},
-                                    {"type": "string", "contentEncoding": "base64"},
-                                ]
-                            },
-                        },
-                        "required": ["object", "index", "embedding"],
-                    },
-                },
-                "model": {"type": "string"},
-                "usage": {
-                    "type": "object",
-                    "properties": {
-                        "prompt_tokens": {"type": "integer"},
-                        "total_tokens": {"type": "integer"},
-                    },
-                    "required": ["prompt_tokens", "total_tokens"],
-                },
-            },
-            "required": ["object", "data", "model", "usage"],
-        },
-        "SessionSaved": {
-            "type": "object",
-            "properties": {
-                "id": {"type": "string"},
-                "tokens": {"type": "integer"},
-                "path": {"type": "string"},
-            },
-            "required": ["id", "tokens", "path"],
-        },
-        "SessionRestored": {
-            "type": "object",
-            "properties": {"id": {"type": "string"}, "tokens": {"type": "integer"}},
-            "required": ["id", "tokens"],
-        },
+        "ModelList": _object({"object": _const("list"), "data": _array(model)}),
+        "EmbeddingList": _object(
+            {
+                "object": _const("list"),
+                "data": _array(embedding),
+                "model": _STR,
+                "usage": _object({"prompt_tokens": _INT, "total_tokens": _INT}),
+            }
+        ),
+        "SessionSaved": _object({"id": _STR, "tokens": _INT, "path": _STR}),
+        "SessionRestored": _object({"id": _STR, "tokens": _INT}),
     }
     v1 = auth
 
