@@ -6,8 +6,9 @@ Starts the server on the default model (SmolLM2) with a small session bound
 and a sessions folder, then sends a fixed mix of requests from
 ``--concurrency`` clients: completions and chats, streams read to the end
 and streams the client abandons after the first event, GBNF and JSON
-Schema requests, stateful sessions (well past ``--max-sessions``, so older
-ones are hibernated to disk and restored when they come back), and invalid
+Schema requests, requests for two choices (``n = 2``, whole and
+streamed), stateful sessions (well past ``--max-sessions``, so older ones
+are hibernated to disk and restored when they come back), and invalid
 requests. A warm-up of the same mix comes first.
 
 After the warm-up and at the end it quiesces (waits for an idle queue,
@@ -92,6 +93,7 @@ BLOCK = (
     + ["disconnect"] * 2
     + ["grammar"] * 2
     + ["json"] * 1
+    + ["choices"] * 2
     + ["session"] * 3
     + ["invalid"] * 2
 )
@@ -171,6 +173,17 @@ async def one(
                 if kind == "disconnect" and line.startswith("data: "):
                     break  # the client goes away mid-stream
             return r.status_code
+    if kind == "choices":
+        # n > 1: the choices share one prompt evaluation (PromptShare); every
+        # other choice is streamed.
+        body = {"prompt": prompt, "n": 2, "temperature": 0.8, "seed": i, "max_tokens": 12}
+        if i % 2:
+            async with client.stream("POST", "/v1/completions", json={**body, "stream": True}) as r:
+                async for _ in r.aiter_lines():
+                    pass
+                return r.status_code
+        r = await client.post("/v1/completions", json=body)
+        return r.status_code
     if kind == "grammar":
         body = {"prompt": f"Q: {question}\nA:", "grammar": GRAMMAR, **greedy, "max_tokens": 24}
         r = await client.post("/v1/completions", json=body)

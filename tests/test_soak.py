@@ -33,6 +33,7 @@ def test_soak_200_requests_holds_every_bound() -> None:
         "disconnect",
         "grammar",
         "json",
+        "choices",
         "session",
         "invalid",
     }
