@@ -14,6 +14,7 @@ pub mod quant;
 pub mod sampler;
 mod simd;
 pub mod threadpool;
+pub mod vocab;
 
 #[cfg(feature = "python")]
 mod python;

@@ -19,6 +19,7 @@ __all__ = [
     "__version__",
     "_panic_for_test",
     "blake3",
+    "byte_level_pieces",
     "dequantize",
     "eval_batch",
     "filled_bytes",
@@ -26,6 +27,7 @@ __all__ = [
     "physical_core_count",
     "quantize_act",
     "simd_level",
+    "split_merges",
     "vec_dot",
     "write_hashed",
 ]
@@ -221,3 +223,6 @@ class GrammarMatcher:
     def shortest_path_mask(self, left: int) -> bytes | None: ...
     def export_state(self) -> list[int]: ...
     def import_state(self, state: list[int]) -> None: ...
+
+def byte_level_pieces(tokens: list[str]) -> list[bytes]: ...
+def split_merges(rules: list[str]) -> tuple[list[tuple[str, str]], int]: ...

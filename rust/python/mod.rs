@@ -11,6 +11,7 @@ mod lora;
 mod quant;
 mod sampler;
 mod testing;
+mod vocab;
 
 #[pymodule]
 fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
@@ -21,5 +22,6 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     engine::register(m)?;
     grammar::register(m)?;
     testing::register(m)?;
+    vocab::register(m)?;
     Ok(())
 }

@@ -2,14 +2,12 @@
 
 from __future__ import annotations
 
-import bisect
-import itertools
-import re
 from collections.abc import Mapping, Sequence
 from typing import Any
 
 from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers
 
+from .. import _native
 from ..errors import LoadError
 from .gguf_vocab import GgufVocab
 
@@ -54,14 +52,11 @@ UNICODE_TO_BYTE: dict[str, int] = {c: b for b, c in BYTE_TO_UNICODE.items()}
 
 def split_merges(merges: Sequence[str]) -> list[tuple[str, str]]:
     """``"a b"`` merge strings as pairs, split at the first space after the
-    first character as llama.cpp does."""
-    # One comprehension, then the error path: this runs on every load (48,900
-    # merges for SmolLM2), so the common case stays out of a Python loop body.
-    cuts = [m.find(" ", 1) for m in merges]
-    if min(cuts, default=0) < 0:
-        i = cuts.index(-1)
-        raise LoadError(f"tokenizer merge #{i} {merges[i]!r} is not two space-separated parts")
-    return [(m[:p], m[p + 1 :]) for m, p in zip(merges, cuts, strict=True)]
+    first character as llama.cpp does (natively: this runs on every load)."""
+    pairs, bad = _native.split_merges(list(merges))
+    if bad >= 0:
+        raise LoadError(f"tokenizer merge #{bad} {merges[bad]!r} is not two space-separated parts")
+    return pairs
 
 
 def check_merges(merges: Sequence[tuple[str, str]], vocab: Mapping[str, int]) -> None:
@@ -149,20 +144,7 @@ def bpe_piece(token: str) -> bytes:
     return bytes(out)
 
 
-_NOT_A_BYTE = re.compile("[^\x00-\xff]")
-
-
 def bpe_pieces(tokens: Sequence[str]) -> list[bytes]:
-    """``bpe_piece`` of every token, translated as one string: the fast
-    path maps each character to one byte, so token ``i`` is the slice at its
-    character offsets. Tokens holding a character outside the table (rare)
-    are redone one by one."""
-    joined = "".join(tokens).translate(_PIECE_TABLE)
-    blob = joined.encode("latin-1", errors="replace")
-    ends = list(itertools.accumulate(map(len, tokens)))
-    starts = [0, *ends][:-1]
-    out = [blob[a:b] for a, b in zip(starts, ends, strict=True)]
-    for m in _NOT_A_BYTE.finditer(joined):
-        i = bisect.bisect_right(ends, m.start())
-        out[i] = bpe_piece(tokens[i])
-    return out
+    """``bpe_piece`` of every token, natively (a whole vocabulary, on every
+    load)."""
+    return _native.byte_level_pieces(list(tokens))
