@@ -37,6 +37,7 @@ from ..errors import OxiLlamaError
 from ..sampling import SamplerConfig
 from ..tool_calls import ToolFormat
 from . import metrics as prom
+from .access_log import RequestLog, note
 from .api_error import ApiError, error_body, from_library_error
 from .auth import ApiKeys, AuthMiddleware
 from .embeddings_route import embeddings
@@ -304,7 +305,14 @@ class Server:
         shape: Callable[[int, str, Completion | None, str | None], dict[str, Any]],
         final: Callable[[list[Completion]], dict[str, Any]],
         stateful: Callable[[AsyncSession], Turn],
+        record: dict[str, Any],
     ) -> Response:
+        """Answers one generation request; ``record`` (the access log's)
+        gets the session and the token counts."""
+        record["prompt_tokens"] = len(tokens)
+        if opts.session is not None:
+            record["session"] = opts.session
+        final = _counting(final, record)
         lease: Lease | None = None
         if opts.session is not None:
             lease = await self.sessions.lease(opts.session)
@@ -368,6 +376,7 @@ class Server:
                         done = results[i][0] if results[i] else None
                         yield _sse(shape(i, "", done, _finish(done)))
                     item = await anext(events_in, None)
+                record["completion_tokens"] = sum(len(r[0].tokens) for r in results if r)
                 if opts.include_usage:
                     usage = shape(0, "", None, None)
                     usage["choices"] = []
@@ -445,7 +454,7 @@ class Server:
                 lambda n, **kw: sess.stream(p, n, **kw),
             )
 
-        return await self.run(tokens, opts, shape, final, stateful)
+        return await self.run(tokens, opts, shape, final, stateful, note(request.state))
 
     async def chat(self, request: Request) -> Response:
         body = await self.body(request, "ChatCompletionRequest")
@@ -550,7 +559,7 @@ class Server:
                 lambda n, **kw: sess.chat_stream(messages, n, **variables, **kw),
             )
 
-        return await self.run(tokens, opts, shape, final, stateful)
+        return await self.run(tokens, opts, shape, final, stateful, note(request.state))
 
     def session_id(self, request: Request) -> str:
         sid = str(request.path_params["sid"])
@@ -604,6 +613,18 @@ class Server:
 
     async def openapi(self, request: Request) -> Response:
         return JSONResponse(self.document)
+
+
+def _counting(
+    final: Callable[[list[Completion]], dict[str, Any]], record: dict[str, Any]
+) -> Callable[[list[Completion]], dict[str, Any]]:
+    """``final`` that also notes the completion tokens for the access log."""
+
+    def counted(outs: list[Completion]) -> dict[str, Any]:
+        record["completion_tokens"] = sum(len(o.tokens) for o in outs)
+        return final(outs)
+
+    return counted
 
 
 async def _single(stream: AsyncIterator[str]) -> AsyncGenerator[tuple[int, str | None]]:
@@ -717,6 +738,7 @@ def build_app(
     app = Starlette(
         routes=routes,
         middleware=[
+            Middleware(RequestLog),
             Middleware(prom.ResponseCounter, by_status=responses),
             Middleware(AuthMiddleware, keys=keys, metrics_auth=metrics_auth),
             Middleware(BodyLimitMiddleware, limit=limits.max_body_bytes),

@@ -79,4 +79,5 @@ def serve(
             host,
             ENV_VAR,
         )
-    uvicorn.run(app, host=host, port=port, log_level="info")
+    # The access log is ours (server/access_log.py: JSON lines, request ids).
+    uvicorn.run(app, host=host, port=port, log_level="info", access_log=False)
