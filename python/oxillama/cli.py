@@ -244,6 +244,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
         loras=_lora_args(args.lora or []),
         tool_format=args.tool_format,
         speculative=args.speculative,
+        drain_seconds=args.drain_seconds,
     )
     return 0
 
@@ -456,6 +457,14 @@ def build_parser() -> argparse.ArgumentParser:
         help="folder for /v1/sessions/{id}/save and /restore (replicas may share it); idle "
         "sessions past --max-sessions are hibernated there and restored on their next request, "
         "and a restarted server picks up every session saved in it",
+    )
+    sv.add_argument(
+        "--drain-seconds",
+        type=float,
+        default=30.0,
+        help="on SIGTERM: /ready turns 503, the requests in flight get this long to finish, "
+        "then every live session is saved to --sessions-dir and the server exits 0 "
+        "(default: 30)",
     )
     _add_serve_safety_args(sv)
     sv.set_defaults(func=cmd_serve)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import collections
+import contextlib
 import json
 import logging
 import os
@@ -138,6 +139,9 @@ class Server:
             remembered_evictions=limits.remembered_evictions,
         )
         self.responses = responses
+        #: Set on SIGTERM (serve.py): /ready answers 503 while the requests
+        #: in flight finish.
+        self.draining = False
         self.document = openapi_document(
             self.defs, model_name=model_name, auth=auth, metrics_auth=metrics_auth
         )
@@ -605,7 +609,23 @@ class Server:
         )
 
     async def health(self, request: Request) -> Response:
+        """Liveness: the process answers (also while it drains)."""
         return JSONResponse({"status": "ok"})
+
+    async def ready(self, request: Request) -> Response:
+        """Readiness: a load balancer should send requests here."""
+        if self.draining:
+            raise ApiError(503, "the server is draining", kind="server_error", code="draining")
+        return JSONResponse({"status": "ready"})
+
+    async def drain(self) -> None:
+        """The end of a graceful stop, after the requests in flight: every
+        live session goes to the sessions folder (where the next server, or
+        another replica, picks it up)."""
+        self.draining = True
+        saved = await self.sessions.save_all()
+        if saved:
+            log.info("drained: %d live session(s) saved to %s", saved, self.sessions.folder)
 
     async def metrics(self, request: Request) -> Response:
         text = prom.render(self.engine.metrics(), self.sessions.metrics(), self.responses)
@@ -613,6 +633,15 @@ class Server:
 
     async def openapi(self, request: Request) -> Response:
         return JSONResponse(self.document)
+
+
+@contextlib.asynccontextmanager
+async def _lifespan(app: Starlette) -> AsyncIterator[None]:
+    yield
+    # Shutdown: uvicorn has let the requests in flight finish (up to its
+    # graceful-shutdown deadline).
+    server: Server = app.state.server
+    await server.drain()
 
 
 def _counting(
@@ -726,6 +755,7 @@ def build_app(
     )
     routes = [
         Route("/health", _guarded(s.health), methods=["GET"]),
+        Route("/ready", _guarded(s.ready), methods=["GET"]),
         Route("/metrics", _guarded(s.metrics), methods=["GET"]),
         Route("/openapi.json", _guarded(s.openapi), methods=["GET"]),
         Route("/v1/models", _guarded(s.models), methods=["GET"]),
@@ -744,6 +774,7 @@ def build_app(
             Middleware(BodyLimitMiddleware, limit=limits.max_body_bytes),
         ],
         exception_handlers={HTTPException: _http_error},
+        lifespan=_lifespan,
     )
     app.state.server = s
     return app

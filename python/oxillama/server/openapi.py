@@ -237,6 +237,14 @@ def openapi_document(
         "/health": {
             "get": _operation("Liveness", ok("Alive", _json({"type": "object"})), (), guarded=False)
         },
+        "/ready": {
+            "get": _operation(
+                "Readiness: the model is loaded and the server is not draining",
+                ok("Ready", _json({"type": "object"})),
+                ("503",),
+                guarded=False,
+            )
+        },
         "/metrics": {
             "get": _operation(
                 "Prometheus metrics",

@@ -3,8 +3,12 @@
 from __future__ import annotations
 
 import logging
+import math
 import os
+import signal
 from collections.abc import Iterable, Mapping
+from types import FrameType
+from typing import Any
 
 from ..async_engine import AsyncEngine
 from ..model import Model
@@ -40,9 +44,15 @@ def serve(
     loras: Mapping[str, str | os.PathLike[str]] | None = None,
     tool_format: ToolFormat | None = None,
     speculative: str | None = None,
+    drain_seconds: float = 30.0,
 ) -> None:
     """Runs the server until interrupted. The keys are ``api_keys``, the
-    lines of ``api_key_file`` and ``$OXILLAMA_API_KEY`` together."""
+    lines of ``api_key_file`` and ``$OXILLAMA_API_KEY`` together.
+
+    SIGTERM (or SIGINT) drains: ``/ready`` answers 503 at once, no new
+    connection is taken, the requests in flight finish (for at most
+    ``drain_seconds``), every live session is saved to ``sessions_dir``,
+    and the process exits 0."""
     import uvicorn
 
     pin_mmap_threshold()
@@ -79,5 +89,32 @@ def serve(
             host,
             ENV_VAR,
         )
-    # The access log is ours (server/access_log.py: JSON lines, request ids).
-    uvicorn.run(app, host=host, port=port, log_level="info", access_log=False)
+    config = uvicorn.Config(
+        app,
+        host=host,
+        port=port,
+        log_level="info",
+        # The access log is ours (server/access_log.py: JSON lines, ids).
+        access_log=False,
+        timeout_graceful_shutdown=max(0, math.ceil(drain_seconds)),
+    )
+    _draining(uvicorn.Server, app.state.server)(config).run()
+
+
+def _draining(base: type[Any], app_server: Any) -> type[Any]:
+    """uvicorn's server class, telling the app the moment a stop signal
+    arrives (uvicorn itself tells it only after the requests in flight are
+    done, in the lifespan's shutdown)."""
+
+    class Draining(base):  # type: ignore[misc]
+        def handle_exit(self, sig: int, frame: FrameType | None) -> None:
+            app_server.draining = True
+            super().handle_exit(sig, frame)
+            if sig == signal.SIGTERM:
+                # uvicorn raises captured signals again once it has shut
+                # down; a drained SIGTERM is a clean stop, exit status 0.
+                captured = getattr(self, "_captured_signals", None)
+                if isinstance(captured, list) and sig in captured:
+                    captured.remove(sig)
+
+    return Draining

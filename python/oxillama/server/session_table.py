@@ -260,6 +260,31 @@ class SessionTable:
         finally:
             self._leave(sid)
 
+    async def save_all(self) -> int:
+        """Saves every live session to the folder (none without one) and
+        keeps it live; the number saved. A session mid-turn is saved once
+        its turn is over."""
+        if self.folder is None:
+            return 0
+        saved = 0
+        for sid in list(self._live):
+            await self._enter(sid)
+            try:
+                sess = self._live.get(sid)
+                path = self.path(sid)
+                if sess is None or path is None:
+                    continue
+                try:
+                    await sess.snapshot(path)
+                except (OxiLlamaError, OSError) as e:
+                    log.error("cannot save session %s to %s: %s", sid, path, e)
+                    continue
+                self._on_disk.add(sid)
+                saved += 1
+            finally:
+                self._leave(sid)
+        return saved
+
     async def close(self) -> None:
         for sess in list(self._live.values()):
             await sess.close()
