@@ -49,6 +49,7 @@ from __future__ import annotations
 import collections
 import concurrent.futures
 import itertools
+import logging
 import threading
 import time
 from collections.abc import Callable, Sequence
@@ -82,6 +83,9 @@ PAGE = 16
 #: Called from the worker thread with a text piece, or at the end with the
 #: completion, or with the error that ended the request.
 Emit = Callable[[str | None, Completion | None, BaseException | None], None]
+
+
+log = logging.getLogger("oxillama.scheduler")
 
 
 @dataclass(eq=False)
@@ -132,6 +136,22 @@ class PromptShare:
         return self.kv is not None or self.failed
 
 
+@dataclass(frozen=True)
+class RequestTimes:
+    """What a request's latency histograms record, at its completion."""
+
+    #: Arrival to the first work the worker did for it.
+    queue_seconds: float
+    #: Arrival to its first generated token (None: it generated none).
+    first_token_seconds: float | None
+    #: Mean time between its generated tokens (None: fewer than two).
+    inter_token_seconds: float | None
+    #: Arrival to completion.
+    e2e_seconds: float
+    prompt_tokens: int
+    generated_tokens: int
+
+
 @dataclass(eq=False)
 class Request:
     """One request's live state."""
@@ -161,6 +181,8 @@ class Request:
     preempted: int = 0
     t_prefilled: float = 0.0
     t_first_token: float = 0.0
+    #: When the worker first gave the request any work (its queue time ends).
+    t_started: float = 0.0
     #: A session turn: the session, and the turn until it has started.
     conv: Conversation | None = None
     turn: Turn | None = None
@@ -293,6 +315,7 @@ class Scheduler:
         self._cv = threading.Condition()
         self._closed = False
         self._metrics = Metrics()
+        self._observers: list[Callable[[RequestTimes], None]] = []
         #: Pool pages promised to this step's evaluations, and the step's
         #: expected tokens and rows so far (see `_draft`).
         self._reserved = 0
@@ -870,6 +893,8 @@ class Scheduler:
     def _prefill_chunk(self, s: Request) -> bool:
         """Feeds ``s`` its next chunk; False when the pool had no room for it
         (nothing changed then), True otherwise."""
+        if not s.t_started:
+            s.t_started = time.perf_counter()
         if s.conv is not None:
             return self._turn_chunk(s)
         replay = s.replay
@@ -1160,8 +1185,33 @@ class Scheduler:
             seed=s.seed,
             logprobs=None if s.logprobs is None else tuple(s.lps),
         )
+        if self._observers:
+            self._observe(s, now)
         self._finish(s, done, None)
         return None
+
+    def add_observer(self, observer: Callable[[RequestTimes], None]) -> None:
+        """Calls ``observer`` (on the worker thread: keep it short) with the
+        times of every request that completes (finished or stopped, not
+        failed or cancelled)."""
+        self._observers.append(observer)
+
+    def _observe(self, s: Request, now: float) -> None:
+        n = len(s.generated)
+        first = s.t_first_token or now
+        times = RequestTimes(
+            queue_seconds=max(0.0, (s.t_started or s.t_arrive) - s.t_arrive),
+            first_token_seconds=first - s.t_arrive if n else None,
+            inter_token_seconds=(now - first) / (n - 1) if n > 1 else None,
+            e2e_seconds=now - s.t_arrive,
+            prompt_tokens=len(s.prompt),
+            generated_tokens=n,
+        )
+        for observe in self._observers:
+            try:
+                observe(times)
+            except Exception:  # an observer's bug must not stop the worker
+                log.exception("a request observer failed")
 
     def _maybe_trigger(self, s: Request) -> None:
         """Starts a lazy grammar once its trigger is in the output; the text

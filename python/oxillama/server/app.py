@@ -43,6 +43,7 @@ from .api_error import ApiError, error_body, from_library_error
 from .auth import ApiKeys, AuthMiddleware
 from .embeddings_route import embeddings
 from .json_body import parse_json_object
+from .latency_metrics import LatencyMetrics
 from .limits import BodyLimitMiddleware, Limits
 from .logprob_shapes import chat_logprobs, completion_logprobs
 from .merged import merged
@@ -139,6 +140,7 @@ class Server:
             remembered_evictions=limits.remembered_evictions,
         )
         self.responses = responses
+        self.latency = LatencyMetrics(engine.scheduler)
         #: Set on SIGTERM (serve.py): /ready answers 503 while the requests
         #: in flight finish.
         self.draining = False
@@ -629,6 +631,7 @@ class Server:
 
     async def metrics(self, request: Request) -> Response:
         text = prom.render(self.engine.metrics(), self.sessions.metrics(), self.responses)
+        text += self.latency.render()
         return PlainTextResponse(text, media_type="text/plain; version=0.0.4")
 
     async def openapi(self, request: Request) -> Response:

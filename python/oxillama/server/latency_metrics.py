@@ -1,0 +1,64 @@
+"""Per-request latency histograms for ``/metrics``, kept by
+``prometheus_client`` in one registry per app (vLLM's names, with the
+prefix ``oxillama:``): time to first token, inter-token latency,
+end-to-end latency, queue time and prompt length. The scheduler reports
+each completed request's times (``Scheduler.add_observer``)."""
+
+from __future__ import annotations
+
+from prometheus_client import CollectorRegistry, Histogram, generate_latest
+
+from ..scheduler import RequestTimes, Scheduler
+
+__all__ = ["LatencyMetrics"]
+
+#: Seconds: from a few milliseconds (a cached prompt, a small model) to
+#: minutes (a long generation on a loaded CPU).
+_LATENCY = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0)
+_TOKEN_GAP = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5)
+_PROMPT = (1, 8, 32, 128, 512, 1024, 2048, 4096, 8192, 16384, 32768)
+
+
+class LatencyMetrics:
+    def __init__(self, scheduler: Scheduler) -> None:
+        self.registry = CollectorRegistry(auto_describe=True)
+
+        def hist(name: str, doc: str, buckets: tuple[float, ...]) -> Histogram:
+            return Histogram(name, doc, buckets=buckets, registry=self.registry)
+
+        self.ttft = hist(
+            "oxillama:time_to_first_token_seconds",
+            "Arrival of a request to its first generated token.",
+            _LATENCY,
+        )
+        self.itl = hist(
+            "oxillama:inter_token_latency_seconds",
+            "Mean time between a request's generated tokens.",
+            _TOKEN_GAP,
+        )
+        self.e2e = hist(
+            "oxillama:e2e_request_latency_seconds",
+            "Arrival of a request to its completion.",
+            _LATENCY,
+        )
+        self.queue = hist(
+            "oxillama:request_queue_time_seconds",
+            "Arrival of a request to the first work done for it.",
+            _LATENCY,
+        )
+        self.prompt = hist(
+            "oxillama:request_prompt_tokens", "Prompt length of a request, in tokens.", _PROMPT
+        )
+        scheduler.add_observer(self.observe)
+
+    def observe(self, t: RequestTimes) -> None:
+        self.e2e.observe(t.e2e_seconds)
+        self.queue.observe(t.queue_seconds)
+        self.prompt.observe(t.prompt_tokens)
+        if t.first_token_seconds is not None:
+            self.ttft.observe(t.first_token_seconds)
+        if t.inter_token_seconds is not None:
+            self.itl.observe(t.inter_token_seconds)
+
+    def render(self) -> str:
+        return generate_latest(self.registry).decode()
