@@ -79,5 +79,25 @@ def test_histograms_count_every_request_and_counters_only_grow(url: str) -> None
             continue
         for key, value in samples.items():
             assert after[name][1].get(key, value) >= value, (name, key)
+    routes = after["oxillama:http_requests"]
+    assert routes[0] == "counter"
+
+    def answered(route: str, status: str) -> float:
+        key = f"oxillama:http_requests_total[('route', '{route}'), ('status', '{status}')]"
+        old = before["oxillama:http_requests"][1].get(key, 0.0)
+        return routes[1].get(key, 0.0) - old
+
+    assert answered("/v1/completions", "200") == 4
+    assert answered("/v1/chat/completions", "200") == 2
+    assert answered("/v1/completions", "400") == 1
     generated = [v for k, v in after["oxillama_generated_tokens"][1].items()]
     assert generated and generated[0] >= 6 * 4
+
+
+def test_route_labels_are_templates_never_ids() -> None:
+    from oxillama.server.latency_metrics import route_label
+
+    assert route_label("/v1/completions") == "/v1/completions"
+    assert route_label("/v1/sessions/user-42/save") == "/v1/sessions/{sid}/save"
+    assert route_label("/v1/sessions/x/restore") == "/v1/sessions/{sid}/restore"
+    assert route_label("/v1/sessions/x/delete") == route_label("/no/such") == "other"

@@ -12,6 +12,7 @@ import logging
 import re
 import time
 import uuid
+from collections.abc import Callable
 from typing import Any
 
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
@@ -33,8 +34,11 @@ def note(scope_state: Any) -> dict[str, Any]:
 
 
 class RequestLog:
-    def __init__(self, app: ASGIApp) -> None:
-        self.app = app
+    """``count(path, status)``, when given, is told of every request as it
+    is logged (the requests-by-route counter)."""
+
+    def __init__(self, app: ASGIApp, count: Callable[[str, int], None] | None = None) -> None:
+        self.app, self.count = app, count
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
@@ -64,6 +68,8 @@ class RequestLog:
                 **{k: v for k, v in record.items() if k != "id"},
             }
             log.info(json.dumps(line, separators=(",", ":")))
+            if self.count is not None:
+                self.count(str(scope.get("path", "")), status)
 
         async def tagged(message: Message) -> None:
             nonlocal status

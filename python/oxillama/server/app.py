@@ -771,7 +771,7 @@ def build_app(
     app = Starlette(
         routes=routes,
         middleware=[
-            Middleware(RequestLog),
+            Middleware(RequestLog, count=s.latency.count_request),
             Middleware(prom.ResponseCounter, by_status=responses),
             Middleware(AuthMiddleware, keys=keys, metrics_auth=metrics_auth),
             Middleware(BodyLimitMiddleware, limit=limits.max_body_bytes),

@@ -1,4 +1,5 @@
-"""Per-request latency histograms for ``/metrics``, kept by
+"""Per-request latency histograms (and requests by route and status) for
+``/metrics``, kept by
 ``prometheus_client`` in one registry per app (vLLM's names, with the
 prefix ``oxillama:``): time to first token, inter-token latency,
 end-to-end latency, queue time and prompt length. The scheduler reports
@@ -6,17 +7,41 @@ each completed request's times (``Scheduler.add_observer``)."""
 
 from __future__ import annotations
 
-from prometheus_client import CollectorRegistry, Histogram, generate_latest
+import re
+
+from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
 
 from ..scheduler import RequestTimes, Scheduler
 
-__all__ = ["LatencyMetrics"]
+__all__ = ["LatencyMetrics", "route_label"]
 
 #: Seconds: from a few milliseconds (a cached prompt, a small model) to
 #: minutes (a long generation on a loaded CPU).
 _LATENCY = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0)
 _TOKEN_GAP = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5)
 _PROMPT = (1, 8, 32, 128, 512, 1024, 2048, 4096, 8192, 16384, 32768)
+#: Route labels are the app's route templates (a bounded set): a session
+#: id never becomes a label value, and unknown paths are "other".
+_ROUTES = frozenset(
+    {
+        "/health",
+        "/ready",
+        "/metrics",
+        "/openapi.json",
+        "/v1/models",
+        "/v1/completions",
+        "/v1/chat/completions",
+        "/v1/embeddings",
+    }
+)
+_SESSION_ROUTE = re.compile(r"/v1/sessions/[^/]+/(save|restore)")
+
+
+def route_label(path: str) -> str:
+    if path in _ROUTES:
+        return path
+    m = _SESSION_ROUTE.fullmatch(path)
+    return f"/v1/sessions/{{sid}}/{m.group(1)}" if m else "other"
 
 
 class LatencyMetrics:
@@ -49,7 +74,16 @@ class LatencyMetrics:
         self.prompt = hist(
             "oxillama:request_prompt_tokens", "Prompt length of a request, in tokens.", _PROMPT
         )
+        self.requests = Counter(
+            "oxillama:http_requests",
+            "HTTP requests answered, by route template and status.",
+            ["route", "status"],
+            registry=self.registry,
+        )
         scheduler.add_observer(self.observe)
+
+    def count_request(self, path: str, status: int) -> None:
+        self.requests.labels(route=route_label(path), status=str(status)).inc()
 
     def observe(self, t: RequestTimes) -> None:
         self.e2e.observe(t.e2e_seconds)
