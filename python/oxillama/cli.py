@@ -222,6 +222,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
         max_stop_chars=args.max_stop_chars,
         max_logit_bias=args.max_logit_bias,
         max_sessions=args.max_sessions,
+        persist_turns=args.persist_turns,
     )
     serve(
         _model_arg(args),
@@ -457,6 +458,14 @@ def build_parser() -> argparse.ArgumentParser:
         help="folder for /v1/sessions/{id}/save and /restore (replicas may share it); idle "
         "sessions past --max-sessions are hibernated there and restored on their next request, "
         "and a restarted server picks up every session saved in it",
+    )
+    sv.add_argument(
+        "--persist-turns",
+        action="store_true",
+        help="end every session turn with its snapshot in --sessions-dir, and read a live "
+        "session again when another server wrote its file since: replicas sharing the folder "
+        "continue each other's sessions exactly, and a lost replica loses at most the turn in "
+        "flight",
     )
     sv.add_argument(
         "--drain-seconds",

@@ -138,6 +138,7 @@ class Server:
             max_sessions=limits.max_sessions,
             folder=sessions_dir,
             remembered_evictions=limits.remembered_evictions,
+            persist_turns=limits.persist_turns,
         )
         self.responses = responses
         self.latency = LatencyMetrics(engine.scheduler)
@@ -330,7 +331,9 @@ class Server:
                 # A session turn: the session appends what it has not seen.
                 generate, stream = stateful(lease.session)
                 if not opts.stream:
-                    return JSONResponse(final([await generate(opts.max_tokens, **opts.kwargs)]))
+                    out = await generate(opts.max_tokens, **opts.kwargs)
+                    await lease.persist()
+                    return JSONResponse(final([out]))
                 streams: Sequence[AsyncIterator[str]] = [
                     stream(opts.max_tokens, result=results[0], **opts.kwargs)
                 ]
@@ -382,6 +385,8 @@ class Server:
                         done = results[i][0] if results[i] else None
                         yield _sse(shape(i, "", done, _finish(done)))
                     item = await anext(events_in, None)
+                if lease is not None:
+                    await lease.persist()
                 record["completion_tokens"] = sum(len(r[0].tokens) for r in results if r)
                 if opts.include_usage:
                     usage = shape(0, "", None, None)

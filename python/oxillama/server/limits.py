@@ -36,6 +36,11 @@ class Limits:
     max_sessions: int = 64
     #: Ids of evicted sessions remembered (to answer 404 saying why).
     remembered_evictions: int = 10_000
+    #: Every session turn ends with its snapshot in the sessions folder,
+    #: and a live session whose file another server wrote since is read
+    #: again: replicas sharing the folder then continue each other's
+    #: sessions exactly, and a lost replica loses at most the turn in flight.
+    persist_turns: bool = False
 
     def __post_init__(self) -> None:
         for name in (

@@ -50,6 +50,12 @@ class Lease:
         self.table, self.sid, self.session = table, sid, session
         self._held = True
 
+    async def persist(self) -> None:
+        """Ends the turn with the session's snapshot in the folder, when the
+        table persists turns (called while the lease is held)."""
+        if self._held:
+            await self.table._persist(self.sid, self.session)
+
     def release(self) -> None:
         if self._held:
             self._held = False
@@ -62,6 +68,7 @@ class SessionCounts:
     hibernated: int = 0
     evicted: int = 0
     restored: int = 0
+    persisted: int = 0
 
 
 class SessionTable:
@@ -72,8 +79,13 @@ class SessionTable:
         max_sessions: int,
         folder: Path | None,
         remembered_evictions: int,
+        persist_turns: bool = False,
     ) -> None:
         self.engine = engine
+        self.persist_turns = persist_turns and folder is not None
+        #: Per session, the (mtime_ns, size) of its file as this process
+        #: last wrote or read it: another stamp means another server wrote it.
+        self._stamps: dict[str, tuple[int, int]] = {}
         self.max_sessions = max_sessions
         self.folder = folder
         self._live: collections.OrderedDict[str, AsyncSession] = collections.OrderedDict()
@@ -104,6 +116,7 @@ class SessionTable:
             "server_session_hibernations_total": ("counter", c.hibernated),
             "server_session_evictions_total": ("counter", c.evicted),
             "server_session_restores_total": ("counter", c.restored),
+            "server_session_turn_saves_total": ("counter", c.persisted),
         }
 
     # -------------------------------------------------------------- gates
@@ -142,9 +155,13 @@ class SessionTable:
         await self._enter(sid)
         try:
             sess = self._live.get(sid)
-            if sess is not None and not sess.closed:
+            if sess is not None and not sess.closed and not self._stale(sid):
                 self._live.move_to_end(sid)
                 return Lease(self, sid, sess)
+            if sess is not None and not sess.closed:
+                # Another server took turns of it since: the file is newer.
+                del self._live[sid]
+                await sess.close()
             self._live.pop(sid, None)
             path = self.path(sid)
             if path is not None and path.is_file():
@@ -195,12 +212,39 @@ class SessionTable:
             code="session_evicted",
         )
 
+    def _stamp(self, sid: str) -> tuple[int, int] | None:
+        path = self.path(sid)
+        try:
+            st = path.stat() if path is not None else None
+        except OSError:
+            return None
+        return None if st is None else (st.st_mtime_ns, st.st_size)
+
+    def _stale(self, sid: str) -> bool:
+        if not self.persist_turns:
+            return False
+        now = self._stamp(sid)
+        return now is not None and now != self._stamps.get(sid)
+
+    async def _persist(self, sid: str, sess: AsyncSession) -> None:
+        path = self.path(sid)
+        if not self.persist_turns or path is None:
+            return
+        await sess.snapshot(path)
+        stamp = self._stamp(sid)
+        if stamp is not None:
+            self._stamps[sid] = stamp
+        self.counts.persisted += 1
+
     async def _restore(self, sid: str, path: Path) -> AsyncSession:
+        stamp = self._stamp(sid)
         try:
             sess = await self.engine.restore_session(path)
         except SnapshotError as e:
             raise ApiError(400, f"cannot restore session '{sid}': {e}", param="session") from None
         self.counts.restored += 1
+        if stamp is not None:
+            self._stamps[sid] = stamp
         self._on_disk.discard(sid)
         self._evicted.pop(sid, None)
         return sess
@@ -280,6 +324,9 @@ class SessionTable:
                     log.error("cannot save session %s to %s: %s", sid, path, e)
                     continue
                 self._on_disk.add(sid)
+                stamp = self._stamp(sid)
+                if stamp is not None:
+                    self._stamps[sid] = stamp
                 saved += 1
             finally:
                 self._leave(sid)
