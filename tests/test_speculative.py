@@ -109,14 +109,35 @@ def test_sampling_keeps_the_target_distribution(
     assert se.stats.drafted > 0
 
 
-def test_mismatched_vocabularies_and_unsupported_samplers(pair: tuple[Engine, Engine]) -> None:
+def test_mismatched_vocabularies_and_bad_samplers(pair: tuple[Engine, Engine]) -> None:
+    """Every stage of the chain is accepted now; only configs that are not
+    SamplerConfigs (or do not fit the vocabulary) are refused."""
     target, draft = pair
     gemma = Engine(gemma3_path(), context_size=64, threads=1)
     with pytest.raises(ParameterError, match="vocabularies differ"):
         SpeculativeEngine(target, gemma)
-    se = SpeculativeEngine(target, draft)
-    with pytest.raises(ParameterError, match="repetition_penalty"):
-        se.generate("x", 4, sampler=SamplerConfig(repetition_penalty=1.2))
+    every_stage = SamplerConfig(
+        repetition_penalty=1.2,
+        frequency_penalty=0.1,
+        presence_penalty=0.1,
+        dry_multiplier=0.5,
+        xtc_probability=0.5,
+        xtc_threshold=0.1,
+        typical_p=0.9,
+        top_a=0.1,
+        eta_cutoff=0.001,
+        epsilon_cutoff=0.0001,
+        seed=1,
+    )
+    se = SpeculativeEngine(target, draft, seed=2, draft_sampler=SamplerConfig(mirostat=2))
+    assert len(se.generate("x", 4, sampler=every_stage, ignore_eos=True).tokens) == 4
+    for bad in ({"temperature": 0.5}, "greedy", 1.0):
+        with pytest.raises(ParameterError, match="draft_sampler must be a SamplerConfig"):
+            SpeculativeEngine(target, draft, draft_sampler=bad)  # type: ignore[arg-type]
+        with pytest.raises(ParameterError, match="sampler must be a SamplerConfig"):
+            se.generate("x", 1, sampler=bad)  # type: ignore[arg-type]
+    with pytest.raises(ParameterError, match="banned_tokens"):
+        SpeculativeEngine(target, draft, draft_sampler=SamplerConfig(banned_tokens=[10**7]))
     with pytest.raises(ParameterError, match="num_speculative"):
         SpeculativeEngine(target, draft, num_speculative=0)
 

@@ -5,7 +5,15 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Literal
 
-__all__ = ["Completion", "FinishReason", "Piece", "Timings", "TokenLogprob"]
+__all__ = [
+    "Completion",
+    "FinishReason",
+    "Piece",
+    "Speculation",
+    "SpeculativeCounts",
+    "Timings",
+    "TokenLogprob",
+]
 
 FinishReason = Literal["stop", "length", "eos"]
 
@@ -60,6 +68,34 @@ class Piece(str):
 
 
 @dataclass(frozen=True)
+class SpeculativeCounts:
+    """Draft-and-verify rounds and what became of their drafts."""
+
+    rounds: int = 0
+    drafted: int = 0
+    accepted: int = 0
+    #: Rounds that ended with a rejected draft.
+    rejected: int = 0
+    #: Extra tokens drawn from the target after a fully accepted round.
+    bonus: int = 0
+
+    @property
+    def acceptance_rate(self) -> float:
+        return self.accepted / self.drafted if self.drafted else 0.0
+
+
+@dataclass(frozen=True)
+class Speculation:
+    """A speculative completion's figures: the rounds its own call ran
+    (``request``; tokens a round decided but a ``max_tokens`` cut held
+    back count where the round ran) and the engine's running totals after
+    it (``total``, as ``SpeculativeEngine.stats``)."""
+
+    request: SpeculativeCounts
+    total: SpeculativeCounts
+
+
+@dataclass(frozen=True)
 class Completion:
     """The outcome of :meth:`oxillama.Engine.generate`.
 
@@ -70,6 +106,7 @@ class Completion:
     the config had none): the same seed, prompt and config repeat the text.
     ``logprobs`` holds one :class:`TokenLogprob` per token of ``tokens``
     when the call asked for them (``logprobs=k``), else ``None``.
+    ``speculation`` is set by :class:`~oxillama.SpeculativeEngine` only.
     """
 
     text: str
@@ -78,6 +115,7 @@ class Completion:
     timings: Timings = field(repr=False)
     seed: int | None = None
     logprobs: tuple[TokenLogprob, ...] | None = field(default=None, repr=False)
+    speculation: Speculation | None = field(default=None, repr=False)
 
     @property
     def prompt_tokens_per_second(self) -> float:

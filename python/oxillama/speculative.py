@@ -35,10 +35,29 @@ accept the draft when it is that token; at the first difference the drawn
 token is the residual draw (``p`` with the draft's token removed). Each
 emitted token takes exactly one uniform, so what a seeded run produces does
 not depend on how many tokens were drafted.
+
+Every stage of the sampler chain takes part. ``p_i`` and ``q_i`` are the
+final distributions of the target's and the draft's chains (the native
+``Sampler.probs``: penalties, DRY, typical-p, top-a, eta/epsilon cutoffs,
+mirostat's cut at its current ``mu``; XTC's random removal weighed in as
+the mixture of its two outcomes). Stages that read history see the drafts
+accepted so far while later positions are verified: the target's sampler
+state is saved at the start of a round, advanced over each accepted draft
+and restored at the end. Only tokens that are emitted are then committed
+to it (history, and mirostat's ``mu`` moved by the token's probability
+under ``p``), so rejected drafts, tokens past a stop and held-back tokens
+leave no trace. The draft's own chain (``draft_sampler=``, by default the
+target's config) advances the same way; its ``mu`` moves only with drafts
+it made and that were accepted (the round's last token, a residual or
+bonus draw, enters its history alone), which a look-ahead can assume
+exactly. As with :class:`Engine`, passing ``sampler=`` starts a fresh live
+sampler (empty history, ``mu = 2 tau``) that the prompt then enters;
+``sampler=None`` continues the live one.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import secrets
 import threading
@@ -53,34 +72,16 @@ import numpy.typing as npt
 
 from ._native import GrammarMatcher
 from ._text import TextAssembler
-from .completion import Completion, FinishReason, Timings
+from .completion import Completion, FinishReason, Speculation, SpeculativeCounts, Timings
 from .engine import Engine, Prompt
 from .errors import GenerateError, OxiLlamaError, ParameterError
-from .grammar import Grammar
+from .grammar import Grammar, allowed_bytes
 from .grammar import constraint as _constraint
 from .ngram_draft import NgramDraft, NgramState
-from .sampling import SamplerConfig
+from .sampling import SamplerConfig, build_sampler
 from .session_state import cut_to_kept
 
 __all__ = ["SpeculativeEngine", "SpeculativeStats"]
-
-
-def _unsupported(cfg: SamplerConfig) -> list[str]:
-    """Sampler stages the speculative path does not implement: they depend
-    on history or state in ways the accept/reject rule cannot follow."""
-    active = {
-        "repetition_penalty": cfg.repetition_penalty != 1.0,
-        "frequency_penalty": cfg.frequency_penalty != 0.0,
-        "presence_penalty": cfg.presence_penalty != 0.0,
-        "mirostat": cfg.mirostat != 0,
-        "dry_multiplier": cfg.dry_multiplier != 0.0,
-        "xtc_probability": cfg.xtc_probability != 0.0,
-        "typical_p": cfg.typical_p != 1.0,
-        "top_a": cfg.top_a != 0.0,
-        "eta_cutoff": cfg.eta_cutoff != 0.0,
-        "epsilon_cutoff": cfg.epsilon_cutoff != 0.0,
-    }
-    return sorted(k for k, on in active.items() if on)
 
 
 @dataclass
@@ -95,10 +96,18 @@ class SpeculativeStats:
     ahead_used: int = 0
     #: Look-aheads thrown away because the verdict diverged.
     ahead_cancelled: int = 0
+    #: Extra tokens drawn from the target after a fully accepted round.
+    bonus: int = 0
 
     @property
     def acceptance_rate(self) -> float:
         return self.accepted / self.drafted if self.drafted else 0.0
+
+
+#: A round's new tokens, and per token its probability under the target's
+#: chain and (for an accepted draft) under the draft's.
+_Ps = tuple[float | None, float | None]
+_Round = tuple[list[int], list[_Ps]]
 
 
 @dataclass
@@ -110,6 +119,8 @@ class _LookAhead:
     guess: int
     drafts: list[int]
     qs: list[npt.NDArray[np.float64]]
+    #: ``q_i(d_i)`` as float32 values, what the draft's mirostat moves by.
+    q_tok: list[float]
 
 
 class SpeculativeEngine:
@@ -118,6 +129,9 @@ class SpeculativeEngine:
     The engines must share a vocabulary. ``seed`` seeds the accept/reject
     and residual draws (and the drafts' own draws); ``None`` draws one from
     the OS, kept as ``self.seed`` and reported as ``Completion.seed``.
+    ``draft_sampler`` is the config the draft proposes with (default: the
+    target's, whichever is live); any config keeps the output distributed
+    as the target's, a closer one gets more drafts accepted.
     """
 
     def __init__(
@@ -128,8 +142,15 @@ class SpeculativeEngine:
         num_speculative: int | None = None,
         seed: int | None = None,
         async_draft: bool = False,
+        draft_sampler: SamplerConfig | None = None,
     ) -> None:
+        if draft_sampler is not None and not isinstance(draft_sampler, SamplerConfig):
+            raise ParameterError(
+                f"draft_sampler must be a SamplerConfig or None, got {type(draft_sampler).__name__}"
+            )
         if isinstance(draft, NgramDraft):
+            if draft_sampler is not None:
+                raise ParameterError("draft_sampler needs a draft model; an n-gram draft has none")
             # Its own num_speculative is the only one: two would be ambiguous.
             if num_speculative is not None:
                 raise ParameterError(
@@ -157,7 +178,9 @@ class SpeculativeEngine:
                 "async_draft needs an attention draft model; "
                 f"{draft.arch!r} is recurrent (use async_draft=False)"
             )
-        self._adopt(target, draft, num_speculative, seed, async_draft)
+        if draft_sampler is not None:
+            draft_sampler.validate(draft.vocab_size)
+        self._adopt(target, draft, num_speculative, seed, async_draft, draft_sampler)
         self.reset()
 
     @classmethod
@@ -210,8 +233,11 @@ class SpeculativeEngine:
         k: int,
         seed: int | None,
         async_draft: bool = False,
+        draft_sampler: SamplerConfig | None = None,
     ) -> None:
         self.target, self.draft = target, draft
+        #: The draft's own config; None follows the target's live one.
+        self.draft_sampler = draft_sampler
         self.num_speculative = k
         # Unseeded: drawn once, so reset() restarts the same stream and the
         # completions can report it.
@@ -258,7 +284,40 @@ class SpeculativeEngine:
         #: Key of the draft's keyed draws (async mode); saved in snapshots.
         self._draft_key = self.seed
         self._lookahead = None
+        #: Per held-back token: its probability under the target's chain
+        #: and, for an accepted draft, under the draft's (what each live
+        #: sampler advances by once the token is emitted).
+        self._ahead_ps: list[_Ps] = []
+        # Like Engine.reset: the live config stays, its state starts over.
+        self._set_sampler(getattr(self, "_cfg", None) or self.target.sampler)
         self.stats = SpeculativeStats()
+
+    def _set_sampler(self, cfg: SamplerConfig) -> None:
+        """Fresh live samplers for the target (``cfg``) and the draft: empty
+        history, mirostat's ``mu`` at ``2 tau``. Their own RNGs are never
+        used (draws come from ``self._rng`` and the keyed uniforms)."""
+        tok = self.target.tokenizer
+        self._cfg = cfg
+        self._ts = build_sampler(cfg, tok, self.target.vocab_size)
+        self._ds: Any = None
+        if isinstance(self.draft, Engine):
+            dcfg = self.draft_sampler if self.draft_sampler is not None else cfg
+            self._ds = build_sampler(dcfg, tok, self.draft.vocab_size)
+
+    @property
+    def sampler(self) -> SamplerConfig:
+        """The live target config (the last ``sampler=`` passed, else the
+        target engine's)."""
+        return self._cfg
+
+    def _draft_cfg(self) -> SamplerConfig:
+        return self.draft_sampler if self.draft_sampler is not None else self._cfg
+
+    def _commit(self, tok: int, ps: tuple[float | None, float | None]) -> None:
+        """Enters an emitted (or prompt) token into both live samplers."""
+        self._ts.advance(tok, ps[0])
+        if self._ds is not None:
+            self._ds.advance(tok, ps[1])
 
     @property
     def tokens(self) -> list[int]:
@@ -267,38 +326,19 @@ class SpeculativeEngine:
     # ------------------------------------------------------------ sampling
 
     @staticmethod
-    def _biased(logits: npt.NDArray[np.float32], cfg: SamplerConfig) -> npt.NDArray[np.float64]:
-        x = logits.astype(np.float64)
-        for tok, bias in cfg.logit_bias.items():
-            x[tok] += bias
-        for tok in cfg.banned_tokens:
-            x[tok] = -np.inf
-        return x
-
-    def _argmax(self, logits: npt.NDArray[np.float32], cfg: SamplerConfig) -> int:
-        if not cfg.logit_bias and not cfg.banned_tokens:
-            return int(np.argmax(logits))
-        return int(np.argmax(self._biased(logits, cfg)))
+    def _probs(
+        sampler: Any, logits: npt.NDArray[np.float32], allowed: bytes | None
+    ) -> tuple[npt.NDArray[np.float32], npt.NDArray[np.float64]]:
+        """The chain's final distribution from ``sampler``'s state, as float32
+        (the exact values its mirostat moves by) and float64 (the rule's
+        arithmetic)."""
+        p32 = sampler.probs(np.ascontiguousarray(logits, dtype=np.float32), allowed)
+        return p32, p32.astype(np.float64)
 
     def _dist(self, logits: npt.NDArray[np.float32], cfg: SamplerConfig) -> npt.NDArray[np.float64]:
-        x = self._biased(logits, cfg) / cfg.temperature
-        if cfg.top_k > 0 and cfg.top_k < x.size:
-            kth = np.partition(x, -cfg.top_k)[-cfg.top_k]
-            x[x < kth] = -np.inf
-        x -= x.max()
-        p = np.exp(x)
-        p /= p.sum()
-        if cfg.top_p < 1.0:
-            order = np.argsort(-p, kind="stable")
-            cum = np.cumsum(p[order])
-            keep = int(np.searchsorted(cum, cfg.top_p)) + 1
-            mask = np.zeros_like(p, dtype=bool)
-            mask[order[:keep]] = True
-            p[~mask] = 0.0
-        if cfg.min_p > 0.0:
-            p[p < cfg.min_p * p.max()] = 0.0
-        out: npt.NDArray[np.float64] = p / p.sum()
-        return out
+        """The distribution ``cfg`` gives ``logits`` from a fresh state."""
+        fresh = build_sampler(cfg, self.target.tokenizer, self.target.vocab_size)
+        return self._probs(fresh, logits, None)[1]
 
     def _draw(self, p: npt.NDArray[np.float64], u: float | None = None) -> int:
         """A draw from ``p``, with the uniform ``u`` or the engine's RNG."""
@@ -328,20 +368,29 @@ class SpeculativeEngine:
         out[:n] = bits[:n].astype(bool)
         return out
 
-    @staticmethod
-    def _masked(
-        logits: npt.NDArray[np.float32], allowed: npt.NDArray[np.bool_] | None
-    ) -> npt.NDArray[np.float32]:
-        if allowed is None:
-            return logits
-        return np.where(allowed, logits, np.float32(-np.inf)).astype(np.float32)
+    def _mask(self) -> bytes | None:
+        """The grammar's allowed tokens now, as the native sampler takes them."""
+        m = self._matcher
+        return None if m is None else allowed_bytes(m, self.target.vocab_size)
 
-    def _round(self, cfg: SamplerConfig, greedy: bool) -> list[int]:
-        """One draft-and-verify round; returns the new tokens (>= 1)."""
+    def _propose(
+        self, q_logits: npt.NDArray[np.float32], allowed: bytes | None, u: float | None
+    ) -> tuple[int, npt.NDArray[np.float64], float]:
+        """One draft token from the draft's chain in its current state (which
+        then takes the token): the token, ``q`` and ``q(token)``."""
+        q32, q = self._probs(self._ds, q_logits, allowed)
+        tok = int(np.argmax(q32)) if self._draft_cfg().temperature == 0 else self._draw(q, u)
+        qt = float(q32[tok])
+        self._ds.advance(tok, qt)
+        return tok, q, qt
+
+    def _round(self, greedy: bool) -> _Round:
+        """One draft-and-verify round; returns the new tokens (>= 1) and
+        what each live sampler advances by when one is emitted."""
         if self._ng is not None:
-            return self._ngram_round(self._ng, cfg, greedy)
+            return self._ngram_round(self._ng, greedy)
         if self.async_draft and self._matcher is None:
-            return self._round_async(cfg, greedy)
+            return self._round_async(greedy)
         k = self.num_speculative
         n0 = len(self._tokens) - 1  # positions evaluated by the target
         k = max(1, min(k, self._n_ctx - n0 - 1))
@@ -351,56 +400,75 @@ class SpeculativeEngine:
         catch_up = self._tokens[self._d.n_past :]
         q_logits = self._d.eval(np.asarray(catch_up, dtype=np.uint32), False)
         m = self._matcher
-        vocab = q_logits.size
         drafts: list[int] = []
         qs: list[npt.NDArray[np.float64]] = []
+        q_tok: list[float] = []
         # The grammar's mask at each drafted position; the target's rows at
         # the same positions see the same matcher states, so they reuse them.
-        masks: list[npt.NDArray[np.bool_] | None] = []
-        for i in range(k):
-            allowed = self._allowed(vocab)
-            masks.append(allowed)
-            ql = self._masked(q_logits, allowed)
-            if greedy:
-                tok = self._argmax(ql, cfg)
-            else:
-                q = self._dist(ql, cfg)
-                tok = self._draw(q)
+        masks: list[bytes | None] = []
+        saved = self._ds.get_state()
+        try:
+            for i in range(k):
+                allowed = self._mask()
+                masks.append(allowed)
+                tok, q, qt = self._propose(q_logits, allowed, None)
+                drafts.append(tok)
                 qs.append(q)
-            drafts.append(tok)
-            if m is not None:
-                if not m.accept_token(tok):
-                    raise GenerateError(f"internal error: drafted token {tok} the grammar refuses")
-                if m.is_terminated():
+                q_tok.append(qt)
+                if m is not None:
+                    if not m.accept_token(tok):
+                        raise GenerateError(
+                            f"internal error: drafted token {tok} the grammar refuses"
+                        )
+                    if m.is_terminated():
+                        break
+                if i + 1 < k and not self.target.tokenizer.is_eog(tok):
+                    q_logits = self._d.eval(np.asarray([tok], dtype=np.uint32), False)
+                elif i + 1 < k:
                     break
-            if i + 1 < k and not self.target.tokenizer.is_eog(tok):
-                q_logits = self._d.eval(np.asarray([tok], dtype=np.uint32), False)
-            elif i + 1 < k:
-                break
-        masks.append(self._allowed(vocab))
+        finally:
+            self._ds.set_state(saved)
+        masks.append(self._mask())
         if m is not None:
             m.rollback(len(drafts))
-        new, accepted = self._verify(n0, drafts, qs, masks, cfg, greedy)
+        new, ps, accepted = self._verify(n0, drafts, qs, q_tok, masks, greedy)
         cut_to_kept(self._d, min(self._d.n_past, n0 + 1 + accepted))
-        return new
+        return new, ps
 
-    def _ngram_round(self, ng: NgramState, cfg: SamplerConfig, greedy: bool) -> list[int]:
+    def _ngram_round(self, ng: NgramState, greedy: bool) -> _Round:
         """A round with n-gram drafts (see the module docstring): the target
         evaluates the pending token and the drafts; at each row its token is
         drawn as without speculation, and the round goes on while that is
         the draft. Right after a prompt the pending token's logits are the
         prompt pass's (as :class:`Engine` has them), so its token is drawn
         from those first and becomes the pending token."""
+        saved = self._ts.get_state()
+        try:
+            return self._ngram_rows(ng, greedy)
+        finally:
+            self._ts.set_state(saved)
+
+    def _pick(
+        self, row: npt.NDArray[np.float32], allowed: bytes | None, greedy: bool
+    ) -> tuple[int, _Ps]:
+        """The target's own token at ``row`` from its live chain, which then
+        takes it (the next row's history includes it)."""
+        p32, p = self._probs(self._ts, row, allowed)
+        tok = int(np.argmax(p32)) if greedy else self._draw(p)
+        pt = float(p32[tok])
+        self._ts.advance(tok, pt)
+        return tok, (pt, None)
+
+    def _ngram_rows(self, ng: NgramState, greedy: bool) -> _Round:
         m = self._matcher
         vocab = self.target.vocab_size
         first: list[int] = []
-        masks: list[npt.NDArray[np.bool_] | None] = []
+        ps: list[_Ps] = []
+        masks: list[bytes | None] = []
         prompt_logits, self._prompt_logits = self._prompt_logits, None
         if prompt_logits is not None:
-            allowed = self._allowed(vocab)
-            row = self._masked(prompt_logits, allowed)
-            tok0 = self._argmax(row, cfg) if greedy else self._draw(self._dist(row, cfg))
-            first = [tok0]
+            tok0, pr = self._pick(prompt_logits, self._mask(), greedy)
+            first, ps = [tok0], [pr]
             ends = self.target.tokenizer.is_eog(tok0)
             if m is not None:
                 if not m.accept_token(tok0):
@@ -409,7 +477,7 @@ class SpeculativeEngine:
                 m.rollback(1)
             if ends:
                 self._commit_round(first, 0, 0)
-                return first
+                return first, ps
             n0 = len(self._tokens)
         else:
             n0 = len(self._tokens) - 1
@@ -433,11 +501,11 @@ class SpeculativeEngine:
                 allowed = self._allowed(vocab)
                 if allowed is None or not allowed[tok] or m.is_terminated():
                     break
-                masks.append(allowed)
+                masks.append(self._mask())
                 if not m.accept_token(tok):
                     break
                 kept.append(tok)
-            masks.append(self._allowed(vocab))
+            masks.append(self._mask())
             m.rollback(len(kept) + len(first))
             drafts = kept
         else:
@@ -452,16 +520,16 @@ class SpeculativeEngine:
             self._t.exact_rows = False
         new: list[int] = []
         for i in range(len(drafts) + 1):
-            row = self._masked(p_rows[i], masks[i])
-            tok = self._argmax(row, cfg) if greedy else self._draw(self._dist(row, cfg))
+            tok, pr = self._pick(p_rows[i], masks[i], greedy)
             new.append(tok)
+            ps.append(pr)
             if i == len(drafts) or tok != drafts[i]:
                 break
         accepted = len(new) - 1
         ng.feedback(n, proposal, len(drafts), new)
         self._commit_round(first + new, len(drafts), accepted)
         cut_to_kept(self._t, n0 + 1 + accepted)
-        return first + new
+        return first + new, ps
 
     def _commit_round(self, new: list[int], k: int, accepted: int) -> None:
         """Advances the grammar over a round's tokens and counts the round."""
@@ -480,10 +548,12 @@ class SpeculativeEngine:
         self.stats.accepted += accepted
         if accepted < k:
             self.stats.rejected += 1
+        elif k > 0:
+            self.stats.bonus += 1
 
     # ------------------------------------------------------ async drafting
 
-    def _round_async(self, cfg: SamplerConfig, greedy: bool) -> list[int]:
+    def _round_async(self, greedy: bool) -> _Round:
         """A round whose drafts may come from the previous round's look-ahead,
         and which starts the next look-ahead before verifying."""
         k = self.num_speculative
@@ -495,7 +565,7 @@ class SpeculativeEngine:
             self._t.eval(np.asarray(behind, dtype=np.uint32), False)
         la, self._lookahead = self._lookahead, None
         if la is not None and la.base == len(self._tokens) and la.drafts:
-            drafts, qs = la.drafts[:k], la.qs[:k]
+            drafts, qs, q_tok = la.drafts[:k], la.qs[:k], la.q_tok[:k]
             # The draft evaluated all but the last look-ahead draft.
             cut_to_kept(self._d, min(self._d.n_past, n0 + len(drafts)))
             self.stats.ahead_used += 1
@@ -505,11 +575,13 @@ class SpeculativeEngine:
                 # dropped whenever the tokens change otherwise); if it is,
                 # the draft's cache is rebuilt rather than trusted.
                 cut_to_kept(self._d, 0)
-            drafts, qs = self._draft_now(k, rid, cfg, greedy)
+            drafts, qs, q_tok = self._draft_now(k, rid)
         cancel = threading.Event()
-        job = self._pool().submit(self._look_ahead, n0, drafts, k, rid + 1, cfg, greedy, cancel)
+        job = self._pool().submit(self._look_ahead, n0, drafts, q_tok, k, rid + 1, cancel)
         try:
-            new, accepted = self._verify(n0, drafts, qs, [None] * (len(drafts) + 1), cfg, greedy)
+            new, ps, accepted = self._verify(
+                n0, drafts, qs, q_tok, [None] * (len(drafts) + 1), greedy
+            )
         except BaseException:
             cancel.set()
             job.result()
@@ -523,68 +595,78 @@ class SpeculativeEngine:
             if ahead is not None or cancel.is_set():
                 self.stats.ahead_cancelled += 1
             cut_to_kept(self._d, min(self._d.n_past, n0 + 1 + accepted))
-        return new
+        return new, ps
 
     def _draft_now(
-        self, k: int, rid: int, cfg: SamplerConfig, greedy: bool
-    ) -> tuple[list[int], list[npt.NDArray[np.float64]]]:
+        self, k: int, rid: int
+    ) -> tuple[list[int], list[npt.NDArray[np.float64]], list[float]]:
         """Drafts round ``rid`` synchronously, with keyed draws."""
         catch_up = self._tokens[self._d.n_past :]
         q_logits = self._d.eval(np.asarray(catch_up, dtype=np.uint32), False)
-        return self._draft_from(q_logits, k, rid, cfg, greedy, None)
+        saved = self._ds.get_state()
+        try:
+            return self._draft_from(q_logits, k, rid, None)
+        finally:
+            self._ds.set_state(saved)
 
     def _draft_from(
         self,
         q_logits: npt.NDArray[np.float32],
         k: int,
         rid: int,
-        cfg: SamplerConfig,
-        greedy: bool,
         cancel: threading.Event | None,
-    ) -> tuple[list[int], list[npt.NDArray[np.float64]]]:
+    ) -> tuple[list[int], list[npt.NDArray[np.float64]], list[float]]:
         drafts: list[int] = []
         qs: list[npt.NDArray[np.float64]] = []
+        q_tok: list[float] = []
         for i in range(k):
-            if greedy:
-                tok = self._argmax(q_logits, cfg)
-            else:
-                q = self._dist(q_logits, cfg)
-                tok = self._draw(q, self._uniform(rid, i))
-                qs.append(q)
+            tok, q, qt = self._propose(q_logits, None, self._uniform(rid, i))
             drafts.append(tok)
+            qs.append(q)
+            q_tok.append(qt)
             if i + 1 == k or self.target.tokenizer.is_eog(tok):
                 break
             if cancel is not None and cancel.is_set():
                 break
             q_logits = self._d.eval(np.asarray([tok], dtype=np.uint32), False)
-        return drafts, qs
+        return drafts, qs, q_tok
 
     def _look_ahead(
         self,
         n0: int,
         drafts: list[int],
+        q_tok: list[float],
         k: int,
         rid: int,
-        cfg: SamplerConfig,
-        greedy: bool,
         cancel: threading.Event,
     ) -> _LookAhead | None:
         """Runs in the draft thread while the target verifies ``drafts``:
-        assumes all are accepted, guesses the bonus token, drafts round
-        ``rid``. Stops early once ``cancel`` is set (a divergence)."""
+        assumes all are accepted, guesses the bonus token (the mode of the
+        draft's chain), drafts round ``rid``. Stops early once ``cancel`` is
+        set (a divergence). The draft's chain advances as the round's
+        commit would if the guess is right (accepted drafts with their
+        ``q``, the bonus token into the history alone), and is restored
+        before returning."""
         if len(drafts) < k or self.target.tokenizer.is_eog(drafts[-1]):
             return None  # the round ends early: nothing to assume
         if n0 + 1 + len(drafts) + 1 + k >= self._n_ctx:
             return None
-        q = self._d.eval(np.asarray([drafts[-1]], dtype=np.uint32), False)
-        guess = self._argmax(q, cfg)
-        if cancel.is_set() or self.target.tokenizer.is_eog(guess):
-            return None
-        q = self._d.eval(np.asarray([guess], dtype=np.uint32), False)
-        nxt, qs = self._draft_from(q, k, rid, cfg, greedy, cancel)
-        if cancel.is_set():
-            return None
-        return _LookAhead(n0 + 1 + len(drafts) + 1, guess, nxt, qs)
+        saved = self._ds.get_state()
+        try:
+            for tok, qt in zip(drafts, q_tok, strict=True):
+                self._ds.advance(tok, qt)
+            q = self._d.eval(np.asarray([drafts[-1]], dtype=np.uint32), False)
+            guess = int(np.argmax(self._probs(self._ds, q, None)[0]))
+            if cancel.is_set() or self.target.tokenizer.is_eog(guess):
+                return None
+            self._ds.advance(guess, None)
+            q = self._d.eval(np.asarray([guess], dtype=np.uint32), False)
+            nxt, qs, nxt_q = self._draft_from(q, k, rid, cancel)
+            if cancel.is_set():
+                return None
+            return _LookAhead(n0 + 1 + len(drafts) + 1, guess, nxt, qs, nxt_q)
+        finally:
+            self._ds.set_state(saved)
 
     def close(self) -> None:
         """Ends the background drafting thread of ``async_draft`` now rather
@@ -619,14 +701,16 @@ class SpeculativeEngine:
         n0: int,
         drafts: list[int],
         qs: list[npt.NDArray[np.float64]],
-        masks: list[npt.NDArray[np.bool_] | None],
-        cfg: SamplerConfig,
+        q_tok: list[float],
+        masks: list[bytes | None],
         greedy: bool,
-    ) -> tuple[list[int], int]:
+    ) -> tuple[list[int], list[_Ps], int]:
         """Runs the target over the pending token and ``drafts``, applies
         the accept/reject rule and rolls the target back to what was
-        accepted; returns the round's new tokens and how many drafts were
-        accepted."""
+        accepted; returns the round's new tokens, their probabilities (the
+        target's, and the draft's for an accepted draft) and how many
+        drafts were accepted. The target's chain sees each accepted draft
+        as history for the positions after it, and is restored after."""
         k = len(drafts)
         batch = np.asarray([self._tokens[-1], *drafts], dtype=np.uint32)
         # Verification rows must equal one-token evaluations exactly.
@@ -636,31 +720,43 @@ class SpeculativeEngine:
         finally:
             self._t.exact_rows = False
         new: list[int] = []
-        for i, tok in enumerate(drafts):
-            row = self._masked(p_rows[i], masks[i])
-            if greedy:
-                best = self._argmax(row, cfg)
-                new.append(best)
-                if best != tok:
-                    break
-                continue
-            p = self._dist(row, cfg)
-            q = qs[i]
-            if p[tok] >= q[tok] or self._rng.random() < p[tok] / q[tok]:
-                new.append(tok)
-                continue
-            residual = np.maximum(p - q, 0.0)
-            z = residual.sum()
-            new.append(self._draw(residual / z) if z > 0 else self._draw(p))
-            break
-        else:
-            last = self._masked(p_rows[k], masks[k])
-            new.append(self._argmax(last, cfg) if greedy else self._draw(self._dist(last, cfg)))
-        accepted = len(new) - 1 if len(new) <= k else k
+        ps: list[_Ps] = []
+        saved = self._ts.get_state()
+        try:
+            for i, tok in enumerate(drafts):
+                p32, p = self._probs(self._ts, p_rows[i], masks[i])
+                q = qs[i]
+                if greedy:
+                    best = int(np.argmax(p32))
+                    ok = best == tok
+                else:
+                    ok = bool(p[tok] >= q[tok] or self._rng.random() < p[tok] / q[tok])
+                if ok:
+                    new.append(tok)
+                    ps.append((float(p32[tok]), q_tok[i]))
+                    self._ts.advance(tok, float(p32[tok]))
+                    continue
+                if greedy:
+                    t = best
+                else:
+                    residual = np.maximum(p - q, 0.0)
+                    z = residual.sum()
+                    t = self._draw(residual / z) if z > 0 else self._draw(p)
+                new.append(t)
+                ps.append((float(p32[t]), None))
+                break
+            else:
+                p32, p = self._probs(self._ts, p_rows[k], masks[k])
+                t = int(np.argmax(p32)) if greedy else self._draw(p)
+                new.append(t)
+                ps.append((float(p32[t]), None))
+        finally:
+            self._ts.set_state(saved)
+        accepted = len(new) - 1
         self._commit_round(new, k, accepted)
         # Roll back to the accepted prefix: pending + accepted drafts.
         cut_to_kept(self._t, n0 + 1 + accepted)
-        return new, accepted
+        return new, ps, accepted
 
     def _run(
         self,
@@ -674,14 +770,14 @@ class SpeculativeEngine:
     ) -> Iterator[str]:
         if not isinstance(max_tokens, int) or max_tokens < 0:
             raise ParameterError(f"max_tokens must be a non-negative integer, got {max_tokens!r}")
-        cfg = sampler if sampler is not None else self.target.sampler
-        unsupported = _unsupported(cfg)
-        if unsupported:
-            raise ParameterError(
-                "speculative decoding supports temperature, top_k, top_p, min_p, "
-                f"logit_bias and banned_tokens; these are set: {', '.join(unsupported)}"
-            )
-        greedy = cfg.temperature == 0
+        if sampler is not None:
+            if not isinstance(sampler, SamplerConfig):
+                raise ParameterError(
+                    f"sampler must be a SamplerConfig or None, got {type(sampler).__name__}"
+                )
+            self._set_sampler(sampler)
+        greedy = self._cfg.temperature == 0
+        before = dataclasses.replace(self.stats)
         if isinstance(stop, str):
             stop = [stop]
         toks = (
@@ -698,7 +794,8 @@ class SpeculativeEngine:
             )
         t0 = time.perf_counter()
         if toks:
-            self._ahead = []  # the context changed: held-back tokens no longer follow
+            # The context changed: held-back tokens no longer follow.
+            self._ahead, self._ahead_ps = [], []
             self._drop_lookahead()
             if self._ng is not None:
                 # The whole prompt in one pass, as Engine evaluates it, so
@@ -712,6 +809,8 @@ class SpeculativeEngine:
                 if head:
                     self._t.eval(np.asarray(head, dtype=np.uint32), False)
             self._tokens += toks
+            for t in toks:
+                self._commit(t, (None, None))
         t1 = time.perf_counter()
         # The matcher continues when the same grammar continues an empty
         # prompt; otherwise a constrained text starts here.
@@ -731,13 +830,16 @@ class SpeculativeEngine:
                 finish = "stop"  # the grammar is complete
                 break
             if self._ahead:
-                batch, complete_at = self._ahead, self._ahead_complete
+                batch, ps, complete_at = self._ahead, self._ahead_ps, self._ahead_complete
             else:
-                batch = self._round(cfg, greedy)
+                batch, ps = self._round(greedy)
                 complete_at = self._complete_at
-            self._ahead, self._ahead_complete = [], None
+            self._ahead, self._ahead_ps, self._ahead_complete = [], [], None
             for j, tok in enumerate(batch):
                 eos_ends = not ignore_eos or self._matcher is not None
+                # Like Engine, the live sampler takes every token it
+                # produced, an ending EOS included.
+                self._commit(tok, ps[j])
                 if eos_ends and self.target.tokenizer.is_eog(tok):
                     finish, done = "eos", True
                     # The EOS is not part of the text; keep the context
@@ -757,7 +859,7 @@ class SpeculativeEngine:
                     break
                 if len(generated) >= max_tokens:
                     done = True
-                    self._ahead = batch[j + 1 :]
+                    self._ahead, self._ahead_ps = batch[j + 1 :], ps[j + 1 :]
                     if complete_at is not None:
                         self._ahead_complete = complete_at - j - 1
                     break
@@ -782,6 +884,9 @@ class SpeculativeEngine:
                 finish_reason=finish,
                 timings=Timings(len(toks), t1 - t0, len(generated), t2 - t1),
                 seed=self.seed,
+                speculation=Speculation(
+                    request=_counts(self.stats, before), total=_counts(self.stats)
+                ),
             )
         )
 
@@ -886,6 +991,18 @@ class SpeculativeEngine:
         constraint = _constraint(grammar, json_schema)
         result: list[Completion] = []
         yield from self._run(prompt, max_tokens, sampler, stop, ignore_eos, result, constraint)
+
+
+def _counts(stats: SpeculativeStats, before: SpeculativeStats | None = None) -> SpeculativeCounts:
+    """``stats`` as counts, less ``before`` when given."""
+    b = before if before is not None else SpeculativeStats()
+    return SpeculativeCounts(
+        rounds=stats.rounds - b.rounds,
+        drafted=stats.drafted - b.drafted,
+        accepted=stats.accepted - b.accepted,
+        rejected=stats.rejected - b.rejected,
+        bonus=stats.bonus - b.bonus,
+    )
 
 
 def _check_vocab(target: Engine, draft: Engine) -> None:

@@ -3,7 +3,7 @@
 
 use std::collections::BTreeMap;
 
-use numpy::PyReadonlyArray1;
+use numpy::{PyArray1, PyReadonlyArray1};
 use pyo3::exceptions::{PyKeyError, PyValueError};
 use pyo3::prelude::*;
 use pyo3::types::PyDict;
@@ -110,6 +110,48 @@ fn config_from(d: &Bound<'_, PyDict>, breakers: Vec<Vec<u32>>) -> PyResult<Sampl
     })
 }
 
+impl PySampler {
+    fn token(&self, token: i64) -> PyResult<u32> {
+        u32::try_from(token)
+            .ok()
+            .filter(|&t| (t as usize) < self.inner.vocab_size())
+            .ok_or_else(|| {
+                PyValueError::new_err(format!(
+                    "token {token} is outside the vocabulary of {}",
+                    self.inner.vocab_size()
+                ))
+            })
+    }
+
+    /// Copies `logits` and the `allowed` bitset (bit `i % 8` of byte
+    /// `i // 8`) into the private buffers the GIL-free compute reads.
+    fn load(&mut self, logits: &PyReadonlyArray1<'_, f32>, allowed: Option<&[u8]>) -> PyResult<()> {
+        self.poison.check()?;
+        self.logits.clear();
+        match logits.as_slice() {
+            Ok(s) => self.logits.extend_from_slice(s),
+            Err(_) => self.logits.extend(logits.as_array().iter().copied()),
+        }
+        if let Some(bytes) = allowed {
+            let need = self.inner.vocab_size().div_ceil(8);
+            if bytes.len() < need {
+                return Err(PyValueError::new_err(format!(
+                    "allowed has {} bytes, the vocabulary of {} needs {need}",
+                    bytes.len(),
+                    self.inner.vocab_size()
+                )));
+            }
+            self.mask.clear();
+            self.mask.extend(bytes.chunks(8).map(|c| {
+                let mut a = [0u8; 8];
+                a[..c.len()].copy_from_slice(c);
+                u64::from_le_bytes(a)
+            }));
+        }
+        Ok(())
+    }
+}
+
 #[pymethods]
 impl PySampler {
     /// `config` is `SamplerConfig.to_dict()`; `dry_breakers` are the DRY
@@ -141,57 +183,58 @@ impl PySampler {
         logits: PyReadonlyArray1<'_, f32>,
         allowed: Option<&[u8]>,
     ) -> PyResult<u32> {
+        self.load(&logits, allowed)?;
         let PySampler {
             inner,
             logits: buf,
             mask,
             poison,
         } = self;
-        poison.check()?;
-        buf.clear();
-        match logits.as_slice() {
-            Ok(s) => buf.extend_from_slice(s),
-            Err(_) => buf.extend(logits.as_array().iter().copied()),
-        }
-        let mask = match allowed {
-            None => None,
-            Some(bytes) => {
-                let need = inner.vocab_size().div_ceil(8);
-                if bytes.len() < need {
-                    return Err(PyValueError::new_err(format!(
-                        "allowed has {} bytes, the vocabulary of {} needs {need}",
-                        bytes.len(),
-                        inner.vocab_size()
-                    )));
-                }
-                mask.clear();
-                mask.extend(bytes.chunks(8).map(|c| {
-                    let mut a = [0u8; 8];
-                    a[..c.len()].copy_from_slice(c);
-                    u64::from_le_bytes(a)
-                }));
-                Some(&mask[..])
-            }
-        };
-        let buf = &buf[..];
+        let (buf, mask) = (&buf[..], allowed.map(|_| &mask[..]));
         poison.run(|| py.detach(|| inner.sample_masked(buf, mask)).py_err())
     }
 
+    /// The float32 probability of every token for the next step, as
+    /// `sample` would draw it from the current state (XTC's random removal
+    /// weighed in as a mixture; temperature 0 is a point mass at the
+    /// argmax). Changes nothing: pair it with `advance`.
+    #[pyo3(signature = (logits, allowed=None))]
+    fn probs<'py>(
+        &mut self,
+        py: Python<'py>,
+        logits: PyReadonlyArray1<'_, f32>,
+        allowed: Option<&[u8]>,
+    ) -> PyResult<Bound<'py, PyArray1<f32>>> {
+        self.load(&logits, allowed)?;
+        let PySampler {
+            inner,
+            logits: buf,
+            mask,
+            poison,
+        } = self;
+        let (buf, mask) = (&buf[..], allowed.map(|_| &mask[..]));
+        let out = poison.run(|| py.detach(|| inner.probs_masked(buf, mask)).py_err())?;
+        Ok(PyArray1::from_vec(py, out))
+    }
+
+    /// Records `token` as the one chosen where `probs` gave it probability
+    /// `p` (mirostat's mu moves with it); without `p`, only the history
+    /// takes it, as with `accept`.
+    #[pyo3(signature = (token, p=None))]
+    fn advance(&mut self, token: i64, p: Option<f64>) -> PyResult<()> {
+        let t = self.token(token)?;
+        let inner = &mut self.inner;
+        self.poison
+            .run(|| inner.advance(t, p.map(|p| p as f32)).py_err())
+    }
     /// Records a token that entered the context (prompt or generated).
     fn accept(&mut self, token: i64) -> PyResult<()> {
-        match u32::try_from(token) {
-            Ok(t) if (t as usize) < self.inner.vocab_size() => {
-                let inner = &mut self.inner;
-                self.poison.run(|| {
-                    inner.accept(t);
-                    Ok(())
-                })
-            }
-            _ => Err(PyValueError::new_err(format!(
-                "token {token} is outside the vocabulary of {}",
-                self.inner.vocab_size()
-            ))),
-        }
+        let t = self.token(token)?;
+        let inner = &mut self.inner;
+        self.poison.run(|| {
+            inner.accept(t);
+            Ok(())
+        })
     }
 
     /// Back to the freshly constructed state (RNG from the seed, no history).

@@ -20,8 +20,20 @@ pub fn sample(
     // -log2(p) <= mu  <=>  p >= 2^-mu; compared once, not a log per token.
     c.retain_p_at_least((-mu).exp2());
     let (id, p) = c.draw(rng)?;
+    Some((id, update(mu, p, tau, eta)))
+}
+
+/// The threshold after a token of (normalized, truncated) probability `p`.
+pub fn update(mu: f32, p: f32, tau: f32, eta: f32) -> f32 {
     let surprise = -p.log2();
-    Some((id, mu - eta * (surprise - tau)))
+    mu - eta * (surprise - tau)
+}
+
+/// Temperature, then the cut at `mu`; `c` ends normalized.
+pub fn truncate(c: &mut Candidates, temperature: f32, mu: f32) {
+    c.softmax(temperature);
+    c.retain_p_at_least((-mu).exp2());
+    c.normalize();
 }
 
 #[cfg(test)]

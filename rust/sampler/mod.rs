@@ -36,6 +36,7 @@ mod min_p;
 mod mirostat;
 mod penalties;
 pub mod rng;
+mod speculate;
 mod top_a;
 mod top_k;
 mod top_p;
@@ -166,6 +167,51 @@ impl Sampler {
     /// over the vocabulary (bit `i % 64` of word `i / 64` set = token `i`
     /// allowed), as a grammar produces. NaN logits count as -inf.
     pub fn sample_masked(&mut self, logits: &[f32], allowed: Option<&[u64]>) -> Result<u32> {
+        self.check_inputs(logits, allowed)?;
+        self.edit(logits);
+        let Sampler {
+            cfg,
+            rng,
+            mu,
+            edits,
+            cands: c,
+            typical,
+            ..
+        } = self;
+        let view = View {
+            raw: logits,
+            allowed,
+            edits,
+        };
+
+        // 3: greedy.
+        if cfg.temperature == 0.0 {
+            return view.argmax().ok_or_else(nothing_left);
+        }
+
+        // 4: mirostat v2.
+        if cfg.mirostat == 2 {
+            c.fill(&view, f32::NEG_INFINITY);
+            let (tok, new_mu) = mirostat::sample(
+                c,
+                cfg.temperature,
+                *mu,
+                cfg.mirostat_tau,
+                cfg.mirostat_eta,
+                rng,
+            )
+            .ok_or_else(nothing_left)?;
+            *mu = new_mu;
+            return Ok(tok);
+        }
+
+        // 5: truncations, temperature, draw.
+        truncate(cfg, &view, c, typical, XtcCoin::Draw(rng))?;
+        c.softmax(cfg.temperature);
+        c.draw(rng).map(|(t, _)| t).ok_or_else(nothing_left)
+    }
+
+    fn check_inputs(&self, logits: &[f32], allowed: Option<&[u64]>) -> Result<()> {
         if logits.len() != self.vocab_size {
             return Err(Error::invalid(format!(
                 "logits have {} entries, the vocabulary {}",
@@ -182,10 +228,13 @@ impl Sampler {
                 )));
             }
         }
-        let cfg = &self.cfg;
-        let raw = logits;
+        Ok(())
+    }
 
-        // 1-2: sparse edits.
+    /// Steps 1-2: the sparse edits (bias, bans, penalties, DRY) of `raw`
+    /// under the current history, into `self.edits`.
+    fn edit(&mut self, raw: &[f32]) {
+        let cfg = &self.cfg;
         let edits = &mut self.edits;
         edits.clear();
         logit_bias::logit_bias(edits, raw, &cfg.logit_bias);
@@ -222,64 +271,55 @@ impl Sampler {
         if dry.enabled() {
             dry.apply(edits, raw, history, &mut self.dry);
         }
-        let view = View {
-            raw,
-            allowed,
-            edits: &self.edits,
-        };
-
-        // 3: greedy.
-        if cfg.temperature == 0.0 {
-            return view.argmax().ok_or_else(nothing_left);
-        }
-
-        let c = &mut self.cands;
-        // 4: mirostat v2.
-        if cfg.mirostat == 2 {
-            c.fill(&view, f32::NEG_INFINITY);
-            let (tok, mu) = mirostat::sample(
-                c,
-                cfg.temperature,
-                self.mu,
-                cfg.mirostat_tau,
-                cfg.mirostat_eta,
-                &mut self.rng,
-            )
-            .ok_or_else(nothing_left)?;
-            self.mu = mu;
-            return Ok(tok);
-        }
-
-        // 5: truncations, temperature, draw.
-        if cfg.top_k > 0 {
-            top_k::collect(&view, cfg.top_k as usize, c);
-        } else if cfg.min_p > 0.0 && cfg.typical_p >= 1.0 && cfg.top_p >= 1.0 {
-            // Min-p is the first cut: p >= min_p * p_max is exactly
-            // logit >= max + ln(min_p), so the tokens it would drop are never
-            // collected (min_p itself still runs, on the survivors, and
-            // decides the boundary; the margin only absorbs rounding).
-            let floor = view.max_logit().map_or(f32::NEG_INFINITY, |m| {
-                m + cfg.min_p.ln() - 1e-4 * (1.0 + m.abs())
-            });
-            c.fill(&view, floor);
-        } else {
-            c.fill(&view, f32::NEG_INFINITY);
-        }
-        if c.len() == 0 {
-            return Err(nothing_left());
-        }
-        typical::typical(c, cfg.typical_p, &mut self.typical);
-        top_p::top_p(c, cfg.top_p);
-        min_p::min_p(c, cfg.min_p);
-        top_a::top_a(c, cfg.top_a);
-        eta::epsilon_cutoff(c, cfg.epsilon_cutoff);
-        eta::eta_cutoff(c, cfg.eta_cutoff);
-        xtc::xtc(c, cfg.xtc_threshold, cfg.xtc_probability, &mut self.rng);
-        c.softmax(cfg.temperature);
-        c.draw(&mut self.rng)
-            .map(|(t, _)| t)
-            .ok_or_else(nothing_left)
     }
+}
+
+/// How XTC's coin falls in [`truncate`]: drawn from the sampler's RNG, or
+/// fixed, so a caller can weigh both outcomes into one distribution.
+enum XtcCoin<'a> {
+    Draw(&'a mut Rng),
+    Heads,
+    Tails,
+}
+
+/// Step 5 up to the softmax: the truncation stages narrow `c` to the
+/// candidates the final draw chooses among.
+fn truncate(
+    cfg: &SamplerConfig,
+    view: &View<'_>,
+    c: &mut Candidates,
+    typical_scratch: &mut typical::TypicalScratch,
+    coin: XtcCoin<'_>,
+) -> Result<()> {
+    if cfg.top_k > 0 {
+        top_k::collect(view, cfg.top_k as usize, c);
+    } else if cfg.min_p > 0.0 && cfg.typical_p >= 1.0 && cfg.top_p >= 1.0 {
+        // Min-p is the first cut: p >= min_p * p_max is exactly
+        // logit >= max + ln(min_p), so the tokens it would drop are never
+        // collected (min_p itself still runs, on the survivors, and
+        // decides the boundary; the margin only absorbs rounding).
+        let floor = view.max_logit().map_or(f32::NEG_INFINITY, |m| {
+            m + cfg.min_p.ln() - 1e-4 * (1.0 + m.abs())
+        });
+        c.fill(view, floor);
+    } else {
+        c.fill(view, f32::NEG_INFINITY);
+    }
+    if c.len() == 0 {
+        return Err(nothing_left());
+    }
+    typical::typical(c, cfg.typical_p, typical_scratch);
+    top_p::top_p(c, cfg.top_p);
+    min_p::min_p(c, cfg.min_p);
+    top_a::top_a(c, cfg.top_a);
+    eta::epsilon_cutoff(c, cfg.epsilon_cutoff);
+    eta::eta_cutoff(c, cfg.eta_cutoff);
+    match coin {
+        XtcCoin::Draw(rng) => xtc::xtc(c, cfg.xtc_threshold, cfg.xtc_probability, rng),
+        XtcCoin::Heads => xtc::remove_top(c, cfg.xtc_threshold),
+        XtcCoin::Tails => {}
+    }
+    Ok(())
 }
 
 #[cfg(test)]

@@ -10,10 +10,24 @@ use super::rng::Rng;
 pub fn xtc(c: &mut Candidates, threshold: f32, probability: f32, rng: &mut Rng) {
     // Above 0.5 at most one token can clear the threshold: nothing to do,
     // and no random number is consumed.
-    if probability <= 0.0 || threshold > 0.5 || c.len() < 2 {
+    if !active(threshold, probability) || c.len() < 2 {
         return;
     }
     if rng.next_f64() >= probability as f64 {
+        return;
+    }
+    remove_top(c, threshold);
+}
+
+/// Whether XTC can change anything: above 0.5 at most one token can clear
+/// the threshold.
+pub fn active(threshold: f32, probability: f32) -> bool {
+    probability > 0.0 && threshold <= 0.5
+}
+
+/// The removal itself, as when the coin says to fire.
+pub fn remove_top(c: &mut Candidates, threshold: f32) {
+    if c.len() < 2 {
         return;
     }
     c.normalize();

@@ -1,6 +1,7 @@
 """OXISPEC1: a speculative-decoding session (target and draft OXISNAP1
 snapshots, the accepted-token history, held-back tokens, the accept/reject
-RNG state and the acceptance statistics). Same container as OXISNAP1 with
+RNG state, the live sampler configs and states of target and draft (history,
+mirostat's mu) and the acceptance statistics). Same container as OXISNAP1 with
 its own magic; see docs/snapshot-format.md. An n-gram draft has no DRAFT
 section: ``meta.draft`` names the method, its parameters and its agreement
 estimates (its index is rebuilt from the token history)."""
@@ -50,6 +51,13 @@ def dumps(spec: SpeculativeEngine) -> bytes:
         "tokens": spec._tokens,
         "ahead": spec._ahead,
         "ahead_complete": spec._ahead_complete,
+        "ahead_ps": [list(p) for p in spec._ahead_ps],
+        "sampler": {
+            "config": spec._cfg.to_dict(),
+            "draft_config": None if spec.draft_sampler is None else spec.draft_sampler.to_dict(),
+            "target_state": spec._ts.get_state(),
+            "draft_state": None if spec._ds is None else spec._ds.get_state(),
+        },
         "rng": spec._rng.bit_generator.state,
         "stats": {
             "rounds": spec.stats.rounds,
@@ -58,6 +66,7 @@ def dumps(spec: SpeculativeEngine) -> bytes:
             "rejected": spec.stats.rejected,
             "ahead_used": spec.stats.ahead_used,
             "ahead_cancelled": spec.stats.ahead_cancelled,
+            "bonus": spec.stats.bonus,
         },
         "grammar": None
         if spec._grammar is None or spec._matcher is None
@@ -161,11 +170,13 @@ def loads(
             int(stats.get("rejected", 0)),
             int(stats.get("ahead_used", 0)),
             int(stats.get("ahead_cancelled", 0)),
+            int(stats.get("bonus", 0)),
         )
     except (KeyError, TypeError, ValueError, OverflowError) as e:
         # numpy raises OverflowError for a state word past 128 bits.
         raise SnapshotFormatError(f"meta.rng or meta.stats is invalid: {e}") from None
     spec._rng = rng
+    _samplers(spec, meta, len(ahead))
     spec._ng = None
     spec._prompt_logits = None
     if ngram is not None:
@@ -181,6 +192,39 @@ def loads(
 
         spec._grammar, spec._matcher = _grammar(target.model, g if isinstance(g, dict) else {})
     return spec
+
+
+def _samplers(spec: SpeculativeEngine, meta: dict[str, Any], n_ahead: int) -> None:
+    """The live sampler configs and states; a snapshot from before they were
+    saved continues with fresh ones for the target engine's config (its
+    sampler stages then read no history)."""
+    from ..sampling import SamplerConfig
+
+    raw = meta.get("sampler")
+    ps = meta.get("ahead_ps", [[None, None]] * n_ahead if raw is None else None)
+    try:
+        if not isinstance(ps, list) or len(ps) != n_ahead:
+            raise ValueError("meta.ahead_ps does not match meta.ahead")
+        ahead_ps: list[tuple[float | None, float | None]] = []
+        for p in ps:
+            if not (isinstance(p, list) and len(p) == 2):
+                raise ValueError("meta.ahead_ps entries are [p, q] pairs")
+            a, b = p
+            ahead_ps.append((None if a is None else float(a), None if b is None else float(b)))
+        spec._ahead_ps = ahead_ps
+        if raw is None:
+            spec._set_sampler(spec.target.sampler)
+            return
+        if not isinstance(raw, dict):
+            raise ValueError("meta.sampler is not an object")
+        dcfg = raw.get("draft_config")
+        spec.draft_sampler = None if dcfg is None else SamplerConfig.from_dict(dcfg)
+        spec._set_sampler(SamplerConfig.from_dict(raw["config"]))
+        spec._ts.set_state(raw["target_state"])
+        if spec._ds is not None:
+            spec._ds.set_state(raw["draft_state"])
+    except (KeyError, TypeError, ValueError, OverflowError, ParameterError) as e:
+        raise SnapshotFormatError(f"meta.sampler is invalid: {e}") from None
 
 
 def _ngram_draft(described: dict[str, Any]) -> NgramDraft:
