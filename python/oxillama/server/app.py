@@ -50,6 +50,7 @@ from .merged import merged
 from .openapi import openapi_document
 from .request_schemas import SESSION_ID, UNSUPPORTED, RequestSchemas
 from .schema_check import SchemaViolation, check
+from .session_header import with_session_header
 from .session_table import Lease, SessionTable
 from .tools import ChoiceCalls, tool_request
 
@@ -121,8 +122,10 @@ class Server:
         metrics_auth: bool,
         responses: collections.Counter[int],
         tool_format: ToolFormat | None = None,
+        require_session_header: bool = False,
     ) -> None:
         self.engine = engine
+        self.require_session_header = require_session_header
         self.tool_format = tool_format
         self.model_name = model_name
         self.limits = limits
@@ -154,6 +157,8 @@ class Server:
     async def body(self, request: Request, schema: str) -> dict[str, Any]:
         raw = await request.body()
         body = parse_json_object(raw, self.limits.max_json_depth)
+        if "session" in self.defs[schema].get("properties", {}):
+            body = with_session_header(request.headers, body, required=self.require_session_header)
         try:
             checked: dict[str, Any] = check(body, self.defs[schema], "", self.defs)
         except SchemaViolation as e:
@@ -639,6 +644,9 @@ class Server:
         text += self.latency.render()
         return PlainTextResponse(text, media_type="text/plain; version=0.0.4")
 
+    def metrics_exposition(self) -> bytes:  # TEMP until the metrics branch lands
+        return self.latency.render().encode()
+
     async def openapi(self, request: Request) -> Response:
         return JSONResponse(self.document)
 
@@ -735,6 +743,7 @@ def build_app(
     metrics_auth: bool = False,
     limits: Limits | None = None,
     tool_format: ToolFormat | None = None,
+    require_session_header: bool = False,
 ) -> Starlette:
     """The Starlette app serving ``engine``.
 
@@ -744,7 +753,10 @@ def build_app(
     With ``api_keys``, every ``/v1/*`` route (and ``/metrics`` with
     ``metrics_auth``) requires ``Authorization: Bearer <key>``. ``limits``
     bounds what one request may ask for (:class:`Limits`). ``tool_format``
-    overrides the tool-call syntax read from the chat template."""
+    overrides the tool-call syntax read from the chat template. A session
+    is named by the body's ``session`` or the ``X-Session-Id`` header; with
+    ``require_session_header`` (behind a router that routes by it) the
+    header is required."""
     limits = limits or Limits()
     folder = Path(sessions_dir) if sessions_dir is not None else None
     if folder is not None:
@@ -760,6 +772,7 @@ def build_app(
         metrics_auth=metrics_auth,
         responses=responses,
         tool_format=tool_format,
+        require_session_header=require_session_header,
     )
     routes = [
         Route("/health", _guarded(s.health), methods=["GET"]),

@@ -10,16 +10,15 @@ from collections.abc import Iterable, Mapping
 from types import FrameType
 from typing import Any
 
-from ..async_engine import AsyncEngine
 from ..model import Model
 from ..offload import OffloadPolicy
 from ..tool_calls import ToolFormat
-from .app import build_app
-from .auth import ENV_VAR, load_api_keys
+from .app_spec import AppSpec
+from .auth import ENV_VAR
 from .limits import Limits
 from .malloc import pin_mmap_threshold
 
-__all__ = ["serve"]
+__all__ = ["run", "serve"]
 
 log = logging.getLogger("oxillama.server")
 
@@ -53,31 +52,34 @@ def serve(
     connection is taken, the requests in flight finish (for at most
     ``drain_seconds``), every live session is saved to ``sessions_dir``,
     and the process exits 0."""
-    import uvicorn
-
-    pin_mmap_threshold()
-    keys = load_api_keys(api_keys, api_key_file)
-    engine = AsyncEngine(
+    spec = AppSpec(
         model,
-        context_size=context_size,
         threads=threads,
+        context_size=context_size,
         max_batch=max_batch,
         kv_pages=kv_pages,
         max_queue=max_queue,
-        loras=loras,
         offload=offload,
+        model_name=model_name,
+        sessions_dir=None if sessions_dir is None else os.fspath(sessions_dir),
+        api_keys=tuple(api_keys),
+        api_key_file=None if api_key_file is None else os.fspath(api_key_file),
+        metrics_auth=metrics_auth,
+        limits=limits or Limits(),
+        loras=None if loras is None else {k: os.fspath(v) for k, v in loras.items()},
+        tool_format=tool_format,
         speculative=speculative,
     )
-    name = model_name or (engine.engine.model_path.stem if engine.engine.model_path else "oxillama")
-    app = build_app(
-        engine,
-        model_name=name,
-        sessions_dir=sessions_dir,
-        api_keys=keys,
-        metrics_auth=metrics_auth,
-        limits=limits,
-        tool_format=tool_format,
-    )
+    run(spec, host=host, port=port, drain_seconds=drain_seconds)
+
+
+def run(spec: AppSpec, *, host: str, port: int, drain_seconds: float) -> None:
+    """Serves ``spec``'s app until a stop signal (see :func:`serve`)."""
+    import uvicorn
+
+    pin_mmap_threshold()
+    keys = spec.keys()
+    app = spec.build(keys)
     logging.basicConfig(level=logging.INFO, format="%(levelname)s:     %(message)s")
     if keys:
         # How many, never which.
