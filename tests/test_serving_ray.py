@@ -164,3 +164,25 @@ def _replica_ids() -> list[dict[str, str]]:
         if a["name"].startswith("SERVE_REPLICA::"):
             out.append({"replica_id": a["name"].rsplit("#", 1)[-1]})
     return out
+
+
+def test_request_ids_pass_through_once(cluster: tuple[str, Path]) -> None:
+    url, _ = cluster
+    body = {"prompt": "Hi", "max_tokens": 2}
+    r = httpx.post(url + "/v1/completions", json=body, headers={"X-Request-Id": "req-42"})
+    assert r.status_code == 200, r.text
+    assert r.headers.get_list("x-request-id") == ["req-42"]
+
+
+def test_deleting_the_app_stops_every_replica_gracefully(cluster: tuple[str, Path]) -> None:
+    """Last in this file: Ray Serve stops the replicas (as on scale-down or
+    `serve shutdown`); each drains, saves its live sessions and removes its
+    metrics target."""
+    url, store = cluster
+    _running_replicas(2)
+    _turn(_client(url), "drained", 0, GREEDY)
+    live = {r["replica_id"] for r in _replica_ids()}
+    assert all((store / "metrics-targets" / f"{r}.json").is_file() for r in live)
+    serve.delete("oxillama")
+    assert not any((store / "metrics-targets" / f"{r}.json").exists() for r in live)
+    assert (store / "drained.oxisnap").is_file()

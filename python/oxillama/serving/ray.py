@@ -60,7 +60,9 @@ class OxiLlamaReplica:
 
 class _Tagged:
     """Every response names the replica that made it (``X-Oxillama-Replica``):
-    how a client, or a test, sees where its session lives."""
+    how a client, or a test, sees where its session lives. Ray's proxy
+    forwards its ``X-Request-Id`` (the client's, or one it made) and sets
+    it on the response itself, so the app's echo of it is dropped."""
 
     def __init__(self, app: ASGIApp, replica: str) -> None:
         self.app, self.header = app, (b"x-oxillama-replica", replica.encode())
@@ -72,7 +74,8 @@ class _Tagged:
 
         async def tagged(message: Message) -> None:
             if message["type"] == "http.response.start":
-                message = {**message, "headers": [*message.get("headers", []), self.header]}
+                kept = [h for h in message.get("headers", []) if h[0].lower() != b"x-request-id"]
+                message = {**message, "headers": [*kept, self.header]}
             await send(message)
 
         await self.app(scope, receive, tagged)

@@ -1,0 +1,79 @@
+"""How a Ray deployment is described: ``serve run``'s ``key=value``
+arguments read as ``oxillama serve`` flags, the replica and autoscaling
+options checked before anything starts, and what a deployment refuses."""
+
+from __future__ import annotations
+
+import pytest
+
+from oxillama import OxiLlamaError, ParameterError
+from oxillama.cli import main
+from oxillama.cli_serve import serve_options_from_mapping
+from oxillama.server.app_spec import AppSpec
+from oxillama.serving.options import RayOptions
+
+
+def test_serve_run_arguments_are_the_serve_flags() -> None:
+    spec, options = serve_options_from_mapping(
+        {
+            "model": "m.gguf",
+            "sessions_dir": "/store",
+            "replicas": "3",
+            "max-batch": 4,
+            "persist_turns": "true",
+            "metrics_auth": False,
+            "lora": ["a=a.gguf", "b=b.gguf"],
+            "drain_seconds": "12.5",
+        }
+    )
+    assert isinstance(spec, AppSpec)
+    assert (spec.model, spec.sessions_dir, spec.max_batch) == ("m.gguf", "/store", 4)
+    assert spec.limits.persist_turns and not spec.metrics_auth
+    assert spec.loras == {"a": "a.gguf", "b": "b.gguf"}
+    assert (options.replicas, options.drain_seconds, options.max_replicas) == (3, 12.5, None)
+    # The defaults are the command's.
+    assert (spec.context_size, spec.limits.max_sessions, options.replica_cpus) == (2048, 64, 1.0)
+
+
+@pytest.mark.parametrize(
+    ("args", "words"),
+    [
+        ({"modle": "m.gguf"}, "unknown argument 'modle'"),
+        ({"port": "8000"}, "unknown argument 'port'"),
+        ({"replicas": "two"}, "invalid int value"),
+        ({"persist_turns": "maybe"}, "persist_turns takes true or false"),
+        ({"speculative": "eagle"}, "invalid choice"),
+        ({"model": "m.gguf", "hf": "org/repo"}, "give --model or --hf, not both"),
+        ({"min_replicas": "1"}, "min_replicas needs max_replicas"),
+        ({"max_replicas": "2", "min_replicas": "3"}, "at least min_replicas"),
+        ({"target_ongoing_requests": "4"}, "needs max_replicas"),
+        ({"replicas": "0"}, "at least 1"),
+    ],
+)
+def test_bad_arguments_are_refused_by_name(args: dict[str, str], words: str) -> None:
+    with pytest.raises(ParameterError, match=words):
+        serve_options_from_mapping(args)
+
+
+def test_autoscaling_passes_through() -> None:
+    options = RayOptions(min_replicas=1, max_replicas=4, target_ongoing_requests=6)
+    assert options.autoscaling() == {
+        "min_replicas": 1,
+        "max_replicas": 4,
+        "initial_replicas": 1,
+        "target_ongoing_requests": 6,
+    }
+    assert RayOptions(replicas=3).autoscaling() is None
+
+
+def test_a_deployment_needs_a_shared_store() -> None:
+    from oxillama.serving.ray import deployment
+
+    with pytest.raises(ParameterError, match="sessions folder every replica shares"):
+        deployment(AppSpec("m.gguf"))
+
+
+def test_replicas_without_ray_is_refused(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["serve", "--replicas", "2"]) == 2
+    assert "--replicas and --max-replicas need --ray" in capsys.readouterr().err
+    assert issubclass(ParameterError, OxiLlamaError)
