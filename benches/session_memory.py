@@ -100,7 +100,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         shutil.rmtree(work, ignore_errors=True)
     per_session_kib = None
     for line in metrics.splitlines():
-        if line.startswith("oxillama_kv_page_bytes "):
+        if line.startswith("oxillama:kv_page_bytes "):
             per_session_kib = float(line.split()[1]) / 1024
     return {
         "cpu": cpu_model(),
@@ -127,7 +127,7 @@ def _session_worth(metrics: str) -> float:
     page = 0.0
     vocab_row = 49152 * 4 / 1024
     for line in metrics.splitlines():
-        if line.startswith("oxillama_kv_page_bytes "):
+        if line.startswith("oxillama:kv_page_bytes "):
             page = float(line.split()[1]) / 1024
     return 3 * page + vocab_row
 

@@ -265,7 +265,7 @@ def _metrics(url: str) -> dict[str, float]:
     for line in text.splitlines():
         if line and not line.startswith("#"):
             name, value = line.rsplit(" ", 1)
-            out[name.removeprefix("oxillama_")] = float(value)
+            out[name.removeprefix("oxillama:")] = float(value)
     return out
 
 
@@ -281,7 +281,7 @@ async def quiesce(url: str, pid: int, max_sessions: int, tag: str) -> dict[str, 
             r.raise_for_status()
     for _ in range(200):
         m = _metrics(url)
-        if m.get("queue_length", 0) == 0 and m.get("running", 0) == 0:
+        if m.get("num_requests_waiting", 0) == 0 and m.get("num_requests_running", 0) == 0:
             break
         await asyncio.sleep(0.05)
     await asyncio.sleep(0.5)  # the server closes the connections we dropped

@@ -125,7 +125,7 @@ def test_server_field_is_validated_and_overrides(base_url: str) -> None:
     assert status == 400 and "session" in json.dumps(err)
     with urllib.request.urlopen(base_url + "/metrics", timeout=30) as r:
         text = r.read().decode()
-    assert "speculative_drafted_tokens" in text
+    assert "oxillama:spec_decode_num_draft_tokens_total" in text
 
 
 def test_a_recurrent_model_refuses_scheduler_drafts() -> None:

@@ -30,7 +30,7 @@ from oxillama import (
 )
 from oxillama._native import GgufFile
 from oxillama.offload import policy_from_dict
-from oxillama.server import metrics as prom
+from oxillama.server.metrics import ServerCollector
 from oxillama.snapshot import SnapshotError
 from oxillama.snapshot.session import parse
 
@@ -294,9 +294,13 @@ def test_async_engine_and_server_metrics(model, model_path) -> None:
 
     m = asyncio.run(main())
     assert m["offload_budget"] == budget.n_bytes and m["offload_bytes_read"] > 0
-    text = prom.render(m, {}, {})
-    assert "# TYPE oxillama_offload_bytes_read counter" in text
-    assert "# TYPE oxillama_offload_resident_bytes gauge" in text
+    from prometheus_client import CollectorRegistry, generate_latest
+
+    registry = CollectorRegistry()
+    registry.register(ServerCollector(lambda: m))
+    text = generate_latest(registry).decode()
+    assert "# TYPE oxillama:offload_bytes_read_total counter" in text
+    assert "# TYPE oxillama:offload_resident_bytes gauge" in text
 
 
 CHILD = r"""
@@ -442,9 +446,9 @@ def test_serve_with_an_offload_budget_reports_it_in_metrics(model_path, tmp_path
     values = {
         line.split()[0]: float(line.split()[1])
         for line in metrics.splitlines()
-        if line.startswith("oxillama_offload_")
+        if line.startswith("oxillama:offload_")
     }
-    assert values["oxillama_offload_budget"] == budget
-    assert 0 < values["oxillama_offload_peak_resident_bytes"] <= budget
-    assert values["oxillama_offload_bytes_read"] > 0
-    assert "# TYPE oxillama_offload_evictions counter" in metrics
+    assert values["oxillama:offload_budget_bytes"] == budget
+    assert 0 < values["oxillama:offload_peak_resident_bytes"] <= budget
+    assert values["oxillama:offload_bytes_read_total"] > 0
+    assert "# TYPE oxillama:offload_evictions_total counter" in metrics

@@ -98,7 +98,7 @@ def test_keys_sessions_and_a_restart_after_sigkill_through_the_command(
         assert turn(url, ENV_KEY, "kept", " stood", 6) == want
         assert turn(url, ENV_KEY, "other", " there", 4) == want2
         metrics = urllib.request.urlopen(url + "/metrics").read().decode()
-        assert "oxillama_server_session_restores_total 2.0" in metrics
+        assert 'oxillama:session_restores_total{reason="adopt"} 2.0' in metrics
     text = log.read_text()
     assert "API keys: 3 accepted" in text and "401" in text
     for key in (FLAG_KEY, FILE_KEY, ENV_KEY, "sk-wrong"):

@@ -17,6 +17,7 @@ import openai
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from prometheus_client.parser import text_string_to_metric_families
 
 from oxillama import AsyncEngine
 from tests._serve import serving
@@ -167,14 +168,19 @@ def test_errors_follow_openai(client: openai.OpenAI, base_url: str) -> None:
 def test_metrics_are_prometheus_text(client: openai.OpenAI, base_url: str) -> None:
     client.completions.create(model=MODEL, prompt="Hi", max_tokens=2)
     text = urllib.request.urlopen(base_url + "/metrics").read().decode()
-    types = dict(line.split()[2:4] for line in text.splitlines() if line.startswith("# TYPE"))
-    assert types["oxillama_generated_tokens"] == "counter"
-    assert types["oxillama_running"] == types["oxillama_server_sessions_live"] == "gauge"
-    assert types["oxillama_http_responses_total"] == "counter"
-    values = dict(line.split() for line in text.splitlines() if not line.startswith("#"))
-    assert float(values["oxillama_generated_tokens"]) > 0
-    assert float(values["oxillama_running"]) >= 0
-    assert float(values['oxillama_http_responses_total{code="200"}']) >= 1
+    families = {f.name: f for f in text_string_to_metric_families(text)}
+    assert families["oxillama:generation_tokens"].type == "counter"
+    assert families["oxillama:num_requests_running"].type == "gauge"
+    assert families["oxillama:sessions_live"].type == "gauge"
+    assert families["oxillama:http_requests"].type == "counter"
+    values = {
+        (s.name, tuple(sorted(s.labels.items()))): s.value
+        for s in (s for f in families.values() for s in f.samples)
+    }
+    assert values[("oxillama:generation_tokens_total", ())] > 0
+    assert values[("oxillama:num_requests_running", ())] >= 0
+    ok = (("route", "/v1/completions"), ("status", "200"))
+    assert values[("oxillama:http_requests_total", ok)] >= 1
 
 
 def test_client_disconnect_cancels_the_generation(base_url: str) -> None:
@@ -194,20 +200,21 @@ def test_client_disconnect_cancels_the_generation(base_url: str) -> None:
     def metric(name: str) -> float:
         text = urllib.request.urlopen(base_url + "/metrics").read().decode()
         values = dict(line.split() for line in text.splitlines() if not line.startswith("#"))
-        return float(values[f"oxillama_{name}"])
+        return float(values[f"oxillama:{name}"])
 
-    cancelled = metric("cancelled")
-    generated = metric("generated_tokens")
+    cancelled = metric("requests_cancelled_total")
+    generated = metric("generation_tokens_total")
     resp = urllib.request.urlopen(req)
     assert resp.readline().startswith(b"data: ")
     resp.close()  # hang up mid-stream
     for _ in range(100):
-        if metric("cancelled") > cancelled and metric("running") == 0:
+        if metric("requests_cancelled_total") > cancelled and metric("num_requests_running") == 0:
             break
         time.sleep(0.05)
-    assert metric("cancelled") == cancelled + 1 and metric("running") == 0
+    assert metric("requests_cancelled_total") == cancelled + 1
+    assert metric("num_requests_running") == 0
     # Stopped long before its 200 tokens.
-    assert metric("generated_tokens") - generated < 150
+    assert metric("generation_tokens_total") - generated < 150
 
 
 JSON_VALUES = st.recursive(

@@ -80,7 +80,7 @@ def test_health_is_open_and_metrics_needs_a_key_with_metrics_auth(base_url: str)
     assert get(base_url + "/health")[0] == 200
     assert get(base_url + "/metrics")[0] == 401
     status, _, text = get(base_url + "/metrics", {"Authorization": f"Bearer {KEYS[1]}"})
-    assert status == 200 and b"oxillama_http_responses_total" in text
+    assert status == 200 and b"oxillama:http_requests_total" in text
 
 
 def test_metrics_stay_open_without_metrics_auth(model_path: Path) -> None:

@@ -93,6 +93,8 @@ def test_turns_move_between_replicas_and_survive_a_killed_one(
             assert _turn(b, f"lost-{name}", 2, sampling) == want[2]
     metrics = httpx.get(b + "/metrics").text
     saves = [
-        ln for ln in metrics.splitlines() if ln.startswith("oxillama_server_session_turn_saves")
+        ln
+        for ln in metrics.splitlines()
+        if ln.startswith('oxillama:session_saves_total{reason="turn"}')
     ]
     assert saves and float(saves[0].split()[-1]) >= 4

@@ -56,7 +56,8 @@ def _add_serve_args(
         type=int,
         metavar="BYTES",
         help="keep at most this many bytes of weights resident (oxillama.Budget): layers are "
-        "paged in from the file as the forward pass reaches them; /metrics reports offload_*",
+        "paged in from the file as the forward pass reaches them; /metrics reports "
+        "oxillama:offload_*",
     )
     sv.add_argument(
         "--offload-evict",

@@ -150,6 +150,8 @@ class RequestTimes:
     e2e_seconds: float
     prompt_tokens: int
     generated_tokens: int
+    #: The completion's ``finish_reason`` ("stop", "eos" or "length").
+    finish_reason: str = "stop"
 
 
 @dataclass(eq=False)
@@ -1186,7 +1188,7 @@ class Scheduler:
             logprobs=None if s.logprobs is None else tuple(s.lps),
         )
         if self._observers:
-            self._observe(s, now)
+            self._observe(s, now, finish)
         self._finish(s, done, None)
         return None
 
@@ -1196,7 +1198,7 @@ class Scheduler:
         failed or cancelled)."""
         self._observers.append(observer)
 
-    def _observe(self, s: Request, now: float) -> None:
+    def _observe(self, s: Request, now: float, finish: str) -> None:
         n = len(s.generated)
         first = s.t_first_token or now
         times = RequestTimes(
@@ -1206,6 +1208,7 @@ class Scheduler:
             e2e_seconds=now - s.t_arrive,
             prompt_tokens=len(s.prompt),
             generated_tokens=n,
+            finish_reason=finish,
         )
         for observe in self._observers:
             try:

@@ -3,7 +3,7 @@
 Routes: ``GET /health``, ``GET /v1/models``, ``POST /v1/completions``,
 ``POST /v1/chat/completions`` (both with ``stream: true`` over SSE),
 ``POST /v1/sessions/{id}/save`` and ``.../restore``, ``GET /metrics``
-(Prometheus text) and ``GET /openapi.json`` (OpenAPI 3.1, the request
+(``prometheus_client``'s text) and ``GET /openapi.json`` (OpenAPI 3.1, the request
 schemas the routes check bodies against). Sampling fields beyond OpenAI's
 are accepted in the body as vLLM and llama-server accept them: ``top_k``,
 ``min_p``, ``repetition_penalty``, ``mirostat``, ``ignore_eos``,
@@ -18,7 +18,7 @@ nesting, prompts, ``max_tokens``, stop strings, ``logit_bias`` and the
 number of live sessions are bounded (:class:`Limits`). A client that
 disconnects cancels its generation.
 
-Needs ``pip install oxillama[server]`` (Starlette and uvicorn).
+Needs ``pip install oxillama[server]`` (Starlette, uvicorn, prometheus_client).
 """
 
 from __future__ import annotations

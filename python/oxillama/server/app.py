@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import collections
 import contextlib
 import json
 import logging
@@ -23,11 +22,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry
 from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
 from starlette.middleware import Middleware
 from starlette.requests import Request
-from starlette.responses import JSONResponse, PlainTextResponse, Response, StreamingResponse
+from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 from starlette.types import Receive, Scope, Send
 
@@ -37,7 +37,6 @@ from ..completion import Completion
 from ..errors import OxiLlamaError
 from ..sampling import SamplerConfig
 from ..tool_calls import ToolFormat
-from . import metrics as prom
 from .access_log import RequestLog, note
 from .api_error import ApiError, error_body, from_library_error
 from .auth import ApiKeys, AuthMiddleware
@@ -47,6 +46,7 @@ from .latency_metrics import LatencyMetrics
 from .limits import BodyLimitMiddleware, Limits
 from .logprob_shapes import chat_logprobs, completion_logprobs
 from .merged import merged
+from .metrics import ServerCollector, exposition
 from .openapi import openapi_document
 from .request_schemas import SESSION_ID, UNSUPPORTED, RequestSchemas
 from .schema_check import SchemaViolation, check
@@ -120,7 +120,6 @@ class Server:
         *,
         auth: bool,
         metrics_auth: bool,
-        responses: collections.Counter[int],
         tool_format: ToolFormat | None = None,
         require_session_header: bool = False,
     ) -> None:
@@ -143,8 +142,10 @@ class Server:
             remembered_evictions=limits.remembered_evictions,
             persist_turns=limits.persist_turns,
         )
-        self.responses = responses
-        self.latency = LatencyMetrics(engine.scheduler)
+        #: Every /metrics family, in one registry per app.
+        self.registry = CollectorRegistry(auto_describe=True)
+        self.latency = LatencyMetrics(engine.scheduler, self.registry)
+        self.registry.register(ServerCollector(engine.metrics, self.sessions))
         #: Set on SIGTERM (serve.py): /ready answers 503 while the requests
         #: in flight finish.
         self.draining = False
@@ -592,12 +593,7 @@ class Server:
     async def save(self, request: Request) -> Response:
         sid = self.session_id(request)
         path = self.snapshot_path(sid)
-        lease = await self.sessions.lease(sid, create=False)
-        try:
-            await lease.session.snapshot(path)
-            tokens = lease.session.n_past
-        finally:
-            lease.release()
+        tokens = await self.sessions.save(sid)
         return JSONResponse({"id": sid, "tokens": tokens, "path": path.name})
 
     async def restore(self, request: Request) -> Response:
@@ -639,13 +635,14 @@ class Server:
         if saved:
             log.info("drained: %d live session(s) saved to %s", saved, self.sessions.folder)
 
-    async def metrics(self, request: Request) -> Response:
-        text = prom.render(self.engine.metrics(), self.sessions.metrics(), self.responses)
-        text += self.latency.render()
-        return PlainTextResponse(text, media_type="text/plain; version=0.0.4")
+    def metrics_exposition(self) -> bytes:
+        """What ``/metrics`` answers: every family of this app's registry in
+        Prometheus' text format (``prometheus_client.CONTENT_TYPE_LATEST``),
+        for serving on another port too."""
+        return exposition(self.registry)
 
-    def metrics_exposition(self) -> bytes:  # TEMP until the metrics branch lands
-        return self.latency.render().encode()
+    async def metrics(self, request: Request) -> Response:
+        return Response(self.metrics_exposition(), media_type=CONTENT_TYPE_LATEST)
 
     async def openapi(self, request: Request) -> Response:
         return JSONResponse(self.document)
@@ -762,7 +759,6 @@ def build_app(
     if folder is not None:
         folder.mkdir(parents=True, exist_ok=True)
     keys = ApiKeys(api_keys)
-    responses: collections.Counter[int] = collections.Counter()
     s = Server(
         engine,
         model_name,
@@ -770,7 +766,6 @@ def build_app(
         limits,
         auth=bool(keys),
         metrics_auth=metrics_auth,
-        responses=responses,
         tool_format=tool_format,
         require_session_header=require_session_header,
     )
@@ -790,7 +785,6 @@ def build_app(
         routes=routes,
         middleware=[
             Middleware(RequestLog, count=s.latency.count_request),
-            Middleware(prom.ResponseCounter, by_status=responses),
             Middleware(AuthMiddleware, keys=keys, metrics_auth=metrics_auth),
             Middleware(BodyLimitMiddleware, limit=limits.max_body_bytes),
         ],

@@ -1,15 +1,15 @@
-"""Per-request latency histograms (and requests by route and status) for
-``/metrics``, kept by
-``prometheus_client`` in one registry per app (vLLM's names, with the
-prefix ``oxillama:``): time to first token, inter-token latency,
-end-to-end latency, queue time and prompt length. The scheduler reports
-each completed request's times (``Scheduler.add_observer``)."""
+"""Per-request latency histograms, completed requests by finish reason
+and HTTP requests by route and status for ``/metrics``, kept by
+``prometheus_client`` in the app's registry (vLLM's names, with the prefix
+``oxillama:``): time to first token, inter-token latency, end-to-end
+latency, queue time and prompt length. The scheduler reports each
+completed request's times (``Scheduler.add_observer``)."""
 
 from __future__ import annotations
 
 import re
 
-from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
+from prometheus_client import CollectorRegistry, Counter, Histogram
 
 from ..scheduler import RequestTimes, Scheduler
 
@@ -45,8 +45,8 @@ def route_label(path: str) -> str:
 
 
 class LatencyMetrics:
-    def __init__(self, scheduler: Scheduler) -> None:
-        self.registry = CollectorRegistry(auto_describe=True)
+    def __init__(self, scheduler: Scheduler, registry: CollectorRegistry) -> None:
+        self.registry = registry
 
         def hist(name: str, doc: str, buckets: tuple[float, ...]) -> Histogram:
             return Histogram(name, doc, buckets=buckets, registry=self.registry)
@@ -74,6 +74,14 @@ class LatencyMetrics:
         self.prompt = hist(
             "oxillama:request_prompt_tokens", "Prompt length of a request, in tokens.", _PROMPT
         )
+        self.success = Counter(
+            "oxillama:request_success",
+            "Generation requests completed, by finish reason as the API reports it.",
+            ["finished_reason"],
+            registry=self.registry,
+        )
+        for reason in ("stop", "length"):
+            self.success.labels(finished_reason=reason)
         self.requests = Counter(
             "oxillama:http_requests",
             "HTTP requests answered, by route template and status.",
@@ -89,10 +97,11 @@ class LatencyMetrics:
         self.e2e.observe(t.e2e_seconds)
         self.queue.observe(t.queue_seconds)
         self.prompt.observe(t.prompt_tokens)
+        # OpenAI (and vLLM) have no "eos": the model ending its turn is a "stop".
+        self.success.labels(
+            finished_reason="length" if t.finish_reason == "length" else "stop"
+        ).inc()
         if t.first_token_seconds is not None:
             self.ttft.observe(t.first_token_seconds)
         if t.inter_token_seconds is not None:
             self.itl.observe(t.inter_token_seconds)
-
-    def render(self) -> str:
-        return generate_latest(self.registry).decode()

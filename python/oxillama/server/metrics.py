@@ -1,88 +1,265 @@
-"""``/metrics`` in Prometheus' text format, and the middleware counting
-responses by status."""
+"""``/metrics``: every family comes from ``prometheus_client``, in one
+registry per app, named as vLLM names its counterpart where there is one
+(with the prefix ``oxillama:`` instead of ``vllm:``).
+
+The scheduler's and the session table's values are read at scrape time by
+:class:`ServerCollector` (a custom collector: the state stays where it is
+kept, nothing is copied into metric objects); the latency histograms and
+the requests-by-route counter are ``prometheus_client`` objects fed as
+requests complete (:mod:`.latency_metrics`). README.md's "Metrics" table
+lists every family."""
 
 from __future__ import annotations
 
-import collections
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterator, Mapping
+from typing import TYPE_CHECKING
 
-from starlette.types import ASGIApp, Message, Receive, Scope, Send
+from prometheus_client import CollectorRegistry, generate_latest
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+from prometheus_client.registry import Collector
 
-__all__ = ["ResponseCounter", "render"]
+if TYPE_CHECKING:
+    from .session_table import SessionTable
 
-#: Scheduler metrics that only ever grow (the rest are gauges). Their names
-#: predate this list and stay as they are for existing dashboards.
-SCHEDULER_COUNTERS = frozenset(
-    {
-        "prompt_tokens",
-        "generated_tokens",
-        "prefill_seconds",
-        "decode_seconds",
-        "decode_steps",
-        "finished",
-        "cancelled",
-        "preempted",
-        "shared_prompt_tokens",
-        "session_turns",
-        "session_decode_tokens",
-        "mixed_decode_steps",
-        "session_hibernations",
-        "session_wakes",
-        "session_swaps",
-        "prefix_cache_hits",
-        "prefix_cache_misses",
-        "prefix_cache_hit_tokens",
-        "offload_layer_loads",
-        "offload_evictions",
-        "offload_bytes_read",
-        "offload_passes",
-    }
-)
+__all__ = ["ENGINE_FAMILIES", "ServerCollector", "exposition"]
 
+PREFIX = "oxillama:"
 
-class ResponseCounter:
-    """Counts every response the app sends, by HTTP status (a bounded set
-    of labels: statuses are three-digit numbers)."""
-
-    def __init__(self, app: ASGIApp, by_status: collections.Counter[int]) -> None:
-        self.app, self.by_status = app, by_status
-
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http":
-            await self.app(scope, receive, send)
-            return
-
-        async def counting(message: Message) -> None:
-            if message["type"] == "http.response.start":
-                self.by_status[int(message["status"])] += 1
-            await send(message)
-
-        await self.app(scope, receive, counting)
-
-
-def _number(v: float) -> str:
-    return repr(float(v))
-
-
-def render(
-    scheduler: Mapping[str, float | int],
-    server: Mapping[str, tuple[str, int]],
-    responses: Mapping[int, int],
-) -> str:
-    """The text exposition: every metric with its ``# TYPE`` line."""
-    lines: list[str] = []
-
-    def add(name: str, kind: str, samples: Iterable[tuple[str, float]]) -> None:
-        lines.append(f"# TYPE oxillama_{name} {kind}")
-        lines.extend(f"oxillama_{name}{labels} {_number(v)}" for labels, v in samples)
-
-    for k, v in scheduler.items():
-        add(k, "counter" if k in SCHEDULER_COUNTERS else "gauge", [("", v)])
-    for k, (kind, v) in server.items():
-        add(k, kind, [("", v)])
-    add(
-        "http_responses_total",
+#: ``engine.metrics()`` key -> (family name without the prefix, type, help).
+#: Counter names are given without ``_total``: the exposition adds it.
+ENGINE_FAMILIES: dict[str, tuple[str, str, str]] = {
+    # Requests.
+    "running": ("num_requests_running", "gauge", "Requests in the running batch."),
+    "queue_length": ("num_requests_waiting", "gauge", "Requests waiting for a batch slot."),
+    "sequences_with_kv": (
+        "num_requests_with_kv",
+        "gauge",
+        "Running requests holding KV pages in the pool.",
+    ),
+    "finished": (
+        "requests_finished",
         "counter",
-        [(f'{{code="{code}"}}', n) for code, n in sorted(responses.items())],
-    )
-    return "\n".join(lines) + "\n"
+        "Requests that ended in the scheduler, completed or failed (completed ones: "
+        "request_success_total).",
+    ),
+    "cancelled": ("requests_cancelled", "counter", "Requests cancelled (client gone)."),
+    # Tokens and time.
+    "prompt_tokens": ("prompt_tokens", "counter", "Prompt tokens prefilled."),
+    "generated_tokens": ("generation_tokens", "counter", "Tokens generated."),
+    "shared_prompt_tokens": (
+        "shared_prompt_tokens",
+        "counter",
+        "Prompt tokens a choice of an n>1 request took from its leader instead of evaluating.",
+    ),
+    "prefill_seconds": ("prefill_seconds", "counter", "Seconds spent in prefill passes."),
+    "decode_seconds": ("decode_seconds", "counter", "Seconds spent in decode passes."),
+    "decode_steps": ("decode_steps", "counter", "Batched decode forward passes."),
+    "mixed_decode_steps": (
+        "mixed_decode_steps",
+        "counter",
+        "Decode passes that held session turns and other requests together.",
+    ),
+    "prompt_tokens_per_second": (
+        "prompt_tokens_per_second",
+        "gauge",
+        "Prompt tokens over prefill seconds, since start.",
+    ),
+    "decode_tokens_per_second": (
+        "decode_tokens_per_second",
+        "gauge",
+        "Generated tokens over decode seconds, since start.",
+    ),
+    # KV pool.
+    "kv_pages_used": ("kv_pages_used", "gauge", "KV pool pages in use."),
+    "kv_pages_free": ("kv_pages_free", "gauge", "KV pool pages free."),
+    "kv_pages_total": ("kv_pages_total", "gauge", "KV pool pages."),
+    "kv_page_tokens": ("kv_page_tokens", "gauge", "Tokens per KV page."),
+    "kv_page_bytes": ("kv_page_bytes", "gauge", "Bytes per KV page (every layer)."),
+    # Engine sessions (the scheduler's view: KV copied out of the pool).
+    "sessions": ("engine_sessions", "gauge", "Sessions open in the scheduler."),
+    "sessions_hibernated": (
+        "engine_sessions_kv_hibernated",
+        "gauge",
+        "Open sessions whose KV is copied out of the pool.",
+    ),
+    "session_turns": ("session_turns", "counter", "Session turns run."),
+    "session_decode_tokens": (
+        "session_generation_tokens",
+        "counter",
+        "Tokens generated by session turns.",
+    ),
+    "session_hibernations": (
+        "session_kv_hibernations",
+        "counter",
+        "Idle sessions whose KV was copied out of the pool to make room.",
+    ),
+    "session_wakes": (
+        "session_kv_wakes",
+        "counter",
+        "Session turns whose KV was copied back into the pool.",
+    ),
+    # Speculative decoding (vLLM's spec_decode_* names).
+    "speculative_steps": (
+        "spec_decode_num_drafts",
+        "counter",
+        "Steps that verified n-gram drafts.",
+    ),
+    "speculative_drafted_tokens": (
+        "spec_decode_num_draft_tokens",
+        "counter",
+        "Draft tokens verified.",
+    ),
+    "speculative_accepted_tokens": (
+        "spec_decode_num_accepted_tokens",
+        "counter",
+        "Draft tokens accepted.",
+    ),
+    "speculative_acceptance_rate": (
+        "spec_decode_acceptance_rate",
+        "gauge",
+        "Accepted over drafted tokens, since start.",
+    ),
+    # Prefix cache.
+    "prefix_cache_enabled": (
+        "prefix_cache_enabled",
+        "gauge",
+        "1 when the shared prefix cache is on.",
+    ),
+    "recurrent_model": (
+        "recurrent_model",
+        "gauge",
+        "1 for a recurrent model (no prefix cache, no drafts).",
+    ),
+    "prefix_cache_hits": (
+        "prefix_cache_hits",
+        "counter",
+        "Prefix cache lookups that found a cached prefix (lookups, not tokens as in vLLM).",
+    ),
+    "prefix_cache_misses": ("prefix_cache_misses", "counter", "Prefix cache lookups that missed."),
+    "prefix_cache_hit_tokens": (
+        "prefix_cache_hit_tokens",
+        "counter",
+        "Prompt tokens taken from the prefix cache.",
+    ),
+    "prefix_cache_hit_rate": (
+        "prefix_cache_hit_ratio",
+        "gauge",
+        "Prefix cache hits over lookups, since start.",
+    ),
+    "prefix_cache_entries": ("prefix_cache_entries", "gauge", "Prefix cache entries."),
+    "prefix_cache_bytes": ("prefix_cache_bytes", "gauge", "Bytes of KV the prefix cache holds."),
+    # Weight offload (under a policy only).
+    "offload_budget": ("offload_budget_bytes", "gauge", "Offload budget for resident weights."),
+    "offload_pinned_bytes": ("offload_pinned_bytes", "gauge", "Weight bytes pinned resident."),
+    "offload_resident_bytes": ("offload_resident_bytes", "gauge", "Weight bytes resident."),
+    "offload_peak_resident_bytes": (
+        "offload_peak_resident_bytes",
+        "gauge",
+        "Peak weight bytes resident.",
+    ),
+    "offload_layer_loads": ("offload_layer_loads", "counter", "Weight units paged in."),
+    "offload_evictions": ("offload_evictions", "counter", "Weight units evicted."),
+    "offload_bytes_read": ("offload_bytes_read", "counter", "Weight bytes paged in."),
+    "offload_passes": ("offload_passes", "counter", "Forward passes under the pager."),
+}
+
+#: Keys read into families of their own below.
+_SPECIAL = frozenset({"preempted", "session_swaps"})
+
+
+def _family(name: str, kind: str, doc: str, value: float) -> Metric:
+    if kind == "counter":
+        return CounterMetricFamily(PREFIX + name, doc, value=value)
+    return GaugeMetricFamily(PREFIX + name, doc, value=value)
+
+
+def _labelled(name: str, doc: str, label: str, values: Mapping[str, float]) -> CounterMetricFamily:
+    fam = CounterMetricFamily(PREFIX + name, doc, labels=[label])
+    for key, v in values.items():
+        fam.add_metric([key], v)
+    return fam
+
+
+class ServerCollector(Collector):
+    """The scheduler's metrics (``engine_metrics()``, i.e. ``AsyncEngine.
+    metrics()``: counters, queue, KV pool, prefix cache, offload) and the
+    session table's, read at every scrape. A scheduler key this module does
+    not know yet is exported as the gauge ``oxillama:<key>``, so nothing is
+    dropped."""
+
+    def __init__(
+        self,
+        engine_metrics: Callable[[], Mapping[str, float | int]],
+        sessions: SessionTable | None = None,
+    ) -> None:
+        self.engine_metrics = engine_metrics
+        self.sessions = sessions
+
+    def collect(self) -> Iterator[Metric]:
+        m = self.engine_metrics()
+        for key, value in m.items():
+            if key in _SPECIAL:
+                continue
+            name, kind, doc = ENGINE_FAMILIES.get(key, (key, "gauge", f"engine.metrics()['{key}']"))
+            yield _family(name, kind, doc, value)
+        if "preempted" in m:
+            # vLLM v0's two preemption modes: a request's pages freed and
+            # recomputed later, or a session turn's KV copied out.
+            modes = {"recompute": m["preempted"], "swap": m.get("session_swaps", 0)}
+            yield _labelled("num_preemptions", "Running requests preempted.", "mode", modes)
+        if "kv_pages_total" in m:
+            total = m["kv_pages_total"]
+            used = m["kv_pages_used"] / total if total else 0.0
+            yield _family(
+                "kv_cache_usage_perc", "gauge", "Fraction of the KV pool in use (0 to 1).", used
+            )
+        hits = m.get("prefix_cache_hits", 0)
+        yield _family(
+            "prefix_cache_queries",
+            "counter",
+            "Prefix cache lookups (lookups, not tokens as in vLLM).",
+            hits + m.get("prefix_cache_misses", 0),
+        )
+        if "prefix_cache_hits" not in m:
+            # No prefix cache (a recurrent model): the families exist, at 0.
+            for key in ("prefix_cache_hits", "prefix_cache_hit_rate"):
+                yield _family(*ENGINE_FAMILIES[key], 0)
+        if self.sessions is not None:
+            yield from self._sessions(self.sessions)
+
+    @staticmethod
+    def _sessions(t: SessionTable) -> Iterator[Metric]:
+        c = t.counts
+        yield _family("sessions_live", "gauge", "Server sessions in memory.", t.n_live)
+        yield _family(
+            "sessions_hibernated",
+            "gauge",
+            "Server sessions this process wrote to the sessions folder (hibernated, or "
+            "saved by a drain) and has not restored since.",
+            t.n_on_disk,
+        )
+        yield _family("sessions_max", "gauge", "Bound on live sessions.", t.max_sessions)
+        yield _family("sessions_created", "counter", "Server sessions started fresh.", c.created)
+        yield _family(
+            "session_evictions",
+            "counter",
+            "Idle sessions dropped past the bound (no sessions folder).",
+            c.evicted,
+        )
+        yield _labelled(
+            "session_saves",
+            "Session snapshots written to the sessions folder, by why.",
+            "reason",
+            c.saves,
+        )
+        yield _labelled(
+            "session_restores",
+            "Sessions read back from the sessions folder, by why.",
+            "reason",
+            c.restores,
+        )
+
+
+def exposition(registry: CollectorRegistry) -> bytes:
+    """The registry in Prometheus' text format (``CONTENT_TYPE_LATEST``)."""
+    return generate_latest(registry)

@@ -248,7 +248,7 @@ def openapi_document(
         "/metrics": {
             "get": _operation(
                 "Prometheus metrics",
-                ok("Text exposition format 0.0.4", {"text/plain": {"schema": {"type": "string"}}}),
+                ok("Prometheus text exposition", {"text/plain": {"schema": {"type": "string"}}}),
                 (),
                 guarded=auth and metrics_auth,
             )

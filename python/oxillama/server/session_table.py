@@ -62,13 +62,22 @@ class Lease:
             self.table._leave(self.sid)
 
 
+#: Why a session's snapshot is written: the end of a turn (persist_turns),
+#: leaving memory past the bound, a graceful stop, the save route.
+SAVE_REASONS = ("turn", "hibernate", "drain", "explicit")
+#: Why a session is read from its file: its next request after this process
+#: hibernated it; a newer file than the live copy (another server took turns
+#: of it); a request for a session this process never wrote (an earlier run,
+#: another replica, a save before a restart); the restore route.
+RESTORE_REASONS = ("wake", "stale", "adopt", "explicit")
+
+
 @dataclass
 class SessionCounts:
     created: int = 0
-    hibernated: int = 0
     evicted: int = 0
-    restored: int = 0
-    persisted: int = 0
+    saves: dict[str, int] = field(default_factory=lambda: dict.fromkeys(SAVE_REASONS, 0))
+    restores: dict[str, int] = field(default_factory=lambda: dict.fromkeys(RESTORE_REASONS, 0))
 
 
 class SessionTable:
@@ -105,19 +114,15 @@ class SessionTable:
     def path(self, sid: str) -> Path | None:
         return None if self.folder is None else self.folder / f"{sid}.oxisnap"
 
-    def metrics(self) -> dict[str, tuple[str, int]]:
-        """Name -> (Prometheus type, value)."""
-        c = self.counts
-        return {
-            "server_sessions_live": ("gauge", len(self._live)),
-            "server_sessions_max": ("gauge", self.max_sessions),
-            "server_sessions_on_disk": ("gauge", len(self._on_disk)),
-            "server_sessions_created_total": ("counter", c.created),
-            "server_session_hibernations_total": ("counter", c.hibernated),
-            "server_session_evictions_total": ("counter", c.evicted),
-            "server_session_restores_total": ("counter", c.restored),
-            "server_session_turn_saves_total": ("counter", c.persisted),
-        }
+    @property
+    def n_live(self) -> int:
+        return len(self._live)
+
+    @property
+    def n_on_disk(self) -> int:
+        """Sessions this process wrote to the folder (hibernated, or saved by
+        a drain) and has not restored since."""
+        return len(self._on_disk)
 
     # -------------------------------------------------------------- gates
 
@@ -158,14 +163,16 @@ class SessionTable:
             if sess is not None and not sess.closed and not self._stale(sid):
                 self._live.move_to_end(sid)
                 return Lease(self, sid, sess)
-            if sess is not None and not sess.closed:
+            stale = sess is not None and not sess.closed
+            if sess is not None and stale:
                 # Another server took turns of it since: the file is newer.
                 del self._live[sid]
                 await sess.close()
             self._live.pop(sid, None)
             path = self.path(sid)
             if path is not None and path.is_file():
-                sess = await self._admit(sid, lambda: self._restore(sid, path))
+                why = "stale" if stale else "wake" if sid in self._on_disk else "adopt"
+                sess = await self._admit(sid, lambda: self._restore(sid, path, why))
             elif sid in self._evicted:
                 raise self._evicted_error(sid)
             elif not create:
@@ -195,9 +202,25 @@ class SessionTable:
             if old is not None:
                 # Restoring replaces it; its slot is reused, not kept.
                 await old.close()
-            return await self._admit(sid, lambda: self._restore(sid, path))
+            return await self._admit(sid, lambda: self._restore(sid, path, "explicit"))
         finally:
             self._leave(sid)
+
+    async def save(self, sid: str) -> int:
+        """Writes the live (or hibernated) session ``sid`` to its file in
+        the folder (the save route); the tokens it holds. Raises a 404 for
+        a session this server does not have."""
+        path = self.path(sid)
+        assert path is not None
+        lease = await self.lease(sid, create=False)
+        try:
+            await lease.session.snapshot(path)
+            # This process wrote the file: not a reason to read it again.
+            self._note_stamp(sid)
+            self.counts.saves["explicit"] += 1
+            return lease.session.n_past
+        finally:
+            lease.release()
 
     def _evicted_error(self, sid: str) -> ApiError:
         return ApiError(
@@ -220,6 +243,11 @@ class SessionTable:
             return None
         return None if st is None else (st.st_mtime_ns, st.st_size)
 
+    def _note_stamp(self, sid: str) -> None:
+        stamp = self._stamp(sid)
+        if stamp is not None:
+            self._stamps[sid] = stamp
+
     def _stale(self, sid: str) -> bool:
         if not self.persist_turns:
             return False
@@ -231,18 +259,16 @@ class SessionTable:
         if not self.persist_turns or path is None:
             return
         await sess.snapshot(path)
-        stamp = self._stamp(sid)
-        if stamp is not None:
-            self._stamps[sid] = stamp
-        self.counts.persisted += 1
+        self._note_stamp(sid)
+        self.counts.saves["turn"] += 1
 
-    async def _restore(self, sid: str, path: Path) -> AsyncSession:
+    async def _restore(self, sid: str, path: Path, why: str) -> AsyncSession:
         stamp = self._stamp(sid)
         try:
             sess = await self.engine.restore_session(path)
         except SnapshotError as e:
             raise ApiError(400, f"cannot restore session '{sid}': {e}", param="session") from None
-        self.counts.restored += 1
+        self.counts.restores[why] += 1
         if stamp is not None:
             self._stamps[sid] = stamp
         self._on_disk.discard(sid)
@@ -293,7 +319,7 @@ class SessionTable:
                         code="sessions_full",
                     ) from None
                 self._on_disk.add(sid)
-                self.counts.hibernated += 1
+                self.counts.saves["hibernate"] += 1
             else:
                 self._evicted[sid] = None
                 while len(self._evicted) > self._remember:
@@ -324,9 +350,8 @@ class SessionTable:
                     log.error("cannot save session %s to %s: %s", sid, path, e)
                     continue
                 self._on_disk.add(sid)
-                stamp = self._stamp(sid)
-                if stamp is not None:
-                    self._stamps[sid] = stamp
+                self._note_stamp(sid)
+                self.counts.saves["drain"] += 1
                 saved += 1
             finally:
                 self._leave(sid)
