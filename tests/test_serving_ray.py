@@ -141,8 +141,10 @@ def test_each_replica_serves_its_metrics(cluster: tuple[str, Path]) -> None:
             continue  # a killed replica's file stays (docs/deploy.md)
         target = json.loads(path.read_text())[0]["targets"][0]
         text = httpx.get(f"http://{target}/metrics", timeout=10).text
-        names = {f.name for f in text_string_to_metric_families(text)}
-        assert "oxillama:e2e_request_latency_seconds" in names
+        kinds = {f.name: f.type for f in text_string_to_metric_families(text)}
+        assert kinds["oxillama:e2e_request_latency_seconds"] == "histogram"
+        assert kinds["oxillama:generation_tokens"] == "counter"
+        assert kinds["oxillama:kv_pages_free"] == "gauge"
         seen += 1
     assert seen == 2
 
