@@ -37,7 +37,8 @@ from tests import _save_under_kill as child
 HELPER = Path(child.__file__)
 #: Tokens of greedy continuation compared after each restore.
 CONTINUE = 4
-KILLS = 50
+#: OXILLAMA_KILLS runs more (each kill is a fresh process, ~1.6 s).
+KILLS = int(os.environ.get("OXILLAMA_KILLS", "30"))
 SEED = int(os.environ.get("OXILLAMA_KILL_SEED", "2121"))
 #: Kills not aimed at a save land this long after the child is ready, at
 #: most: about three turn-and-save cycles (measured ~0.25 s each).

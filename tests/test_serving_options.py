@@ -66,6 +66,21 @@ def test_autoscaling_passes_through() -> None:
     assert RayOptions(replicas=3).autoscaling() is None
 
 
+def test_ray_accepts_the_deployment_options() -> None:
+    """Ray Serve checks deployment options when the application is bound;
+    ours (fixed replicas, autoscaling, the router's import path) pass."""
+    from ray.serve import Application
+
+    from oxillama.serving.ray import deployment
+
+    spec = AppSpec("m.gguf", sessions_dir="/store")
+    for options in (
+        RayOptions(replicas=3, replica_cpus=2, max_ongoing_requests=4),
+        RayOptions(min_replicas=0, max_replicas=3, target_ongoing_requests=4),
+    ):
+        assert isinstance(deployment(spec, options), Application)
+
+
 def test_a_deployment_needs_a_shared_store() -> None:
     from oxillama.serving.ray import deployment
 

@@ -12,7 +12,6 @@ sessions' next turns are answered by another replica, exactly."""
 from __future__ import annotations
 
 import dataclasses
-import logging
 from collections.abc import Mapping
 from typing import Any
 
@@ -28,8 +27,6 @@ from .options import RayOptions
 from .replica_metrics import ReplicaMetrics
 
 __all__ = ["OxiLlamaReplica", "RayOptions", "app", "deployment"]
-
-log = logging.getLogger("oxillama.serving")
 
 #: Imported by Ray where it routes (the proxy, every deployment handle).
 _ROUTER = "oxillama.serving.router.SessionAffinityRouter"
