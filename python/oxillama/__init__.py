@@ -12,7 +12,14 @@ from ._native import __version__
 from .async_engine import AsyncEngine
 from .async_session import AsyncSession
 from .beam import Beam
-from .completion import Completion, Piece, Timings, TokenLogprob
+from .completion import (
+    Completion,
+    Piece,
+    Speculation,
+    SpeculativeCounts,
+    Timings,
+    TokenLogprob,
+)
 from .embeddings import EmbedInput, Pooling
 from .engine import Engine
 from .errors import (
@@ -82,6 +89,8 @@ __all__ = [
     "SnapshotError",
     "SnapshotFormatError",
     "SnapshotWriteError",
+    "Speculation",
+    "SpeculativeCounts",
     "SpeculativeEngine",
     "TemplateError",
     "TemplateLimits",
