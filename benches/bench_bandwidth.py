@@ -1,0 +1,222 @@
+"""Decode where it is bound by memory: a synthetic SmolLM2-1.7B in Q4_K_M's
+mix of types, against llama.cpp and against this machine's read bandwidth.
+
+Our two real models are small enough that much of their weights sit in the
+caches; users run 1-8B models, whose decode reads every weight from memory
+for each token. The model is written with llama.cpp's ``gguf`` package:
+SmolLM2-1.7B's shapes (llama, 24 layers, width 2048, FFN 8192, 32 heads,
+vocabulary 49,152; 1.71 B parameters) and SmolLM2-135M's tokenizer, random
+weights laid out as llama.cpp's Q4_K_M lays out a real one (Q4_K
+everywhere, Q6_K for the output matrix and for attn_v and ffn_down on the
+layers llama.cpp gives more bits). Random weights give meaningless text at
+exactly the speed of real ones.
+
+The bound: bytes of weights one decode step reads (every matrix, one row
+of the embedding) / the machine's read bandwidth, measured here by summing
+a 2 GiB array with numpy on every core.
+
+  python benches/bench_bandwidth.py [--reps 3] [--threads 2]
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import numpy as np
+from _cpu import describe as describe_cpu
+
+HERE = Path(__file__).resolve().parent
+DEFAULT = Path.home() / ".cache" / "oxillama" / "synthetic-smollm2-1.7b-q4_k_m.gguf"
+
+#: SmolLM2-1.7B.
+N_LAYER, N_EMBD, N_FF, N_HEAD, N_HEAD_KV, N_VOCAB = 24, 2048, 8192, 32, 32, 49152
+
+QK_K = 256
+#: Bytes per 256-element block.
+Q4_K_BYTES, Q6_K_BYTES = 144, 210
+
+
+def _more_bits(i: int, n: int) -> bool:
+    """llama.cpp's choice of the layers whose attn_v / ffn_down get Q6_K
+    under Q4_K_M."""
+    return i < n // 8 or i >= 7 * n // 8 or (i - n // 8) % 3 == 2
+
+
+def _f16(v: np.ndarray) -> np.ndarray:
+    return v.astype(np.float16).view(np.uint8).reshape(*v.shape, 2)
+
+
+def _q4_k(rng: np.random.Generator, rows: int, cols: int) -> np.ndarray:
+    """Random Q4_K rows: d, dmin small and positive, random 6-bit scales and
+    mins, random nibbles."""
+    nb = rows * cols // QK_K
+    b = rng.integers(0, 256, size=(nb, Q4_K_BYTES), dtype=np.uint8)
+    b[:, 0:2] = _f16(rng.uniform(2e-4, 6e-4, nb))
+    b[:, 2:4] = _f16(rng.uniform(1e-4, 3e-4, nb))
+    return b.reshape(rows, cols // QK_K * Q4_K_BYTES)
+
+
+def _q6_k(rng: np.random.Generator, rows: int, cols: int) -> np.ndarray:
+    """Random Q6_K rows: random 6-bit quants, small signed 8-bit scales, a
+    small d."""
+    nb = rows * cols // QK_K
+    b = rng.integers(0, 256, size=(nb, Q6_K_BYTES), dtype=np.uint8)
+    b[:, 192:208] = rng.integers(-32, 32, size=(nb, 16), dtype=np.int8).view(np.uint8)
+    b[:, 208:210] = _f16(rng.uniform(1e-4, 3e-4, nb))
+    return b.reshape(rows, cols // QK_K * Q6_K_BYTES)
+
+
+def write_model(path: Path) -> None:
+    import gguf
+
+    sys.path.insert(0, str(HERE.parent))
+    from tests._gguf_meta import read_metadata, smollm2_path
+
+    meta = read_metadata(smollm2_path())
+    rng = np.random.default_rng(0)
+    q4, q6 = gguf.GGMLQuantizationType.Q4_K, gguf.GGMLQuantizationType.Q6_K
+    tmp = path.with_suffix(".tmp")
+    w = gguf.GGUFWriter(str(tmp), "llama")
+    w.add_name("synthetic SmolLM2-1.7B, Q4_K_M layout, random weights")
+    w.add_context_length(8192)
+    w.add_embedding_length(N_EMBD)
+    w.add_block_count(N_LAYER)
+    w.add_feed_forward_length(N_FF)
+    w.add_head_count(N_HEAD)
+    w.add_head_count_kv(N_HEAD_KV)
+    w.add_rope_freq_base(130000.0)
+    w.add_layer_norm_rms_eps(1e-5)
+    w.add_rope_dimension_count(N_EMBD // N_HEAD)
+    w.add_vocab_size(N_VOCAB)
+    w.add_file_type(gguf.LlamaFileType.MOSTLY_Q4_K_M)
+    for key, value in meta.items():
+        if key.startswith("tokenizer.") and key != "tokenizer.chat_template":
+            if key == "tokenizer.ggml.model":
+                w.add_tokenizer_model(value)
+            elif key == "tokenizer.ggml.pre":
+                w.add_tokenizer_pre(value)
+            elif key == "tokenizer.ggml.tokens":
+                w.add_token_list(value)
+            elif key == "tokenizer.ggml.token_type":
+                w.add_token_types(value)
+            elif key == "tokenizer.ggml.merges":
+                w.add_token_merges(value)
+            elif key.endswith("_token_id"):
+                w.add_uint32(key, int(value))
+            elif isinstance(value, bool):
+                w.add_bool(key, value)
+    norm = np.ones(N_EMBD, dtype=np.float32)
+    w.add_tensor("token_embd.weight", _q4_k(rng, N_VOCAB, N_EMBD), raw_dtype=q4)
+    w.add_tensor("output_norm.weight", norm)
+    w.add_tensor("output.weight", _q6_k(rng, N_VOCAB, N_EMBD), raw_dtype=q6)
+    for i in range(N_LAYER):
+        more = _more_bits(i, N_LAYER)
+        for name, rows, cols, six in (
+            ("attn_q", N_EMBD, N_EMBD, False),
+            ("attn_k", N_EMBD * N_HEAD_KV // N_HEAD, N_EMBD, False),
+            ("attn_v", N_EMBD * N_HEAD_KV // N_HEAD, N_EMBD, more),
+            ("attn_output", N_EMBD, N_EMBD, False),
+            ("ffn_gate", N_FF, N_EMBD, False),
+            ("ffn_up", N_FF, N_EMBD, False),
+            ("ffn_down", N_EMBD, N_FF, more),
+        ):
+            data = _q6_k(rng, rows, cols) if six else _q4_k(rng, rows, cols)
+            w.add_tensor(f"blk.{i}.{name}.weight", data, raw_dtype=q6 if six else q4)
+        w.add_tensor(f"blk.{i}.attn_norm.weight", norm)
+        w.add_tensor(f"blk.{i}.ffn_norm.weight", norm)
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file(progress=True)
+    w.close()
+    os.replace(tmp, path)
+
+
+def bytes_per_token(path: Path) -> int:
+    """Weights one decode step reads: every tensor, but one row of the
+    embedding table."""
+    import gguf
+
+    r = gguf.GGUFReader(str(path))
+    total = 0
+    for t in r.tensors:
+        if t.name == "token_embd.weight":
+            total += int(t.n_bytes) // int(t.shape[1])
+        else:
+            total += int(t.n_bytes)
+    return total
+
+
+def read_bandwidth(threads: int, gib: float = 2.0, reps: int = 5) -> float:
+    """GB/s of a streaming read on ``threads`` cores (numpy's sum releases
+    the GIL), median of ``reps``."""
+    a = np.ones(int(gib * (1 << 30)) // 4, dtype=np.float32)
+    parts = np.array_split(a, threads)
+    speeds = []
+    for _ in range(reps + 1):
+        ts = [threading.Thread(target=np.sum, args=(p,)) for p in parts]
+        t0 = time.perf_counter()
+        for t in ts:
+            t.start()
+        for t in ts:
+            t.join()
+        speeds.append(a.nbytes / (time.perf_counter() - t0) / 1e9)
+    return statistics.median(speeds[1:])
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(
+        description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    ap.add_argument("--model", type=Path, default=DEFAULT, help=f"written if missing ({DEFAULT})")
+    ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--reps", type=int, default=3)
+    ap.add_argument("--pp", type=int, default=128)
+    ap.add_argument("--tg", type=int, default=32)
+    a = ap.parse_args()
+    if not a.model.is_file():
+        a.model.parent.mkdir(parents=True, exist_ok=True)
+        print(f"writing {a.model} ...", flush=True)
+        write_model(a.model)
+    per_token = bytes_per_token(a.model)
+    print(f"cpu: {describe_cpu()}")
+    print(
+        f"model: {a.model.name}, {a.model.stat().st_size / 1e9:.2f} GB; one decode step reads "
+        f"{per_token / 1e9:.3f} GB of weights"
+    )
+    before = read_bandwidth(a.threads)
+    out = subprocess.run(
+        [
+            sys.executable,
+            str(HERE / "bench_vs_llamacpp.py"),
+            *("--model", str(a.model), "--threads", str(a.threads), "--reps", str(a.reps)),
+            *("--pp", str(a.pp), "--tg", str(a.tg), "--inner", "2"),
+        ],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    print(out.stdout)
+    # Measured before and after the engines; the higher figure is the bound
+    # (a busy moment only lowers it).
+    bw = max(before, read_bandwidth(a.threads))
+    bound = bw * 1e9 / per_token
+    print(
+        f"read bandwidth ({a.threads} threads, numpy sum of 2 GiB; best of before/after): "
+        f"{bw:.1f} GB/s (before {before:.1f}) -> bound {bound:.1f} tok/s"
+    )
+    for line in out.stdout.splitlines():
+        parts = line.split()
+        if len(parts) == 5 and parts[1] in ("oxillama", "llama.cpp"):
+            tg = float(parts[3])
+            print(f"{parts[1]:>10}: tg {tg:.2f} tok/s = {tg / bound:.0%} of the bandwidth bound")
+
+
+if __name__ == "__main__":
+    main()
