@@ -24,7 +24,7 @@
 
 use std::arch::x86_64::*;
 
-use super::{f16_at, f16_pair, load, read_u32};
+use super::{f16_at, f16_pair, load, load128, read_u32};
 use crate::quant::kquant_scales::scales_mins;
 use crate::quant::panel::{KPANEL_BLOCK, KPANEL_SCALES};
 use crate::quant::{q4_k, q6_k, GEMM_COLS, QK_K};
@@ -65,20 +65,6 @@ trait KFormat {
 struct Q4K;
 struct Q6K;
 
-/// `v` in both i16 halves of a word.
-fn pair(v: i16) -> u32 {
-    (v as u16 as u32) * 0x0001_0001
-}
-
-/// Writes the little-endian word `v` at `p`.
-///
-/// # Safety
-/// `p` points to 4 writable bytes.
-unsafe fn put_u32(p: *mut u8, v: u32) {
-    // SAFETY: the caller's contract.
-    unsafe { (p as *mut u32).write_unaligned(v.to_le()) }
-}
-
 impl KFormat for Q4K {
     const W: usize = q4_k::BLOCK;
     const GROUP: usize = 8;
@@ -101,14 +87,16 @@ impl KFormat for Q4K {
         }
         // SAFETY: the 12 packed scale bytes are at 4..16.
         let (sc, mn) = scales_mins(unsafe { std::slice::from_raw_parts(bw.add(4), 12) });
-        for k in 0..8 {
-            let byte = |v: u64| ((v >> (8 * k)) & 0xff) as i16;
-            // SAFETY: words k of the scale and correction areas of dst.
-            unsafe {
-                put_u32(dst.add(SCALES + 4 * k), pair(byte(sc)));
-                // min_k times both group sums of sub-block k.
-                put_u32(dst.add(CORR + 4 * k), pair(byte(mn)));
-            }
+        // Scale k (and min k) in both halves of word k.
+        let words = |v: u64| {
+            let h = _mm_cvtepu8_epi16(_mm_cvtsi64_si128(v as i64));
+            _mm256_set_m128i(_mm_unpackhi_epi16(h, h), _mm_unpacklo_epi16(h, h))
+        };
+        // SAFETY: the 8 scale and the 8 correction words of dst; min k
+        // meets both group sums of sub-block k.
+        unsafe {
+            _mm256_storeu_si256(dst.add(SCALES) as *mut __m256i, words(sc));
+            _mm256_storeu_si256(dst.add(CORR) as *mut __m256i, words(mn));
         }
     }
 
@@ -154,15 +142,16 @@ impl KFormat for Q6K {
             }
         }
         // SAFETY: the 16 i8 scales are at 192..208.
-        let sc: [i16; 16] = std::array::from_fn(|g| unsafe { *bw.add(192 + g) } as i8 as i16);
-        for (g, &s) in sc.iter().enumerate() {
-            // SAFETY: word g of the scale area of dst.
-            unsafe { put_u32(dst.add(SCALES + 4 * g), pair(s)) };
-        }
-        for k in 0..8 {
-            let w = (sc[2 * k] as u16 as u32) | (sc[2 * k + 1] as u16 as u32) << 16;
-            // SAFETY: word k of the correction area of dst.
-            unsafe { put_u32(dst.add(CORR + 4 * k), w) };
+        let sc = _mm256_cvtepi8_epi16(unsafe { load128(bw.add(192)) });
+        let (lo, hi) = (_mm256_unpacklo_epi16(sc, sc), _mm256_unpackhi_epi16(sc, sc));
+        // SAFETY: the 16 scale words (scale g in both halves of word g;
+        // the unpacks work per 128-bit lane) and the 8 correction words
+        // (word k: scales 2k and 2k + 1, the i16 array itself) of dst.
+        unsafe {
+            let st = |o: usize, v: __m256i| _mm256_storeu_si256(dst.add(o) as *mut __m256i, v);
+            st(SCALES, _mm256_permute2x128_si256::<0x20>(lo, hi));
+            st(SCALES + 32, _mm256_permute2x128_si256::<0x31>(lo, hi));
+            st(CORR, sc);
         }
     }
 
