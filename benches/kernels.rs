@@ -9,8 +9,7 @@ use std::hint::black_box;
 
 use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion, Throughput};
 use oxillama::quant::{
-    kernels, pack_panel, scalar_kernels, GgmlType, QuantKernels, GEMM_COLS, PANEL_BLOCK,
-    PANEL_SCALES,
+    kernels, pack_panel, panel_sizes, scalar_kernels, GgmlType, QuantKernels, GEMM_COLS,
 };
 
 /// Deterministic bytes, each masked with 0x3b so that every f16 scale field
@@ -78,10 +77,10 @@ fn bench(c: &mut Criterion) {
         }
         if let (Some(gs), Some(gr)) = (simd.gemm, scalar.gemm) {
             let cols8 = &a_rows[..GEMM_COLS];
-            let nb = n / ty.block_size();
-            let mut quants = vec![0u8; nb * PANEL_BLOCK];
-            let mut scales = vec![0f32; nb * PANEL_SCALES];
-            pack_panel(simd.act, cols8, nb, &mut quants, &mut scales);
+            let (qb, sb) = panel_sizes(simd.act, n);
+            let mut quants = vec![0u8; qb];
+            let mut scales = vec![0f32; sb];
+            pack_panel(simd.act, cols8, n, &mut quants, &mut scales);
             for (name, f) in [("simd", gs), ("scalar", gr)] {
                 let mut out = vec![0f32; rows * GEMM_COLS];
                 g.bench_function(BenchmarkId::new("gemm16x8", name), |b| {

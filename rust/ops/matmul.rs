@@ -8,7 +8,7 @@
 //! same input (q/k/v, gate/up) go in a single dispatch.
 
 use crate::quant::{
-    has_panels, kernels, pack_panel, GgmlType, QuantKernels, GEMM_COLS, PANEL_BLOCK, PANEL_SCALES,
+    has_panels, kernels, pack_panel, panel_sizes, GgmlType, QuantKernels, GEMM_COLS,
 };
 use crate::threadpool::{SharedMut, ThreadPool};
 use crate::{Error, Result};
@@ -63,9 +63,10 @@ impl<'a> QMatrix<'a> {
 struct ActBuf {
     ty: GgmlType,
     rows: Vec<u8>,
-    /// Panels of GEMM_COLS tokens each, `nb * PANEL_BLOCK` bytes apiece.
+    /// Panels of GEMM_COLS tokens each, `panel_sizes(ty, cols).0` bytes
+    /// apiece.
     panels: Vec<u8>,
-    /// Their block scales, `nb * PANEL_SCALES` floats apiece.
+    /// Their block scales, `panel_sizes(ty, cols).1` floats apiece.
     panel_scales: Vec<f32>,
 }
 
@@ -145,10 +146,10 @@ fn quantize_inputs(
 /// Interleaves the quantized rows of `buf` into GEMM panels of GEMM_COLS
 /// tokens (the last one zero-padded), in parallel when there are many.
 fn pack_panels(pool: &ThreadPool, buf: &mut ActBuf, cols: usize, n_tok: usize) {
-    let nb = cols / 32;
+    let (qb, sb) = panel_sizes(buf.ty, cols);
     let groups = n_tok.div_ceil(GEMM_COLS);
-    buf.panels.resize(groups * nb * PANEL_BLOCK, 0);
-    buf.panel_scales.resize(groups * nb * PANEL_SCALES, 0.0);
+    buf.panels.resize(groups * qb, 0);
+    buf.panel_scales.resize(groups * sb, 0.0);
     let arb = buf.rows.len() / n_tok.max(1);
     let (ty, rows) = (buf.ty, &buf.rows);
     let pack = |g: usize, q: &mut [u8], s: &mut [f32]| {
@@ -156,14 +157,14 @@ fn pack_panels(pool: &ThreadPool, buf: &mut ActBuf, cols: usize, n_tok: usize) {
         let acts: Vec<&[u8]> = rows[g * GEMM_COLS * arb..t1 * arb]
             .chunks_exact(arb)
             .collect();
-        pack_panel(ty, &acts, nb, q, s);
+        pack_panel(ty, &acts, cols, q, s);
     };
     if groups < 2 * pool.n_threads() {
         for ((g, q), s) in buf
             .panels
-            .chunks_exact_mut(nb * PANEL_BLOCK)
+            .chunks_exact_mut(qb)
             .enumerate()
-            .zip(buf.panel_scales.chunks_exact_mut(nb * PANEL_SCALES))
+            .zip(buf.panel_scales.chunks_exact_mut(sb))
         {
             pack(g, q, s);
         }
@@ -175,12 +176,7 @@ fn pack_panels(pool: &ThreadPool, buf: &mut ActBuf, cols: usize, n_tok: usize) {
     );
     pool.run(groups, |g| {
         // SAFETY: task g alone owns panel g of both buffers.
-        let (q, s) = unsafe {
-            (
-                pq.slice(g * nb * PANEL_BLOCK, nb * PANEL_BLOCK),
-                ps.slice(g * nb * PANEL_SCALES, nb * PANEL_SCALES),
-            )
-        };
+        let (q, s) = unsafe { (pq.slice(g * qb, qb), ps.slice(g * sb, sb)) };
         pack(g, q, s);
     });
 }
@@ -252,14 +248,14 @@ pub fn matmul_multi(
         let act_rows: Vec<&[u8]> = acts.chunks_exact(arb).take(n_tok).collect();
         match k.gemm.filter(|_| use_gemm(k)) {
             Some(gemm) => {
-                let nb = w.cols / k.weight.block_size();
+                let (qb, sb) = panel_sizes(k.act, w.cols);
                 let mut out = vec![0f32; (r1 - r0) * GEMM_COLS];
                 let packed = has_panels(k.act);
                 for (g, group) in act_rows.chunks(GEMM_COLS).enumerate() {
                     let (q, s): (&[u8], &[f32]) = if packed {
                         (
-                            &buf.panels[g * nb * PANEL_BLOCK..(g + 1) * nb * PANEL_BLOCK],
-                            &buf.panel_scales[g * nb * PANEL_SCALES..(g + 1) * nb * PANEL_SCALES],
+                            &buf.panels[g * qb..(g + 1) * qb],
+                            &buf.panel_scales[g * sb..(g + 1) * sb],
                         )
                     } else {
                         (&[], &[])
@@ -316,4 +312,56 @@ pub fn matmul(
     scratch: &mut ActScratch,
 ) {
     matmul_multi(pool, &[w], x, n_tok, &mut [out], scratch);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Deterministic bytes with every f16 field finite (see
+    /// `benches/kernels.rs`).
+    fn weight_bytes(len: usize, seed: u64) -> Vec<u8> {
+        let mut x = seed;
+        (0..len)
+            .map(|_| {
+                x ^= x << 13;
+                x ^= x >> 7;
+                x ^= x << 17;
+                (x >> 32) as u8 & 0x3b
+            })
+            .collect()
+    }
+
+    #[test]
+    fn prefill_rows_equal_single_token_rows_bit_for_bit() {
+        // Through the GEMM (>= GEMM_MIN_TOKENS tokens, a padded last group)
+        // and through the tiles, every token gets the bits it gets alone.
+        let pool = ThreadPool::new(2);
+        let (rows, cols) = (37, 512);
+        for ty in [GgmlType::Q4K, GgmlType::Q6K, GgmlType::Q4_0, GgmlType::Q8_0] {
+            let data = weight_bytes(rows * ty.row_bytes(cols).unwrap(), 0x9e37_79b9_7f4a_7c15);
+            let w = QMatrix::new(ty, rows, cols, &data).unwrap();
+            for n_tok in [2, 4, 11] {
+                let x: Vec<f32> = (0..n_tok * cols)
+                    .map(|i| ((i * 37 % 101) as f32 - 50.0) / 25.0)
+                    .collect();
+                let mut scratch = ActScratch::default();
+                let mut all = vec![f32::NAN; rows * n_tok];
+                matmul(&pool, w, &x, n_tok, &mut all, &mut scratch);
+                for t in 0..n_tok {
+                    let mut one = vec![f32::NAN; rows];
+                    let xt = &x[t * cols..(t + 1) * cols];
+                    matmul(&pool, w, xt, 1, &mut one, &mut scratch);
+                    for r in 0..rows {
+                        assert_eq!(
+                            all[t * rows + r].to_bits(),
+                            one[r].to_bits(),
+                            "{} n_tok={n_tok} token {t} row {r}",
+                            ty.name()
+                        );
+                    }
+                }
+            }
+        }
+    }
 }

@@ -11,7 +11,7 @@
 //! - `vec_dot_tile(n, w_rows, acts, out)`: `out[r * acts.len() + c]` is the
 //!   dot of weight row `r` with activation row `c`.
 //! - `gemm(n, w_rows, acts, quants, scales, out)` (32-element block
-//!   formats): the same for up to [`GEMM_COLS`] activation rows,
+//!   formats, Q4_K and Q6_K): the same for up to [`GEMM_COLS`] activation rows,
 //!   `out[r * 8 + c]`, given both as rows (`acts`, for the scalar twin) and
 //!   as the panel [`pack_panel`] made of them (for the SIMD kernels).
 //!
@@ -54,7 +54,9 @@ pub type TileFn = fn(n: usize, w_rows: &[&[u8]], acts: &[&[u8]], out: &mut [f32]
 pub type GemmFn =
     fn(n: usize, w_rows: &[&[u8]], acts: &[&[u8]], quants: &[u8], scales: &[f32], out: &mut [f32]);
 
-pub use panel::{has_panels, pack_panel, PANEL_BLOCK, PANEL_SCALES};
+pub use panel::{
+    has_panels, pack_panel, panel_sizes, KPANEL_BLOCK, KPANEL_SCALES, PANEL_BLOCK, PANEL_SCALES,
+};
 
 /// Activation columns a GEMM microkernel handles at once.
 pub const GEMM_COLS: usize = 8;
@@ -220,12 +222,14 @@ static SCALAR: [QuantKernels; 13] = [
         q8_k::quantize,
         q3_k::vec_dot
     ),
-    table!(
+    table_tiled!(
         T::Q4K,
         T::Q8K,
         q4_k::dequantize,
         q8_k::quantize,
-        q4_k::vec_dot
+        q4_k::vec_dot,
+        tile_of!(q4_k::vec_dot),
+        gemm_of!(q4_k::vec_dot)
     ),
     table!(
         T::Q5K,
@@ -234,12 +238,14 @@ static SCALAR: [QuantKernels; 13] = [
         q8_k::quantize,
         q5_k::vec_dot
     ),
-    table!(
+    table_tiled!(
         T::Q6K,
         T::Q8K,
         q6_k::dequantize,
         q8_k::quantize,
-        q6_k::vec_dot
+        q6_k::vec_dot,
+        tile_of!(q6_k::vec_dot),
+        gemm_of!(q6_k::vec_dot)
     ),
 ];
 
@@ -365,7 +371,8 @@ static AVX2: [QuantKernels; 13] = [
         q4_k::dequantize,
         avx2::quantize_q8_k,
         avx2::vec_dot_q4_k,
-        avx2::tile_q4_k
+        avx2::tile_q4_k,
+        avx2::gemm_q4_k
     ),
     table_tiled!(
         T::Q5K,
@@ -381,7 +388,8 @@ static AVX2: [QuantKernels; 13] = [
         q6_k::dequantize,
         avx2::quantize_q8_k,
         avx2::vec_dot_q6_k,
-        avx2::tile_q6_k
+        avx2::tile_q6_k,
+        avx2::gemm_q6_k
     ),
 ];
 

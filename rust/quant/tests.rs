@@ -339,8 +339,14 @@ fn gemm_microkernels_equal_single_dots() {
             );
             continue;
         };
-        for n in [32, 96, 576] {
-            let nb = n / 32;
+        // K-quant rows are whole 256-element super-blocks.
+        let ns: &[usize] = if ty.block_size() == QK_K {
+            &[256, 512, 2048]
+        } else {
+            &[32, 96, 576]
+        };
+        for &n in ns {
+            let (qb, sb) = panel_sizes(s.act, n);
             for rows in [1, 3, 8] {
                 let ws: Vec<Vec<u8>> = (0..rows).map(|_| random_row(ty, n, &mut rng)).collect();
                 let acts: Vec<Vec<u8>> = (0..GEMM_COLS)
@@ -348,9 +354,9 @@ fn gemm_microkernels_equal_single_dots() {
                     .collect();
                 let wr: Vec<&[u8]> = ws.iter().map(|v| v.as_slice()).collect();
                 let ar: Vec<&[u8]> = acts.iter().map(|v| v.as_slice()).collect();
-                let mut quants = vec![0xAAu8; nb * PANEL_BLOCK];
-                let mut scales = vec![f32::NAN; nb * PANEL_SCALES];
-                pack_panel(s.act, &ar, nb, &mut quants, &mut scales);
+                let mut quants = vec![0xAAu8; qb];
+                let mut scales = vec![f32::NAN; sb];
+                pack_panel(s.act, &ar, n, &mut quants, &mut scales);
                 for (gemm, table) in [(gs, s), (gk, k)] {
                     let mut out = vec![f32::NAN; rows * GEMM_COLS];
                     gemm(n, &wr, &ar, &quants, &scales, &mut out);
@@ -391,8 +397,9 @@ fn gemm_short_column_groups_equal_single_dots() {
             continue;
         };
         let gemm = k.gemm.unwrap();
-        let (n, rows) = (160, 5);
-        let nb = n / 32;
+        let n = if ty.block_size() == QK_K { 512 } else { 160 };
+        let rows = 5;
+        let (qb, sb) = panel_sizes(k.act, n);
         let ws: Vec<Vec<u8>> = (0..rows).map(|_| random_row(ty, n, &mut rng)).collect();
         let wr: Vec<&[u8]> = ws.iter().map(|v| v.as_slice()).collect();
         for ncols in 1..GEMM_COLS {
@@ -400,9 +407,9 @@ fn gemm_short_column_groups_equal_single_dots() {
                 .map(|_| quantize_act(k, &random_f32(n, 3.0, &mut rng)))
                 .collect();
             let ar: Vec<&[u8]> = acts.iter().map(|v| v.as_slice()).collect();
-            let mut quants = vec![0x55u8; nb * PANEL_BLOCK];
-            let mut scales = vec![f32::NAN; nb * PANEL_SCALES];
-            pack_panel(k.act, &ar, nb, &mut quants, &mut scales);
+            let mut quants = vec![0x55u8; qb];
+            let mut scales = vec![f32::NAN; sb];
+            pack_panel(k.act, &ar, n, &mut quants, &mut scales);
             let mut out = vec![f32::NAN; rows * GEMM_COLS];
             gemm(n, &wr, &ar, &quants, &scales, &mut out);
             for r in 0..rows {
@@ -431,7 +438,7 @@ fn panel_interleaves_four_elements_per_column() {
             .collect();
         let ar: Vec<&[u8]> = acts.iter().map(|v| v.as_slice()).collect();
         let (mut q, mut s) = (vec![7u8; 2 * PANEL_BLOCK], vec![f32::NAN; 2 * PANEL_SCALES]);
-        pack_panel(T::Q8_1, &ar, 2, &mut q, &mut s);
+        pack_panel(T::Q8_1, &ar, 64, &mut q, &mut s);
         for i in 0..2 {
             for j in 0..8 {
                 for c in 0..GEMM_COLS {
@@ -454,6 +461,101 @@ fn panel_interleaves_four_elements_per_column() {
             }
             if ncols < GEMM_COLS {
                 assert_eq!(s[i * PANEL_SCALES + 5], 0.0);
+            }
+        }
+    }
+}
+
+#[test]
+fn q8_k_panel_interleaves_quants_and_group_sums() {
+    let mut rng = StdRng::seed_from_u64(31);
+    let k = kernels(T::Q4K).unwrap();
+    let n = 2 * QK_K;
+    for ncols in [5, GEMM_COLS] {
+        let acts: Vec<Vec<u8>> = (0..ncols)
+            .map(|_| quantize_act(k, &random_f32(n, 1.0, &mut rng)))
+            .collect();
+        let ar: Vec<&[u8]> = acts.iter().map(|v| v.as_slice()).collect();
+        let (qb, sb) = panel_sizes(T::Q8K, n);
+        assert_eq!((qb, sb), (2 * KPANEL_BLOCK, 2 * KPANEL_SCALES));
+        let (mut q, mut s) = (vec![7u8; qb], vec![f32::NAN; sb]);
+        pack_panel(T::Q8K, &ar, n, &mut q, &mut s);
+        for i in 0..2 {
+            // 64 groups of quants, then 8 words of group-sum pairs.
+            for j in 0..72 {
+                for c in 0..GEMM_COLS {
+                    for e in 0..4 {
+                        let got = q[i * KPANEL_BLOCK + j * 32 + c * 4 + e];
+                        let want = if c < ncols {
+                            ar[c][i * 292 + 4 + 4 * j + e]
+                        } else {
+                            0
+                        };
+                        assert_eq!(got, want, "block {i} group {j} column {c}");
+                    }
+                }
+            }
+            for c in 0..GEMM_COLS {
+                let want = if c < ncols {
+                    block::f32_at(&ar[c][i * 292..], 0)
+                } else {
+                    0.0
+                };
+                assert_eq!(s[i * KPANEL_SCALES + c], want);
+            }
+        }
+    }
+}
+
+#[test]
+fn k_gemm_extreme_values_equal_single_dots() {
+    // Largest weight values and scales against activations of +-127: no
+    // i16 pair sum of the K-quant GEMM may saturate.
+    for ty in [T::Q4K, T::Q6K] {
+        let k = kernels(ty).unwrap();
+        let gemm = k.gemm.unwrap();
+        let n = 2 * QK_K;
+        let mut w = vec![0xFFu8; ty.row_bytes(n).unwrap()];
+        for b in w.chunks_exact_mut(ty.type_size()) {
+            for &off in f16_fields(ty) {
+                put_f16(b, off, 0.25);
+            }
+            if ty == T::Q6K {
+                b[192..208].fill(0x81); // scales -127
+            }
+        }
+        let wr: Vec<&[u8]> = vec![&w; 3];
+        for sign in [1.0f32, -1.0] {
+            let acts: Vec<Vec<u8>> = (0..GEMM_COLS)
+                .map(|c| {
+                    let x: Vec<f32> = (0..n)
+                        .map(|i| if (i + c) % 7 == 0 { -sign } else { sign })
+                        .collect();
+                    quantize_act(k, &x)
+                })
+                .collect();
+            let ar: Vec<&[u8]> = acts.iter().map(|v| v.as_slice()).collect();
+            let (qb, sb) = panel_sizes(k.act, n);
+            let (mut q, mut s) = (vec![0u8; qb], vec![0f32; sb]);
+            pack_panel(k.act, &ar, n, &mut q, &mut s);
+            let mut out = vec![f32::NAN; 3 * GEMM_COLS];
+            gemm(n, &wr, &ar, &q, &s, &mut out);
+            for c in 0..GEMM_COLS {
+                let want = (k.vec_dot)(n, wr[0], ar[c]);
+                let slow = (scalar_kernels(ty).unwrap().vec_dot)(n, wr[0], ar[c]);
+                assert!(
+                    (want - slow).abs() <= 1e-4 * slow.abs().max(1.0),
+                    "{} {want} {slow}",
+                    ty.name()
+                );
+                for r in 0..3 {
+                    assert_eq!(
+                        out[r * GEMM_COLS + c].to_bits(),
+                        want.to_bits(),
+                        "{}",
+                        ty.name()
+                    );
+                }
             }
         }
     }

@@ -19,6 +19,7 @@ pub use crate::simd::x86::hsum;
 
 mod float;
 mod gemm;
+mod kgemm;
 mod q2_k;
 mod q3_k;
 mod q4_0;
@@ -32,6 +33,7 @@ mod q8_0;
 mod quantize;
 
 pub use float::{vec_dot_bf16, vec_dot_f16, vec_dot_f32};
+pub use kgemm::{gemm_q4_k, gemm_q6_k};
 pub use q2_k::{tile_q2_k, vec_dot_q2_k};
 pub use q3_k::{tile_q3_k, vec_dot_q3_k};
 pub use q4_0::{gemm_q4_0, tile_q4_0, vec_dot_q4_0};
