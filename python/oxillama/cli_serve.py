@@ -8,9 +8,10 @@ import argparse
 from collections.abc import Callable, Mapping
 from typing import Any, NoReturn
 
+from .cli_args import add_hf_arg
 from .errors import ParameterError
 
-__all__ = ["add_serve_parser", "cmd_serve", "serve_options_from_mapping"]
+__all__ = ["add_serve_parser", "app_spec", "ray_options", "serve_options_from_mapping"]
 
 DESCRIPTION = (
     "Serve the model over an OpenAI-compatible API (/v1/completions, "
@@ -24,15 +25,14 @@ DESCRIPTION = (
 )
 
 
-def add_serve_parser(sub: Any, add_hf_arg: Callable[[argparse.ArgumentParser], None]) -> None:
+def add_serve_parser(sub: Any, command: Callable[[argparse.Namespace], int]) -> None:
+    """``oxillama serve``, run by ``command``."""
     sv = sub.add_parser("serve", help="OpenAI-compatible HTTP server", description=DESCRIPTION)
-    _add_serve_args(sv, add_hf_arg)
-    sv.set_defaults(func=cmd_serve)
+    _add_serve_args(sv)
+    sv.set_defaults(func=command)
 
 
-def _add_serve_args(
-    sv: argparse.ArgumentParser, add_hf_arg: Callable[[argparse.ArgumentParser], None]
-) -> None:
+def _add_serve_args(sv: argparse.ArgumentParser) -> None:
     sv.add_argument("--model", "-m", help="GGUF file (default: SmolLM2-135M-Instruct)")
     add_hf_arg(sv)
     sv.add_argument("--host", default="127.0.0.1", help="address to bind (default: 127.0.0.1)")
@@ -115,7 +115,8 @@ def _add_serve_args(
 
 
 def app_spec(args: argparse.Namespace) -> Any:
-    """The :class:`~oxillama.server.app_spec.AppSpec` the flags describe."""
+    """The :class:`~oxillama.server.app_spec.AppSpec` the flags describe
+    (``oxillama serve`` runs it; see ``cli.cmd_serve``)."""
     from .offload import Budget
     from .server import Limits
     from .server.app_spec import AppSpec
@@ -170,35 +171,13 @@ def ray_options(args: argparse.Namespace) -> Any:
     )
 
 
-def cmd_serve(args: argparse.Namespace) -> int:
-    try:
-        from .server.serve import run
-    except ImportError as e:
-        raise ParameterError(f"the server needs: pip install 'oxillama[server]' ({e})") from None
-    spec = app_spec(args)
-    if args.ray:
-        try:
-            from .serving.run import run_on_ray
-        except ImportError as e:
-            raise ParameterError(f"--ray needs: pip install 'oxillama[ray]' ({e})") from None
-        return run_on_ray(
-            spec, ray_options(args), host=args.host, port=args.port, address=args.ray_address
-        )
-    if args.replicas != 1 or args.max_replicas is not None:
-        raise ParameterError("--replicas and --max-replicas need --ray")
-    run(spec, host=args.host, port=args.port, drain_seconds=args.drain_seconds)
-    return 0
-
-
 def serve_options_from_mapping(values: Mapping[str, Any]) -> tuple[Any, Any]:
     """``serve run``'s ``key=value`` arguments (or a config file's
     ``args:``) read as ``oxillama serve`` flags: ``model=x.gguf`` is
     ``--model x.gguf``, ``persist_turns=true`` is ``--persist-turns``,
     a list is a repeated flag. Returns (AppSpec, RayOptions)."""
-    from .cli import _add_hf_arg
-
     p = argparse.ArgumentParser(prog="oxillama.serving.ray:app", add_help=False)
-    _add_serve_args(p, _add_hf_arg)
+    _add_serve_args(p)
 
     def refuse(message: str) -> NoReturn:
         raise ParameterError(f"oxillama.serving.ray:app: {message}")
