@@ -118,26 +118,9 @@ impl KFormat for Q6K {
     #[inline]
     #[target_feature(enable = "avx2,fma,f16c")]
     unsafe fn decode(bw: *const u8, dst: *mut u8) {
-        let m4 = _mm256_set1_epi8(0x0f);
         for h in 0..2 {
-            // SAFETY: ql is 0..128 and qh 128..192: 64 + 32 bytes per half.
-            let (ql0, ql1, qh) = unsafe {
-                (
-                    load(bw.add(64 * h)),
-                    load(bw.add(64 * h + 32)),
-                    load(bw.add(128 + 32 * h)),
-                )
-            };
-            let bits = |m: i8| _mm256_and_si256(qh, _mm256_set1_epi8(m));
-            let v = [
-                _mm256_or_si256(_mm256_and_si256(ql0, m4), _mm256_slli_epi16(bits(0x03), 4)),
-                _mm256_or_si256(_mm256_and_si256(ql1, m4), _mm256_slli_epi16(bits(0x0c), 2)),
-                _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(ql0, 4), m4), bits(0x30)),
-                _mm256_or_si256(
-                    _mm256_and_si256(_mm256_srli_epi16(ql1, 4), m4),
-                    _mm256_srli_epi16(bits(0xc0u8 as i8), 2),
-                ),
-            ];
+            // SAFETY: the caller guarantees a whole block at bw.
+            let v = unsafe { super::q6_k::half(bw, h) };
             for (k, vk) in v.iter().enumerate() {
                 // SAFETY: elements 128h + 32k.. of the DEC bytes at dst.
                 unsafe { _mm256_storeu_si256(dst.add(128 * h + 32 * k) as *mut __m256i, *vk) };
