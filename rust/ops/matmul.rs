@@ -109,6 +109,10 @@ const ROW_TILE: usize = 4;
 /// same way, so the bits do not depend on the path.
 const GEMM_MIN_TOKENS: usize = 4;
 
+/// Panel bytes handed to one GEMM call (see `matmul_multi`): a quarter
+/// of the smallest L2 among the CPUs this runs on (512 KiB).
+const PANELS_PER_CALL_BYTES: usize = 128 * 1024;
+
 fn quantize_inputs(
     pool: &ThreadPool,
     k: &QuantKernels,
@@ -249,20 +253,30 @@ pub fn matmul_multi(
         match k.gemm.filter(|_| use_gemm(k)) {
             Some(gemm) => {
                 let (qb, sb) = panel_sizes(k.act, w.cols);
-                let mut out = vec![0f32; (r1 - r0) * GEMM_COLS];
                 let packed = has_panels(k.act);
-                for (g, group) in act_rows.chunks(GEMM_COLS).enumerate() {
+                // Several panels per call, so each weight row is decoded
+                // once for all of them, but few enough that they stay in
+                // L2 while the rows go by.
+                let per_call = (PANELS_PER_CALL_BYTES / qb.max(1)).max(1) * GEMM_COLS;
+                let nr = r1 - r0;
+                let mut out = vec![0f32; per_call.div_ceil(GEMM_COLS) * nr * GEMM_COLS];
+                for (c, toks) in act_rows.chunks(per_call).enumerate() {
+                    let (g0, groups) = (c * per_call / GEMM_COLS, toks.len().div_ceil(GEMM_COLS));
                     let (q, s): (&[u8], &[f32]) = if packed {
                         (
-                            &buf.panels[g * qb..(g + 1) * qb],
-                            &buf.panel_scales[g * sb..(g + 1) * sb],
+                            &buf.panels[g0 * qb..(g0 + groups) * qb],
+                            &buf.panel_scales[g0 * sb..(g0 + groups) * sb],
                         )
                     } else {
                         (&[], &[])
                     };
-                    gemm(w.cols, &w_rows, group, q, s, &mut out);
-                    let t0 = g * GEMM_COLS;
-                    scatter(&shared[j], &out, GEMM_COLS, group.len(), t0, rows, r0, r1);
+                    let out = &mut out[..groups * nr * GEMM_COLS];
+                    gemm(w.cols, &w_rows, toks, q, s, out);
+                    for (g, group) in toks.chunks(GEMM_COLS).enumerate() {
+                        let tile = &out[g * nr * GEMM_COLS..(g + 1) * nr * GEMM_COLS];
+                        let t0 = (g0 + g) * GEMM_COLS;
+                        scatter(&shared[j], tile, GEMM_COLS, group.len(), t0, rows, r0, r1);
+                    }
                 }
             }
             None if n_tok == 1 => {
@@ -334,14 +348,23 @@ mod tests {
 
     #[test]
     fn prefill_rows_equal_single_token_rows_bit_for_bit() {
-        // Through the GEMM (>= GEMM_MIN_TOKENS tokens, a padded last group)
-        // and through the tiles, every token gets the bits it gets alone.
+        // Through the GEMM (>= GEMM_MIN_TOKENS tokens, a padded last group,
+        // 300 tokens: more panels than one call takes) and through the
+        // tiles, every token gets the bits it gets alone.
         let pool = ThreadPool::new(2);
         let (rows, cols) = (37, 512);
-        for ty in [GgmlType::Q4K, GgmlType::Q6K, GgmlType::Q4_0, GgmlType::Q8_0] {
+        for ty in [
+            GgmlType::Q4K,
+            GgmlType::Q6K,
+            GgmlType::Q4_0,
+            GgmlType::Q4_1,
+            GgmlType::Q5_0,
+            GgmlType::Q5_1,
+            GgmlType::Q8_0,
+        ] {
             let data = weight_bytes(rows * ty.row_bytes(cols).unwrap(), 0x9e37_79b9_7f4a_7c15);
             let w = QMatrix::new(ty, rows, cols, &data).unwrap();
-            for n_tok in [2, 4, 11] {
+            for n_tok in [2, 4, 11, 300] {
                 let x: Vec<f32> = (0..n_tok * cols)
                     .map(|i| ((i * 37 % 101) as f32 - 50.0) / 25.0)
                     .collect();

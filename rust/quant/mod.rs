@@ -11,9 +11,11 @@
 //! - `vec_dot_tile(n, w_rows, acts, out)`: `out[r * acts.len() + c]` is the
 //!   dot of weight row `r` with activation row `c`.
 //! - `gemm(n, w_rows, acts, quants, scales, out)` (32-element block
-//!   formats, Q4_K and Q6_K): the same for up to [`GEMM_COLS`] activation rows,
-//!   `out[r * 8 + c]`, given both as rows (`acts`, for the scalar twin) and
-//!   as the panel [`pack_panel`] made of them (for the SIMD kernels).
+//!   formats, Q4_K and Q6_K): the same for the activation rows in groups
+//!   of [`GEMM_COLS`], `out[(g * w_rows.len() + r) * 8 + c]` for column `c`
+//!   of group `g`, given both as rows (`acts`, for the scalar twin) and as
+//!   the panels [`pack_panel`] made of each group, back to back (for the
+//!   SIMD kernels, which decode each weight row once for every group).
 //!
 //! Callers check lengths.
 
@@ -114,11 +116,17 @@ macro_rules! table_tiled {
 macro_rules! gemm_of {
     ($dot:path) => {{
         fn gemm(n: usize, w_rows: &[&[u8]], acts: &[&[u8]], _: &[u8], _: &[f32], out: &mut [f32]) {
-            for (r, w) in w_rows.iter().enumerate() {
-                let row = &mut out[r * GEMM_COLS..(r + 1) * GEMM_COLS];
-                row.fill(0.0); // columns past `acts` are padding
-                for (c, a) in acts.iter().enumerate().take(GEMM_COLS) {
-                    row[c] = $dot(n, w, a);
+            let groups = acts.len().div_ceil(GEMM_COLS).max(1);
+            for g in 0..groups {
+                let group =
+                    &acts[(g * GEMM_COLS).min(acts.len())..((g + 1) * GEMM_COLS).min(acts.len())];
+                for (r, w) in w_rows.iter().enumerate() {
+                    let o = (g * w_rows.len() + r) * GEMM_COLS;
+                    let row = &mut out[o..o + GEMM_COLS];
+                    row.fill(0.0); // columns past `acts` are padding
+                    for (c, a) in group.iter().enumerate() {
+                        row[c] = $dot(n, w, a);
+                    }
                 }
             }
         }

@@ -6,7 +6,8 @@
 //! - quants: `quants[i * PANEL_BLOCK + j * 32 + c * 4 + e]` is element
 //!   `4j + e` of row `c`, for groups `j < 8`;
 //! - scales: `scales[i * PANEL_SCALES + c]` is row c's `d` and
-//!   `scales[i * PANEL_SCALES + 8 + c]` its Q8_1 sum `s` (0 for Q8_0).
+//!   `scales[i * PANEL_SCALES + 8 + c]` its Q8_1 sum `s`, or for Q8_0 the
+//!   integer sum of its 32 quants.
 //!
 //! Layout, per 256-element Q8_K super-block `i`: the block's 288 bytes
 //! after `d` (256 quants, then 16 i16 group sums) are nine runs of 32
@@ -74,9 +75,14 @@ pub fn pack_panel(act: GgmlType, acts: &[&[u8]], n: usize, quants: &mut [u8], sc
                 GgmlType::Q8K => scales[i * per + c] = block::f32_at(b, 0),
                 _ => {
                     scales[i * per + c] = block::f16_at(b, 0);
-                    if act == GgmlType::Q8_1 {
-                        scales[i * per + GEMM_COLS + c] = block::f16_at(b, 2);
-                    }
+                    scales[i * per + GEMM_COLS + c] = if act == GgmlType::Q8_1 {
+                        block::f16_at(b, 2)
+                    } else {
+                        // The integer sum of the quants (at most 32 * 128 in
+                        // magnitude, exact as f32), which the VNNI kernel
+                        // needs for the signed weight formats' offsets.
+                        b[2..34].iter().map(|&q| q as i8 as i32).sum::<i32>() as f32
+                    };
                 }
             }
             if full && cfg!(target_arch = "x86_64") && avx2::available() {

@@ -560,3 +560,74 @@ fn k_gemm_extreme_values_equal_single_dots() {
         }
     }
 }
+
+#[cfg(target_arch = "x86_64")]
+#[test]
+fn vnni_gemm_equals_avx2_gemm_bit_for_bit() {
+    // The AVX-512 VNNI kernel is installed in place of the AVX2 one where
+    // the CPU has it; both must give every (row, column) the same bits,
+    // on random blocks and on the extremes (every weight at its most
+    // negative and most positive storage value, activations at +-127).
+    if !avx2::available() {
+        return;
+    }
+    let mut rng = StdRng::seed_from_u64(29);
+    let mut ran = 0;
+    for ty in [T::Q4_0, T::Q4_1, T::Q5_0, T::Q5_1, T::Q8_0] {
+        let (plain, vnni) = avx2::block32_gemm_twins(ty).unwrap();
+        let Some(vnni) = vnni else {
+            eprintln!("no AVX-512 VNNI on this CPU: {} twin not run", ty.name());
+            continue;
+        };
+        let k = kernels(ty).unwrap();
+        for n in [32, 160, 576] {
+            for rows in [1, 2, 3, 4, 5, 8, 11] {
+                let mut ws: Vec<Vec<u8>> = (0..rows).map(|_| random_row(ty, n, &mut rng)).collect();
+                // Rows 0 and 1 at the extremes of the storage range.
+                for (r, fill) in [(0, 0x00u8), (1, 0xFF)] {
+                    if r < rows {
+                        for b in ws[r].chunks_exact_mut(ty.type_size()) {
+                            let first = f16_fields(ty).iter().max().unwrap() + 2;
+                            b[first..].fill(fill);
+                        }
+                    }
+                }
+                for ncols in [1, 3, GEMM_COLS] {
+                    let acts: Vec<Vec<u8>> = (0..ncols)
+                        .map(|c| {
+                            let x: Vec<f32> = if c == 0 {
+                                (0..n)
+                                    .map(|i| if i % 3 == 0 { -1.0 } else { 1.0 })
+                                    .collect()
+                            } else {
+                                random_f32(n, 2.0, &mut rng)
+                            };
+                            quantize_act(k, &x)
+                        })
+                        .collect();
+                    let wr: Vec<&[u8]> = ws.iter().map(|v| v.as_slice()).collect();
+                    let ar: Vec<&[u8]> = acts.iter().map(|v| v.as_slice()).collect();
+                    let (qb, sb) = panel_sizes(k.act, n);
+                    let (mut q, mut s) = (vec![0u8; qb], vec![0f32; sb]);
+                    pack_panel(k.act, &ar, n, &mut q, &mut s);
+                    let mut a = vec![f32::NAN; rows * GEMM_COLS];
+                    let mut b = vec![f32::NAN; rows * GEMM_COLS];
+                    plain(n, &wr, &ar, &q, &s, &mut a);
+                    vnni(n, &wr, &ar, &q, &s, &mut b);
+                    for i in 0..rows * GEMM_COLS {
+                        assert_eq!(
+                            a[i].to_bits(),
+                            b[i].to_bits(),
+                            "{} n={n} rows={rows} cols={ncols} at {i}: {} vs {}",
+                            ty.name(),
+                            a[i],
+                            b[i]
+                        );
+                    }
+                    ran += 1;
+                }
+            }
+        }
+    }
+    eprintln!("{ran} VNNI twin cases");
+}

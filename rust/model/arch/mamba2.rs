@@ -46,9 +46,9 @@ fn ssm_config(m: &Meta<'_>) -> Result<SsmConfig> {
         .iter()
         .any(|&v| v == 0 || v > crate::model::config::MAX_DIM)
         || c.d_conv > 64
-        || c.d_inner % c.n_head != 0
-        || c.d_inner % c.n_group != 0
-        || c.n_head % c.n_group != 0
+        || !c.d_inner.is_multiple_of(c.n_head)
+        || !c.d_inner.is_multiple_of(c.n_group)
+        || !c.n_head.is_multiple_of(c.n_group)
     {
         return Err(Error::load(format!(
             "mamba2 ssm shape is out of range or inconsistent: conv kernel {}, inner {}, \

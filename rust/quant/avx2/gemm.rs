@@ -28,21 +28,23 @@ const C: usize = GEMM_COLS;
 /// Row tile: two rows share each panel load (four measured no faster here).
 const R: usize = 2;
 
-/// Weight rows `w` (R of them, decoded into `dec`: 32 bytes per block in
-/// element order) against the panel; writes `out[r * 8 + c]`.
+/// Weight rows `w` (R of them, decoded once into `dec`: 32 bytes per block
+/// in element order) against `groups` panels back to back; writes
+/// `out[g * out_stride + r * 8 + c]`.
 ///
 /// # Safety
 /// AVX2, FMA and F16C are available; every row holds `nb` weight blocks,
-/// `dec` `R * nb * 32` bytes, `panel` `nb * PANEL_BLOCK` bytes, `scales`
-/// `nb * PANEL_SCALES` floats and `out` `R * 8` floats.
+/// `dec` `R * nb * 32` bytes, `panels` `groups * nb * PANEL_BLOCK` bytes,
+/// `scales` `groups * nb * PANEL_SCALES` floats and `out` `R * 8` floats
+/// from each `g * out_stride`.
 #[target_feature(enable = "avx2,fma,f16c")]
 unsafe fn rows<F: Block32, const N: usize>(
     nb: usize,
     w: [*const u8; N],
     dec: *mut u8,
-    panel: *const u8,
-    scales: *const f32,
+    (panels, scales, groups): (*const u8, *const f32, usize),
     out: *mut f32,
+    out_stride: usize,
 ) {
     // Decode once; the block loop then broadcasts four bytes at a time
     // from this L1-resident copy (loads, not shuffles).
@@ -58,6 +60,28 @@ unsafe fn rows<F: Block32, const N: usize>(
             };
         }
     }
+    for g in 0..groups {
+        let panel = panels.wrapping_add(g * nb * PANEL_BLOCK);
+        let scales = scales.wrapping_add(g * nb * PANEL_SCALES);
+        let out = out.wrapping_add(g * out_stride);
+        // SAFETY: panel, scales and out of group g (caller's contract).
+        unsafe { compute::<F, N>(nb, w, dec, panel, scales, out) };
+    }
+}
+
+/// The decoded rows in `dec` against one panel; writes `out[r * 8 + c]`.
+///
+/// # Safety
+/// As `rows`, for one panel.
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn compute<F: Block32, const N: usize>(
+    nb: usize,
+    w: [*const u8; N],
+    dec: *const u8,
+    panel: *const u8,
+    scales: *const f32,
+    out: *mut f32,
+) {
     let mut acc = [_mm256_setzero_ps(); N];
     let mut mins = [_mm256_setzero_ps(); N];
     for i in 0..nb {
@@ -110,36 +134,42 @@ unsafe fn rows<F: Block32, const N: usize>(
     }
 }
 
-/// Safe entry: checks every length the kernel reads, then runs it.
+/// Safe entry: `groups` panels back to back in `panel` and `scales`,
+/// `out[(g * rows + r) * 8 + c]`; checks every length the kernel reads,
+/// then runs it, decoding each row once for all the panels.
 pub(super) fn gemm<F: Block32>(
     n: usize,
     w_rows: &[&[u8]],
     panel: &[u8],
     scales: &[f32],
+    groups: usize,
     out: &mut [f32],
 ) {
     let nb = n / 32;
+    let n_rows = w_rows.len();
     assert!(
         w_rows.iter().all(|w| w.len() >= nb * F::W)
-            && panel.len() >= nb * PANEL_BLOCK
-            && scales.len() >= nb * PANEL_SCALES
-            && out.len() >= w_rows.len() * C,
+            && panel.len() >= groups * nb * PANEL_BLOCK
+            && scales.len() >= groups * nb * PANEL_SCALES
+            && out.len() >= groups * n_rows * C,
         "gemm operand too short"
     );
     let mut dec = vec![0u8; R * nb * 32];
-    let (p, s, d) = (panel.as_ptr(), scales.as_ptr(), dec.as_mut_ptr());
+    let ps = (panel.as_ptr(), scales.as_ptr(), groups);
+    let d = dec.as_mut_ptr();
+    let stride = n_rows * C;
     let mut r = 0;
     // SAFETY (both calls): the table holding this function is installed
     // only after AVX2, FMA and F16C were detected; the assert bounds every
-    // read of the rows, panel and scales, `dec` holds R rows, and `out`
-    // 8 floats for each row.
-    while r + R <= w_rows.len() {
+    // read of the rows, panels and scales, `dec` holds R rows, and `out`
+    // 8 floats for each row of each group.
+    while r + R <= n_rows {
         let w = std::array::from_fn(|k| w_rows[r + k].as_ptr());
-        unsafe { rows::<F, R>(nb, w, d, p, s, out[r * C..].as_mut_ptr()) };
+        unsafe { rows::<F, R>(nb, w, d, ps, out[r * C..].as_mut_ptr(), stride) };
         r += R;
     }
-    if r < w_rows.len() {
+    if r < n_rows {
         let w = [w_rows[r].as_ptr()];
-        unsafe { rows::<F, 1>(nb, w, d, p, s, out[r * C..].as_mut_ptr()) };
+        unsafe { rows::<F, 1>(nb, w, d, ps, out[r * C..].as_mut_ptr(), stride) };
     }
 }

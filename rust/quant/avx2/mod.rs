@@ -19,6 +19,7 @@ pub use crate::simd::x86::hsum;
 
 mod float;
 mod gemm;
+mod gemm_vnni;
 mod kgemm;
 mod q2_k;
 mod q3_k;
@@ -33,7 +34,6 @@ mod q8_0;
 mod quantize;
 
 pub use float::{vec_dot_bf16, vec_dot_f16, vec_dot_f32};
-pub use kgemm::{gemm_q4_k, gemm_q6_k};
 pub use q2_k::{tile_q2_k, vec_dot_q2_k};
 pub use q3_k::{tile_q3_k, vec_dot_q3_k};
 pub use q4_0::{gemm_q4_0, tile_q4_0, vec_dot_q4_0};
@@ -197,8 +197,14 @@ trait Block32 {
     /// How many `maddubs` results (each lane a sum of two products) may be
     /// added as i16 before widening: `2 * FOLD * max|w| * 128 < 2^15`.
     const FOLD: usize;
+    /// What `uquants` adds to each value to make it unsigned (0 for the
+    /// unsigned formats).
+    const OFFSET: i32;
     /// The 32 weight values of the block at `p`, in element order.
     unsafe fn quants(p: *const u8) -> __m256i;
+    /// The same values plus `OFFSET`, as unsigned bytes (`vpdpbusd`'s
+    /// unsigned operand): the storage form before the format's offset.
+    unsafe fn uquants(p: *const u8) -> __m256i;
     /// Lane 0: the block's scale; lane 1: its minimum when `MIN`.
     unsafe fn scales(p: *const u8) -> __m128;
 }
@@ -458,6 +464,94 @@ macro_rules! kquant_entries {
 }
 use kquant_entries;
 
+/// A single-panel K-quant GEMM run over each group of a multi-panel call
+/// (see `quant::GemmFn`).
+fn k_groups(
+    single: crate::quant::GemmFn,
+    (n, w_rows, acts): (usize, &[&[u8]], &[&[u8]]),
+    quants: &[u8],
+    scales: &[f32],
+    out: &mut [f32],
+) {
+    use crate::quant::panel::{KPANEL_BLOCK, KPANEL_SCALES};
+    use crate::quant::GEMM_COLS;
+    let nb = n / super::QK_K;
+    let (qb, sb, ob) = (
+        nb * KPANEL_BLOCK,
+        nb * KPANEL_SCALES,
+        w_rows.len() * GEMM_COLS,
+    );
+    for (g, group) in acts.chunks(GEMM_COLS).enumerate() {
+        let (q, s) = (&quants[g * qb..(g + 1) * qb], &scales[g * sb..(g + 1) * sb]);
+        single(n, w_rows, group, q, s, &mut out[g * ob..(g + 1) * ob]);
+    }
+}
+
+/// Q4_K's GEMM over any number of panels.
+pub fn gemm_q4_k(n: usize, w: &[&[u8]], a: &[&[u8]], q: &[u8], s: &[f32], o: &mut [f32]) {
+    k_groups(kgemm::gemm_q4_k, (n, w, a), q, s, o)
+}
+
+/// Q6_K's GEMM over any number of panels.
+pub fn gemm_q6_k(n: usize, w: &[&[u8]], a: &[&[u8]], q: &[u8], s: &[f32], o: &mut [f32]) {
+    k_groups(kgemm::gemm_q6_k, (n, w, a), q, s, o)
+}
+
+/// The GEMM of a `Block32` format: the AVX-512 VNNI twin where the CPU
+/// has it (same bits), else the AVX2 kernel.
+fn gemm_block32<F: Block32>(
+    n: usize,
+    w_rows: &[&[u8]],
+    acts: &[&[u8]],
+    quants: &[u8],
+    scales: &[f32],
+    out: &mut [f32],
+) {
+    let groups = acts.len().div_ceil(crate::quant::GEMM_COLS).max(1);
+    static VNNI: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    // OXILLAMA_VNNI=0 keeps the AVX2 kernel, to compare the two in
+    // separate processes (the bits are the same either way).
+    let on =
+        || gemm_vnni::available() && std::env::var_os("OXILLAMA_VNNI").is_none_or(|v| v != "0");
+    if *VNNI.get_or_init(on) {
+        gemm_vnni::gemm::<F>(n, w_rows, quants, scales, groups, out)
+    } else {
+        gemm::gemm::<F>(n, w_rows, quants, scales, groups, out)
+    }
+}
+
+/// The AVX2 and the AVX-512 VNNI GEMM of each 32-element format (the
+/// latter `None` on a CPU without it), for the twin tests.
+#[cfg(test)]
+pub fn block32_gemm_twins(
+    ty: crate::quant::GgmlType,
+) -> Option<(crate::quant::GemmFn, Option<crate::quant::GemmFn>)> {
+    use crate::quant::GgmlType as T;
+    macro_rules! twins {
+        ($f:ty) => {{
+            fn avx2(n: usize, w: &[&[u8]], a: &[&[u8]], q: &[u8], s: &[f32], o: &mut [f32]) {
+                gemm::gemm::<$f>(n, w, q, s, a.len().div_ceil(8).max(1), o)
+            }
+            fn vnni(n: usize, w: &[&[u8]], a: &[&[u8]], q: &[u8], s: &[f32], o: &mut [f32]) {
+                gemm_vnni::gemm::<$f>(n, w, q, s, a.len().div_ceil(8).max(1), o)
+            }
+            let v: crate::quant::GemmFn = vnni;
+            Some((
+                avx2 as crate::quant::GemmFn,
+                gemm_vnni::available().then_some(v),
+            ))
+        }};
+    }
+    match ty {
+        T::Q4_0 => twins!(q4_0::Q4_0),
+        T::Q4_1 => twins!(q4_1::Q4_1),
+        T::Q5_0 => twins!(q5_0::Q5_0),
+        T::Q5_1 => twins!(q5_1::Q5_1),
+        T::Q8_0 => twins!(q8_0::Q8_0),
+        _ => None,
+    }
+}
+
 /// Declares `vec_dot_*` and `tile_*` for a `Block32` format.
 macro_rules! block32_entries {
     ($vec_dot:ident, $tile:ident, $gemm:ident, $fmt:ty) => {
@@ -472,12 +566,12 @@ macro_rules! block32_entries {
         pub fn $gemm(
             n: usize,
             w_rows: &[&[u8]],
-            _acts: &[&[u8]],
+            acts: &[&[u8]],
             quants: &[u8],
             scales: &[f32],
             out: &mut [f32],
         ) {
-            super::gemm::gemm::<$fmt>(n, w_rows, quants, scales, out)
+            super::gemm_block32::<$fmt>(n, w_rows, acts, quants, scales, out)
         }
     };
 }

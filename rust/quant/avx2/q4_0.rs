@@ -13,6 +13,7 @@ impl Block32 for Q4_0 {
     const UNSIGNED: bool = false;
     const MIN: bool = false;
     // |w| <= 8: 16 products of at most 8 * 128 per lane.
+    const OFFSET: i32 = 8;
     const FOLD: usize = 8;
 
     #[inline]
@@ -21,6 +22,13 @@ impl Block32 for Q4_0 {
         // SAFETY: a Q4_0 block has 16 nibble bytes from offset 2.
         let q = unsafe { nibbles(p.add(2)) };
         _mm256_sub_epi8(q, _mm256_set1_epi8(8))
+    }
+
+    #[inline]
+    #[target_feature(enable = "avx2,fma,f16c")]
+    unsafe fn uquants(p: *const u8) -> __m256i {
+        // SAFETY: a Q4_0 block has 16 nibble bytes from offset 2.
+        unsafe { nibbles(p.add(2)) }
     }
 
     #[inline]

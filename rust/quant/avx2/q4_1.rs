@@ -13,6 +13,7 @@ impl Block32 for Q4_1 {
     const UNSIGNED: bool = true;
     const MIN: bool = true;
     // w <= 15: 16 products of at most 15 * 128 per lane.
+    const OFFSET: i32 = 0;
     const FOLD: usize = 8;
 
     #[inline]
@@ -20,6 +21,13 @@ impl Block32 for Q4_1 {
     unsafe fn quants(p: *const u8) -> __m256i {
         // SAFETY: a Q4_1 block has 16 nibble bytes from offset 4.
         unsafe { nibbles(p.add(4)) }
+    }
+
+    #[inline]
+    #[target_feature(enable = "avx2,fma,f16c")]
+    unsafe fn uquants(p: *const u8) -> __m256i {
+        // SAFETY: as `quants`; the values are unsigned already.
+        unsafe { Self::quants(p) }
     }
 
     #[inline]

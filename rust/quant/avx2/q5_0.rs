@@ -13,6 +13,7 @@ impl Block32 for Q5_0 {
     const UNSIGNED: bool = false;
     const MIN: bool = false;
     // |w| <= 16: 8 products of at most 16 * 128 per lane.
+    const OFFSET: i32 = 16;
     const FOLD: usize = 4;
 
     #[inline]
@@ -24,6 +25,14 @@ impl Block32 for Q5_0 {
         // as i8) where it is clear.
         let clear = _mm256_andnot_si256(bit_bytes(qh), _mm256_set1_epi8(0xF0u8 as i8));
         _mm256_or_si256(q, clear)
+    }
+
+    #[inline]
+    #[target_feature(enable = "avx2,fma,f16c")]
+    unsafe fn uquants(p: *const u8) -> __m256i {
+        // SAFETY: a Q5_0 block has qh at 2..6 and 16 nibble bytes from 6.
+        let (qh, q) = unsafe { (read_u32(p.add(2)), nibbles(p.add(6))) };
+        _mm256_or_si256(q, _mm256_and_si256(bit_bytes(qh), _mm256_set1_epi8(0x10)))
     }
 
     #[inline]

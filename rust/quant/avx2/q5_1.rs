@@ -13,6 +13,7 @@ impl Block32 for Q5_1 {
     const UNSIGNED: bool = true;
     const MIN: bool = true;
     // w <= 31: 8 products of at most 31 * 128 per lane.
+    const OFFSET: i32 = 0;
     const FOLD: usize = 4;
 
     #[inline]
@@ -22,6 +23,13 @@ impl Block32 for Q5_1 {
         let (qh, q) = unsafe { (read_u32(p.add(4)), nibbles(p.add(8))) };
         let high = _mm256_and_si256(bit_bytes(qh), _mm256_set1_epi8(0x10));
         _mm256_or_si256(q, high)
+    }
+
+    #[inline]
+    #[target_feature(enable = "avx2,fma,f16c")]
+    unsafe fn uquants(p: *const u8) -> __m256i {
+        // SAFETY: as `quants`; the values are unsigned already.
+        unsafe { Self::quants(p) }
     }
 
     #[inline]

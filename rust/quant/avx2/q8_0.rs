@@ -13,6 +13,7 @@ impl Block32 for Q8_0 {
     const UNSIGNED: bool = false;
     const MIN: bool = false;
     // |w| <= 128: two products already fill an i16 lane.
+    const OFFSET: i32 = 128;
     const FOLD: usize = 1;
 
     #[inline]
@@ -20,6 +21,14 @@ impl Block32 for Q8_0 {
     unsafe fn quants(p: *const u8) -> __m256i {
         // SAFETY: a Q8_0 block has 32 quant bytes from offset 2.
         unsafe { load(p.add(2)) }
+    }
+
+    #[inline]
+    #[target_feature(enable = "avx2,fma,f16c")]
+    unsafe fn uquants(p: *const u8) -> __m256i {
+        // SAFETY: a Q8_0 block has 32 quant bytes from offset 2.
+        let q = unsafe { load(p.add(2)) };
+        _mm256_xor_si256(q, _mm256_set1_epi8(0x80u8 as i8))
     }
 
     #[inline]
