@@ -17,6 +17,7 @@ import pytest
 
 from oxillama import Engine, NgramCache, NgramDraft, SamplerConfig, SpeculativeEngine
 from oxillama.errors import ParameterError
+from oxillama import ngram_draft
 from oxillama.ngram_draft import best_k, row_cost
 from oxillama.snapshot import SnapshotFormatError
 from oxillama.snapshot import sections as S
@@ -177,9 +178,16 @@ def test_index_is_incremental_and_finds_the_longest_match() -> None:
     assert st.tokens == [1, 2, 1] and st.lookup(4) == (1, [2, 1])
 
 
-def test_adaptive_k_follows_agreement_and_cost() -> None:
+@pytest.mark.parametrize("level", ["avx2", "avx512vnni"])
+def test_adaptive_k_follows_agreement_and_cost(
+    level: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Each kernel level's measured cost table, whatever this CPU has.
+    monkeypatch.setattr(ngram_draft, "_costs", lambda: ngram_draft._COSTS[level])
     assert best_k(0.05, 8)[0] == 0
-    assert best_k(0.5, 8)[0] == 0  # the prior: nothing drafted before evidence
+    assert best_k(ngram_draft._PRIOR, 8)[0] == 0  # the prior: nothing drafted before evidence
+    # Verification rows cheap enough that half the drafts passing pays.
+    assert (best_k(0.5, 8)[0] > 0) == (level == "avx512vnni")
     k, gain = best_k(0.95, 8)
     assert k >= 6 and gain > 4
     # A pass that already holds 8 rows of other sequences: drafts cost less

@@ -16,6 +16,7 @@ beats decoding alone.
 
 from __future__ import annotations
 
+import functools
 import threading
 from collections import OrderedDict
 from collections.abc import Iterable, Mapping, Sequence
@@ -26,27 +27,48 @@ from .errors import ParameterError
 __all__ = ["NgramCache", "NgramDraft", "NgramState", "best_k", "row_cost"]
 
 #: The cost model of a forward pass over ``r`` rows, in one-token decode
-#: steps, measured with SmolLM2-135M Q4_1 (``python benches/bench_ngram.py``
-#: prints the table again): up to three rows go through the tile kernel
-#: (2 rows 1.7 steps, 3 rows 2.25); four or more through the GEMM
-#: microkernel, eight tokens to a group (4 rows 2.45, every further row
-#: about 0.12 more, every further group of eight about 1.05 more).
-SMALL_ROWS = (1.0, 1.7, 2.25)
-COST_FIRST_GROUP = 2.45
-COST_PER_ROW = 0.12
-COST_PER_GROUP = 1.05
+#: steps, per kernel level (``_native.simd_level()``), measured with
+#: SmolLM2-135M Q4_1 (``python benches/bench_ngram.py`` prints the table
+#: again). ``small``: the cost of 1, 2, ... rows through the tile kernel;
+#: past those, the GEMM microkernel, eight tokens to a group: ``first`` for
+#: its first four rows, ``per_row`` for each further row and ``per_group``
+#: for each further group of eight.
+#:
+#: - AVX2: up to three rows through the tile (2 rows 1.7 steps, 3 rows
+#:   2.25), 4 rows 2.45, every further row about 0.12 more, every further
+#:   group about 1.05 more.
+#: - AVX-512 VNNI: up to eight rows through the sixteen-rows tile, whose
+#:   extra rows cost little next to streaming the weights.
+_COSTS: dict[str, dict[str, Any]] = {
+    "avx2": {"small": (1.0, 1.7, 2.25), "first": 2.45, "per_row": 0.12, "per_group": 1.05},
+    "avx512vnni": {
+        "small": (1.0, 1.1, 1.25, 1.45, 1.6, 1.8, 1.95, 2.1),
+        "first": 2.1,
+        "per_row": 0.12,
+        "per_group": 1.05,
+    },
+}
+
+
+@functools.cache
+def _costs() -> dict[str, Any]:
+    from . import _native
+
+    return _COSTS.get(_native.simd_level(), _COSTS["avx2"])
 
 
 def row_cost(rows: int) -> float:
-    if rows <= len(SMALL_ROWS):
-        return SMALL_ROWS[max(rows, 1) - 1]
+    c = _costs()
+    small = c["small"]
+    if rows <= len(small):
+        return float(small[max(rows, 1) - 1])
     groups = -(-rows // 8)
-    return COST_FIRST_GROUP + COST_PER_ROW * (rows - 4) + COST_PER_GROUP * (groups - 1)
+    return float(c["first"] + c["per_row"] * (rows - 4) + c["per_group"] * (groups - 1))
 
 
 #: Agreement assumed for a match length never observed yet: low enough that
 #: nothing is drafted before rounds show that proposals agree.
-_PRIOR = 0.5
+_PRIOR = 0.1
 #: Weight of one observation in the running agreement estimates.
 _ALPHA = 0.15
 

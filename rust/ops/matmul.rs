@@ -8,7 +8,7 @@
 //! same input (q/k/v, gate/up) go in a single dispatch.
 
 use crate::quant::{
-    has_panels, kernels, pack_panel, panel_sizes, GgmlType, QuantKernels, GEMM_COLS,
+    has_panels, kernels, pack_panel, panel_sizes, tile_tokens, GgmlType, QuantKernels, GEMM_COLS,
 };
 use crate::threadpool::{SharedMut, ThreadPool};
 use crate::{Error, Result};
@@ -98,16 +98,9 @@ impl ActScratch {
     }
 }
 
-const ROW_TILE: usize = 4;
-
-/// Fewest tokens that go through the GEMM microkernel. Its groups of
-/// GEMM_COLS cost the same for 2 tokens as for 8, while the tile kernel
-/// reads each weight tile once per call and dots it with every token from
-/// cache: with SmolLM2 Q4_1 on one thread (relative to one decode step)
-/// 2 tokens cost 1.72 through tiles and 2.62 through the GEMM, 3 tokens
-/// 2.26 and 2.67, 4 tokens 2.97 and 2.46. Both form each block sum the
-/// same way, so the bits do not depend on the path.
-const GEMM_MIN_TOKENS: usize = 4;
+/// Rows per chunk are a multiple of this: the AVX-512 VNNI tile takes
+/// sixteen rows at a time (the AVX2 tile four).
+const ROW_TILE: usize = 16;
 
 /// Panel bytes handed to one GEMM call (see `matmul_multi`): a quarter
 /// of the smallest L2 among the CPUs this runs on (512 KiB).
@@ -204,9 +197,9 @@ pub fn matmul_multi(
         .collect();
     // Several tokens go through the GEMM microkernel (zero-padding the
     // last group of GEMM_COLS is cheaper than a slower kernel for it); one
-    // to three tokens (a decode step, a small batch, a short speculative
-    // verification) through the tile kernel (see GEMM_MIN_TOKENS).
-    let use_gemm = |k: &QuantKernels| k.gemm.is_some() && n_tok >= GEMM_MIN_TOKENS;
+    // to a few tokens (a decode step, a small batch, a speculative
+    // verification) through the tile kernel (see `quant::tile_tokens`).
+    let use_gemm = |k: &QuantKernels| k.gemm.is_some() && n_tok > tile_tokens(k.weight);
     let mut done: Vec<GgmlType> = Vec::new();
     for k in &ks {
         if !done.contains(&k.act) {
@@ -348,7 +341,7 @@ mod tests {
 
     #[test]
     fn prefill_rows_equal_single_token_rows_bit_for_bit() {
-        // Through the GEMM (>= GEMM_MIN_TOKENS tokens, a padded last group,
+        // Through the GEMM (more than `tile_tokens`, a padded last group,
         // 300 tokens: more panels than one call takes) and through the
         // tiles, every token gets the bits it gets alone.
         let pool = ThreadPool::new(2);

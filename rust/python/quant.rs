@@ -82,7 +82,7 @@ fn vec_dot(type_id: u32, w: &[u8], a: &[u8], n: usize, scalar: bool) -> PyResult
     guard(|| Ok((k.vec_dot)(n, w, a)))
 }
 
-/// The SIMD level the kernels dispatched to ("avx2" or "scalar").
+/// The SIMD level the kernels dispatched to ("avx512vnni", "avx2" or "scalar").
 #[pyfunction(name = "simd_level")]
 fn py_simd_level() -> &'static str {
     simd_level()

@@ -631,3 +631,70 @@ fn vnni_gemm_equals_avx2_gemm_bit_for_bit() {
     }
     eprintln!("{ran} VNNI twin cases");
 }
+
+#[cfg(target_arch = "x86_64")]
+#[test]
+fn vnni_tile_equals_avx2_tile_bit_for_bit() {
+    // The sixteen-rows-in-lanes tile replaces the AVX2 tile where the CPU
+    // has AVX-512 VNNI: same bits for every (row, column), whole passes of
+    // sixteen rows and a ragged tail, one to more than eight columns,
+    // random blocks and the storage extremes.
+    if !avx2::available() {
+        return;
+    }
+    let mut rng = StdRng::seed_from_u64(31);
+    let mut ran = 0;
+    for ty in [T::Q4_0, T::Q4_1, T::Q5_0, T::Q5_1, T::Q8_0] {
+        let (plain, vnni) = avx2::block32_tile_twins(ty).unwrap();
+        let Some(vnni) = vnni else {
+            eprintln!("no AVX-512 VNNI on this CPU: {} twin not run", ty.name());
+            continue;
+        };
+        let k = kernels(ty).unwrap();
+        for n in [32, 96, 576] {
+            for rows in [1, 15, 16, 17, 35, 48] {
+                let mut ws: Vec<Vec<u8>> = (0..rows).map(|_| random_row(ty, n, &mut rng)).collect();
+                for (r, fill) in [(0, 0x00u8), (1, 0xFF), (16, 0x00), (17, 0xFF)] {
+                    if r < rows {
+                        for b in ws[r].chunks_exact_mut(ty.type_size()) {
+                            let first = f16_fields(ty).iter().max().unwrap() + 2;
+                            b[first..].fill(fill);
+                        }
+                    }
+                }
+                for ncols in [1, 2, 3, 8, 9] {
+                    let acts: Vec<Vec<u8>> = (0..ncols)
+                        .map(|c| {
+                            let x: Vec<f32> = if c == 0 {
+                                (0..n)
+                                    .map(|i| if i % 3 == 0 { -1.0 } else { 1.0 })
+                                    .collect()
+                            } else {
+                                random_f32(n, 2.0, &mut rng)
+                            };
+                            quantize_act(k, &x)
+                        })
+                        .collect();
+                    let wr: Vec<&[u8]> = ws.iter().map(|v| v.as_slice()).collect();
+                    let ar: Vec<&[u8]> = acts.iter().map(|v| v.as_slice()).collect();
+                    let mut a = vec![f32::NAN; rows * ncols];
+                    let mut b = vec![f32::NAN; rows * ncols];
+                    plain(n, &wr, &ar, &mut a);
+                    vnni(n, &wr, &ar, &mut b);
+                    for i in 0..rows * ncols {
+                        assert_eq!(
+                            a[i].to_bits(),
+                            b[i].to_bits(),
+                            "{} n={n} rows={rows} cols={ncols} at {i}: {} vs {}",
+                            ty.name(),
+                            a[i],
+                            b[i]
+                        );
+                    }
+                    ran += 1;
+                }
+            }
+        }
+    }
+    eprintln!("{ran} VNNI tile twin cases");
+}

@@ -125,20 +125,24 @@ unsafe fn compute<F: Block32, const P2: usize>(
         if !ahead.is_null() {
             super::prefetch(ahead.wrapping_add(i * step), step + 64);
         }
-        let mut isum = [_mm512_setzero_si512(); P2];
+        // Two partial sums per pair, over even and odd groups, so that
+        // the `vpdpbusd` chains interleave (integer sums: exact either way).
+        let mut part = [[_mm512_setzero_si512(); 2]; P2];
         for j in 0..8 {
             // SAFETY: group j of block i is inside the panel.
             let group = unsafe { load(panel.add(i * PANEL_BLOCK + j * 32)) };
             let a = _mm512_permutexvar_epi32(spread, _mm512_castsi256_si512(group));
-            for (p, s) in isum.iter_mut().enumerate() {
+            for (p, s) in part.iter_mut().enumerate() {
                 // SAFETY: group j of pair p's decoded block i.
                 let q = unsafe {
                     let d = dec.add(p * nb * PAIR_BYTES + i * PAIR_BLOCK + 8 * j);
                     (read_u32(d) as u64) | ((read_u32(d.add(4)) as u64) << 32)
                 };
-                *s = _mm512_dpbusd_epi32(*s, _mm512_set1_epi64(q as i64), a);
+                s[j % 2] = _mm512_dpbusd_epi32(s[j % 2], _mm512_set1_epi64(q as i64), a);
             }
         }
+        let mut isum: [__m512i; P2] =
+            std::array::from_fn(|p| _mm512_add_epi32(part[p][0], part[p][1]));
         // SAFETY: block i's eight scales and eight sums are in `scales`.
         let (da, sa) = unsafe {
             (

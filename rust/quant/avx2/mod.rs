@@ -32,6 +32,7 @@ mod q5_k;
 mod q6_k;
 mod q8_0;
 mod quantize;
+mod rows16_vnni;
 
 pub use float::{vec_dot_bf16, vec_dot_f16, vec_dot_f32};
 pub use q2_k::{tile_q2_k, vec_dot_q2_k};
@@ -464,6 +465,34 @@ macro_rules! kquant_entries {
 }
 use kquant_entries;
 
+/// Whether the AVX-512 VNNI twins run: the CPU has them, and
+/// OXILLAMA_VNNI=0 does not keep the AVX2 kernels (to compare the two in
+/// separate processes; the bits are the same either way).
+pub fn vnni() -> bool {
+    static VNNI: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *VNNI.get_or_init(|| {
+        gemm_vnni::available() && std::env::var_os("OXILLAMA_VNNI").is_none_or(|v| v != "0")
+    })
+}
+
+/// The tile of a `Block32` format: sixteen rows in the lanes where the CPU
+/// has AVX-512 VNNI (same bits), else the AVX2 tile.
+fn tile_block32<F: Block32>(n: usize, w_rows: &[&[u8]], acts: &[&[u8]], out: &mut [f32]) {
+    if vnni() && rows16_vnni::available() {
+        rows16_vnni::tile::<F>(n, w_rows, acts, out)
+    } else {
+        tile32::<F>(n, w_rows, acts, out)
+    }
+}
+
+/// Tokens up to which the sixteen-rows tile beats the GEMM, for the
+/// 32-element formats on a CPU with AVX-512 VNNI (`None` otherwise).
+pub fn wide_tile_tokens(ty: crate::quant::GgmlType) -> Option<usize> {
+    use crate::quant::GgmlType as T;
+    let block32 = matches!(ty, T::Q4_0 | T::Q4_1 | T::Q5_0 | T::Q5_1 | T::Q8_0);
+    (block32 && vnni() && rows16_vnni::available()).then_some(rows16_vnni::WIDE_TOKENS)
+}
+
 /// A single-panel K-quant GEMM run over each group of a multi-panel call
 /// (see `quant::GemmFn`).
 fn k_groups(
@@ -508,15 +537,42 @@ fn gemm_block32<F: Block32>(
     out: &mut [f32],
 ) {
     let groups = acts.len().div_ceil(crate::quant::GEMM_COLS).max(1);
-    static VNNI: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
-    // OXILLAMA_VNNI=0 keeps the AVX2 kernel, to compare the two in
-    // separate processes (the bits are the same either way).
-    let on =
-        || gemm_vnni::available() && std::env::var_os("OXILLAMA_VNNI").is_none_or(|v| v != "0");
-    if *VNNI.get_or_init(on) {
+    if vnni() {
         gemm_vnni::gemm::<F>(n, w_rows, quants, scales, groups, out)
     } else {
         gemm::gemm::<F>(n, w_rows, quants, scales, groups, out)
+    }
+}
+
+/// The AVX2 and the AVX-512 VNNI tile of each 32-element format (the
+/// latter `None` on a CPU without it), for the twin tests.
+#[cfg(test)]
+pub fn block32_tile_twins(
+    ty: crate::quant::GgmlType,
+) -> Option<(crate::quant::TileFn, Option<crate::quant::TileFn>)> {
+    use crate::quant::GgmlType as T;
+    macro_rules! twins {
+        ($f:ty) => {{
+            fn avx2(n: usize, w: &[&[u8]], a: &[&[u8]], o: &mut [f32]) {
+                tile32::<$f>(n, w, a, o)
+            }
+            fn vnni(n: usize, w: &[&[u8]], a: &[&[u8]], o: &mut [f32]) {
+                rows16_vnni::tile::<$f>(n, w, a, o)
+            }
+            let v: crate::quant::TileFn = vnni;
+            Some((
+                avx2 as crate::quant::TileFn,
+                rows16_vnni::available().then_some(v),
+            ))
+        }};
+    }
+    match ty {
+        T::Q4_0 => twins!(q4_0::Q4_0),
+        T::Q4_1 => twins!(q4_1::Q4_1),
+        T::Q5_0 => twins!(q5_0::Q5_0),
+        T::Q5_1 => twins!(q5_1::Q5_1),
+        T::Q8_0 => twins!(q8_0::Q8_0),
+        _ => None,
     }
 }
 
@@ -560,7 +616,7 @@ macro_rules! block32_entries {
         }
 
         pub fn $tile(n: usize, w_rows: &[&[u8]], acts: &[&[u8]], out: &mut [f32]) {
-            super::tile32::<$fmt>(n, w_rows, acts, out)
+            super::tile_block32::<$fmt>(n, w_rows, acts, out)
         }
 
         pub fn $gemm(
