@@ -15,9 +15,8 @@ from typing import Any
 import numpy as np
 import pytest
 
-from oxillama import Engine, NgramCache, NgramDraft, SamplerConfig, SpeculativeEngine
+from oxillama import Engine, NgramCache, NgramDraft, SamplerConfig, SpeculativeEngine, ngram_draft
 from oxillama.errors import ParameterError
-from oxillama import ngram_draft
 from oxillama.ngram_draft import best_k, row_cost
 from oxillama.snapshot import SnapshotFormatError
 from oxillama.snapshot import sections as S
@@ -179,9 +178,7 @@ def test_index_is_incremental_and_finds_the_longest_match() -> None:
 
 
 @pytest.mark.parametrize("level", ["avx2", "avx512vnni"])
-def test_adaptive_k_follows_agreement_and_cost(
-    level: str, monkeypatch: pytest.MonkeyPatch
-) -> None:
+def test_adaptive_k_follows_agreement_and_cost(level: str, monkeypatch: pytest.MonkeyPatch) -> None:
     # Each kernel level's measured cost table, whatever this CPU has.
     monkeypatch.setattr(ngram_draft, "_costs", lambda: ngram_draft._COSTS[level])
     assert best_k(0.05, 8)[0] == 0
