@@ -31,6 +31,7 @@ from oxillama.tokenizer.bpe import (
     split_merges,
 )
 from oxillama.tokenizer.pretokenizers import PRETOKENIZERS, pretokenizer
+from oxillama.tokenizer.tokenizer import _gguf_piece, _gguf_pieces
 from tests._gguf_meta import ModelMissing, gemma3_path, read_metadata, smollm2_path
 from tests.reference.corpus import TOKEN_TEXTS
 
@@ -430,6 +431,35 @@ def test_bpe_piece_fast_path_equals_the_character_loop(token: str) -> None:
 @given(st.lists(st.text(_GPT2_AND_MORE, max_size=6), max_size=12))
 def test_bpe_pieces_of_a_vocabulary_equal_each_token_alone(tokens: list[str]) -> None:
     assert bpe_pieces(tokens) == [bpe_piece(t) for t in tokens]
+
+
+_ATTR_BITS = st.sampled_from([0, 1, 2, 4, 8, 16, 32, 4 | 8, 32 | 4, 16 | 256, 2 | 8])
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.tuples(st.text(_GPT2_AND_MORE, max_size=6), _ATTR_BITS), max_size=12))
+def test_native_pieces_equal_the_per_token_rule(items: list[tuple[str, int]]) -> None:
+    """The whole-vocabulary native pass gives each token's bytes exactly as
+    ``_gguf_piece`` does token by token (byte tokens are handed back)."""
+    tokens = [t for t, _ in items]
+    attrs = [a for _, a in items]
+    assert _gguf_pieces(tokens, attrs, "bpe") == [
+        _gguf_piece(t, a, "bpe") for t, a in zip(tokens, attrs, strict=True)
+    ]
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.text("ab \u0120\u00e9", min_size=2, max_size=5), max_size=10))
+def test_merges_split_the_same_with_or_without_the_vocabulary(rules: list[str]) -> None:
+    rules = [r for r in rules if " " in r[1:]]
+    tokens = sorted({p for r in rules for p in split_merges([r])[0]} | {"zz"})[::2]
+    with_vocab = split_merges(rules, tokens)
+    assert with_vocab == split_merges(rules)
+    for a, b in with_vocab:
+        # A part that is a token is the vocabulary's own string object.
+        for part in (a, b):
+            if part in tokens:
+                assert part is tokens[tokens.index(part)]
 
 
 def test_damaged_merges_name_the_merge() -> None:

@@ -19,6 +19,7 @@ __all__ = [
     "__version__",
     "_panic_for_test",
     "blake3",
+    "bpe_token_pieces",
     "byte_level_pieces",
     "dequantize",
     "eval_batch",
@@ -229,4 +230,7 @@ class GrammarMatcher:
     def import_state(self, state: list[int]) -> None: ...
 
 def byte_level_pieces(tokens: list[str]) -> list[bytes]: ...
-def split_merges(rules: list[str]) -> tuple[list[tuple[str, str]], int]: ...
+def split_merges(
+    rules: list[str], tokens: list[str] | None = None
+) -> tuple[list[tuple[str, str]], int]: ...
+def bpe_token_pieces(tokens: list[str], attrs: list[int]) -> tuple[list[bytes], list[int]]: ...

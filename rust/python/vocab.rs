@@ -1,9 +1,10 @@
 //! Tokenizer tables built natively at load time (see `crate::vocab`).
 
 use pyo3::prelude::*;
-use pyo3::types::PyBytes;
+use pyo3::types::{PyBytes, PyList, PyString, PyTuple};
+use rustc_hash::FxHashMap;
 
-use crate::vocab::{byte_level_piece, merge_split};
+use crate::vocab::{byte_level_piece, merge_split, piece_kind, PieceKind};
 
 /// The raw bytes of each byte-level BPE token.
 #[pyfunction]
@@ -18,21 +19,94 @@ fn byte_level_pieces<'py>(py: Python<'py>, tokens: Vec<String>) -> Vec<Bound<'py
         .collect()
 }
 
+/// The str objects of a vocabulary, with their text borrowed from them.
+fn strs<'py>(list: &Bound<'py, PyList>) -> PyResult<Vec<Bound<'py, PyString>>> {
+    list.iter()
+        .map(|t| t.cast_into::<PyString>().map_err(PyErr::from))
+        .collect()
+}
+
 /// Merge rules split into their two parts, and the index of the first rule
 /// that is not two parts (-1: none; the caller names it in its error).
+/// A part that is a token of `tokens` is that token's own str object: most
+/// of the ~100k parts are, and new strings for them were most of the cost.
 #[pyfunction]
-fn split_merges(rules: Vec<String>) -> (Vec<(String, String)>, i64) {
+#[pyo3(signature = (rules, tokens=None))]
+fn split_merges<'py>(
+    py: Python<'py>,
+    rules: &Bound<'py, PyList>,
+    tokens: Option<&Bound<'py, PyList>>,
+) -> PyResult<(Bound<'py, PyList>, i64)> {
+    let toks = match tokens {
+        Some(t) => strs(t)?,
+        None => Vec::new(),
+    };
+    let mut known: FxHashMap<&str, usize> = FxHashMap::default();
+    known.reserve(toks.len());
+    for (i, t) in toks.iter().enumerate() {
+        known.insert(t.to_str()?, i);
+    }
+    let part = |s: &str| match known.get(s) {
+        Some(&i) => toks[i].clone(),
+        None => PyString::new(py, s),
+    };
     let mut out = Vec::with_capacity(rules.len());
     for (i, rule) in rules.iter().enumerate() {
-        match merge_split(rule) {
-            Some(at) => out.push((rule[..at].to_owned(), rule[at + 1..].to_owned())),
-            None => return (Vec::new(), i as i64),
+        let rule = rule.cast_into::<PyString>()?;
+        let text = rule.to_str()?;
+        match merge_split(text) {
+            Some(at) => {
+                let pair = [part(&text[..at]), part(&text[at + 1..])];
+                out.push(PyTuple::new(py, pair)?);
+            }
+            None => return Ok((PyList::empty(py), i as i64)),
         }
     }
-    (out, -1)
+    Ok((PyList::new(py, out)?, -1))
+}
+
+/// Each byte-level BPE token's bytes as llama.cpp's `token_to_piece`
+/// (special=true) gives them, from its text and attribute bits; and the ids
+/// left to the caller (byte tokens, none in the usual vocabulary), whose
+/// slots hold `b""`.
+#[pyfunction]
+fn bpe_token_pieces<'py>(
+    py: Python<'py>,
+    tokens: &Bound<'py, PyList>,
+    attrs: Vec<i64>,
+) -> PyResult<(Bound<'py, PyList>, Vec<usize>)> {
+    let toks = strs(tokens)?;
+    if toks.len() != attrs.len() {
+        return Err(pyo3::exceptions::PyValueError::new_err(format!(
+            "{} tokens but {} attributes",
+            toks.len(),
+            attrs.len()
+        )));
+    }
+    let mut buf = Vec::with_capacity(64);
+    let mut rest = Vec::new();
+    let mut out = Vec::with_capacity(toks.len());
+    for (i, (t, &a)) in toks.iter().zip(&attrs).enumerate() {
+        let text = t.to_str()?;
+        let piece = match piece_kind(a) {
+            PieceKind::Text => PyBytes::new(py, text.as_bytes()),
+            PieceKind::ByteLevel => {
+                byte_level_piece(text, &mut buf);
+                PyBytes::new(py, &buf)
+            }
+            PieceKind::Byte => {
+                rest.push(i);
+                PyBytes::new(py, b"")
+            }
+            PieceKind::Empty => PyBytes::new(py, b""),
+        };
+        out.push(piece);
+    }
+    Ok((PyList::new(py, out)?, rest))
 }
 
 pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(byte_level_pieces, m)?)?;
-    m.add_function(wrap_pyfunction!(split_merges, m)?)
+    m.add_function(wrap_pyfunction!(split_merges, m)?)?;
+    m.add_function(wrap_pyfunction!(bpe_token_pieces, m)?)
 }

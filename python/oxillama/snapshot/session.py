@@ -30,7 +30,7 @@ from ..session_state import SessionState
 from . import sections as S
 from .atomic import replace_file
 from .errors import AdapterMismatchError, ModelMismatchError, SnapshotError, SnapshotFormatError
-from .fingerprint import Fingerprint
+from .fingerprint import Fingerprint, prefetch_fingerprint
 from .format import HEADER, Writer, decode, encode_into, encoded_size, fill_payload, seal
 
 #: What ``meta.engine.offload`` holds for a model without a memory policy
@@ -207,10 +207,13 @@ def _model_for(
                 f"model file {str(path)!r} not found; pass model_path= to point at its new place"
             )
         tok_path = meta.get("tokenizer_path")
+        fingerprinted = prefetch_fingerprint(path, expected.probe)
         try:
             model = Model(path, tokenizer_path=tok_path if isinstance(tok_path, str) else None)
         except OxiLlamaError as e:
             raise SnapshotError(f"cannot load the model for this snapshot: {e}") from e
+        finally:
+            fingerprinted()
         if model.hub is None and hub is not None and model.model_path == path:
             model.hub = hub
     if model.model_path is None:

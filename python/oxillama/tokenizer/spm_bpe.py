@@ -23,8 +23,8 @@ def build_spm_bpe(v: GgufVocab) -> Tokenizer:
     """The model, normalizer, pre-tokenizer and decoder; special tokens are
     added by the caller."""
     assert v.merges is not None  # checked by GgufVocab
-    vocab = dict(zip(v.tokens, range(len(v.tokens)), strict=True))
-    model = bpe_model(vocab, split_merges(v.merges), byte_fallback=True, fuse_unk=False)
+    vocab = dict(v.token_ids)
+    model = bpe_model(vocab, split_merges(v.merges, v.tokens), byte_fallback=True, fuse_unk=False)
     tok = Tokenizer(model)
     tok.normalizer = normalizers.Replace(" ", SPACE)
     tok.pre_tokenizer = pre_tokenizers.Split(Regex("\n+"), behavior="isolated")

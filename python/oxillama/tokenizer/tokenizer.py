@@ -14,8 +14,9 @@ from typing import Any
 from tokenizers import AddedToken, processors
 from tokenizers import Tokenizer as HFTokenizer
 
+from .. import _native
 from ..errors import LoadError, OxiLlamaError, ParameterError, TokenizeError
-from .bpe import DROPPED, UNICODE_TO_BYTE, bpe_piece, bpe_pieces, build_bpe
+from .bpe import DROPPED, UNICODE_TO_BYTE, bpe_piece, build_bpe
 from .gguf_vocab import (
     A_BYTE,
     A_LSTRIP,
@@ -400,14 +401,14 @@ def _gguf_pieces(tokens: Sequence[str], attrs: Sequence[int], kind: str) -> list
     vocabulary, on every load) in one pass."""
     if kind != "bpe":
         return [_gguf_piece(t, a, kind) for t, a in zip(tokens, attrs, strict=True)]
-    plain = [i for i, a in enumerate(attrs) if a == A_NORMAL]
-    out = [b""] * len(tokens)
-    for i, piece in zip(plain, bpe_pieces([tokens[i] for i in plain]), strict=True):
-        out[i] = piece
-    for i, a in enumerate(attrs):
-        if a != A_NORMAL:
-            out[i] = _gguf_piece(tokens[i], a, kind)
+    out, rest = _native.bpe_token_pieces(_list(tokens), _list(attrs))
+    for i in rest:
+        out[i] = _gguf_piece(tokens[i], attrs[i], kind)
     return out
+
+
+def _list(items: Sequence[Any]) -> list[Any]:
+    return items if isinstance(items, list) else list(items)
 
 
 def _gguf_piece(token: str, attr: int, kind: str) -> bytes:
