@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from . import _native
+from ._gc import gc_paused
 from .chat_template import ChatTemplate
 from .errors import LoadError, ParameterError
 from .hub import HubRef
@@ -96,6 +97,17 @@ class Model:
 
     @classmethod
     def _build(
+        cls,
+        gguf: _native.GgufFile,
+        path: Path | None,
+        tokenizer_path: Path | None,
+        tokenizer_json: str | None,
+    ) -> Model:
+        with gc_paused():
+            return cls._build_unpaused(gguf, path, tokenizer_path, tokenizer_json)
+
+    @classmethod
+    def _build_unpaused(
         cls,
         gguf: _native.GgufFile,
         path: Path | None,
