@@ -11,6 +11,7 @@ ever skipped: a missing package fails with the pip command that installs it.
 from __future__ import annotations
 
 import hashlib
+import itertools
 import json
 from collections.abc import Mapping
 from pathlib import Path
@@ -30,6 +31,7 @@ from oxillama.tokenizer.bpe import (
     check_merges,
     split_merges,
 )
+from oxillama.tokenizer.gguf_vocab import _TYPE_ATTR, _type_attrs
 from oxillama.tokenizer.pretokenizers import PRETOKENIZERS, pretokenizer
 from oxillama.tokenizer.tokenizer import _gguf_piece, _gguf_pieces
 from tests._gguf_meta import ModelMissing, gemma3_path, read_metadata, smollm2_path
@@ -460,6 +462,22 @@ def test_merges_split_the_same_with_or_without_the_vocabulary(rules: list[str]) 
         for part in (a, b):
             if part in tokens:
                 assert part is tokens[tokens.index(part)]
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.one_of(st.text(max_size=4), st.integers(), st.floats(allow_nan=False))))
+def test_native_str_list_is_list_map_str(items: list[object]) -> None:
+    got = _native.str_list(items)
+    assert got == list(map(str, items))
+    assert all(g is i for g, i in zip(got, items, strict=True) if type(i) is str)
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.one_of(st.integers(-3, 12), st.integers(), st.booleans(), st.floats(0, 9))))
+def test_native_token_types_give_the_same_attributes(types: list[Any]) -> None:
+    want = list(map(_TYPE_ATTR.get, map(int, types), itertools.repeat(0)))
+    assert _type_attrs(types, len(types)) == want
+    assert _type_attrs(types, len(types) // 2) == want[: len(types) // 2]
 
 
 def test_damaged_merges_name_the_merge() -> None:

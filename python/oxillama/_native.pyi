@@ -1,6 +1,6 @@
 """Type stubs for the Rust extension (checked with mypy.stubtest)."""
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any, final
 
 import numpy as np
@@ -29,6 +29,8 @@ __all__ = [
     "quantize_act",
     "simd_level",
     "split_merges",
+    "str_list",
+    "token_type_attrs",
     "vec_dot",
     "write_hashed",
 ]
@@ -233,4 +235,6 @@ def byte_level_pieces(tokens: list[str]) -> list[bytes]: ...
 def split_merges(
     rules: list[str], tokens: list[str] | None = None
 ) -> tuple[list[tuple[str, str]], int]: ...
+def str_list(items: Sequence[object]) -> list[str]: ...
+def token_type_attrs(types: Sequence[object], n: int, table: list[int]) -> list[int] | None: ...
 def bpe_token_pieces(tokens: list[str], attrs: list[int]) -> tuple[list[bytes], list[int]]: ...

@@ -1,7 +1,7 @@
 //! Tokenizer tables built natively at load time (see `crate::vocab`).
 
 use pyo3::prelude::*;
-use pyo3::types::{PyBytes, PyList, PyString, PyTuple};
+use pyo3::types::{PyBytes, PyInt, PyList, PyString, PyTuple};
 use rustc_hash::FxHashMap;
 
 use crate::vocab::{byte_level_piece, merge_split, piece_kind, PieceKind};
@@ -105,7 +105,39 @@ fn bpe_token_pieces<'py>(
     Ok((PyList::new(py, out)?, rest))
 }
 
+/// A vocabulary column as a list of str: str items as they are (shared, not
+/// copied), anything else through `str()`, as `list(map(str, items))` gives
+/// but without a Python call per item.
+#[pyfunction]
+fn str_list<'py>(py: Python<'py>, items: &Bound<'py, PyAny>) -> PyResult<Bound<'py, PyList>> {
+    let mut out = Vec::with_capacity(items.len().unwrap_or(0));
+    for item in items.try_iter()? {
+        let item = item?;
+        out.push(match item.cast_exact::<PyString>() {
+            Ok(s) => s.clone(),
+            Err(_) => item.str()?,
+        });
+    }
+    PyList::new(py, out)
+}
+
+/// Each token type's attribute bits through `table` (types outside it: 0),
+/// for the first `n` types; `None` when a type is not an int, for the
+/// caller's general path.
+#[pyfunction]
+fn token_type_attrs(types: &Bound<'_, PyAny>, n: usize, table: Vec<i64>) -> Option<Vec<i64>> {
+    let mut out = Vec::with_capacity(n);
+    for item in types.try_iter().ok()?.take(n) {
+        let t: i64 = item.ok()?.cast_exact::<PyInt>().ok()?.extract().ok()?;
+        let attr = usize::try_from(t).ok().and_then(|i| table.get(i)).copied();
+        out.push(attr.unwrap_or(0));
+    }
+    Some(out)
+}
+
 pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    m.add_function(wrap_pyfunction!(str_list, m)?)?;
+    m.add_function(wrap_pyfunction!(token_type_attrs, m)?)?;
     m.add_function(wrap_pyfunction!(byte_level_pieces, m)?)?;
     m.add_function(wrap_pyfunction!(split_merges, m)?)?;
     m.add_function(wrap_pyfunction!(bpe_token_pieces, m)?)

@@ -13,6 +13,7 @@ from typing import Any
 
 import numpy as np
 
+from .. import _native
 from ..errors import LoadError
 from .pretokenizers import PreTokenizer, pretokenizer
 
@@ -284,8 +285,8 @@ class GgufVocab:
         if not isinstance(raw_tokens, Sequence) or isinstance(raw_tokens, str) or not raw_tokens:
             raise LoadError("metadata tokenizer.ggml.tokens is missing or empty")
         n = len(raw_tokens)
-        # map() keeps the per-token work in C: this runs on every load.
-        tokens = list(map(str, raw_tokens))
+        # Natively: this runs on every load (list(map(str, ...)) semantics).
+        tokens = _native.str_list(raw_tokens)
         # The id of each text; it also finds duplicates (fewer entries).
         ids = dict(zip(tokens, range(n), strict=True))
         if "" in ids:
@@ -306,11 +307,7 @@ class GgufVocab:
             raise LoadError(f"tokenizer.ggml.token_type has {len(types)} entries for {n} tokens")
         if scores is not None and len(scores) < n:
             raise LoadError(f"tokenizer.ggml.scores has {len(scores)} entries for {n} tokens")
-        attrs: list[int] = (
-            list(map(_TYPE_ATTR.get, map(int, types[:n]), itertools.repeat(0)))
-            if types is not None
-            else [A_NORMAL] * n
-        )
+        attrs: list[int] = _type_attrs(types, n) if types is not None else [A_NORMAL] * n
 
         merges = get("merges")
         if kind in ("bpe", "spm_bpe") and merges is None:
@@ -420,7 +417,7 @@ class GgufVocab:
             tokens=tokens,
             attrs=attrs,
             scores=[float(s) for s in scores[:n]] if scores is not None else None,
-            merges=list(map(str, merges)) if merges is not None else None,
+            merges=_native.str_list(merges) if merges is not None else None,
             special={k: v for k, v in special.items() if v is not None},
             add_bos=add_bos,
             add_eos=add_eos,
@@ -431,6 +428,19 @@ class GgufVocab:
         # Already built: the BPE builders want the same table.
         vocab.__dict__["token_ids"] = ids
         return vocab
+
+
+#: ``_TYPE_ATTR`` as a table indexed by type, for the native pass.
+_TYPE_TABLE = [_TYPE_ATTR.get(t, 0) for t in range(max(_TYPE_ATTR) + 1)]
+
+
+def _type_attrs(types: Sequence[Any], n: int) -> list[int]:
+    """Attribute bits of the first ``n`` token types."""
+    fast = _native.token_type_attrs(types, n, _TYPE_TABLE)
+    if fast is not None:
+        return fast
+    # Types that are not plain ints (a hand-built mapping): int() each.
+    return list(map(_TYPE_ATTR.get, map(int, types[:n]), itertools.repeat(0)))
 
 
 def _having(
