@@ -480,6 +480,19 @@ def test_native_token_types_give_the_same_attributes(types: list[Any]) -> None:
     assert _type_attrs(types, len(types) // 2) == want[: len(types) // 2]
 
 
+def test_merges_read_from_the_file_split_as_from_its_metadata() -> None:
+    try:
+        path = smollm2_path()
+    except ModelMissing as e:
+        pytest.fail(str(e))
+    f = _native.GgufFile.open(str(path))
+    meta = f.metadata()
+    tokens = meta["tokenizer.ggml.tokens"]
+    got = _native.split_file_merges(f, tokens)
+    assert got is not None and got[1] == -1
+    assert got[0] == split_merges(meta["tokenizer.ggml.merges"], tokens)
+
+
 def test_damaged_merges_name_the_merge() -> None:
     with pytest.raises(LoadError, match="merge #1 'ab' is not two"):
         split_merges(["a b", "ab"])

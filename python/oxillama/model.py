@@ -124,7 +124,8 @@ class Model:
         elif tokenizer_path is not None:
             self.tokenizer = Tokenizer.from_file(tokenizer_path, self.metadata)
         else:
-            self.tokenizer = Tokenizer.from_gguf_metadata(self.metadata)
+            # Read just now from gguf and not yet shared: the same merges.
+            self.tokenizer = Tokenizer.from_gguf_metadata(self.metadata, _file=gguf)
         if self.tokenizer.vocab_size > self.native.n_vocab:
             raise LoadError(
                 f"tokenizer has {self.tokenizer.vocab_size} tokens but the model's "

@@ -4,6 +4,8 @@ use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyInt, PyList, PyString, PyTuple};
 use rustc_hash::FxHashMap;
 
+use super::gguf::PyGgufFile;
+use crate::gguf::{Array, Value};
 use crate::vocab::{byte_level_piece, merge_split, piece_kind, PieceKind};
 
 /// The raw bytes of each byte-level BPE token.
@@ -26,10 +28,47 @@ fn strs<'py>(list: &Bound<'py, PyList>) -> PyResult<Vec<Bound<'py, PyString>>> {
         .collect()
 }
 
+/// Splits merge rules into pairs of str. A part that is a token is that
+/// token's own str object: most of the ~100k parts are, and new strings for
+/// them were most of the cost.
+struct Splitter<'a, 'py> {
+    py: Python<'py>,
+    toks: &'a [Bound<'py, PyString>],
+    known: FxHashMap<&'a str, usize>,
+}
+
+impl<'a, 'py> Splitter<'a, 'py> {
+    fn new(py: Python<'py>, toks: &'a [Bound<'py, PyString>]) -> PyResult<Self> {
+        let mut known = FxHashMap::default();
+        known.reserve(toks.len());
+        for (i, t) in toks.iter().enumerate() {
+            known.insert(t.to_str()?, i);
+        }
+        Ok(Splitter { py, toks, known })
+    }
+
+    fn part(&self, s: &str) -> Bound<'py, PyString> {
+        match self.known.get(s) {
+            Some(&i) => self.toks[i].clone(),
+            None => PyString::new(self.py, s),
+        }
+    }
+
+    /// `None`: the rule is not two parts.
+    fn pair(&self, rule: &str) -> PyResult<Option<Bound<'py, PyTuple>>> {
+        match merge_split(rule) {
+            Some(at) => {
+                let pair = [self.part(&rule[..at]), self.part(&rule[at + 1..])];
+                Ok(Some(PyTuple::new(self.py, pair)?))
+            }
+            None => Ok(None),
+        }
+    }
+}
+
 /// Merge rules split into their two parts, and the index of the first rule
 /// that is not two parts (-1: none; the caller names it in its error).
-/// A part that is a token of `tokens` is that token's own str object: most
-/// of the ~100k parts are, and new strings for them were most of the cost.
+/// Parts that are tokens of `tokens` share those tokens' str objects.
 #[pyfunction]
 #[pyo3(signature = (rules, tokens=None))]
 fn split_merges<'py>(
@@ -41,28 +80,41 @@ fn split_merges<'py>(
         Some(t) => strs(t)?,
         None => Vec::new(),
     };
-    let mut known: FxHashMap<&str, usize> = FxHashMap::default();
-    known.reserve(toks.len());
-    for (i, t) in toks.iter().enumerate() {
-        known.insert(t.to_str()?, i);
-    }
-    let part = |s: &str| match known.get(s) {
-        Some(&i) => toks[i].clone(),
-        None => PyString::new(py, s),
-    };
+    let splitter = Splitter::new(py, &toks)?;
     let mut out = Vec::with_capacity(rules.len());
     for (i, rule) in rules.iter().enumerate() {
         let rule = rule.cast_into::<PyString>()?;
-        let text = rule.to_str()?;
-        match merge_split(text) {
-            Some(at) => {
-                let pair = [part(&text[..at]), part(&text[at + 1..])];
-                out.push(PyTuple::new(py, pair)?);
-            }
+        match splitter.pair(rule.to_str()?)? {
+            Some(pair) => out.push(pair),
             None => return Ok((PyList::empty(py), i as i64)),
         }
     }
     Ok((PyList::new(py, out)?, -1))
+}
+
+/// `split_merges` of a file's own `tokenizer.ggml.merges`, read from the
+/// parsed file rather than from Python strings: a Python str that is not
+/// ASCII (about half the rules) would first be encoded to UTF-8 again just
+/// to be split. `None` when the file has no list of string merges.
+#[pyfunction]
+fn split_file_merges<'py>(
+    py: Python<'py>,
+    file: &PyGgufFile,
+    tokens: &Bound<'py, PyList>,
+) -> PyResult<Option<(Bound<'py, PyList>, i64)>> {
+    let Some(Value::Array(Array::Str(rules))) = file.inner.get("tokenizer.ggml.merges") else {
+        return Ok(None);
+    };
+    let toks = strs(tokens)?;
+    let splitter = Splitter::new(py, &toks)?;
+    let mut out = Vec::with_capacity(rules.len());
+    for (i, rule) in rules.iter().enumerate() {
+        match splitter.pair(rule)? {
+            Some(pair) => out.push(pair),
+            None => return Ok(Some((PyList::empty(py), i as i64))),
+        }
+    }
+    Ok(Some((PyList::new(py, out)?, -1)))
 }
 
 /// Each byte-level BPE token's bytes as llama.cpp's `token_to_piece`
@@ -140,5 +192,6 @@ pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(token_type_attrs, m)?)?;
     m.add_function(wrap_pyfunction!(byte_level_pieces, m)?)?;
     m.add_function(wrap_pyfunction!(split_merges, m)?)?;
+    m.add_function(wrap_pyfunction!(split_file_merges, m)?)?;
     m.add_function(wrap_pyfunction!(bpe_token_pieces, m)?)
 }

@@ -104,14 +104,19 @@ class Tokenizer:
     # ------------------------------------------------------------ building
 
     @classmethod
-    def from_gguf_metadata(cls, metadata: Mapping[str, Any]) -> Tokenizer:
+    def from_gguf_metadata(
+        cls, metadata: Mapping[str, Any], *, _file: _native.GgufFile | None = None
+    ) -> Tokenizer:
         """The tokenizer a GGUF file describes (keys ``tokenizer.ggml.*``).
 
         Raises :class:`~oxillama.errors.LoadError` for a missing vocabulary, an
         unsupported model or an unknown pre-tokenizer name.
+
+        ``_file`` (the model's load only): the parsed file ``metadata`` was
+        just read from, unchanged, whose merge rules are then split natively.
         """
         try:
-            return cls._from_gguf(metadata)
+            return cls._from_gguf(metadata, _file)
         except OxiLlamaError:
             raise
         except Exception as e:  # the tokenizers library raises bare Exceptions
@@ -120,15 +125,15 @@ class Tokenizer:
             ) from e
 
     @classmethod
-    def _from_gguf(cls, metadata: Mapping[str, Any]) -> Tokenizer:
+    def _from_gguf(cls, metadata: Mapping[str, Any], file: _native.GgufFile | None) -> Tokenizer:
         v = GgufVocab.from_metadata(metadata)
-        builders = {
-            "bpe": build_bpe,
-            "spm": build_spm,
-            "spm_bpe": build_spm_bpe,
-            "wpm": build_wordpiece,
+        builders: dict[str, Callable[[], HFTokenizer]] = {
+            "bpe": lambda: build_bpe(v, file),
+            "spm": lambda: build_spm(v),
+            "spm_bpe": lambda: build_spm_bpe(v, file),
+            "wpm": lambda: build_wordpiece(v),
         }
-        hf = builders[v.kind](v)
+        hf = builders[v.kind]()
         # Control tokens are "special" (split as text when parse_special is
         # off); user-defined ones are always matched whole.
         control = v.control_ids()
