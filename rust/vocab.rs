@@ -48,6 +48,41 @@ pub fn merge_split(rule: &str) -> Option<usize> {
     rule[first..].find(' ').map(|i| first + i)
 }
 
+/// llama.cpp's token attribute bits (`llama_token_attr`) that decide a
+/// token's piece; the Python side (`gguf_vocab.py`) names the same bits.
+const A_UNKNOWN: i64 = 1 << 0;
+const A_NORMAL: i64 = 1 << 2;
+const A_CONTROL: i64 = 1 << 3;
+const A_USER_DEFINED: i64 = 1 << 4;
+const A_BYTE: i64 = 1 << 5;
+
+/// How a byte-level BPE token becomes bytes, by its attributes.
+#[derive(Debug, PartialEq, Eq)]
+pub enum PieceKind {
+    /// Control, unknown and user-defined tokens render their text as UTF-8.
+    Text,
+    /// Normal tokens: GPT-2's alphabet back to bytes.
+    ByteLevel,
+    /// `<0xXX>` byte tokens, rare enough to leave to the caller.
+    Byte,
+    /// Unused or untyped tokens render nothing.
+    Empty,
+}
+
+/// The order of the tests is llama.cpp's `token_to_piece`: a token with
+/// several bits set goes by the first that matches.
+pub fn piece_kind(attr: i64) -> PieceKind {
+    if attr & (A_CONTROL | A_UNKNOWN | A_USER_DEFINED) != 0 {
+        PieceKind::Text
+    } else if attr & A_NORMAL != 0 {
+        PieceKind::ByteLevel
+    } else if attr & A_BYTE != 0 {
+        PieceKind::Byte
+    } else {
+        PieceKind::Empty
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -83,5 +118,16 @@ mod tests {
         assert_eq!(merge_split("ab"), None);
         assert_eq!(merge_split(" "), None);
         assert_eq!(merge_split(""), None);
+    }
+
+    #[test]
+    fn pieces_go_by_the_first_matching_attribute() {
+        assert_eq!(piece_kind(A_NORMAL), PieceKind::ByteLevel);
+        assert_eq!(piece_kind(A_NORMAL | A_CONTROL), PieceKind::Text);
+        assert_eq!(piece_kind(A_USER_DEFINED | (1 << 8)), PieceKind::Text);
+        assert_eq!(piece_kind(A_BYTE), PieceKind::Byte);
+        assert_eq!(piece_kind(A_BYTE | A_NORMAL), PieceKind::ByteLevel);
+        assert_eq!(piece_kind(0), PieceKind::Empty);
+        assert_eq!(piece_kind(1 << 1), PieceKind::Empty);
     }
 }

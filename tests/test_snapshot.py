@@ -249,6 +249,33 @@ def test_non_durable_save_skips_fsync_only(
     assert sorted(x.name for x in tmp_path.iterdir()) == ["fast.oxisnap"]
 
 
+def test_a_corrupt_snapshot_naming_a_missing_model_reports_its_checksum(
+    saved: tuple[Engine, bytes],
+) -> None:
+    """A fresh restore hashes the file while it loads the model the file
+    names; when the file is corrupt, that is the error, whatever the
+    unverified name led to."""
+    _, blob = saved
+    _, secs = decode(blob)
+    meta = json.loads(bytes(secs[1]))
+    meta["model_path"] = "/nonexistent/model.gguf"
+    secs[1] = memoryview(json.dumps(meta).encode())
+    # An unknown section (skipped by readers) makes the hash big enough to
+    # run on a thread.
+    secs[9999] = memoryview(bytes(2 << 20))
+    bad = bytearray(encode([Section(t, bytes(d)) for t, d in secs.items()]))
+    assert "not found" in str(_restore_error(bytes(bad)))
+    bad[-1] ^= 1
+    err = _restore_error(bytes(bad))
+    assert isinstance(err, SnapshotFormatError) and "checksum" in str(err)
+
+
+def _restore_error(blob: bytes) -> Exception:
+    with pytest.raises(SnapshotError) as info:
+        Engine.restore_bytes(blob)
+    return info.value
+
+
 def test_corrupt_file_on_disk_raises_the_format_error(
     saved: tuple[Engine, bytes], tmp_path: Path
 ) -> None:

@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 
 from oxillama import OxiLlamaError, _native
 from oxillama.snapshot import SnapshotFormatError
-from oxillama.snapshot.format import HEADER, MAGIC, Section, decode, encode
+from oxillama.snapshot.format import HEADER, MAGIC, Section, decode, decode_verifying, encode
 
 BLOB = encode([Section(1, b'{"a":1}'), Section(2, bytes(range(200))), Section(9, b"")])
 
@@ -31,6 +31,31 @@ def test_round_trip_and_unknown_sections_are_kept_for_skipping() -> None:
     version, secs = decode(BLOB)
     assert version == 1 and sorted(secs) == [1, 2, 9]
     assert bytes(secs[2]) == bytes(range(200)) and bytes(secs[9]) == b""
+
+
+def test_a_checksum_on_a_thread_reports_as_the_inline_one() -> None:
+    """Large payloads are hashed on a thread while the caller reads the
+    sections; verified() then raises exactly what decode() raises."""
+    big = encode([Section(1, b'{"a":1}'), Section(2, os.urandom(3 << 20))])
+    version, secs, verified = decode_verifying(big)
+    verified()
+    verified()  # idempotent: restore may wait twice
+    assert version == 1 and bytes(secs[1]) == b'{"a":1}'
+    bad = bytearray(big)
+    bad[-5] ^= 0x20
+    _, secs, verified = decode_verifying(bytes(bad))
+    assert bytes(secs[1]) == b'{"a":1}'  # readable, but not yet vouched for
+    with pytest.raises(SnapshotFormatError, match="checksum mismatch"):
+        verified()
+    with pytest.raises(SnapshotFormatError, match="checksum mismatch"):
+        decode(bytes(bad))
+
+
+def test_a_corrupt_section_walk_reports_the_checksum_first() -> None:
+    big = bytearray(encode([Section(1, b"x" * (2 << 20))]))
+    struct.pack_into("<Q", big, HEADER.size + 4, 1 << 40)  # the section's length
+    with pytest.raises(SnapshotFormatError, match="checksum mismatch"):
+        decode_verifying(bytes(big))
 
 
 def test_duplicate_and_overlong_sections_are_refused() -> None:

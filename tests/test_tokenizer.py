@@ -11,6 +11,7 @@ ever skipped: a missing package fails with the pip command that installs it.
 from __future__ import annotations
 
 import hashlib
+import itertools
 import json
 from collections.abc import Mapping
 from pathlib import Path
@@ -30,7 +31,9 @@ from oxillama.tokenizer.bpe import (
     check_merges,
     split_merges,
 )
+from oxillama.tokenizer.gguf_vocab import _TYPE_ATTR, _type_attrs
 from oxillama.tokenizer.pretokenizers import PRETOKENIZERS, pretokenizer
+from oxillama.tokenizer.tokenizer import _gguf_piece, _gguf_pieces
 from tests._gguf_meta import ModelMissing, gemma3_path, read_metadata, smollm2_path
 from tests.reference.corpus import TOKEN_TEXTS
 
@@ -430,6 +433,64 @@ def test_bpe_piece_fast_path_equals_the_character_loop(token: str) -> None:
 @given(st.lists(st.text(_GPT2_AND_MORE, max_size=6), max_size=12))
 def test_bpe_pieces_of_a_vocabulary_equal_each_token_alone(tokens: list[str]) -> None:
     assert bpe_pieces(tokens) == [bpe_piece(t) for t in tokens]
+
+
+_ATTR_BITS = st.sampled_from([0, 1, 2, 4, 8, 16, 32, 4 | 8, 32 | 4, 16 | 256, 2 | 8])
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.tuples(st.text(_GPT2_AND_MORE, max_size=6), _ATTR_BITS), max_size=12))
+def test_native_pieces_equal_the_per_token_rule(items: list[tuple[str, int]]) -> None:
+    """The whole-vocabulary native pass gives each token's bytes exactly as
+    ``_gguf_piece`` does token by token (byte tokens are handed back)."""
+    tokens = [t for t, _ in items]
+    attrs = [a for _, a in items]
+    assert _gguf_pieces(tokens, attrs, "bpe") == [
+        _gguf_piece(t, a, "bpe") for t, a in zip(tokens, attrs, strict=True)
+    ]
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.text("ab \u0120\u00e9", min_size=2, max_size=5), max_size=10))
+def test_merges_split_the_same_with_or_without_the_vocabulary(rules: list[str]) -> None:
+    rules = [r for r in rules if " " in r[1:]]
+    tokens = sorted({p for r in rules for p in split_merges([r])[0]} | {"zz"})[::2]
+    with_vocab = split_merges(rules, tokens)
+    assert with_vocab == split_merges(rules)
+    for a, b in with_vocab:
+        # A part that is a token is the vocabulary's own string object.
+        for part in (a, b):
+            if part in tokens:
+                assert part is tokens[tokens.index(part)]
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.one_of(st.text(max_size=4), st.integers(), st.floats(allow_nan=False))))
+def test_native_str_list_is_list_map_str(items: list[object]) -> None:
+    got = _native.str_list(items)
+    assert got == list(map(str, items))
+    assert all(g is i for g, i in zip(got, items, strict=True) if type(i) is str)
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.one_of(st.integers(-3, 12), st.integers(), st.booleans(), st.floats(0, 9))))
+def test_native_token_types_give_the_same_attributes(types: list[Any]) -> None:
+    want = list(map(_TYPE_ATTR.get, map(int, types), itertools.repeat(0)))
+    assert _type_attrs(types, len(types)) == want
+    assert _type_attrs(types, len(types) // 2) == want[: len(types) // 2]
+
+
+def test_merges_read_from_the_file_split_as_from_its_metadata() -> None:
+    try:
+        path = smollm2_path()
+    except ModelMissing as e:
+        pytest.fail(str(e))
+    f = _native.GgufFile.open(str(path))
+    meta = f.metadata()
+    tokens = meta["tokenizer.ggml.tokens"]
+    got = _native.split_file_merges(f, tokens)
+    assert got is not None and got[1] == -1
+    assert got[0] == split_merges(meta["tokenizer.ggml.merges"], tokens)
 
 
 def test_damaged_merges_name_the_merge() -> None:

@@ -1,6 +1,6 @@
 """Type stubs for the Rust extension (checked with mypy.stubtest)."""
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any, final
 
 import numpy as np
@@ -19,6 +19,7 @@ __all__ = [
     "__version__",
     "_panic_for_test",
     "blake3",
+    "bpe_token_pieces",
     "byte_level_pieces",
     "dequantize",
     "eval_batch",
@@ -27,7 +28,10 @@ __all__ = [
     "physical_core_count",
     "quantize_act",
     "simd_level",
+    "split_file_merges",
     "split_merges",
+    "str_list",
+    "token_type_attrs",
     "vec_dot",
     "write_hashed",
 ]
@@ -229,4 +233,12 @@ class GrammarMatcher:
     def import_state(self, state: list[int]) -> None: ...
 
 def byte_level_pieces(tokens: list[str]) -> list[bytes]: ...
-def split_merges(rules: list[str]) -> tuple[list[tuple[str, str]], int]: ...
+def split_merges(
+    rules: list[str], tokens: list[str] | None = None
+) -> tuple[list[tuple[str, str]], int]: ...
+def str_list(items: Sequence[object]) -> list[str]: ...
+def token_type_attrs(types: Sequence[object], n: int, table: list[int]) -> list[int] | None: ...
+def split_file_merges(
+    file: GgufFile, tokens: list[str]
+) -> tuple[list[tuple[str, str]], int] | None: ...
+def bpe_token_pieces(tokens: list[str], attrs: list[int]) -> tuple[list[bytes], list[int]]: ...

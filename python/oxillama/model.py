@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from . import _native
+from ._gc import gc_paused
 from .chat_template import ChatTemplate
 from .errors import LoadError, ParameterError
 from .hub import HubRef
@@ -102,6 +103,17 @@ class Model:
         tokenizer_path: Path | None,
         tokenizer_json: str | None,
     ) -> Model:
+        with gc_paused():
+            return cls._build_unpaused(gguf, path, tokenizer_path, tokenizer_json)
+
+    @classmethod
+    def _build_unpaused(
+        cls,
+        gguf: _native.GgufFile,
+        path: Path | None,
+        tokenizer_path: Path | None,
+        tokenizer_json: str | None,
+    ) -> Model:
         self = object.__new__(cls)
         self.model_path = path
         self.tokenizer_path = tokenizer_path
@@ -112,7 +124,8 @@ class Model:
         elif tokenizer_path is not None:
             self.tokenizer = Tokenizer.from_file(tokenizer_path, self.metadata)
         else:
-            self.tokenizer = Tokenizer.from_gguf_metadata(self.metadata)
+            # Read just now from gguf and not yet shared: the same merges.
+            self.tokenizer = Tokenizer.from_gguf_metadata(self.metadata, _file=gguf)
         if self.tokenizer.vocab_size > self.native.n_vocab:
             raise LoadError(
                 f"tokenizer has {self.tokenizer.vocab_size} tokens but the model's "

@@ -9,7 +9,10 @@ to another machine keeps its bytes but not its mtime.
 
 from __future__ import annotations
 
+import contextlib
 import os
+import threading
+from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
@@ -93,3 +96,31 @@ def cached_fingerprint(path: str | os.PathLike[str], probe: int = PROBE) -> Fing
     if fp is None:
         fp = _CACHE[key] = fingerprint(path, probe)
     return fp
+
+
+def prefetch_fingerprint(path: str | os.PathLike[str], probe: int = PROBE) -> Callable[[], None]:
+    """Starts :func:`cached_fingerprint` of ``path`` on a thread and returns
+    the function that waits for it. The reads and hashes run without the
+    GIL, so a restore fingerprints the model while it builds the tokenizer.
+    Errors are left to the caller's own :func:`cached_fingerprint`, which
+    then finds nothing cached and raises them."""
+    try:
+        st = os.stat(path)
+    except OSError:
+        return _nothing
+    key = (os.path.realpath(path), st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, probe)
+    if key in _CACHE:
+        return _nothing
+
+    def run() -> None:
+        # The caller raises whatever this would: swallowed here.
+        with contextlib.suppress(Exception):
+            cached_fingerprint(path, probe)
+
+    t = threading.Thread(target=run, name="oxillama-fingerprint", daemon=True)
+    t.start()
+    return t.join
+
+
+def _nothing() -> None:
+    pass

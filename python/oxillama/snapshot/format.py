@@ -19,6 +19,7 @@ before the checksum has been verified.
 from __future__ import annotations
 
 import struct
+import threading
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 
@@ -128,6 +129,21 @@ def decode(
     blob: bytes | bytearray | memoryview, *, magic: bytes = MAGIC
 ) -> tuple[int, dict[int, memoryview]]:
     """Verifies a container and returns ``(version, {tag: section data})``."""
+    version, secs, verified = decode_verifying(blob, magic=magic, background=False)
+    verified()
+    return version, secs
+
+
+def decode_verifying(
+    blob: bytes | bytearray | memoryview, *, magic: bytes = MAGIC, background: bool = True
+) -> tuple[int, dict[int, memoryview], Callable[[], None]]:
+    """:func:`decode` with the checksum still running (on a thread when
+    ``background`` and the payload is large): returns ``(version, sections,
+    verified)``, where ``verified()`` waits and raises
+    :class:`SnapshotFormatError` on a mismatch. Until it returns, the
+    sections are unverified: read them, change nothing by them, and call
+    ``verified()`` before raising any error found in them (a corrupt file
+    reports its checksum, as :func:`decode` does)."""
     view = memoryview(blob)
     version, length = read_header(view, magic=magic)
     end = HEADER.size + length
@@ -140,9 +156,46 @@ def decode(
         raise SnapshotFormatError(f"{len(view) - end} unexpected bytes after the payload")
     payload = view[HEADER.size : end]
     digest = bytes(view[20:52])
-    if _native.blake3(payload) != digest:
-        raise SnapshotFormatError("checksum mismatch: the snapshot is corrupt")
-    return version, dict(_sections(payload))
+    verified = _checksum(payload, digest, background)
+    try:
+        secs = dict(_sections(payload))
+    except SnapshotFormatError:
+        verified()
+        raise
+    return version, secs, verified
+
+
+#: Below this a payload is hashed in place: a thread costs more than it hides.
+_BACKGROUND_MIN = 1 << 20
+
+
+def _checksum(payload: memoryview, digest: bytes, background: bool) -> Callable[[], None]:
+    """The wait for ``payload``'s BLAKE3 to be compared with ``digest``."""
+    found: list[bytes] = []
+    failed: list[BaseException] = []
+
+    def run() -> None:
+        try:
+            found.append(_native.blake3(payload))
+        except BaseException as e:  # re-raised by verified(), in the caller's thread
+            failed.append(e)
+
+    def verified() -> None:
+        if thread is not None:
+            thread.join()
+        if failed:
+            raise failed[0]
+        if found != [digest]:
+            raise SnapshotFormatError("checksum mismatch: the snapshot is corrupt")
+
+    thread = None
+    if background and len(payload) >= _BACKGROUND_MIN:
+        # The hash runs without the GIL: a restore loads its model meanwhile.
+        thread = threading.Thread(target=run, name="oxillama-snapshot-checksum", daemon=True)
+        thread.start()
+    else:
+        run()
+    return verified
 
 
 def _sections(payload: memoryview) -> Iterator[tuple[int, memoryview]]:

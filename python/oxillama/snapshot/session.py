@@ -30,8 +30,8 @@ from ..session_state import SessionState
 from . import sections as S
 from .atomic import replace_file
 from .errors import AdapterMismatchError, ModelMismatchError, SnapshotError, SnapshotFormatError
-from .fingerprint import Fingerprint
-from .format import HEADER, Writer, decode, encode_into, encoded_size, fill_payload, seal
+from .fingerprint import Fingerprint, prefetch_fingerprint
+from .format import HEADER, Writer, decode_verifying, encode_into, encoded_size, fill_payload, seal
 
 #: What ``meta.engine.offload`` holds for a model without a memory policy
 #: (every snapshot before the pager; still read and written that way).
@@ -167,15 +167,30 @@ def _copier(data: bytes) -> Callable[[memoryview], None]:
 
 def parse(blob: bytes | bytearray | memoryview) -> tuple[dict[str, Any], dict[int, memoryview]]:
     """Verifies a blob; returns its META object and all sections."""
-    _, secs = decode(blob)
-    missing = [S.NAMES[t] for t in S.REQUIRED if t not in secs]
-    if missing:
-        raise SnapshotFormatError(f"missing required section(s): {', '.join(missing)}")
-    meta = S.decode_json(secs[S.META], "meta")
-    for key in ("arch", "model_path", "fingerprint", "vocab_size", "n_past", "engine"):
-        if key not in meta:
-            raise SnapshotFormatError(f"meta section lacks {key!r}")
+    meta, secs, verified = parse_verifying(blob, background=False)
+    verified()
     return meta, secs
+
+
+def parse_verifying(
+    blob: bytes | bytearray | memoryview, *, background: bool = True
+) -> tuple[dict[str, Any], dict[int, memoryview], Callable[[], None]]:
+    """:func:`parse` with the checksum left running (see
+    :func:`~.format.decode_verifying`): ``verified()`` must be called before
+    anything is changed by the sections or an error in them is raised."""
+    _, secs, verified = decode_verifying(blob, background=background)
+    try:
+        missing = [S.NAMES[t] for t in S.REQUIRED if t not in secs]
+        if missing:
+            raise SnapshotFormatError(f"missing required section(s): {', '.join(missing)}")
+        meta = S.decode_json(secs[S.META], "meta")
+        for key in ("arch", "model_path", "fingerprint", "vocab_size", "n_past", "engine"):
+            if key not in meta:
+                raise SnapshotFormatError(f"meta section lacks {key!r}")
+    except BaseException:
+        verified()  # a corrupt file reports its checksum, not what it broke
+        raise
+    return meta, secs, verified
 
 
 def _int(d: dict[str, Any], key: str, what: str) -> int:
@@ -190,10 +205,15 @@ def _private_kv(model: Model, n_ctx: int, threads: int | None, kv_dtype: str) ->
 
 
 def _model_for(
-    meta: dict[str, Any], model: Model | None, model_path: str | os.PathLike[str] | None
+    meta: dict[str, Any],
+    model: Model | None,
+    model_path: str | os.PathLike[str] | None,
+    verified: Callable[[], None] = lambda: None,
 ) -> Model:
     """The model the snapshot names, checked against its fingerprint: the
-    one given, else the process's copy of the file (loaded if it has none)."""
+    one given, else the process's copy of the file (loaded if it has none).
+    ``verified`` waits for the snapshot's checksum, which may run while the
+    model loads; nothing is changed before it returns."""
     expected = Fingerprint.from_dict(meta["fingerprint"])
     hub = HubRef.from_dict(meta.get("hub"))
     if model is None:
@@ -207,12 +227,17 @@ def _model_for(
                 f"model file {str(path)!r} not found; pass model_path= to point at its new place"
             )
         tok_path = meta.get("tokenizer_path")
+        fingerprinted = prefetch_fingerprint(path, expected.probe)
         try:
             model = Model(path, tokenizer_path=tok_path if isinstance(tok_path, str) else None)
         except OxiLlamaError as e:
             raise SnapshotError(f"cannot load the model for this snapshot: {e}") from e
+        finally:
+            fingerprinted()
+        verified()
         if model.hub is None and hub is not None and model.model_path == path:
             model.hub = hub
+    verified()
     if model.model_path is None:
         raise SnapshotError("a model loaded from bytes cannot be checked against a snapshot")
     found = model.fingerprint(expected.probe)
@@ -252,16 +277,23 @@ def restore(
 
     ``defer_kv`` leaves the KV hibernated (checked and copied, not
     imported): the batching scheduler imports it when pages are free."""
-    meta, secs = parse(blob)
-    eng = meta["engine"]
-    if not isinstance(eng, dict):
-        raise SnapshotFormatError("meta.engine is not an object")
-    n_past = _int(meta, "n_past", "meta")
+    # A fresh process loads the model while the checksum runs (both long,
+    # and the hash needs no GIL); until verified() nothing is changed by
+    # the file's contents, and an error in them defers to the checksum.
+    meta, secs, verified = parse_verifying(blob, background=model is None)
     try:
-        offload = policy_from_dict(eng.get("offload", OFFLOAD_NONE))
-    except (ValueError, TypeError) as e:
-        raise SnapshotFormatError(f"meta.engine.offload is invalid: {e}") from None
-    m = _model_for(meta, model, model_path)
+        eng = meta["engine"]
+        if not isinstance(eng, dict):
+            raise SnapshotFormatError("meta.engine is not an object")
+        n_past = _int(meta, "n_past", "meta")
+        try:
+            offload = policy_from_dict(eng.get("offload", OFFLOAD_NONE))
+        except (ValueError, TypeError) as e:
+            raise SnapshotFormatError(f"meta.engine.offload is invalid: {e}") from None
+        m = _model_for(meta, model, model_path, verified)
+    except BaseException:
+        verified()
+        raise
     vocab = m.vocab_size
     tokens = S.decode_u32(secs[S.TOKENS], "tokens")
     if len(tokens) != n_past:

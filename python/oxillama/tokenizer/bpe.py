@@ -50,13 +50,31 @@ BYTE_TO_UNICODE: dict[int, str] = _bytes_to_unicode()
 UNICODE_TO_BYTE: dict[str, int] = {c: b for b, c in BYTE_TO_UNICODE.items()}
 
 
-def split_merges(merges: Sequence[str]) -> list[tuple[str, str]]:
+def split_merges(
+    merges: Sequence[str],
+    tokens: Sequence[str] | None = None,
+    file: _native.GgufFile | None = None,
+) -> list[tuple[str, str]]:
     """``"a b"`` merge strings as pairs, split at the first space after the
-    first character as llama.cpp does (natively: this runs on every load)."""
-    pairs, bad = _native.split_merges(list(merges))
+    first character as llama.cpp does (natively: this runs on every load).
+    Parts that are tokens of ``tokens`` share those tokens' strings.
+    ``file``: the parsed GGUF whose own merges ``merges`` are, unchanged;
+    they are then read from it rather than from the Python strings."""
+    split = None
+    if file is not None and tokens is not None:
+        split = _native.split_file_merges(file, _as_list(tokens))
+    if split is None:
+        split = _native.split_merges(_as_list(merges), None if tokens is None else _as_list(tokens))
+    pairs, bad = split
     if bad >= 0:
         raise LoadError(f"tokenizer merge #{bad} {merges[bad]!r} is not two space-separated parts")
     return pairs
+
+
+def _as_list(items: Sequence[str]) -> list[str]:
+    # The vocabulary's own lists are passed as they are: a copy of ~50k
+    # entries costs as much as the native call saves.
+    return items if isinstance(items, list) else list(items)
 
 
 def check_merges(merges: Sequence[tuple[str, str]], vocab: Mapping[str, int]) -> None:
@@ -86,16 +104,16 @@ def bpe_model(vocab: dict[str, int], merges: list[tuple[str, str]], **options: A
         raise
 
 
-def build_bpe(v: GgufVocab) -> Tokenizer:
+def build_bpe(v: GgufVocab, file: _native.GgufFile | None = None) -> Tokenizer:
     """The model, pre-tokenizer and decoder; special tokens are added by the
-    caller."""
+    caller. ``file``: see :func:`split_merges`."""
     assert v.merges is not None  # checked by GgufVocab
     pre = v.pre_tokenizer
-    vocab = dict(zip(v.tokens, range(len(v.tokens)), strict=True))
+    vocab = dict(v.token_ids)
     vocab.setdefault(DROPPED, len(v.tokens))
     model = bpe_model(
         vocab,
-        split_merges(v.merges),
+        split_merges(v.merges, v.tokens, file),
         unk_token=DROPPED,
         fuse_unk=False,
         ignore_merges=pre.ignore_merges,

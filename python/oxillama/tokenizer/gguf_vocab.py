@@ -8,10 +8,12 @@ import itertools
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from enum import IntEnum, IntFlag
+from functools import cached_property
 from typing import Any
 
 import numpy as np
 
+from .. import _native
 from ..errors import LoadError
 from .pretokenizers import PreTokenizer, pretokenizer
 
@@ -234,23 +236,33 @@ class GgufVocab:
     def pre_tokenizer(self) -> PreTokenizer:
         return pretokenizer(self.pre)
 
+    @cached_property
+    def token_ids(self) -> Mapping[str, int]:
+        """Each token's id by its text."""
+        return dict(zip(self.tokens, range(len(self.tokens)), strict=True))
+
+    @cached_property
+    def _attr_array(self) -> np.ndarray[Any, np.dtype[np.int64]]:
+        # Scanned several times per load; the list is final once built.
+        return np.asarray(self.attrs, dtype=np.int64)
+
     def has(self, token: int, attr: int) -> bool:
         return bool(self.attrs[token] & attr)
 
     def control_ids(self) -> list[int]:
         """Tokens matched in text only when special-token parsing is on:
         control and unknown tokens."""
-        return _having(self.attrs, A_SPECIAL)
+        return _having(self._attr_array, A_SPECIAL)
 
     def strip_ids(self, attr: int) -> list[int]:
         """Tokens after (``A_RSTRIP``) or before (``A_LSTRIP``) which
         llama.cpp drops the ASCII whitespace when it matches them in text."""
-        return _having(self.attrs, attr)
+        return _having(self._attr_array, attr)
 
     def user_defined_ids(self) -> list[int]:
         """Tokens always matched whole in text, even with special-token
         parsing off (llama.cpp and HF both pre-split on them)."""
-        return _having(self.attrs, A_USER_DEFINED, without=A_SPECIAL)
+        return _having(self._attr_array, A_USER_DEFINED, without=A_SPECIAL)
 
     # ------------------------------------------------------------ loading
 
@@ -273,13 +285,14 @@ class GgufVocab:
         if not isinstance(raw_tokens, Sequence) or isinstance(raw_tokens, str) or not raw_tokens:
             raise LoadError("metadata tokenizer.ggml.tokens is missing or empty")
         n = len(raw_tokens)
-        # map() keeps the per-token work in C: this runs on every load.
-        tokens = list(map(str, raw_tokens))
-        unique = set(tokens)
-        if "" in unique:
+        # Natively: this runs on every load (list(map(str, ...)) semantics).
+        tokens = _native.str_list(raw_tokens)
+        # The id of each text; it also finds duplicates (fewer entries).
+        ids = dict(zip(tokens, range(n), strict=True))
+        if "" in ids:
             tokens = [t or f"[EMPTY_{i}]" for i, t in enumerate(tokens)]
-            unique = set(tokens)
-        if len(unique) != n:
+            ids = dict(zip(tokens, range(n), strict=True))
+        if len(ids) != n:
             seen: dict[str, int] = {}
             for i, t in enumerate(tokens):
                 if t in seen:
@@ -294,11 +307,7 @@ class GgufVocab:
             raise LoadError(f"tokenizer.ggml.token_type has {len(types)} entries for {n} tokens")
         if scores is not None and len(scores) < n:
             raise LoadError(f"tokenizer.ggml.scores has {len(scores)} entries for {n} tokens")
-        attrs: list[int] = (
-            list(map(_TYPE_ATTR.get, map(int, types[:n]), itertools.repeat(0)))
-            if types is not None
-            else [A_NORMAL] * n
-        )
+        attrs: list[int] = _type_attrs(types, n) if types is not None else [A_NORMAL] * n
 
         merges = get("merges")
         if kind in ("bpe", "spm_bpe") and merges is None:
@@ -354,7 +363,6 @@ class GgufVocab:
         if add_eos and special.get("eos") is None:
             raise LoadError("tokenizer.ggml.add_eos_token is true but there is no EOS token")
 
-        ids = dict(zip(tokens, range(n), strict=True))
         control = A_CONTROL
 
         # Special tokens the converter did not record, found by their text.
@@ -367,8 +375,8 @@ class GgufVocab:
                 attrs[min(found)] |= control
 
         # Control tokens named "unused..." are unused.
-        for i, a in enumerate(attrs):
-            if a & control and "unused" in tokens[i]:
+        for i in _having(attrs, control):
+            if "unused" in tokens[i]:
                 attrs[i] |= A_UNUSED
 
         eog: set[int] = set()
@@ -403,13 +411,13 @@ class GgufVocab:
             attrs[ids["</s>"]] = A_NORMAL
         _set_strip_attrs(meta, ids, attrs)
 
-        return cls(
+        vocab = cls(
             model=model,
             pre=pre_name,
             tokens=tokens,
             attrs=attrs,
             scores=[float(s) for s in scores[:n]] if scores is not None else None,
-            merges=[str(m) for m in merges] if merges is not None else None,
+            merges=_native.str_list(merges) if merges is not None else None,
             special={k: v for k, v in special.items() if v is not None},
             add_bos=add_bos,
             add_eos=add_eos,
@@ -417,14 +425,33 @@ class GgufVocab:
             add_sep=add_sep,
             eog_ids=frozenset(eog),
         )
+        # Already built: the BPE builders want the same table.
+        vocab.__dict__["token_ids"] = ids
+        return vocab
 
 
-def _having(attrs: Sequence[int], attr: int, *, without: int = 0) -> list[int]:
+#: ``_TYPE_ATTR`` as a table indexed by type, for the native pass.
+_TYPE_TABLE = [_TYPE_ATTR.get(t, 0) for t in range(max(_TYPE_ATTR) + 1)]
+
+
+def _type_attrs(types: Sequence[Any], n: int) -> list[int]:
+    """Attribute bits of the first ``n`` token types."""
+    fast = _native.token_type_attrs(types, n, _TYPE_TABLE)
+    if fast is not None:
+        return fast
+    # Types that are not plain ints (a hand-built mapping): int() each.
+    return list(map(_TYPE_ATTR.get, map(int, types[:n]), itertools.repeat(0)))
+
+
+def _having(
+    attrs: Sequence[int] | np.ndarray[Any, np.dtype[np.int64]], attr: int, *, without: int = 0
+) -> list[int]:
     """Ids whose attributes have ``attr`` and none of ``without`` (numpy:
     a whole vocabulary is scanned several times per load)."""
     a = np.asarray(attrs, dtype=np.int64)
     hit = np.flatnonzero((a & attr != 0) & (a & without == 0))
-    return [int(i) for i in hit]
+    ids: list[int] = hit.tolist()
+    return ids
 
 
 def _set_strip_attrs(meta: Mapping[str, Any], ids: Mapping[str, int], attrs: list[int]) -> None:

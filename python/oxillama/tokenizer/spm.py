@@ -31,7 +31,7 @@ def spm_merges(v: GgufVocab) -> list[tuple[str, str]]:
         raise LoadError("SentencePiece vocabulary has no tokenizer.ggml.scores")
     scores = v.scores
     tokens = v.tokens
-    vocab = set(tokens)
+    vocab = v.token_ids
     merges: list[tuple[str, str]] = []
     for i in sorted(range(len(tokens)), key=lambda i: (-scores[i], i)):
         merged = tokens[i]
@@ -47,7 +47,7 @@ def spm_merges(v: GgufVocab) -> list[tuple[str, str]]:
 def build_spm(v: GgufVocab) -> Tokenizer:
     """The model, normalizer and decoder; special tokens are added by the
     caller."""
-    vocab = dict(zip(v.tokens, range(len(v.tokens)), strict=True))
+    vocab = dict(v.token_ids)
     unk = v.tokens[v.unk_id] if v.unk_id is not None else None
     tok = Tokenizer(
         models.BPE(

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from tokenizers import Regex, Tokenizer, decoders, normalizers, pre_tokenizers
 
+from .. import _native
 from .bpe import bpe_model, split_merges
 from .gguf_vocab import GgufVocab
 from .spm import SPACE
@@ -19,12 +20,14 @@ from .spm import SPACE
 __all__ = ["build_spm_bpe"]
 
 
-def build_spm_bpe(v: GgufVocab) -> Tokenizer:
+def build_spm_bpe(v: GgufVocab, file: _native.GgufFile | None = None) -> Tokenizer:
     """The model, normalizer, pre-tokenizer and decoder; special tokens are
-    added by the caller."""
+    added by the caller. ``file``: see :func:`~.bpe.split_merges`."""
     assert v.merges is not None  # checked by GgufVocab
-    vocab = dict(zip(v.tokens, range(len(v.tokens)), strict=True))
-    model = bpe_model(vocab, split_merges(v.merges), byte_fallback=True, fuse_unk=False)
+    vocab = dict(v.token_ids)
+    model = bpe_model(
+        vocab, split_merges(v.merges, v.tokens, file), byte_fallback=True, fuse_unk=False
+    )
     tok = Tokenizer(model)
     tok.normalizer = normalizers.Replace(" ", SPACE)
     tok.pre_tokenizer = pre_tokenizers.Split(Regex("\n+"), behavior="isolated")

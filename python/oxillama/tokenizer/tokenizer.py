@@ -14,8 +14,9 @@ from typing import Any
 from tokenizers import AddedToken, processors
 from tokenizers import Tokenizer as HFTokenizer
 
+from .. import _native
 from ..errors import LoadError, OxiLlamaError, ParameterError, TokenizeError
-from .bpe import DROPPED, UNICODE_TO_BYTE, bpe_piece, bpe_pieces, build_bpe
+from .bpe import DROPPED, UNICODE_TO_BYTE, bpe_piece, build_bpe
 from .gguf_vocab import (
     A_BYTE,
     A_LSTRIP,
@@ -103,14 +104,19 @@ class Tokenizer:
     # ------------------------------------------------------------ building
 
     @classmethod
-    def from_gguf_metadata(cls, metadata: Mapping[str, Any]) -> Tokenizer:
+    def from_gguf_metadata(
+        cls, metadata: Mapping[str, Any], *, _file: _native.GgufFile | None = None
+    ) -> Tokenizer:
         """The tokenizer a GGUF file describes (keys ``tokenizer.ggml.*``).
 
         Raises :class:`~oxillama.errors.LoadError` for a missing vocabulary, an
         unsupported model or an unknown pre-tokenizer name.
+
+        ``_file`` (the model's load only): the parsed file ``metadata`` was
+        just read from, unchanged, whose merge rules are then split natively.
         """
         try:
-            return cls._from_gguf(metadata)
+            return cls._from_gguf(metadata, _file)
         except OxiLlamaError:
             raise
         except Exception as e:  # the tokenizers library raises bare Exceptions
@@ -119,15 +125,15 @@ class Tokenizer:
             ) from e
 
     @classmethod
-    def _from_gguf(cls, metadata: Mapping[str, Any]) -> Tokenizer:
+    def _from_gguf(cls, metadata: Mapping[str, Any], file: _native.GgufFile | None) -> Tokenizer:
         v = GgufVocab.from_metadata(metadata)
-        builders = {
-            "bpe": build_bpe,
-            "spm": build_spm,
-            "spm_bpe": build_spm_bpe,
-            "wpm": build_wordpiece,
+        builders: dict[str, Callable[[], HFTokenizer]] = {
+            "bpe": lambda: build_bpe(v, file),
+            "spm": lambda: build_spm(v),
+            "spm_bpe": lambda: build_spm_bpe(v, file),
+            "wpm": lambda: build_wordpiece(v),
         }
-        hf = builders[v.kind](v)
+        hf = builders[v.kind]()
         # Control tokens are "special" (split as text when parse_special is
         # off); user-defined ones are always matched whole.
         control = v.control_ids()
@@ -400,14 +406,14 @@ def _gguf_pieces(tokens: Sequence[str], attrs: Sequence[int], kind: str) -> list
     vocabulary, on every load) in one pass."""
     if kind != "bpe":
         return [_gguf_piece(t, a, kind) for t, a in zip(tokens, attrs, strict=True)]
-    plain = [i for i, a in enumerate(attrs) if a == A_NORMAL]
-    out = [b""] * len(tokens)
-    for i, piece in zip(plain, bpe_pieces([tokens[i] for i in plain]), strict=True):
-        out[i] = piece
-    for i, a in enumerate(attrs):
-        if a != A_NORMAL:
-            out[i] = _gguf_piece(tokens[i], a, kind)
+    out, rest = _native.bpe_token_pieces(_list(tokens), _list(attrs))
+    for i in rest:
+        out[i] = _gguf_piece(tokens[i], attrs[i], kind)
     return out
+
+
+def _list(items: Sequence[Any]) -> list[Any]:
+    return items if isinstance(items, list) else list(items)
 
 
 def _gguf_piece(token: str, attr: int, kind: str) -> bytes:
