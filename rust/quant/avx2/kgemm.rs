@@ -29,6 +29,11 @@ use crate::quant::kquant_scales::scales_mins;
 use crate::quant::panel::{KPANEL_BLOCK, KPANEL_SCALES};
 use crate::quant::{q4_k, q6_k, GEMM_COLS, QK_K};
 
+// The VNNI twin of this kernel: a child module, so that it shares the
+// decoded form and the formats without widening their visibility.
+#[path = "kgemm_vnni.rs"]
+mod vnni;
+
 const C: usize = GEMM_COLS;
 
 /// Row tile: one row at a time, so that its eight lane sums stay in
@@ -286,7 +291,7 @@ fn gemm<F: KFormat>(n: usize, w_rows: &[&[u8]], panel: &[u8], scales: &[f32], ou
 }
 
 /// Q4_K rows against a Q8_K panel (see `GemmFn`; `_acts` is for the
-/// scalar twin).
+/// scalar twin), on the VNNI twin when the CPU has it (same bits).
 pub fn gemm_q4_k(
     n: usize,
     w_rows: &[&[u8]],
@@ -295,6 +300,9 @@ pub fn gemm_q4_k(
     scales: &[f32],
     out: &mut [f32],
 ) {
+    if vnni::enabled() {
+        return vnni::gemm::<Q4K>(n, w_rows, quants, scales, out);
+    }
     gemm::<Q4K>(n, w_rows, quants, scales, out)
 }
 
@@ -307,5 +315,8 @@ pub fn gemm_q6_k(
     scales: &[f32],
     out: &mut [f32],
 ) {
+    if vnni::enabled() {
+        return vnni::gemm::<Q6K>(n, w_rows, quants, scales, out);
+    }
     gemm::<Q6K>(n, w_rows, quants, scales, out)
 }

@@ -1,0 +1,543 @@
+//! The VNNI twin of the K-quant GEMM microkernel (`kgemm.rs`), chosen at
+//! run time when the CPU has AVX-VNNI.
+//!
+//! Same decoded rows, same panel, same lanes: per group of four elements,
+//! `maddubs` forms the i16 pair sums as before, and `vpdpwssd` multiplies
+//! them by the group's scale and adds them to the lane sum in one
+//! instruction where the AVX2 kernel needs `madd` and `add`.
+//!
+//! Each weight row is decoded once per row chunk instead of once per panel:
+//! the thread keeps the decoded rows of its last call (`Decoded`), and the
+//! caller passes the same chunk for every panel of eight tokens.
+//!
+//! Bits: every lane sum is the same integer as in `kgemm.rs` (integer
+//! additions are exact whatever their order, and `vpdpwssd` wraps like
+//! `add`, never saturates), and the float part (the `fma` per lane and
+//! block, the mins, `hsum`'s order) is written exactly as there, so every
+//! (row, column) equals the AVX2 GEMM and the decode kernel bit for bit.
+//! The tests below check it on random and extreme blocks.
+//!
+//! Measured and dropped (one row chunk of Gemma-3-270M, see `kgemm_timing`):
+//! - `vpdpbusd` (the exact four-product dot in one i32): the group's scale
+//!   still needs a second multiply after it, so it saves no instruction
+//!   and was 1-4% slower;
+//! - two groups' dots packed in the halves of one i32 so that one
+//!   `vpdpwssd` scales both (Q4_K's dots fit with a bias): the shuffle
+//!   that packs them cost more than the multiply it saved (13% slower);
+//! - 512-bit vectors (two lanes per register): no faster, this CPU runs
+//!   512-bit integer multiplies on one port;
+//! - the EVEX (AVX512-VL) encoding: with 32 registers the compiler hoists
+//!   the `maddubs`es and spills them, and Q6_K ran 50% slower; hence the
+//!   VEX form of AVX-VNNI, with the AVX2 kernel's 16 registers;
+//! - two rows per panel load: their 16 lane sums spill (0-10% slower).
+
+use std::arch::x86_64::*;
+use std::sync::OnceLock;
+
+use super::super::{load, read_u32};
+use super::{KFormat, BSUMS, C, CORR, DEC, SCALES};
+use crate::quant::panel::{KPANEL_BLOCK, KPANEL_SCALES};
+use crate::quant::QK_K;
+
+/// Bytes per decoded block: kgemm's `DEC`, then `F::scales` (16 bytes),
+/// then padding to keep slots 32-byte multiples.
+const SLOT: usize = DEC + 32;
+
+/// Whether the CPU has what this kernel uses: the VEX-encoded VNNI
+/// instructions, besides the AVX2 kernel's features (for the decode).
+fn vnni_available() -> bool {
+    is_x86_feature_detected!("avxvnni")
+        && is_x86_feature_detected!("avx2")
+        && is_x86_feature_detected!("fma")
+        && is_x86_feature_detected!("f16c")
+}
+
+/// Whether `gemm_q4_k` and `gemm_q6_k` take this kernel: the CPU has it
+/// and `OXILLAMA_NO_KVNNI` is unset (so that one build can time both
+/// kernels in a real prefill). Decided once per process.
+pub(super) fn enabled() -> bool {
+    static ON: OnceLock<bool> = OnceLock::new();
+    *ON.get_or_init(|| vnni_available() && std::env::var_os("OXILLAMA_NO_KVNNI").is_none())
+}
+
+/// `kgemm::rows` with the VNNI group step, on `N` rows already decoded
+/// (`dec`: `SLOT` bytes per block, row after row); one row measured best.
+///
+/// # Safety
+/// AVX2, FMA, F16C and AVX-VNNI are available; `dec` holds `N` rows of `nb`
+/// decoded blocks, `panel` `nb * KPANEL_BLOCK` bytes, `scales`
+/// `nb * KPANEL_SCALES` floats and `out` `N * 8` floats.
+// `l` and `r` index several arrays (lanes, rows) at once.
+#[allow(clippy::needless_range_loop)]
+#[target_feature(enable = "avx2,fma,f16c,avxvnni")]
+unsafe fn kernel_n<F: KFormat, const N: usize>(
+    nb: usize,
+    dec: *const u8,
+    panel: *const u8,
+    scales: *const f32,
+    out: *mut f32,
+) {
+    let mut acc = [[_mm256_setzero_ps(); 8]; N];
+    let mut mins = [_mm256_setzero_ps(); N];
+    for i in 0..nb {
+        let pb = panel.wrapping_add(i * KPANEL_BLOCK);
+        let db: [*const u8; N] = std::array::from_fn(|r| dec.wrapping_add((r * nb + i) * SLOT));
+        // SAFETY: block i's eight scales are in `scales`.
+        let da = unsafe { _mm256_loadu_ps(scales.add(i * KPANEL_SCALES)) };
+        // SAFETY: the scales stored after block i's decoded bytes.
+        let dm: [__m128; N] =
+            std::array::from_fn(|r| unsafe { _mm_loadu_ps(db[r].add(DEC) as *const f32) });
+        let prod: [__m256; N] =
+            std::array::from_fn(|r| _mm256_mul_ps(_mm256_broadcastss_ps(dm[r]), da));
+        let mut s = [[_mm256_setzero_si256(); 8]; N];
+        for p in 0..8 {
+            for l in 0..8 {
+                let jj = 8 * p + l;
+                // SAFETY: group jj of super-block i is inside the panel.
+                let a = unsafe { load(pb.add(jj * 32)) };
+                for r in 0..N {
+                    // SAFETY: bytes 4jj..4jj + 4 of row r's decoded
+                    // block i and the scale word of their group.
+                    let (wj, sw) = unsafe {
+                        (
+                            read_u32(db[r].add(4 * jj)),
+                            read_u32(db[r].add(SCALES + 4 * (jj / F::GROUP))),
+                        )
+                    };
+                    // No saturation: a pair sum is at most 2 * 63 * 128.
+                    let q = _mm256_maddubs_epi16(_mm256_set1_epi32(wj as i32), a);
+                    s[r][l] = _mm256_dpwssd_avx_epi32(s[r][l], q, _mm256_set1_epi32(sw as i32));
+                }
+            }
+        }
+        for l in 0..8 {
+            for r in 0..N {
+                if !F::MIN {
+                    // SAFETY: group-sum pair l of the panel's super-block
+                    // and correction word l of row r's decoded block i.
+                    let (b, cw) = unsafe {
+                        (
+                            load(pb.add(BSUMS + 32 * l)),
+                            read_u32(db[r].add(CORR + 4 * l)),
+                        )
+                    };
+                    let off = _mm256_madd_epi16(b, _mm256_set1_epi32(cw as i32));
+                    s[r][l] = _mm256_sub_epi32(s[r][l], _mm256_slli_epi32(off, 5));
+                }
+                acc[r][l] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(s[r][l]), prod[r], acc[r][l]);
+            }
+        }
+        if F::MIN {
+            for r in 0..N {
+                let mut corr = _mm256_setzero_si256();
+                for k in 0..8 {
+                    // SAFETY: group-sum pair k of the panel's super-block and
+                    // correction word k of row r's decoded block i.
+                    let (b, cw) = unsafe {
+                        (
+                            load(pb.add(BSUMS + 32 * k)),
+                            read_u32(db[r].add(CORR + 4 * k)),
+                        )
+                    };
+                    corr = _mm256_dpwssd_avx_epi32(corr, b, _mm256_set1_epi32(cw as i32));
+                }
+                let m = _mm256_broadcastss_ps(_mm_movehdup_ps(dm[r]));
+                let mprod = _mm256_mul_ps(m, da);
+                mins[r] = _mm256_add_ps(mins[r], _mm256_mul_ps(mprod, _mm256_cvtepi32_ps(corr)));
+            }
+        }
+    }
+    for r in 0..N {
+        // `hsum`'s order, as in `kgemm::rows`.
+        let a = &acc[r];
+        let u: [__m256; 4] = std::array::from_fn(|k| _mm256_add_ps(a[k], a[k + 4]));
+        let v = _mm256_add_ps(_mm256_add_ps(u[0], u[2]), _mm256_add_ps(u[1], u[3]));
+        let v = if F::MIN { _mm256_sub_ps(v, mins[r]) } else { v };
+        // SAFETY: out holds 8 floats per row.
+        unsafe { _mm256_storeu_ps(out.add(r * C), v) };
+    }
+}
+
+/// Decodes `w.len()` rows of `nb` blocks into `dec`, row after row: each
+/// block's `DEC` bytes, then its `d` (and `dmin`) as the four floats of
+/// `F::scales`, so that the kernel reads nothing else of the weights.
+///
+/// # Safety
+/// AVX2, FMA and F16C are available; every row holds `nb` blocks and `dec`
+/// `w.len() * nb * SLOT` bytes.
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn decode_rows<F: KFormat>(nb: usize, w: &[&[u8]], dec: *mut u8) {
+    for (r, w) in w.iter().enumerate() {
+        for i in 0..nb {
+            // SAFETY: block i of row r and its slot in `dec` are in bounds
+            // (caller's contract).
+            unsafe {
+                let (b, d) = (w.as_ptr().add(i * F::W), dec.add((r * nb + i) * SLOT));
+                F::decode(b, d);
+                _mm_storeu_ps(d.add(DEC) as *mut f32, F::scales(b));
+            }
+        }
+    }
+}
+
+/// Most bytes (rows and their decoded form) a thread keeps decoded: half
+/// of a 2 MiB L2, so that reading the decoded rows back stays cheaper
+/// than decoding them again.
+const KEEP_BYTES: usize = 1 << 20;
+
+/// The weight rows of the last call on this thread (a copy of their
+/// bytes) and their decoded form. `matmul_multi` passes the same row chunk
+/// for every panel of eight tokens, so all panels after the first skip
+/// the decode; comparing the bytes (not the addresses) makes a stale
+/// entry impossible, and costs a fraction of the decode it saves.
+#[derive(Default)]
+struct Decoded {
+    /// Block bytes of the format (144 for Q4_K, 210 for Q6_K).
+    format: usize,
+    /// Bytes per row.
+    row: usize,
+    raw: Vec<u8>,
+    dec: Vec<u8>,
+}
+
+impl Decoded {
+    /// Whether this holds exactly rows `w` (first `rb` bytes of each).
+    fn holds<F: KFormat>(&self, w: &[&[u8]], rb: usize) -> bool {
+        self.format == F::W
+            && self.row == rb
+            && self.raw.len() == w.len() * rb
+            && w.iter()
+                .zip(self.raw.chunks_exact(rb))
+                .all(|(w, k)| &w[..rb] == k)
+    }
+
+    /// Decodes rows `w` of `nb` blocks (each at least `nb * F::W` bytes).
+    fn fill<F: KFormat>(&mut self, w: &[&[u8]], nb: usize) {
+        let rb = nb * F::W;
+        (self.format, self.row) = (F::W, rb);
+        self.raw.clear();
+        for w in w {
+            self.raw.extend_from_slice(&w[..rb]);
+        }
+        self.dec.resize(w.len() * nb * SLOT, 0);
+        // SAFETY: called only from `gemm`, after it asserted the features;
+        // each row holds nb blocks (caller's contract) and `dec` was sized
+        // just above.
+        unsafe { decode_rows::<F>(nb, w, self.dec.as_mut_ptr()) };
+    }
+}
+
+thread_local! {
+    static DECODED: std::cell::RefCell<Decoded> = std::cell::RefCell::default();
+}
+
+/// `rows` decoded rows (`dec`, `SLOT` bytes per block, row after row)
+/// against the panel.
+///
+/// # Safety
+/// AVX2, FMA, F16C and AVX-VNNI are available; `dec` holds `rows` decoded
+/// rows of `nb` blocks, `panel` and `scales` `nb` blocks of a panel, `out`
+/// `rows * 8` floats.
+#[target_feature(enable = "avx2,fma,f16c,avxvnni")]
+unsafe fn run<F: KFormat>(
+    nb: usize,
+    rows: usize,
+    dec: *const u8,
+    panel: &[u8],
+    scales: &[f32],
+    out: &mut [f32],
+) {
+    let (p, s) = (panel.as_ptr(), scales.as_ptr());
+    for r in 0..rows {
+        // SAFETY: the caller's contract, for row r.
+        unsafe { kernel_n::<F, 1>(nb, dec.add(r * nb * SLOT), p, s, out[r * C..].as_mut_ptr()) };
+    }
+}
+
+/// `kgemm::gemm` on this kernel. Call only when `enabled()`.
+pub(super) fn gemm<F: KFormat>(
+    n: usize,
+    w_rows: &[&[u8]],
+    panel: &[u8],
+    scales: &[f32],
+    out: &mut [f32],
+) {
+    assert!(vnni_available(), "VNNI kernel without AVX-VNNI");
+    let nb = n / QK_K;
+    assert!(
+        w_rows.iter().all(|w| w.len() >= nb * F::W)
+            && panel.len() >= nb * KPANEL_BLOCK
+            && scales.len() >= nb * KPANEL_SCALES
+            && out.len() >= w_rows.len() * C,
+        "gemm operand too short"
+    );
+    let rb = nb * F::W;
+    if w_rows.len() * (rb + nb * SLOT) <= KEEP_BYTES {
+        DECODED.with_borrow_mut(|d| {
+            if !d.holds::<F>(w_rows, rb) {
+                d.fill::<F>(w_rows, nb);
+            }
+            // SAFETY: features asserted above; `d.dec` holds the decoded
+            // form of exactly these rows (`holds` or `fill`), and the assert
+            // bounds the panel, scales and `out`.
+            unsafe { run::<F>(nb, w_rows.len(), d.dec.as_ptr(), panel, scales, out) };
+        });
+    } else {
+        // Too many rows to keep: decode each just before its use, in L1.
+        let mut dec = vec![0u8; nb * SLOT];
+        for (r, w) in w_rows.iter().enumerate() {
+            let w = std::slice::from_ref(w);
+            // SAFETY: features asserted above; the row holds nb blocks
+            // (asserted), `dec` one decoded row, and the assert bounds the
+            // panel, scales and this row's 8 outputs.
+            unsafe {
+                decode_rows::<F>(nb, w, dec.as_mut_ptr());
+                run::<F>(nb, 1, dec.as_ptr(), panel, scales, &mut out[r * C..]);
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    //! Twins of the AVX2 GEMM tests (`quant/tests.rs`): the VNNI kernel
+    //! against the AVX2 kernel and the decode kernel, bit for bit. They run
+    //! only on a CPU with the VNNI instructions.
+
+    use rand::rngs::StdRng;
+    use rand::{Rng, SeedableRng};
+
+    use super::super::{Q4K, Q6K};
+    use super::*;
+    use crate::quant::{kernels, pack_panel, panel_sizes, GgmlType, GEMM_COLS};
+
+    /// Random blocks with finite f16 scales (random bytes elsewhere), or,
+    /// with `extreme`, every value and scale at its largest magnitude.
+    fn weights(ty: GgmlType, rows: usize, n: usize, extreme: bool, rng: &mut StdRng) -> Vec<u8> {
+        let bs = ty.type_size();
+        let mut w = vec![0u8; rows * ty.row_bytes(n).unwrap()];
+        for b in w.chunks_exact_mut(bs) {
+            if extreme {
+                b.fill(0xff);
+                if ty == GgmlType::Q6K {
+                    b[192..208].fill(0x80 | rng.random_range(0..2)); // -128 or -127
+                }
+            } else {
+                rng.fill(&mut b[..]);
+            }
+            // d (and dmin) with exponents that keep the products finite.
+            let f16_at = if ty == GgmlType::Q6K {
+                &[208][..]
+            } else {
+                &[0, 2][..]
+            };
+            for &o in f16_at {
+                let v: f32 = rng.random_range(0.001..0.05);
+                let h = half_bits(v);
+                b[o..o + 2].copy_from_slice(&h.to_le_bytes());
+            }
+        }
+        w
+    }
+
+    /// f16 bits of a small positive normal f32 (truncating the mantissa).
+    fn half_bits(v: f32) -> u16 {
+        let b = v.to_bits();
+        let e = ((b >> 23) & 0xff) as i32 - 127 + 15;
+        (((e as u32) << 10) | ((b >> 13) & 0x3ff)) as u16
+    }
+
+    /// Q8_K activation rows: random quants in -127..=127 (or all -127/127
+    /// with `extreme`), consistent group sums, a random positive `d`.
+    fn acts(n: usize, extreme: bool, rng: &mut StdRng) -> Vec<Vec<u8>> {
+        (0..GEMM_COLS)
+            .map(|c| {
+                let k = kernels(GgmlType::Q4K).unwrap();
+                let x: Vec<f32> = (0..n)
+                    .map(|i| {
+                        if extreme {
+                            if (i + c) % 5 == 0 {
+                                -1.0
+                            } else {
+                                1.0
+                            }
+                        } else {
+                            rng.random_range(-1.0f32..1.0)
+                        }
+                    })
+                    .collect();
+                let mut dst = vec![0u8; k.act.row_bytes(n).unwrap()];
+                (k.quantize_act)(&x, &mut dst);
+                dst
+            })
+            .collect()
+    }
+
+    fn check(ty: GgmlType, rows: usize, n: usize, extreme: bool, seed: u64) {
+        let mut rng = StdRng::seed_from_u64(seed);
+        let w = weights(ty, rows, n, extreme, &mut rng);
+        let wr: Vec<&[u8]> = w.chunks_exact(ty.row_bytes(n).unwrap()).collect();
+        let a = acts(n, extreme, &mut rng);
+        let ar: Vec<&[u8]> = a.iter().map(|v| v.as_slice()).collect();
+        let k = kernels(ty).unwrap();
+        let (qb, sb) = panel_sizes(k.act, n);
+        let (mut q, mut s) = (vec![0u8; qb], vec![0f32; sb]);
+        pack_panel(k.act, &ar, n, &mut q, &mut s);
+        let (mut o_avx2, mut o_vnni) = (vec![0f32; rows * C], vec![1f32; rows * C]);
+        let mut o_z = vec![2f32; rows * C];
+        match ty {
+            GgmlType::Q4K => {
+                super::super::gemm::<Q4K>(n, &wr, &q, &s, &mut o_avx2);
+                gemm::<Q4K>(n, &wr, &q, &s, &mut o_vnni);
+                gemm::<Q4K>(n, &wr, &q, &s, &mut o_z);
+            }
+            _ => {
+                super::super::gemm::<Q6K>(n, &wr, &q, &s, &mut o_avx2);
+                gemm::<Q6K>(n, &wr, &q, &s, &mut o_vnni);
+                gemm::<Q6K>(n, &wr, &q, &s, &mut o_z);
+            }
+        }
+        for r in 0..rows {
+            for c in 0..C {
+                let dot = (k.vec_dot)(n, wr[r], ar[c]);
+                let (x, y) = (o_vnni[r * C + c], o_avx2[r * C + c]);
+                assert!(x.is_finite(), "{} not finite", ty.name());
+                assert_eq!(x.to_bits(), y.to_bits(), "{} row {r} col {c}", ty.name());
+                assert_eq!(x.to_bits(), dot.to_bits(), "{} row {r} col {c}", ty.name());
+                assert_eq!(
+                    o_z[r * C + c].to_bits(),
+                    y.to_bits(),
+                    "{} 512 {r} {c}",
+                    ty.name()
+                );
+            }
+        }
+    }
+
+    #[test]
+    fn vnni_k_gemm_equals_avx2_gemm_and_decode_bit_for_bit() {
+        if !vnni_available() {
+            return;
+        }
+        for ty in [GgmlType::Q4K, GgmlType::Q6K] {
+            // Odd row counts take the one-row tail.
+            for (seed, (rows, n)) in [(1, 256), (3, 512), (4, 2048), (5, 768)].iter().enumerate() {
+                check(ty, *rows, *n, false, seed as u64);
+            }
+        }
+    }
+
+    #[test]
+    fn vnni_k_gemm_extreme_values_equal_avx2_gemm() {
+        if !vnni_available() {
+            return;
+        }
+        for ty in [GgmlType::Q4K, GgmlType::Q6K] {
+            for seed in 0..4 {
+                check(ty, 3, 2 * QK_K, true, 100 + seed);
+            }
+        }
+    }
+
+    #[test]
+    fn vnni_k_gemm_notices_rows_rewritten_in_place() {
+        // The same addresses with other bytes must not reuse the decoded
+        // rows of the previous call.
+        if !vnni_available() {
+            return;
+        }
+        let (ty, rows, n) = (GgmlType::Q4K, 5, 512);
+        let mut rng = StdRng::seed_from_u64(11);
+        let mut w = weights(ty, rows, n, false, &mut rng);
+        let a = acts(n, false, &mut rng);
+        let ar: Vec<&[u8]> = a.iter().map(|v| v.as_slice()).collect();
+        let k = kernels(ty).unwrap();
+        let (qb, sb) = panel_sizes(k.act, n);
+        let (mut q, mut s) = (vec![0u8; qb], vec![0f32; sb]);
+        pack_panel(k.act, &ar, n, &mut q, &mut s);
+        let rb = ty.row_bytes(n).unwrap();
+        for round in 0..3 {
+            let wr: Vec<&[u8]> = w.chunks_exact(rb).collect();
+            let (mut o1, mut o2) = (vec![0f32; rows * C], vec![1f32; rows * C]);
+            super::super::gemm::<Q4K>(n, &wr, &q, &s, &mut o1);
+            gemm::<Q4K>(n, &wr, &q, &s, &mut o2);
+            let b1: Vec<u32> = o1.iter().map(|x| x.to_bits()).collect();
+            let b2: Vec<u32> = o2.iter().map(|x| x.to_bits()).collect();
+            assert_eq!(b1, b2, "round {round}");
+            // One quant byte of the last row changes.
+            w[(rows - 1) * rb + 40] ^= 0x5a;
+        }
+    }
+
+    #[test]
+    fn vnni_k_gemm_too_many_rows_to_keep_equals_avx2_gemm() {
+        if !vnni_available() {
+            return;
+        }
+        let n = 2048;
+        let rows = KEEP_BYTES / (GgmlType::Q4K.row_bytes(n).unwrap() + n / QK_K * SLOT) + 3;
+        check(GgmlType::Q4K, rows, n, false, 21);
+    }
+
+    /// Timing, not a check: `cargo test --release --lib kgemm_timing --
+    /// --ignored --nocapture`. One row chunk of Gemma-3-270M's Q4_K/Q6_K
+    /// matrices (40 rows: 640 rows over 2 threads times 8 chunks) against
+    /// 64 panels (pp512), AVX2 and VNNI alternated, medians of 31.
+    #[test]
+    #[ignore]
+    fn kgemm_timing() {
+        if !vnni_available() {
+            return;
+        }
+        let mut rng = StdRng::seed_from_u64(7);
+        for ty in [GgmlType::Q4K, GgmlType::Q6K] {
+            for n in [1024, 2048] {
+                let rows = 40;
+                let w = weights(ty, rows, n, false, &mut rng);
+                let wr: Vec<&[u8]> = w.chunks_exact(ty.row_bytes(n).unwrap()).collect();
+                let a = acts(n, false, &mut rng);
+                let ar: Vec<&[u8]> = a.iter().map(|v| v.as_slice()).collect();
+                let k = kernels(ty).unwrap();
+                let (qb, sb) = panel_sizes(k.act, n);
+                let (mut q, mut s) = (vec![0u8; qb], vec![0f32; sb]);
+                pack_panel(k.act, &ar, n, &mut q, &mut s);
+                let mut out = vec![0f32; rows * C];
+                let f: [fn(usize, &[&[u8]], &[u8], &[f32], &mut [f32]); 2] = match ty {
+                    GgmlType::Q4K => [super::super::gemm::<Q4K>, gemm::<Q4K>],
+                    _ => [super::super::gemm::<Q6K>, gemm::<Q6K>],
+                };
+                // KGEMM_TIME=0, 1 or 2 times one kernel alone (the 512-bit
+                // one lowers the clock of what follows it for a while).
+                let only: Option<usize> = std::env::var("KGEMM_TIME")
+                    .ok()
+                    .and_then(|v| v.parse().ok());
+                let mut t = [vec![0.0], vec![0.0]];
+                for _ in 0..31 {
+                    for (v, g) in f.iter().enumerate() {
+                        if only.is_some_and(|o| o != v) {
+                            continue;
+                        }
+                        let t0 = std::time::Instant::now();
+                        for _ in 0..64 {
+                            g(n, std::hint::black_box(&wr), &q, &s, &mut out);
+                        }
+                        t[v].push(t0.elapsed().as_secs_f64() * 1e6);
+                    }
+                }
+                let med: Vec<f64> = t
+                    .iter_mut()
+                    .map(|v| {
+                        v.sort_by(f64::total_cmp);
+                        v[v.len() / 2]
+                    })
+                    .collect();
+                println!(
+                    "{} n={n} rows={rows} x 64 panels (us): avx2 {:.0} vnni {:.0}",
+                    ty.name(),
+                    med[0],
+                    med[1],
+                );
+            }
+        }
+    }
+}
