@@ -291,7 +291,7 @@ fn gemm<F: KFormat>(n: usize, w_rows: &[&[u8]], panel: &[u8], scales: &[f32], ou
 }
 
 /// Q4_K rows against a Q8_K panel (see `GemmFn`; `_acts` is for the
-/// scalar twin), on the VNNI twin when the CPU has it (same bits).
+/// scalar twin).
 pub fn gemm_q4_k(
     n: usize,
     w_rows: &[&[u8]],
@@ -300,9 +300,6 @@ pub fn gemm_q4_k(
     scales: &[f32],
     out: &mut [f32],
 ) {
-    if vnni::enabled() {
-        return vnni::gemm::<Q4K>(n, w_rows, quants, scales, out);
-    }
     gemm::<Q4K>(n, w_rows, quants, scales, out)
 }
 
@@ -315,8 +312,38 @@ pub fn gemm_q6_k(
     scales: &[f32],
     out: &mut [f32],
 ) {
-    if vnni::enabled() {
-        return vnni::gemm::<Q6K>(n, w_rows, quants, scales, out);
-    }
     gemm::<Q6K>(n, w_rows, quants, scales, out)
+}
+
+/// Whether `gemm_q4_k_groups` and `gemm_q6_k_groups` may be called: the CPU
+/// has AVX-VNNI (and `OXILLAMA_NO_KVNNI` is unset). Decided once.
+pub fn vnni_enabled() -> bool {
+    vnni::enabled()
+}
+
+/// Q4_K rows against any number of Q8_K panels (`GemmFn`'s multi-panel
+/// contract) on the AVX-VNNI kernel, each row decoded once for all of
+/// them. Same bits as `gemm_q4_k` per panel. Call only when
+/// `vnni_enabled()`.
+pub fn gemm_q4_k_groups(
+    n: usize,
+    w_rows: &[&[u8]],
+    acts: &[&[u8]],
+    quants: &[u8],
+    scales: &[f32],
+    out: &mut [f32],
+) {
+    vnni::gemm_groups::<Q4K>(n, w_rows, acts.len().div_ceil(C), quants, scales, out)
+}
+
+/// Q6_K rows against any number of Q8_K panels (see `gemm_q4_k_groups`).
+pub fn gemm_q6_k_groups(
+    n: usize,
+    w_rows: &[&[u8]],
+    acts: &[&[u8]],
+    quants: &[u8],
+    scales: &[f32],
+    out: &mut [f32],
+) {
+    vnni::gemm_groups::<Q6K>(n, w_rows, acts.len().div_ceil(C), quants, scales, out)
 }

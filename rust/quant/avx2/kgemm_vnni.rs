@@ -6,9 +6,8 @@
 //! them by the group's scale and adds them to the lane sum in one
 //! instruction where the AVX2 kernel needs `madd` and `add`.
 //!
-//! Each weight row is decoded once per row chunk instead of once per panel:
-//! the thread keeps the decoded rows of its last call (`Decoded`), and the
-//! caller passes the same chunk for every panel of eight tokens.
+//! Each weight row is decoded once per call for all its panels (the AVX2
+//! kernel takes one panel at a time and decodes every row again for each).
 //!
 //! Bits: every lane sum is the same integer as in `kgemm.rs` (integer
 //! additions are exact whatever their order, and `vpdpwssd` wraps like
@@ -180,56 +179,10 @@ unsafe fn decode_rows<F: KFormat>(nb: usize, w: &[&[u8]], dec: *mut u8) {
     }
 }
 
-/// Most bytes (rows and their decoded form) a thread keeps decoded: half
-/// of a 2 MiB L2, so that reading the decoded rows back stays cheaper
-/// than decoding them again.
-const KEEP_BYTES: usize = 1 << 20;
-
-/// The weight rows of the last call on this thread (a copy of their
-/// bytes) and their decoded form. `matmul_multi` passes the same row chunk
-/// for every panel of eight tokens, so all panels after the first skip
-/// the decode; comparing the bytes (not the addresses) makes a stale
-/// entry impossible, and costs a fraction of the decode it saves.
-#[derive(Default)]
-struct Decoded {
-    /// Block bytes of the format (144 for Q4_K, 210 for Q6_K).
-    format: usize,
-    /// Bytes per row.
-    row: usize,
-    raw: Vec<u8>,
-    dec: Vec<u8>,
-}
-
-impl Decoded {
-    /// Whether this holds exactly rows `w` (first `rb` bytes of each).
-    fn holds<F: KFormat>(&self, w: &[&[u8]], rb: usize) -> bool {
-        self.format == F::W
-            && self.row == rb
-            && self.raw.len() == w.len() * rb
-            && w.iter()
-                .zip(self.raw.chunks_exact(rb))
-                .all(|(w, k)| &w[..rb] == k)
-    }
-
-    /// Decodes rows `w` of `nb` blocks (each at least `nb * F::W` bytes).
-    fn fill<F: KFormat>(&mut self, w: &[&[u8]], nb: usize) {
-        let rb = nb * F::W;
-        (self.format, self.row) = (F::W, rb);
-        self.raw.clear();
-        for w in w {
-            self.raw.extend_from_slice(&w[..rb]);
-        }
-        self.dec.resize(w.len() * nb * SLOT, 0);
-        // SAFETY: called only from `gemm`, after it asserted the features;
-        // each row holds nb blocks (caller's contract) and `dec` was sized
-        // just above.
-        unsafe { decode_rows::<F>(nb, w, self.dec.as_mut_ptr()) };
-    }
-}
-
-thread_local! {
-    static DECODED: std::cell::RefCell<Decoded> = std::cell::RefCell::default();
-}
+/// Decoded bytes one batch of rows may take: they stay in L2 next to the
+/// panels of the call (`matmul_multi` hands 128 KiB of panels at a time)
+/// while every panel meets them.
+const DECODED_BYTES: usize = 256 * 1024;
 
 /// `rows` decoded rows (`dec`, `SLOT` bytes per block, row after row)
 /// against the panel.
@@ -254,46 +207,52 @@ unsafe fn run<F: KFormat>(
     }
 }
 
-/// `kgemm::gemm` on this kernel. Call only when `enabled()`.
-pub(super) fn gemm<F: KFormat>(
+/// `groups` panels (back to back in `quants` and `scales`) against the
+/// rows, `out[(g * w_rows.len() + r) * 8 + c]`: `kgemm::gemm` for each
+/// panel, with each row decoded once for all of them. Rows go in batches
+/// of `DECODED_BYTES`, decoded, then met by every panel in turn, whose
+/// 2.3 KiB per super-block stay in L1 while the batch goes by.
+pub(super) fn gemm_groups<F: KFormat>(
     n: usize,
     w_rows: &[&[u8]],
-    panel: &[u8],
+    groups: usize,
+    quants: &[u8],
     scales: &[f32],
     out: &mut [f32],
 ) {
     assert!(vnni_available(), "VNNI kernel without AVX-VNNI");
     let nb = n / QK_K;
+    let nr = w_rows.len();
+    let (qb, sb) = (nb * KPANEL_BLOCK, nb * KPANEL_SCALES);
     assert!(
         w_rows.iter().all(|w| w.len() >= nb * F::W)
-            && panel.len() >= nb * KPANEL_BLOCK
-            && scales.len() >= nb * KPANEL_SCALES
-            && out.len() >= w_rows.len() * C,
+            && quants.len() >= groups * qb
+            && scales.len() >= groups * sb
+            && out.len() >= groups * nr * C,
         "gemm operand too short"
     );
-    let rb = nb * F::W;
-    if w_rows.len() * (rb + nb * SLOT) <= KEEP_BYTES {
-        DECODED.with_borrow_mut(|d| {
-            if !d.holds::<F>(w_rows, rb) {
-                d.fill::<F>(w_rows, nb);
-            }
-            // SAFETY: features asserted above; `d.dec` holds the decoded
-            // form of exactly these rows (`holds` or `fill`), and the assert
-            // bounds the panel, scales and `out`.
-            unsafe { run::<F>(nb, w_rows.len(), d.dec.as_ptr(), panel, scales, out) };
-        });
-    } else {
-        // Too many rows to keep: decode each just before its use, in L1.
-        let mut dec = vec![0u8; nb * SLOT];
-        for (r, w) in w_rows.iter().enumerate() {
-            let w = std::slice::from_ref(w);
-            // SAFETY: features asserted above; the row holds nb blocks
-            // (asserted), `dec` one decoded row, and the assert bounds the
-            // panel, scales and this row's 8 outputs.
+    let batch = (DECODED_BYTES / (nb * SLOT).max(1)).clamp(1, nr.max(1));
+    let mut dec = vec![0u8; batch * nb * SLOT];
+    for r0 in (0..nr).step_by(batch) {
+        let rows = &w_rows[r0..(r0 + batch).min(nr)];
+        // SAFETY: features asserted above; every row holds nb blocks
+        // (asserted) and `dec` `batch` decoded rows.
+        unsafe { decode_rows::<F>(nb, rows, dec.as_mut_ptr()) };
+        for g in 0..groups {
+            let o = (g * nr + r0) * C;
+            // SAFETY: features asserted above; `dec` holds these rows
+            // decoded, panel g is in bounds (asserted), and so are the
+            // outputs of these rows for it.
             unsafe {
-                decode_rows::<F>(nb, w, dec.as_mut_ptr());
-                run::<F>(nb, 1, dec.as_ptr(), panel, scales, &mut out[r * C..]);
-            }
+                run::<F>(
+                    nb,
+                    rows.len(),
+                    dec.as_ptr(),
+                    &quants[g * qb..],
+                    &scales[g * sb..],
+                    &mut out[o..o + rows.len() * C],
+                )
+            };
         }
     }
 }
@@ -347,22 +306,20 @@ mod tests {
         (((e as u32) << 10) | ((b >> 13) & 0x3ff)) as u16
     }
 
-    /// Q8_K activation rows: random quants in -127..=127 (or all -127/127
-    /// with `extreme`), consistent group sums, a random positive `d`.
-    fn acts(n: usize, extreme: bool, rng: &mut StdRng) -> Vec<Vec<u8>> {
-        (0..GEMM_COLS)
+    /// `cols` Q8_K activation rows: random quants in -127..=127 (or all
+    /// -127/127 with `extreme`), consistent group sums, a random `d`.
+    fn acts(n: usize, cols: usize, extreme: bool, rng: &mut StdRng) -> Vec<Vec<u8>> {
+        let k = kernels(GgmlType::Q4K).unwrap();
+        (0..cols)
             .map(|c| {
-                let k = kernels(GgmlType::Q4K).unwrap();
                 let x: Vec<f32> = (0..n)
                     .map(|i| {
-                        if extreme {
-                            if (i + c) % 5 == 0 {
-                                -1.0
-                            } else {
-                                1.0
-                            }
-                        } else {
+                        if !extreme {
                             rng.random_range(-1.0f32..1.0)
+                        } else if (i + c) % 5 == 0 {
+                            -1.0
+                        } else {
+                            1.0
                         }
                     })
                     .collect();
@@ -373,41 +330,67 @@ mod tests {
             .collect()
     }
 
-    fn check(ty: GgmlType, rows: usize, n: usize, extreme: bool, seed: u64) {
+    /// The panels of `ar` (groups of eight, the last one short), back to
+    /// back.
+    fn panels(n: usize, ar: &[&[u8]]) -> (Vec<u8>, Vec<f32>, usize, usize) {
+        let (qb, sb) = panel_sizes(GgmlType::Q8K, n);
+        let groups = ar.len().div_ceil(GEMM_COLS);
+        let (mut q, mut s) = (vec![0u8; groups * qb], vec![0f32; groups * sb]);
+        for (g, cols) in ar.chunks(GEMM_COLS).enumerate() {
+            let (qg, sg) = (&mut q[g * qb..(g + 1) * qb], &mut s[g * sb..(g + 1) * sb]);
+            pack_panel(GgmlType::Q8K, cols, n, qg, sg);
+        }
+        (q, s, qb, sb)
+    }
+
+    /// The AVX2 GEMM, one panel at a time (as `k_groups` runs it).
+    fn avx2_groups(ty: GgmlType, n: usize, wr: &[&[u8]], ar: &[&[u8]], out: &mut [f32]) {
+        let (q, s, qb, sb) = panels(n, ar);
+        let o = wr.len() * C;
+        for g in 0..ar.len().div_ceil(GEMM_COLS) {
+            let (qg, sg, og) = (&q[g * qb..], &s[g * sb..], &mut out[g * o..(g + 1) * o]);
+            match ty {
+                GgmlType::Q4K => super::super::gemm::<Q4K>(n, wr, qg, sg, og),
+                _ => super::super::gemm::<Q6K>(n, wr, qg, sg, og),
+            }
+        }
+    }
+
+    fn vnni_groups(ty: GgmlType, n: usize, wr: &[&[u8]], ar: &[&[u8]], out: &mut [f32]) {
+        let (q, s, _, _) = panels(n, ar);
+        let groups = ar.len().div_ceil(GEMM_COLS);
+        match ty {
+            GgmlType::Q4K => gemm_groups::<Q4K>(n, wr, groups, &q, &s, out),
+            _ => gemm_groups::<Q6K>(n, wr, groups, &q, &s, out),
+        }
+    }
+
+    /// `rows` random rows against `cols` random columns: the VNNI kernel
+    /// (all panels in one call) against the AVX2 kernel and the decode
+    /// kernel, bit for bit.
+    fn check(ty: GgmlType, rows: usize, n: usize, cols: usize, extreme: bool, seed: u64) {
         let mut rng = StdRng::seed_from_u64(seed);
         let w = weights(ty, rows, n, extreme, &mut rng);
         let wr: Vec<&[u8]> = w.chunks_exact(ty.row_bytes(n).unwrap()).collect();
-        let a = acts(n, extreme, &mut rng);
+        let a = acts(n, cols, extreme, &mut rng);
         let ar: Vec<&[u8]> = a.iter().map(|v| v.as_slice()).collect();
         let k = kernels(ty).unwrap();
-        let (qb, sb) = panel_sizes(k.act, n);
-        let (mut q, mut s) = (vec![0u8; qb], vec![0f32; sb]);
-        pack_panel(k.act, &ar, n, &mut q, &mut s);
-        let (mut o_avx2, mut o_vnni) = (vec![0f32; rows * C], vec![1f32; rows * C]);
-        let mut o_z = vec![2f32; rows * C];
-        match ty {
-            GgmlType::Q4K => {
-                super::super::gemm::<Q4K>(n, &wr, &q, &s, &mut o_avx2);
-                gemm::<Q4K>(n, &wr, &q, &s, &mut o_vnni);
-                gemm::<Q4K>(n, &wr, &q, &s, &mut o_z);
-            }
-            _ => {
-                super::super::gemm::<Q6K>(n, &wr, &q, &s, &mut o_avx2);
-                gemm::<Q6K>(n, &wr, &q, &s, &mut o_vnni);
-                gemm::<Q6K>(n, &wr, &q, &s, &mut o_z);
-            }
-        }
-        for r in 0..rows {
-            for c in 0..C {
-                let dot = (k.vec_dot)(n, wr[r], ar[c]);
-                let (x, y) = (o_vnni[r * C + c], o_avx2[r * C + c]);
+        let len = cols.div_ceil(GEMM_COLS) * rows * C;
+        let (mut o_avx2, mut o_vnni) = (vec![0f32; len], vec![1f32; len]);
+        avx2_groups(ty, n, &wr, &ar, &mut o_avx2);
+        vnni_groups(ty, n, &wr, &ar, &mut o_vnni);
+        for (t, a) in ar.iter().enumerate() {
+            let (g, c) = (t / GEMM_COLS, t % GEMM_COLS);
+            for (r, w) in wr.iter().enumerate() {
+                let i = (g * rows + r) * C + c;
+                let dot = (k.vec_dot)(n, w, a);
+                let (x, y) = (o_vnni[i], o_avx2[i]);
                 assert!(x.is_finite(), "{} not finite", ty.name());
-                assert_eq!(x.to_bits(), y.to_bits(), "{} row {r} col {c}", ty.name());
-                assert_eq!(x.to_bits(), dot.to_bits(), "{} row {r} col {c}", ty.name());
+                assert_eq!(x.to_bits(), y.to_bits(), "{} row {r} token {t}", ty.name());
                 assert_eq!(
-                    o_z[r * C + c].to_bits(),
-                    y.to_bits(),
-                    "{} 512 {r} {c}",
+                    x.to_bits(),
+                    dot.to_bits(),
+                    "{} row {r} token {t}",
                     ty.name()
                 );
             }
@@ -420,9 +403,12 @@ mod tests {
             return;
         }
         for ty in [GgmlType::Q4K, GgmlType::Q6K] {
-            // Odd row counts take the one-row tail.
-            for (seed, (rows, n)) in [(1, 256), (3, 512), (4, 2048), (5, 768)].iter().enumerate() {
-                check(ty, *rows, *n, false, seed as u64);
+            // Odd row counts, a short last panel, one and several panels.
+            for (seed, (rows, n, cols)) in [(1, 256, 8), (3, 512, 19), (4, 2048, 8), (5, 768, 5)]
+                .into_iter()
+                .enumerate()
+            {
+                check(ty, rows, n, cols, false, seed as u64);
             }
         }
     }
@@ -434,94 +420,69 @@ mod tests {
         }
         for ty in [GgmlType::Q4K, GgmlType::Q6K] {
             for seed in 0..4 {
-                check(ty, 3, 2 * QK_K, true, 100 + seed);
+                check(ty, 3, 2 * QK_K, 16, true, 100 + seed);
             }
         }
     }
 
     #[test]
-    fn vnni_k_gemm_notices_rows_rewritten_in_place() {
-        // The same addresses with other bytes must not reuse the decoded
-        // rows of the previous call.
-        if !vnni_available() {
-            return;
-        }
-        let (ty, rows, n) = (GgmlType::Q4K, 5, 512);
-        let mut rng = StdRng::seed_from_u64(11);
-        let mut w = weights(ty, rows, n, false, &mut rng);
-        let a = acts(n, false, &mut rng);
-        let ar: Vec<&[u8]> = a.iter().map(|v| v.as_slice()).collect();
-        let k = kernels(ty).unwrap();
-        let (qb, sb) = panel_sizes(k.act, n);
-        let (mut q, mut s) = (vec![0u8; qb], vec![0f32; sb]);
-        pack_panel(k.act, &ar, n, &mut q, &mut s);
-        let rb = ty.row_bytes(n).unwrap();
-        for round in 0..3 {
-            let wr: Vec<&[u8]> = w.chunks_exact(rb).collect();
-            let (mut o1, mut o2) = (vec![0f32; rows * C], vec![1f32; rows * C]);
-            super::super::gemm::<Q4K>(n, &wr, &q, &s, &mut o1);
-            gemm::<Q4K>(n, &wr, &q, &s, &mut o2);
-            let b1: Vec<u32> = o1.iter().map(|x| x.to_bits()).collect();
-            let b2: Vec<u32> = o2.iter().map(|x| x.to_bits()).collect();
-            assert_eq!(b1, b2, "round {round}");
-            // One quant byte of the last row changes.
-            w[(rows - 1) * rb + 40] ^= 0x5a;
-        }
-    }
-
-    #[test]
-    fn vnni_k_gemm_too_many_rows_to_keep_equals_avx2_gemm() {
+    fn vnni_k_gemm_rows_in_several_batches_equal_avx2_gemm() {
         if !vnni_available() {
             return;
         }
         let n = 2048;
-        let rows = KEEP_BYTES / (GgmlType::Q4K.row_bytes(n).unwrap() + n / QK_K * SLOT) + 3;
-        check(GgmlType::Q4K, rows, n, false, 21);
+        let rows = DECODED_BYTES / (n / QK_K * SLOT) + 3;
+        check(GgmlType::Q6K, rows, n, 11, false, 21);
     }
 
     /// Timing, not a check: `cargo test --release --lib kgemm_timing --
     /// --ignored --nocapture`. One row chunk of Gemma-3-270M's Q4_K/Q6_K
     /// matrices (40 rows: 640 rows over 2 threads times 8 chunks) against
-    /// 64 panels (pp512), AVX2 and VNNI alternated, medians of 31.
+    /// the 64 panels of pp512, as `matmul_multi` hands them (8 panels per
+    /// call); medians of 31. KGEMM_TIME=0 or 1 times one kernel alone.
     #[test]
     #[ignore]
     fn kgemm_timing() {
         if !vnni_available() {
             return;
         }
+        let only: Option<usize> = std::env::var("KGEMM_TIME")
+            .ok()
+            .and_then(|v| v.parse().ok());
         let mut rng = StdRng::seed_from_u64(7);
         for ty in [GgmlType::Q4K, GgmlType::Q6K] {
             for n in [1024, 2048] {
                 let rows = 40;
                 let w = weights(ty, rows, n, false, &mut rng);
                 let wr: Vec<&[u8]> = w.chunks_exact(ty.row_bytes(n).unwrap()).collect();
-                let a = acts(n, false, &mut rng);
+                let a = acts(n, 512, false, &mut rng);
                 let ar: Vec<&[u8]> = a.iter().map(|v| v.as_slice()).collect();
-                let k = kernels(ty).unwrap();
-                let (qb, sb) = panel_sizes(k.act, n);
-                let (mut q, mut s) = (vec![0u8; qb], vec![0f32; sb]);
-                pack_panel(k.act, &ar, n, &mut q, &mut s);
-                let mut out = vec![0f32; rows * C];
-                let f: [fn(usize, &[&[u8]], &[u8], &[f32], &mut [f32]); 2] = match ty {
-                    GgmlType::Q4K => [super::super::gemm::<Q4K>, gemm::<Q4K>],
-                    _ => [super::super::gemm::<Q6K>, gemm::<Q6K>],
-                };
-                // KGEMM_TIME=0, 1 or 2 times one kernel alone (the 512-bit
-                // one lowers the clock of what follows it for a while).
-                let only: Option<usize> = std::env::var("KGEMM_TIME")
-                    .ok()
-                    .and_then(|v| v.parse().ok());
+                let calls: Vec<_> = ar.chunks(64).map(|call| panels(n, call)).collect();
+                let mut out = vec![0f32; 8 * rows * C];
+                let o = rows * C;
                 let mut t = [vec![0.0], vec![0.0]];
                 for _ in 0..31 {
-                    for (v, g) in f.iter().enumerate() {
+                    for (v, t) in t.iter_mut().enumerate() {
                         if only.is_some_and(|o| o != v) {
                             continue;
                         }
+                        let wr = std::hint::black_box(&wr);
                         let t0 = std::time::Instant::now();
-                        for _ in 0..64 {
-                            g(n, std::hint::black_box(&wr), &q, &s, &mut out);
+                        for (q, s, qb, sb) in &calls {
+                            match (v, ty) {
+                                (0, GgmlType::Q4K) => (0..8).for_each(|g| {
+                                    let og = &mut out[g * o..(g + 1) * o];
+                                    super::super::gemm::<Q4K>(n, wr, &q[g * qb..], &s[g * sb..], og)
+                                }),
+                                (0, _) => (0..8).for_each(|g| {
+                                    let og = &mut out[g * o..(g + 1) * o];
+                                    super::super::gemm::<Q6K>(n, wr, &q[g * qb..], &s[g * sb..], og)
+                                }),
+                                (_, GgmlType::Q4K) => gemm_groups::<Q4K>(n, wr, 8, q, s, &mut out),
+                                _ => gemm_groups::<Q6K>(n, wr, 8, q, s, &mut out),
+                            }
                         }
-                        t[v].push(t0.elapsed().as_secs_f64() * 1e6);
+                        t.push(t0.elapsed().as_secs_f64() * 1e6);
                     }
                 }
                 let med: Vec<f64> = t

@@ -516,13 +516,20 @@ fn k_groups(
     }
 }
 
-/// Q4_K's GEMM over any number of panels.
+/// Q4_K's GEMM over any number of panels: the AVX-VNNI twin where the
+/// CPU has it (same bits), else the AVX2 kernel panel by panel.
 pub fn gemm_q4_k(n: usize, w: &[&[u8]], a: &[&[u8]], q: &[u8], s: &[f32], o: &mut [f32]) {
+    if kgemm::vnni_enabled() {
+        return kgemm::gemm_q4_k_groups(n, w, a, q, s, o);
+    }
     k_groups(kgemm::gemm_q4_k, (n, w, a), q, s, o)
 }
 
 /// Q6_K's GEMM over any number of panels.
 pub fn gemm_q6_k(n: usize, w: &[&[u8]], a: &[&[u8]], q: &[u8], s: &[f32], o: &mut [f32]) {
+    if kgemm::vnni_enabled() {
+        return kgemm::gemm_q6_k_groups(n, w, a, q, s, o);
+    }
     k_groups(kgemm::gemm_q6_k, (n, w, a), q, s, o)
 }
 
