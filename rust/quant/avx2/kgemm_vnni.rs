@@ -7,7 +7,11 @@
 //! instruction where the AVX2 kernel needs `madd` and `add`.
 //!
 //! Each weight row is decoded once per call for all its panels (the AVX2
-//! kernel takes one panel at a time and decodes every row again for each).
+//! kernel takes one panel at a time and decodes every row again for each),
+//! with its `d` (and `dmin`) beside the decoded bytes, so the inner loops
+//! touch nothing of the raw weights. A per-thread cache of the decoded
+//! rows across calls (checked byte for byte) was tried before the calls
+//! took several panels: its compare cost 8% of the time.
 //!
 //! Bits: every lane sum is the same integer as in `kgemm.rs` (integer
 //! additions are exact whatever their order, and `vpdpwssd` wraps like
@@ -22,9 +26,11 @@
 //!   and was 1-4% slower;
 //! - two groups' dots packed in the halves of one i32 so that one
 //!   `vpdpwssd` scales both (Q4_K's dots fit with a bias): the shuffle
-//!   that packs them cost more than the multiply it saved (13% slower);
-//! - 512-bit vectors (two lanes per register): no faster, this CPU runs
-//!   512-bit integer multiplies on one port;
+//!   that packs them (and the blend that avoids a borrow between the
+//!   halves) cost more than the multiply it saved (about 13% slower);
+//! - 512-bit vectors (two lanes per register, `vpermd` to pair the weight
+//!   words): no faster on this Xeon (its 512-bit integer multiplies seem
+//!   to issue on one port only);
 //! - the EVEX (AVX512-VL) encoding: with 32 registers the compiler hoists
 //!   the `maddubs`es and spills them, and Q6_K ran 50% slower; hence the
 //!   VEX form of AVX-VNNI, with the AVX2 kernel's 16 registers;
