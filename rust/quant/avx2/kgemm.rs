@@ -316,7 +316,7 @@ pub fn gemm_q6_k(
 }
 
 /// Whether `gemm_q4_k_groups` and `gemm_q6_k_groups` may be called: the CPU
-/// has AVX-VNNI (and `OXILLAMA_NO_KVNNI` is unset). Decided once.
+/// has AVX-VNNI (and `OXILLAMA_VNNI=0` is unset). Decided once.
 pub fn vnni_enabled() -> bool {
     vnni::enabled()
 }

@@ -58,11 +58,13 @@ fn vnni_available() -> bool {
 }
 
 /// Whether `gemm_q4_k` and `gemm_q6_k` take this kernel: the CPU has it
-/// and `OXILLAMA_NO_KVNNI` is unset (so that one build can time both
-/// kernels in a real prefill). Decided once per process.
+/// and `OXILLAMA_VNNI=0` does not keep the AVX2 kernels (so that one build
+/// can time both in a real prefill). Decided once per process.
 pub(super) fn enabled() -> bool {
     static ON: OnceLock<bool> = OnceLock::new();
-    *ON.get_or_init(|| vnni_available() && std::env::var_os("OXILLAMA_NO_KVNNI").is_none())
+    *ON.get_or_init(|| {
+        vnni_available() && std::env::var_os("OXILLAMA_VNNI").is_none_or(|v| v != "0")
+    })
 }
 
 /// `kgemm::rows` with the VNNI group step, on `N` rows already decoded
