@@ -490,12 +490,7 @@ fn tile_block32<F: Block32>(n: usize, w_rows: &[&[u8]], acts: &[&[u8]], out: &mu
 pub fn wide_tile_tokens(ty: crate::quant::GgmlType) -> Option<usize> {
     use crate::quant::GgmlType as T;
     let block32 = matches!(ty, T::Q4_0 | T::Q4_1 | T::Q5_0 | T::Q5_1 | T::Q8_0);
-    (block32 && vnni() && rows16_vnni::available()).then(|| {
-        std::env::var("XX_TILE")
-            .ok()
-            .and_then(|v| v.parse().ok())
-            .unwrap_or(rows16_vnni::WIDE_TOKENS)
-    })
+    (block32 && vnni() && rows16_vnni::available()).then_some(rows16_vnni::WIDE_TOKENS)
 }
 
 /// A single-panel K-quant GEMM run over each group of a multi-panel call
