@@ -186,7 +186,7 @@ def test_adaptive_k_follows_agreement_and_cost(level: str, monkeypatch: pytest.M
     # Verification rows cheap enough that half the drafts passing pays.
     assert (best_k(0.5, 8)[0] > 0) == (level == "avx512vnni")
     k, gain = best_k(0.95, 8)
-    assert k >= 6 and gain > 4
+    assert k >= 4 and gain > 0.85 * k
     # A pass that already holds 8 rows of other sequences: drafts cost less
     # per row there, but must beat the tokens per cost it already has.
     assert best_k(0.9, 8, tokens=8.0, rows=8)[0] != best_k(0.9, 8)[0]

@@ -38,15 +38,17 @@ __all__ = ["NgramCache", "NgramDraft", "NgramState", "best_k", "row_cost"]
 #:   2.25), 4 rows 2.45, every further row about 0.12 more, every further
 #:   group about 1.05 more.
 #: - AVX-512 VNNI: up to nine rows through the sixteen-rows tile, whose
-#:   extra rows cost little next to streaming the weights (2 rows 1.11
-#:   steps, 4 rows 1.41, 8 rows 2.45, 9 rows 2.93; Intel Xeon, 2026-11-27).
+#:   extra rows cost little next to streaming the weights (2 rows 1.19
+#:   steps, 4 rows 1.61, 8 rows 2.74, 9 rows 3.30; 6 and 7 interpolated),
+#:   then the GEMM (12 rows 3.58, 16 rows 3.98, 17 rows 4.86; Intel Xeon,
+#:   2026-11-27).
 _COSTS: dict[str, dict[str, Any]] = {
     "avx2": {"small": (1.0, 1.7, 2.25), "first": 2.45, "per_row": 0.12, "per_group": 1.05},
     "avx512vnni": {
-        "small": (1.0, 1.11, 1.28, 1.41, 1.62, 1.8, 1.88, 2.45, 2.93),
-        "first": 2.1,
-        "per_row": 0.12,
-        "per_group": 1.05,
+        "small": (1.0, 1.19, 1.42, 1.61, 1.83, 2.13, 2.44, 2.74, 3.30),
+        "first": 2.0,
+        "per_row": 0.1,
+        "per_group": 0.78,
     },
 }
 
