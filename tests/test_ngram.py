@@ -186,7 +186,7 @@ def test_adaptive_k_follows_agreement_and_cost(level: str, monkeypatch: pytest.M
     # Verification rows cheap enough that half the drafts passing pays.
     assert (best_k(0.5, 8)[0] > 0) == (level == "avx512vnni")
     k, gain = best_k(0.95, 8)
-    assert k >= 4 and gain > 0.85 * k
+    assert k >= 4 and gain > 0.8 * k
     # A pass that already holds 8 rows of other sequences: drafts cost less
     # per row there, but must beat the tokens per cost it already has.
     assert best_k(0.9, 8, tokens=8.0, rows=8)[0] != best_k(0.9, 8)[0]
@@ -203,8 +203,10 @@ def test_adaptive_k_follows_agreement_and_cost(level: str, monkeypatch: pytest.M
         # start a second group.
         assert drafts == proposal[:7]
     else:
-        # Rows through the sixteen-rows tile: every further draft is cheap.
-        assert drafts == proposal[: len(drafts)] and len(drafts) >= 6
+        # Rows through the sixteen-rows tile: each further row costs about a
+        # fifth to a third of a step, so the draft stops where that
+        # outweighs the next draft's chance.
+        assert drafts == proposal[: len(drafts)] and len(drafts) >= 4
     for _ in range(20):  # then the drafts keep failing
         st.feedback(n, proposal, 8, [9])
     assert st.propose(100)[2] == []
