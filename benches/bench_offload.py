@@ -98,7 +98,7 @@ def child_oxillama(
     dt = time.perf_counter() - t0
     m1, r1 = e.metrics(), read_bytes()
     assert len(out.tokens) == n, out.finish_reason
-    pager = (m1["offload_bytes_read"] - m0["offload_bytes_read"]) / n if m1 else 0.0
+    pager = (m1.get("offload_bytes_read", 0) - m0.get("offload_bytes_read", 0)) / n
     return {
         "tok_s": n / dt,
         "read_per_tok": (r1 - r0) / n,
