@@ -561,6 +561,54 @@ fn k_gemm_extreme_values_equal_single_dots() {
     }
 }
 
+/// Random weight rows of the twin tests, with row `r` of each `(r, fill)`
+/// (when there is one) at a storage extreme: every byte after the scales
+/// set to `fill`.
+#[cfg(target_arch = "x86_64")]
+fn twin_rows(
+    ty: GgmlType,
+    n: usize,
+    rows: usize,
+    extremes: &[(usize, u8)],
+    rng: &mut StdRng,
+) -> Vec<Vec<u8>> {
+    let mut ws: Vec<Vec<u8>> = (0..rows).map(|_| random_row(ty, n, rng)).collect();
+    let first = f16_fields(ty).iter().max().unwrap() + 2;
+    for &(r, fill) in extremes.iter().filter(|e| e.0 < rows) {
+        for b in ws[r].chunks_exact_mut(ty.type_size()) {
+            b[first..].fill(fill);
+        }
+    }
+    ws
+}
+
+/// Activation rows of the twin tests: the first all +-1 (every quant at
+/// +-127), the others random.
+#[cfg(target_arch = "x86_64")]
+fn twin_acts(k: &QuantKernels, n: usize, ncols: usize, rng: &mut StdRng) -> Vec<Vec<u8>> {
+    (0..ncols)
+        .map(|c| {
+            let x: Vec<f32> = if c == 0 {
+                (0..n)
+                    .map(|i| if i % 3 == 0 { -1.0 } else { 1.0 })
+                    .collect()
+            } else {
+                random_f32(n, 2.0, rng)
+            };
+            quantize_act(k, &x)
+        })
+        .collect()
+}
+
+/// Every value of `a` and `b` has the same bits.
+#[cfg(target_arch = "x86_64")]
+fn assert_same_bits(a: &[f32], b: &[f32], what: &str) {
+    assert_eq!(a.len(), b.len(), "{what}");
+    for (i, (x, y)) in a.iter().zip(b).enumerate() {
+        assert_eq!(x.to_bits(), y.to_bits(), "{what} at {i}: {x} vs {y}");
+    }
+}
+
 #[cfg(target_arch = "x86_64")]
 #[test]
 fn vnni_gemm_equals_avx2_gemm_bit_for_bit() {
@@ -582,29 +630,10 @@ fn vnni_gemm_equals_avx2_gemm_bit_for_bit() {
         let k = kernels(ty).unwrap();
         for n in [32, 160, 576] {
             for rows in [1, 2, 3, 4, 5, 8, 11] {
-                let mut ws: Vec<Vec<u8>> = (0..rows).map(|_| random_row(ty, n, &mut rng)).collect();
                 // Rows 0 and 1 at the extremes of the storage range.
-                for (r, fill) in [(0, 0x00u8), (1, 0xFF)] {
-                    if r < rows {
-                        for b in ws[r].chunks_exact_mut(ty.type_size()) {
-                            let first = f16_fields(ty).iter().max().unwrap() + 2;
-                            b[first..].fill(fill);
-                        }
-                    }
-                }
+                let ws = twin_rows(ty, n, rows, &[(0, 0x00), (1, 0xFF)], &mut rng);
                 for ncols in [1, 3, GEMM_COLS] {
-                    let acts: Vec<Vec<u8>> = (0..ncols)
-                        .map(|c| {
-                            let x: Vec<f32> = if c == 0 {
-                                (0..n)
-                                    .map(|i| if i % 3 == 0 { -1.0 } else { 1.0 })
-                                    .collect()
-                            } else {
-                                random_f32(n, 2.0, &mut rng)
-                            };
-                            quantize_act(k, &x)
-                        })
-                        .collect();
+                    let acts = twin_acts(k, n, ncols, &mut rng);
                     let wr: Vec<&[u8]> = ws.iter().map(|v| v.as_slice()).collect();
                     let ar: Vec<&[u8]> = acts.iter().map(|v| v.as_slice()).collect();
                     let (qb, sb) = panel_sizes(k.act, n);
@@ -614,16 +643,11 @@ fn vnni_gemm_equals_avx2_gemm_bit_for_bit() {
                     let mut b = vec![f32::NAN; rows * GEMM_COLS];
                     plain(n, &wr, &ar, &q, &s, &mut a);
                     vnni(n, &wr, &ar, &q, &s, &mut b);
-                    for i in 0..rows * GEMM_COLS {
-                        assert_eq!(
-                            a[i].to_bits(),
-                            b[i].to_bits(),
-                            "{} n={n} rows={rows} cols={ncols} at {i}: {} vs {}",
-                            ty.name(),
-                            a[i],
-                            b[i]
-                        );
-                    }
+                    assert_same_bits(
+                        &a,
+                        &b,
+                        &format!("{} n={n} rows={rows} cols={ncols}", ty.name()),
+                    );
                     ran += 1;
                 }
             }
@@ -653,44 +677,21 @@ fn vnni_tile_equals_avx2_tile_bit_for_bit() {
         let k = kernels(ty).unwrap();
         for n in [32, 96, 576] {
             for rows in [1, 15, 16, 17, 35, 48] {
-                let mut ws: Vec<Vec<u8>> = (0..rows).map(|_| random_row(ty, n, &mut rng)).collect();
-                for (r, fill) in [(0, 0x00u8), (1, 0xFF), (16, 0x00), (17, 0xFF)] {
-                    if r < rows {
-                        for b in ws[r].chunks_exact_mut(ty.type_size()) {
-                            let first = f16_fields(ty).iter().max().unwrap() + 2;
-                            b[first..].fill(fill);
-                        }
-                    }
-                }
+                let extremes = [(0, 0x00), (1, 0xFF), (16, 0x00), (17, 0xFF)];
+                let ws = twin_rows(ty, n, rows, &extremes, &mut rng);
                 for ncols in [1, 2, 3, 8, 9] {
-                    let acts: Vec<Vec<u8>> = (0..ncols)
-                        .map(|c| {
-                            let x: Vec<f32> = if c == 0 {
-                                (0..n)
-                                    .map(|i| if i % 3 == 0 { -1.0 } else { 1.0 })
-                                    .collect()
-                            } else {
-                                random_f32(n, 2.0, &mut rng)
-                            };
-                            quantize_act(k, &x)
-                        })
-                        .collect();
+                    let acts = twin_acts(k, n, ncols, &mut rng);
                     let wr: Vec<&[u8]> = ws.iter().map(|v| v.as_slice()).collect();
                     let ar: Vec<&[u8]> = acts.iter().map(|v| v.as_slice()).collect();
                     let mut a = vec![f32::NAN; rows * ncols];
                     let mut b = vec![f32::NAN; rows * ncols];
                     plain(n, &wr, &ar, &mut a);
                     vnni(n, &wr, &ar, &mut b);
-                    for i in 0..rows * ncols {
-                        assert_eq!(
-                            a[i].to_bits(),
-                            b[i].to_bits(),
-                            "{} n={n} rows={rows} cols={ncols} at {i}: {} vs {}",
-                            ty.name(),
-                            a[i],
-                            b[i]
-                        );
-                    }
+                    assert_same_bits(
+                        &a,
+                        &b,
+                        &format!("{} n={n} rows={rows} cols={ncols}", ty.name()),
+                    );
                     ran += 1;
                 }
             }
