@@ -45,7 +45,7 @@ TOPICS = ["the sea", "a robot", "Paris", "prime numbers", "tea", "winter", "a ri
 
 async def one_request(client: openai.AsyncOpenAI, i: int) -> tuple[str, int, int]:
     """Request i (its shape varies with i); returns (finish_reason, tokens
-    the usage reports or the stream delivered, max_tokens)."""
+    the usage reports, max_tokens)."""
     max_tokens = 4 + i % 13
     topic = TOPICS[i % len(TOPICS)]
     stop = ["\n\n"] if i % 5 == 0 else None
@@ -66,14 +66,20 @@ async def one_request(client: openai.AsyncOpenAI, i: int) -> tuple[str, int, int
             prompt=f"A short note about {topic}:",
             max_tokens=max_tokens,
             stream=True,
+            stream_options={"include_usage": True},
             stop=stop,
         )
-        finish, pieces = "", 0
+        finish, pieces, used = "", 0, -1
         async for chunk in stream:
             for ch in chunk.choices:
                 pieces += bool(ch.text)
                 finish = ch.finish_reason or finish
-        return finish, pieces, max_tokens
+            if chunk.usage is not None:
+                used = chunk.usage.completion_tokens
+        # Text held back as a possible start of a stop string is flushed in
+        # one more chunk when the length runs out: a piece per token, + 1.
+        assert used >= 0 and pieces <= used + 1, (pieces, used)
+        return finish, used, max_tokens
     done = await client.completions.create(
         model=MODEL,
         prompt=f"Write about {topic}.",
