@@ -207,19 +207,12 @@ fn add_rows(
     }
 }
 
-/// `out += sum_j t[j] * Bt[k0 + j]`.
+/// `out += sum_j t[j] * Bt[k0 + j]`, with the bits of one axpy per rank.
 fn add_b(vk: &VecKernels, bt: &Store, t: &[f32], k0: usize, no: usize, out: &mut [f32]) {
+    let rows = k0 * no..(k0 + t.len()) * no;
     match bt {
-        Store::F16(b) => {
-            for (&tj, br) in t.iter().zip(b[k0 * no..].chunks_exact(no)) {
-                (vk.axpy_f16)(out, tj, br);
-            }
-        }
-        Store::F32(b) => {
-            for (&tj, br) in t.iter().zip(b[k0 * no..].chunks_exact(no)) {
-                (vk.axpy)(out, tj, br);
-            }
-        }
+        Store::F16(b) => (kernels::matching(vk).axpy_rows_f16)(out, t, &b[rows]),
+        Store::F32(b) => (vk.axpy_rows)(out, t, &b[rows]),
     }
 }
 
