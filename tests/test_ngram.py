@@ -212,6 +212,55 @@ def test_adaptive_k_follows_agreement_and_cost(level: str, monkeypatch: pytest.M
     assert st.propose(100)[2] == []
 
 
+def test_estimates_start_as_running_means_and_settle_into_averages() -> None:
+    st = NgramDraft().new_state([1, 2, 3, 4, 5, 1, 2])
+    n, proposal, drafts, _ = st.propose(100)
+    assert n == 2 and drafts == []
+    # The prior counts as one observation: one agreeing token moves the
+    # estimate halfway to 1, three put it past 0.75 (an average with a
+    # weight of 0.2 from the start would be at 0.54).
+    st.feedback(n, proposal, 0, [proposal[0]])
+    assert st.agree[n] == pytest.approx(0.1 + 0.9 / 2)
+    for _ in range(2):
+        st.feedback(n, proposal, 0, [proposal[0]])
+    assert st.agree[n] > 0.75 and st.count[n] == 3 and st.count_all == 3
+    assert st.propose(100)[2]  # drafting after three agreeing tokens
+    # Later observations weigh _ALPHA each: one miss after many hits.
+    for _ in range(40):
+        st.feedback(n, proposal, 0, [proposal[0]])
+    before = st.agree[n]
+    st.feedback(n, proposal, 0, [proposal[0] + 1])
+    assert st.agree[n] == pytest.approx(before * (1 - ngram_draft._ALPHA))
+
+
+def test_estimates_round_trip_and_older_states_load_settled() -> None:
+    st = NgramDraft().new_state([1, 2, 3, 1, 2])
+    n, proposal, _, _ = st.propose(100)
+    st.feedback(n, proposal, 0, [proposal[0]])
+    saved = st.export()
+    twin = NgramDraft().new_state()
+    twin.load(saved)
+    assert (twin.agree, twin.agree_all, twin.count, twin.count_all) == (
+        st.agree,
+        st.agree_all,
+        st.count,
+        st.count_all,
+    )
+    # A state written before counts were kept resumes past the start.
+    old = NgramDraft().new_state()
+    old.load({"agree": saved["agree"], "agree_all": saved["agree_all"]})
+    assert old.count == {n: ngram_draft._SETTLED} and old.count_all == ngram_draft._SETTLED
+    for bad in (
+        {**saved, "count": {"7": 1}},
+        {**saved, "count": {str(n): -1}},
+        {**saved, "count": {str(n): True}},
+        {**saved, "count_all": 2.5},
+        {k: v for k, v in saved.items() if k != "count_all"},
+    ):
+        with pytest.raises(ValueError, match="count"):
+            NgramDraft().new_state().load(bad)
+
+
 def test_shared_cache_drafts_an_earlier_requests_tokens(target: Engine) -> None:
     cache = NgramCache(n=3)
     greedy = SamplerConfig.greedy()
