@@ -70,6 +70,27 @@ def test_a_copying_prompt_accepts_most_drafts(target: Engine) -> None:
     assert se.stats.rounds < 25
 
 
+def test_drafts_stop_at_max_tokens(target: Engine) -> None:
+    """A call verifies no draft past its max_tokens: nothing is held back
+    for the next call to evaluate again, and continuations in small pieces
+    give the tokens of one call."""
+    greedy = SamplerConfig.greedy()
+    whole = SpeculativeEngine(target, NgramDraft()).generate(
+        PROMPTS[0], 40, sampler=greedy, ignore_eos=True
+    )
+    se = SpeculativeEngine(target, NgramDraft())
+    got: list[int] = []
+    prompt = PROMPTS[0]
+    while len(got) < 40:
+        c = se.generate(prompt, min(5, 40 - len(got)), sampler=greedy, ignore_eos=True)
+        prompt = ""
+        got += c.tokens
+        assert se._ahead == []
+        assert se._t.n_past == len(se.tokens) - 1  # the pending token is not evaluated
+    assert got == whole.tokens
+    assert se.stats.drafted > 0
+
+
 def test_sampling_keeps_the_target_distribution(target: Engine) -> None:
     """Chi-square of the first sampled token against the target's own
     distribution (top-k 6), on a prompt whose end repeats an earlier
@@ -91,11 +112,12 @@ def test_sampling_keeps_the_target_distribution(target: Engine) -> None:
         # A prior that always drafts, so the rule is exercised every time.
         assert se._ng is not None
         se._ng.agree = {n_: 0.95 for n_ in range(1, 5)}
-        # The prompt alone, then one token: it is drawn in a round that
-        # verifies a draft (right after a prompt the first token comes from
-        # the prompt pass, as Engine's does).
+        # The prompt alone, then two tokens (drafts stop at max_tokens):
+        # the first is drawn in a round that verifies a draft (right after
+        # a prompt the first token comes from the prompt pass, as Engine's
+        # does).
         se.generate(prompt, 0, sampler=cfg)
-        tok = se.generate("", 1, sampler=cfg, ignore_eos=True).tokens[0]
+        tok = se.generate("", 2, sampler=cfg, ignore_eos=True).tokens[0]
         counts[tok] += 1
         drafted += se.stats.drafted
         rejected += se.stats.rejected
@@ -126,7 +148,6 @@ def test_oxispec1_continues_exactly_in_another_process(target: Engine, tmp_path:
         cfg = SamplerConfig(**kw)
         se = SpeculativeEngine(target, NgramDraft(n_max=3, num_speculative=6), seed=21)
         whole[name] = se.generate(PROMPTS[0], 60, sampler=cfg, ignore_eos=True).tokens
-        stats[name] = [se.stats.drafted, se.stats.accepted]
         se.reset()
         first[name] = se.generate(PROMPTS[0], 20, sampler=cfg, ignore_eos=True).tokens
         path = tmp_path / f"{name}.oxispec"
@@ -134,6 +155,12 @@ def test_oxispec1_continues_exactly_in_another_process(target: Engine, tmp_path:
         info = json.loads(bytes(decode(path.read_bytes(), magic=spec_format.MAGIC)[1][1]))
         assert info["draft"]["method"] == "ngram" and info["draft"]["n_max"] == 3
         jobs[name] = (str(path), kw)
+        # The same 20 + 40 in this process: what the restored run must
+        # draft (drafts stop at a call's max_tokens, so the round at the
+        # cut can differ from the 60-token run's; the tokens cannot).
+        rest = se.generate("", 40, sampler=cfg, ignore_eos=True).tokens
+        assert first[name] + rest == whole[name], name
+        stats[name] = [se.stats.drafted, se.stats.accepted]
     run = subprocess.run(
         [sys.executable, "-c", CHILD, json.dumps(jobs)],
         capture_output=True,
@@ -144,8 +171,9 @@ def test_oxispec1_continues_exactly_in_another_process(target: Engine, tmp_path:
     rest = json.loads(run.stdout.strip().splitlines()[-1])
     for name in cases:
         assert first[name] + rest[name] == whole[name], name
-    # Greedy: the restored adaptive state drafts exactly as the whole run.
-    assert rest["greedy_stats"] == stats["greedy"]
+    # The restored adaptive state drafts exactly as the run that went on.
+    for name in cases:
+        assert rest[name + "_stats"] == stats[name], name
 
 
 def test_grammar_constrains_ngram_drafts(target: Engine) -> None:

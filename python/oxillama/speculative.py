@@ -277,6 +277,8 @@ class SpeculativeEngine:
         #: the same as 60 at once (also across a snapshot).
         self._ahead: list[int] = []
         self._ahead_complete: int | None = None
+        #: Tokens the running call may still emit (bounds n-gram drafts).
+        self._left = 1 << 30
         self._complete_at: int | None = None
         if getattr(self, "_lookahead", None) is not None:
             self._lookahead = None
@@ -453,9 +455,18 @@ class SpeculativeEngine:
     ) -> tuple[int, _Ps]:
         """The target's own token at ``row`` from its live chain, which then
         takes it (the next row's history includes it)."""
-        p32, p = self._probs(self._ts, row, allowed)
-        tok = int(np.argmax(p32)) if greedy else self._draw(p)
-        pt = float(p32[tok])
+        if greedy:
+            # At temperature 0 the chain's distribution is the point mass at
+            # the argmax `sample` returns (it draws nothing, changes
+            # nothing): no vocabulary-sized arrays per verified row.
+            tok, pt = (
+                int(self._ts.sample(np.ascontiguousarray(row, dtype=np.float32), allowed)),
+                1.0,
+            )
+        else:
+            p32, p = self._probs(self._ts, row, allowed)
+            tok = self._draw(p)
+            pt = float(p32[tok])
         self._ts.advance(tok, pt)
         return tok, (pt, None)
 
@@ -490,7 +501,13 @@ class SpeculativeEngine:
                 finally:
                     self._t.exact_rows = False
         ng.sync(self._tokens + first if first else self._tokens)
-        n, proposal, drafts, _ = ng.propose(self._n_ctx - n0 - 1)
+        # Drafts past the call's max_tokens would be verified, held back,
+        # dropped from the cache at the end of the call (it holds only
+        # committed tokens) and evaluated again by the next call: cut them.
+        # The tokens do not depend on the cut (each row's token is drawn as
+        # without speculation).
+        room = min(self._n_ctx - n0 - 1, self._left - len(first) - 1)
+        n, proposal, drafts, _ = ng.propose(max(room, 0))
         if m is not None:
             # Only drafts the grammar allows are verified; the target's rows
             # at those positions see the same matcher states.
@@ -832,6 +849,7 @@ class SpeculativeEngine:
             if self._ahead:
                 batch, ps, complete_at = self._ahead, self._ahead_ps, self._ahead_complete
             else:
+                self._left = max_tokens - len(generated)
                 batch, ps = self._round(greedy)
                 complete_at = self._complete_at
             self._ahead, self._ahead_ps, self._ahead_complete = [], [], None
