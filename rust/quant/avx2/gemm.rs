@@ -134,6 +134,26 @@ unsafe fn compute<F: Block32, const N: usize>(
     }
 }
 
+/// The lengths every 32-element GEMM entry reads (rows of `nb` blocks,
+/// `groups` panels and their scales, 8 outputs per row and group); the
+/// kernels' safety rests on this one check.
+pub(super) fn check_operands<F: Block32>(
+    nb: usize,
+    w_rows: &[&[u8]],
+    panel: &[u8],
+    scales: &[f32],
+    groups: usize,
+    out: &[f32],
+) {
+    assert!(
+        w_rows.iter().all(|w| w.len() >= nb * F::W)
+            && panel.len() >= groups * nb * PANEL_BLOCK
+            && scales.len() >= groups * nb * PANEL_SCALES
+            && out.len() >= groups * w_rows.len() * C,
+        "gemm operand too short"
+    );
+}
+
 /// Safe entry: `groups` panels back to back in `panel` and `scales`,
 /// `out[(g * rows + r) * 8 + c]`; checks every length the kernel reads,
 /// then runs it, decoding each row once for all the panels.
@@ -147,20 +167,14 @@ pub(super) fn gemm<F: Block32>(
 ) {
     let nb = n / 32;
     let n_rows = w_rows.len();
-    assert!(
-        w_rows.iter().all(|w| w.len() >= nb * F::W)
-            && panel.len() >= groups * nb * PANEL_BLOCK
-            && scales.len() >= groups * nb * PANEL_SCALES
-            && out.len() >= groups * n_rows * C,
-        "gemm operand too short"
-    );
+    check_operands::<F>(nb, w_rows, panel, scales, groups, out);
     let mut dec = vec![0u8; R * nb * 32];
     let ps = (panel.as_ptr(), scales.as_ptr(), groups);
     let d = dec.as_mut_ptr();
     let stride = n_rows * C;
     let mut r = 0;
     // SAFETY (both calls): the table holding this function is installed
-    // only after AVX2, FMA and F16C were detected; the assert bounds every
+    // only after AVX2, FMA and F16C were detected; `check_operands` bounds every
     // read of the rows, panels and scales, `dec` holds R rows, and `out`
     // 8 floats for each row of each group.
     while r + R <= n_rows {

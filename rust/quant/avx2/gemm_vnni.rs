@@ -203,13 +203,7 @@ pub(super) fn gemm<F: Block32>(
     let nb = n / 32;
     let rows = w_rows.len();
     let (qb, sb) = (nb * PANEL_BLOCK, nb * PANEL_SCALES);
-    assert!(
-        w_rows.iter().all(|w| w.len() >= nb * F::W)
-            && panel.len() >= groups * qb
-            && scales.len() >= groups * sb
-            && out.len() >= groups * rows * C,
-        "gemm operand too short"
-    );
+    super::gemm::check_operands::<F>(nb, w_rows, panel, scales, groups, out);
     let mut dec = vec![0u8; P * nb * PAIR_BYTES];
     let (pn, sc, d) = (panel.as_ptr(), scales.as_ptr(), dec.as_mut_ptr());
     let o = out.as_mut_ptr();
@@ -224,7 +218,7 @@ pub(super) fn gemm<F: Block32>(
     };
     let mut r = 0;
     // SAFETY (all calls): the table holding this entry calls it only after
-    // `available()`; the assert bounds every read of the rows, panels and
+    // `available()`; `check_operands` bounds every read of the rows, panels and
     // scales and every write of `out` (8 floats per row and group, the
     // odd last row through `two`), and `dec` holds P pairs.
     while r + 2 * P <= rows {

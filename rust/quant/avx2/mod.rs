@@ -551,13 +551,29 @@ fn gemm_block32<F: Block32>(
     }
 }
 
+/// `$twins!(format)` for a 32-element format type, `None` for the rest:
+/// the one list of those formats the twin tables below share.
+#[cfg(test)]
+macro_rules! by_block32 {
+    ($ty:expr, $twins:ident) => {{
+        use crate::quant::GgmlType as T;
+        match $ty {
+            T::Q4_0 => $twins!(q4_0::Q4_0),
+            T::Q4_1 => $twins!(q4_1::Q4_1),
+            T::Q5_0 => $twins!(q5_0::Q5_0),
+            T::Q5_1 => $twins!(q5_1::Q5_1),
+            T::Q8_0 => $twins!(q8_0::Q8_0),
+            _ => None,
+        }
+    }};
+}
+
 /// The AVX2 and the AVX-512 VNNI tile of each 32-element format (the
 /// latter `None` on a CPU without it), for the twin tests.
 #[cfg(test)]
 pub fn block32_tile_twins(
     ty: crate::quant::GgmlType,
 ) -> Option<(crate::quant::TileFn, Option<crate::quant::TileFn>)> {
-    use crate::quant::GgmlType as T;
     macro_rules! twins {
         ($f:ty) => {{
             fn avx2(n: usize, w: &[&[u8]], a: &[&[u8]], o: &mut [f32]) {
@@ -573,14 +589,7 @@ pub fn block32_tile_twins(
             ))
         }};
     }
-    match ty {
-        T::Q4_0 => twins!(q4_0::Q4_0),
-        T::Q4_1 => twins!(q4_1::Q4_1),
-        T::Q5_0 => twins!(q5_0::Q5_0),
-        T::Q5_1 => twins!(q5_1::Q5_1),
-        T::Q8_0 => twins!(q8_0::Q8_0),
-        _ => None,
-    }
+    by_block32!(ty, twins)
 }
 
 /// The AVX2 and the AVX-512 VNNI GEMM of each 32-element format (the
@@ -589,7 +598,6 @@ pub fn block32_tile_twins(
 pub fn block32_gemm_twins(
     ty: crate::quant::GgmlType,
 ) -> Option<(crate::quant::GemmFn, Option<crate::quant::GemmFn>)> {
-    use crate::quant::GgmlType as T;
     macro_rules! twins {
         ($f:ty) => {{
             fn avx2(n: usize, w: &[&[u8]], a: &[&[u8]], q: &[u8], s: &[f32], o: &mut [f32]) {
@@ -605,14 +613,7 @@ pub fn block32_gemm_twins(
             ))
         }};
     }
-    match ty {
-        T::Q4_0 => twins!(q4_0::Q4_0),
-        T::Q4_1 => twins!(q4_1::Q4_1),
-        T::Q5_0 => twins!(q5_0::Q5_0),
-        T::Q5_1 => twins!(q5_1::Q5_1),
-        T::Q8_0 => twins!(q8_0::Q8_0),
-        _ => None,
-    }
+    by_block32!(ty, twins)
 }
 
 /// Declares `vec_dot_*` and `tile_*` for a `Block32` format.
