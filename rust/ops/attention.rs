@@ -26,6 +26,22 @@ const DECODE_UNITS: usize = 16;
 /// Fewest keys worth a decode split of their own.
 const MIN_SPLIT: usize = 64;
 
+/// One pool thread's buffers for `decode_many`'s units, kept between
+/// units and steps: a unit allocated its query copy, its scores and its
+/// key tile anew, a few thousand allocations a step once several rows
+/// (a batch, verification rows) attend, which a profile put at 3% of a
+/// four-row verification pass.
+#[derive(Default)]
+struct UnitBufs {
+    q: Vec<f32>,
+    scores: Vec<f32>,
+    tile: Vec<f32>,
+}
+
+thread_local! {
+    static UNIT_BUFS: std::cell::RefCell<UnitBufs> = std::cell::RefCell::new(UnitBufs::default());
+}
+
 pub struct AttnParams {
     pub n_head: usize,
     pub n_head_kv: usize,
@@ -439,69 +455,78 @@ pub fn decode_many(
             }
             let keys = r.cache.keys(layer, g, r.pos + 1);
             let round = rounds(keys);
-            let mut qbuf = r.q[g * group * p.dim_k..(g + 1) * group * p.dim_k].to_vec();
-            if round {
-                (vk.scale_round16)(&mut qbuf, 1.0);
-            }
-            let queries: Vec<Query<'_>> = qbuf
-                .chunks_exact(p.dim_k)
-                .map(|qv| Query {
-                    q: qv,
-                    lo: a,
-                    hi: b,
-                })
-                .collect();
-            let mut local = vec![0f32; group * (b - a)];
-            let mut tile = Vec::new();
-            scores(
-                vk,
-                &queries,
-                keys,
-                p.dim_k,
-                (p.scale, p.softcap),
-                a,
-                b - a,
-                &mut local,
-                &mut tile,
-            );
-            if !split(i) {
-                for row in local.chunks_exact_mut(b - a) {
-                    softmax(vk, row, row_max(row), round);
+            UNIT_BUFS.with_borrow_mut(|ub| {
+                let UnitBufs {
+                    q: qbuf,
+                    scores: local,
+                    tile,
+                } = ub;
+                qbuf.clear();
+                qbuf.extend_from_slice(&r.q[g * group * p.dim_k..(g + 1) * group * p.dim_k]);
+                if round {
+                    (vk.scale_round16)(qbuf, 1.0);
                 }
-                let mut accs: Vec<&mut [f32]> = (0..group)
-                    .map(|gi| {
-                        // SAFETY: this unit alone covers the heads of group g
-                        // of row i (the row has one split).
-                        let o = unsafe { outs[i].slice((g * group + gi) * p.dim_v, p.dim_v) };
-                        o.fill(0.0);
-                        o
+                let queries: Vec<Query<'_>> = qbuf
+                    .chunks_exact(p.dim_k)
+                    .map(|qv| Query {
+                        q: qv,
+                        lo: a,
+                        hi: b,
                     })
                     .collect();
-                let vals = r.cache.values(layer, g, r.pos + 1);
-                weighted_values(
+                // Every score is written by `scores` before it is read.
+                local.resize(group * (b - a), 0.0);
+                let local = &mut local[..group * (b - a)];
+                scores(
                     vk,
                     &queries,
-                    vals,
-                    p.dim_v,
+                    keys,
+                    p.dim_k,
+                    (p.scale, p.softcap),
                     a,
                     b - a,
-                    &local,
-                    &mut accs,
-                    &mut tile,
+                    local,
+                    tile,
                 );
-                return;
-            }
-            for (gi, src) in local.chunks_exact(b - a).enumerate() {
-                let hq = g * group + gi;
-                // SAFETY: unit (i, g, s) owns keys a..b of the heads of group
-                // g in row i, and slot (hq, s) of that row's maxima.
-                unsafe {
-                    shs[i]
-                        .slice(hq * pl.span + (a - pl.lo), b - a)
-                        .copy_from_slice(src);
-                    mxs[i].slice(hq * pl.n_split + s, 1)[0] = row_max(src);
+                if !split(i) {
+                    for row in local.chunks_exact_mut(b - a) {
+                        softmax(vk, row, row_max(row), round);
+                    }
+                    let mut accs: Vec<&mut [f32]> = (0..group)
+                        .map(|gi| {
+                            // SAFETY: this unit alone covers the heads of group g
+                            // of row i (the row has one split).
+                            let o = unsafe { outs[i].slice((g * group + gi) * p.dim_v, p.dim_v) };
+                            o.fill(0.0);
+                            o
+                        })
+                        .collect();
+                    let vals = r.cache.values(layer, g, r.pos + 1);
+                    weighted_values(
+                        vk,
+                        &queries,
+                        vals,
+                        p.dim_v,
+                        a,
+                        b - a,
+                        local,
+                        &mut accs,
+                        tile,
+                    );
+                    return;
                 }
-            }
+                for (gi, src) in local.chunks_exact(b - a).enumerate() {
+                    let hq = g * group + gi;
+                    // SAFETY: unit (i, g, s) owns keys a..b of the heads of group
+                    // g in row i, and slot (hq, s) of that row's maxima.
+                    unsafe {
+                        shs[i]
+                            .slice(hq * pl.span + (a - pl.lo), b - a)
+                            .copy_from_slice(src);
+                        mxs[i].slice(hq * pl.n_split + s, 1)[0] = row_max(src);
+                    }
+                }
+            });
         });
     }
     let split_rows: Vec<usize> = (0..rows.len()).filter(|&i| split(i)).collect();
@@ -560,10 +585,19 @@ pub fn decode_many(
                 .map(|gi| unsafe { ps.slice((gu * group + gi) * p.dim_v, p.dim_v) })
                 .collect();
             let weights = &alls[i][g * group * pl.span..(g + 1) * group * pl.span];
-            let mut tile = Vec::new();
-            weighted_values(
-                vk, &queries, vals, p.dim_v, pl.lo, pl.span, weights, &mut accs, &mut tile,
-            );
+            UNIT_BUFS.with_borrow_mut(|ub| {
+                weighted_values(
+                    vk,
+                    &queries,
+                    vals,
+                    p.dim_v,
+                    pl.lo,
+                    pl.span,
+                    weights,
+                    &mut accs,
+                    &mut ub.tile,
+                );
+            });
         });
     }
     for (k, &i) in split_rows.iter().enumerate() {
