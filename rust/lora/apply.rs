@@ -211,7 +211,7 @@ fn add_rows(
 fn add_b(vk: &VecKernels, bt: &Store, t: &[f32], k0: usize, no: usize, out: &mut [f32]) {
     let rows = k0 * no..(k0 + t.len()) * no;
     match bt {
-        Store::F16(b) => (kernels::matching(vk).axpy_rows_f16)(out, t, &b[rows]),
+        Store::F16(b) => (vk.axpy_rows_f16)(out, t, &b[rows]),
         Store::F32(b) => (vk.axpy_rows)(out, t, &b[rows]),
     }
 }

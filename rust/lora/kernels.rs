@@ -15,10 +15,6 @@ pub struct LoraKernels {
     pub dots_f16: fn(&[f32], &[u16], &mut [f32]),
     /// The same with f32 rows.
     pub dots_f32: fn(&[f32], &[f32], &mut [f32]),
-    /// `y += sum_j t[j] * b[j]` over the `t.len()` rows of `b` (f16 bits,
-    /// each `y.len()` long), with the bits of one `VecKernels::axpy_f16`
-    /// per row in row order (the matching table's).
-    pub axpy_rows_f16: fn(&mut [f32], &[f32], &[u16]),
     pub name: &'static str,
 }
 
@@ -26,7 +22,6 @@ pub fn scalar() -> &'static LoraKernels {
     static K: LoraKernels = LoraKernels {
         dots_f16: scalar_impl::dots_f16,
         dots_f32: scalar_impl::dots_f32,
-        axpy_rows_f16: scalar_impl::axpy_rows_f16,
         name: "scalar",
     };
     &K
@@ -75,13 +70,6 @@ mod scalar_impl {
             *o = x.iter().zip(row).map(|(v, w)| v * w).sum();
         }
     }
-
-    pub fn axpy_rows_f16(y: &mut [f32], t: &[f32], b: &[u16]) {
-        let n = y.len();
-        for (&tj, row) in t.iter().zip(b.chunks_exact(n.max(1))) {
-            (crate::ops::vec::scalar().axpy_f16)(y, tj, row);
-        }
-    }
 }
 
 #[cfg(target_arch = "x86_64")]
@@ -94,7 +82,6 @@ mod avx2 {
     pub static KERNELS: LoraKernels = LoraKernels {
         dots_f16,
         dots_f32,
-        axpy_rows_f16,
         name: "avx2",
     };
 
@@ -217,56 +204,6 @@ mod avx2 {
             j += 1;
         }
     }
-    fn axpy_rows_f16(y: &mut [f32], t: &[f32], b: &[u16]) {
-        assert!(b.len() >= t.len() * y.len(), "B holds too few rows");
-        // SAFETY: installed only when `available()` is true; the assert
-        // bounds every row.
-        unsafe { axpy_rows_f16_impl(y, t, b) }
-    }
-
-    /// Up to 64 elements of `y` stay in registers while every rank's row
-    /// is added: one load and one store of `y` for all the ranks instead
-    /// of one per rank (a third of the adapters' time in a batch of eight
-    /// went to those). Per element the FMAs run in rank order, and the
-    /// tail is `y += t * b` unfused, exactly as repeated `axpy_f16` calls.
-    #[target_feature(enable = "avx2,fma,f16c")]
-    unsafe fn axpy_rows_f16_impl(y: &mut [f32], t: &[f32], b: &[u16]) {
-        const E: usize = 8;
-        let d = y.len();
-        let bp = b.as_ptr();
-        let load = |p: *const u16| _mm256_cvtph_ps(_mm_loadu_si128(p as *const __m128i));
-        let mut e0 = 0;
-        // SAFETY (all loads and stores): e0 + 8 * E <= d, or e0 + 8 <= d,
-        // within `y` and within each of the t.len() rows of `b`.
-        while e0 + 8 * E <= d {
-            let yp = y.as_mut_ptr().add(e0);
-            let mut acc: [__m256; E] = std::array::from_fn(|k| _mm256_loadu_ps(yp.add(8 * k)));
-            for (j, &tj) in t.iter().enumerate() {
-                let tv = _mm256_set1_ps(tj);
-                for (k, a) in acc.iter_mut().enumerate() {
-                    *a = _mm256_fmadd_ps(tv, load(bp.add(j * d + e0 + 8 * k)), *a);
-                }
-            }
-            for (k, a) in acc.iter().enumerate() {
-                _mm256_storeu_ps(yp.add(8 * k), *a);
-            }
-            e0 += 8 * E;
-        }
-        while e0 + 8 <= d {
-            let yp = y.as_mut_ptr().add(e0);
-            let mut a = _mm256_loadu_ps(yp);
-            for (j, &tj) in t.iter().enumerate() {
-                a = _mm256_fmadd_ps(_mm256_set1_ps(tj), load(bp.add(j * d + e0)), a);
-            }
-            _mm256_storeu_ps(yp, a);
-            e0 += 8;
-        }
-        for (j, &tj) in t.iter().enumerate() {
-            for i in e0..d {
-                y[i] += tj * half::f16::from_bits(b[j * d + i]).to_f32();
-            }
-        }
-    }
 }
 
 #[cfg(test)]
@@ -303,30 +240,6 @@ mod tests {
                     let mut one = [0f32];
                     (b.dots_f32)(&x, &a32[j * n..(j + 1) * n], &mut one);
                     assert_eq!(one[0].to_bits(), o[2][j].to_bits());
-                }
-            }
-        }
-    }
-
-    #[test]
-    fn axpy_rows_f16_has_the_bits_of_one_axpy_per_row() {
-        use crate::ops::vec;
-        for d in [1, 7, 8, 63, 64, 72, 192, 576, 1539] {
-            for rank in [1, 3, 8, 16] {
-                let t: Vec<f32> = (0..rank).map(|j| (j as f32 * 0.7).sin()).collect();
-                let b: Vec<u16> = (0..rank * d)
-                    .map(|i| f16::from_f32((i as f32 * 0.013).cos()).to_bits())
-                    .collect();
-                let y0: Vec<f32> = (0..d).map(|i| (i as f32 * 0.29).sin()).collect();
-                for (lk, vk) in [(scalar(), vec::scalar()), (best(), vec::best())] {
-                    let mut want = y0.clone();
-                    for (j, &tj) in t.iter().enumerate() {
-                        (vk.axpy_f16)(&mut want, tj, &b[j * d..(j + 1) * d]);
-                    }
-                    let mut got = y0.clone();
-                    (lk.axpy_rows_f16)(&mut got, &t, &b);
-                    let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
-                    assert_eq!(bits(&got), bits(&want), "{} d={d} rank={rank}", lk.name);
                 }
             }
         }

@@ -21,6 +21,9 @@ pub struct VecKernels {
     /// `y += sum_j w[j] * tile[j]`, rows in order, with the exact arithmetic
     /// of one `axpy` per row (one FMA per element and row).
     pub axpy_rows: fn(&mut [f32], &[f32], &[f32]),
+    /// The same with `tile` as f16 bits: the bits of one `axpy_f16` per
+    /// row, in row order (a LoRA adapter's B side adds every rank so).
+    pub axpy_rows_f16: fn(&mut [f32], &[f32], &[u16]),
     /// `x = exp(x - m)` with `ops::exp` (SIMD and scalar agree bit for bit).
     pub exp_shifted: fn(&mut [f32], f32),
     /// `x = f16(x * s)` as f32, rounding to nearest even (bit for bit in
@@ -38,6 +41,7 @@ pub fn scalar() -> &'static VecKernels {
         f16_to_f32: scalar_impl::f16_to_f32,
         dot_rows: scalar_impl::dot_rows,
         axpy_rows: scalar_impl::axpy_rows,
+        axpy_rows_f16: scalar_impl::axpy_rows_f16,
         exp_shifted: scalar_impl::exp_shifted,
         scale_round16: scalar_impl::scale_round16,
         name: "scalar",
@@ -133,6 +137,13 @@ mod scalar_impl {
         }
     }
 
+    pub fn axpy_rows_f16(y: &mut [f32], w: &[f32], tile: &[u16]) {
+        let d = y.len();
+        for (&wj, row) in w.iter().zip(tile.chunks_exact(d.max(1))) {
+            axpy_f16(y, wj, row);
+        }
+    }
+
     pub fn exp_shifted(x: &mut [f32], m: f32) {
         for v in x {
             *v = crate::ops::exp::exp(*v - m);
@@ -161,6 +172,7 @@ mod avx2 {
         f16_to_f32,
         dot_rows,
         axpy_rows,
+        axpy_rows_f16,
         exp_shifted,
         scale_round16,
         name: "avx2",
@@ -426,43 +438,103 @@ mod avx2 {
         unsafe { axpy_rows_impl(y, w, tile) }
     }
 
-    /// Up to 64 elements of `y` stay in registers while every row is added,
-    /// instead of a load and a store of `y` per row. Per element the FMAs
-    /// run in row order, exactly as repeated `axpy` calls.
+    fn axpy_rows_f16(y: &mut [f32], w: &[f32], tile: &[u16]) {
+        assert!(tile.len() >= w.len() * y.len(), "tile too short");
+        // SAFETY: installed only when AVX2, FMA and F16C are present; the
+        // assert bounds every row.
+        unsafe { axpy_rows_f16_impl(y, w, tile) }
+    }
+
     #[target_feature(enable = "avx2,fma")]
     unsafe fn axpy_rows_impl(y: &mut [f32], w: &[f32], tile: &[f32]) {
+        // SAFETY: the caller's contract.
+        unsafe { axpy_rows_body(y, w, tile) }
+    }
+
+    #[target_feature(enable = "avx2,fma,f16c")]
+    unsafe fn axpy_rows_f16_impl(y: &mut [f32], w: &[f32], tile: &[u16]) {
+        // SAFETY: the caller's contract.
+        unsafe { axpy_rows_body(y, w, tile) }
+    }
+
+    /// An element type of an `axpy_rows` tile: f32, or f16 bits.
+    trait TileElem: Copy {
+        /// Eight elements from `p` as f32.
+        ///
+        /// # Safety
+        /// Eight elements are readable at `p`; AVX (and F16C for f16).
+        unsafe fn load8(p: *const Self) -> __m256;
+        fn to_f32(self) -> f32;
+    }
+
+    impl TileElem for f32 {
+        #[inline(always)]
+        unsafe fn load8(p: *const f32) -> __m256 {
+            // SAFETY: the trait's contract.
+            unsafe { _mm256_loadu_ps(p) }
+        }
+        #[inline(always)]
+        fn to_f32(self) -> f32 {
+            self
+        }
+    }
+
+    impl TileElem for u16 {
+        #[inline(always)]
+        unsafe fn load8(p: *const u16) -> __m256 {
+            // SAFETY: the trait's contract.
+            unsafe { _mm256_cvtph_ps(_mm_loadu_si128(p as *const __m128i)) }
+        }
+        #[inline(always)]
+        fn to_f32(self) -> f32 {
+            half::f16::from_bits(self).to_f32()
+        }
+    }
+
+    /// Up to 64 elements of `y` stay in registers while every row is added,
+    /// instead of a load and a store of `y` per row. Per element the FMAs
+    /// run in row order, and the tail is `y += w * x` unfused, exactly as
+    /// repeated `axpy` (or `axpy_f16`) calls.
+    ///
+    /// # Safety
+    /// AVX2 and FMA (and F16C for f16 tiles) are available, inlined into a
+    /// function enabling them; `tile` holds `w.len()` rows of `y.len()`.
+    #[inline(always)]
+    unsafe fn axpy_rows_body<T: TileElem>(y: &mut [f32], w: &[f32], tile: &[T]) {
         const E: usize = 8;
         let d = y.len();
         let tp = tile.as_ptr();
         let mut e0 = 0;
         // SAFETY (all loads and stores): e0 + 8 * E <= d, or e0 + 8 <= d,
         // within `y` and within each of the w.len() rows of `tile`.
-        while e0 + 8 * E <= d {
-            let yp = y.as_mut_ptr().add(e0);
-            let mut acc: [__m256; E] = std::array::from_fn(|k| _mm256_loadu_ps(yp.add(8 * k)));
-            for (j, &wj) in w.iter().enumerate() {
-                let wv = _mm256_set1_ps(wj);
-                for (k, a) in acc.iter_mut().enumerate() {
-                    *a = _mm256_fmadd_ps(wv, _mm256_loadu_ps(tp.add(j * d + e0 + 8 * k)), *a);
+        unsafe {
+            while e0 + 8 * E <= d {
+                let yp = y.as_mut_ptr().add(e0);
+                let mut acc: [__m256; E] = std::array::from_fn(|k| _mm256_loadu_ps(yp.add(8 * k)));
+                for (j, &wj) in w.iter().enumerate() {
+                    let wv = _mm256_set1_ps(wj);
+                    for (k, a) in acc.iter_mut().enumerate() {
+                        *a = _mm256_fmadd_ps(wv, T::load8(tp.add(j * d + e0 + 8 * k)), *a);
+                    }
                 }
+                for (k, a) in acc.iter().enumerate() {
+                    _mm256_storeu_ps(yp.add(8 * k), *a);
+                }
+                e0 += 8 * E;
             }
-            for (k, a) in acc.iter().enumerate() {
-                _mm256_storeu_ps(yp.add(8 * k), *a);
+            while e0 + 8 <= d {
+                let yp = y.as_mut_ptr().add(e0);
+                let mut a = _mm256_loadu_ps(yp);
+                for (j, &wj) in w.iter().enumerate() {
+                    a = _mm256_fmadd_ps(_mm256_set1_ps(wj), T::load8(tp.add(j * d + e0)), a);
+                }
+                _mm256_storeu_ps(yp, a);
+                e0 += 8;
             }
-            e0 += 8 * E;
-        }
-        while e0 + 8 <= d {
-            let yp = y.as_mut_ptr().add(e0);
-            let mut a = _mm256_loadu_ps(yp);
-            for (j, &wj) in w.iter().enumerate() {
-                a = _mm256_fmadd_ps(_mm256_set1_ps(wj), _mm256_loadu_ps(tp.add(j * d + e0)), a);
-            }
-            _mm256_storeu_ps(yp, a);
-            e0 += 8;
         }
         for e in e0..d {
             for (j, &wj) in w.iter().enumerate() {
-                y[e] += wj * tile[j * d + e];
+                y[e] += wj * tile[j * d + e].to_f32();
             }
         }
     }
@@ -578,6 +650,18 @@ mod tests {
                 }
                 assert_eq!(y1, y3, "d={d} rows={rows}");
                 assert!(y1.iter().zip(&y2).all(|(p, q)| (p - q).abs() < 1e-4));
+                // The f16 tile: the bits of one axpy_f16 per row, in both
+                // tables.
+                for k in [s, b] {
+                    let mut want = y0.clone();
+                    for j in 0..rows {
+                        (k.axpy_f16)(&mut want, w[j], &th[j * d..(j + 1) * d]);
+                    }
+                    let mut got = y0.clone();
+                    (k.axpy_rows_f16)(&mut got, &w, &th);
+                    let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
+                    assert_eq!(bits(&got), bits(&want), "{} d={d} rows={rows}", k.name);
+                }
             }
         }
     }
