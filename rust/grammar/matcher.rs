@@ -1,7 +1,7 @@
 //! The live matcher of one generation: its current set of parse stacks, the
 //! history that `rollback` returns to, and its mask caches.
 
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, OnceLock};
 
 use rustc_hash::FxHashMap;
 
@@ -16,11 +16,15 @@ use crate::{Error, Result};
 /// cleared.
 const MAX_LOCALS: usize = 8192;
 
-/// Local walks keyed by stack top, shared by the matchers of one program
-/// and vocabulary.
+/// What the matchers of one program and vocabulary share: local walks
+/// keyed by stack top, and the program's shortest completions (computed on
+/// first use). The table lives here rather than in `Program` so that the
+/// program, which the stacks and the table are built from, depends on
+/// neither.
 #[derive(Default)]
 pub struct LocalCache {
     map: Mutex<FxHashMap<LocalKey, Arc<Local>>>,
+    shortest: OnceLock<Table>,
 }
 
 impl LocalCache {
@@ -103,7 +107,7 @@ impl Matcher {
 
     fn shortest(&self) -> &Table {
         let prog = &self.stacks.prog;
-        prog.shortest.get_or_init(|| Table::new(prog))
+        self.locals.shortest.get_or_init(|| Table::new(prog))
     }
 
     /// One shortest (in bytes) completion from here, as text: `None` when

@@ -28,8 +28,6 @@ pub struct Program {
     /// Per rule, the start position of each alternative.
     pub rules: Vec<Vec<u32>>,
     pub root: u32,
-    /// Shortest completions, computed on first use.
-    pub shortest: std::sync::OnceLock<super::shortest::Table>,
 }
 
 /// Elements beyond this are refused (the Python compiler stops at 1M).
@@ -84,7 +82,6 @@ impl Program {
             classes: Vec::new(),
             rules: Vec::with_capacity(n_rules),
             root,
-            shortest: std::sync::OnceLock::new(),
         };
         for _ in 0..n_rules {
             let n_alts = r.count("alternatives", 1)?;
