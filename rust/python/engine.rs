@@ -11,23 +11,14 @@ use pyo3::types::{PyBytes, PyDict};
 use super::errors::{guard, IntoPyResult, Poison};
 use super::gguf::PyGgufFile;
 use super::lora::PyLoraAdapter;
+use super::model::PyModel;
 use crate::lora::ActiveLora;
 use crate::model::kv_pool::{KvPool, PAGE};
 use crate::model::pager::{Evict, OffloadSpec};
 use crate::model::{KvDtype, Model, Session};
 use crate::threadpool::{physical_cores, shared_pool};
 
-#[pyclass(name = "Model", module = "oxillama._native", frozen)]
-pub struct PyModel {
-    inner: Arc<Model>,
-}
-
-impl PyModel {
-    pub fn arc(&self) -> Arc<Model> {
-        Arc::clone(&self.inner)
-    }
-}
-
+/// The class is declared in `model.rs` (which `lora.rs` imports too).
 #[pymethods]
 impl PyModel {
     #[new]

@@ -6,9 +6,9 @@ use std::sync::Arc;
 use pyo3::prelude::*;
 use pyo3::types::PyDict;
 
-use super::engine::PyModel;
 use super::errors::{guard, IntoPyResult};
 use super::gguf::PyGgufFile;
+use super::model::PyModel;
 use crate::lora::LoraAdapter;
 
 #[pyclass(name = "LoraAdapter", module = "oxillama._native", frozen)]

@@ -8,6 +8,7 @@ mod errors;
 mod gguf;
 mod grammar;
 mod lora;
+mod model;
 mod quant;
 mod sampler;
 mod testing;
