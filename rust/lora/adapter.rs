@@ -9,9 +9,8 @@
 use std::collections::HashMap;
 use std::sync::Arc;
 
-use super::targets::{targets, Target, TargetKind};
+use super::targets::{targets, BaseModel, Target, TargetKind};
 use crate::gguf::GgufFile;
-use crate::model::forward::Model;
 use crate::quant::{dequantize_row, GgmlType};
 use crate::{Error, Result};
 
@@ -115,7 +114,7 @@ fn meta_str<'a>(f: &'a GgufFile, key: &str) -> Option<&'a str> {
 }
 
 impl LoraAdapter {
-    pub fn load(f: &GgufFile, model: &Model) -> Result<LoraAdapter> {
+    pub fn load(f: &GgufFile, model: &BaseModel<'_>) -> Result<LoraAdapter> {
         match meta_str(f, "general.type") {
             Some("adapter") => {}
             other => {
@@ -222,13 +221,13 @@ impl LoraAdapter {
             weights,
             by_offset,
             embedding,
-            base: Arc::as_ptr(&model.file) as usize,
+            base: Arc::as_ptr(model.file) as usize,
         })
     }
 
-    /// Whether this adapter was checked against `model`'s file.
-    pub fn fits(&self, model: &Model) -> bool {
-        self.base == Arc::as_ptr(&model.file) as usize
+    /// Whether this adapter was checked against the model of `file`.
+    pub fn fits(&self, file: &Arc<GgufFile>) -> bool {
+        self.base == Arc::as_ptr(file) as usize
     }
 
     /// The pair modifying the matrix stored at `offset`, if any.
@@ -264,7 +263,11 @@ fn pairs_missing_a(base: &str, f: &GgufFile) -> bool {
     f.tensor(&format!("{base}.lora_a")).is_none()
 }
 
-fn check_target(model: &Model, allowed: &HashMap<String, Target>, base: &str) -> Result<Target> {
+fn check_target(
+    model: &BaseModel<'_>,
+    allowed: &HashMap<String, Target>,
+    base: &str,
+) -> Result<Target> {
     if let Some(t) = allowed.get(base) {
         return Ok(*t);
     }

@@ -10,7 +10,7 @@
 
 use super::adapter::{ActiveLora, LoraWeight, Store};
 use super::kernels;
-use crate::model::forward::{Pass, Segment};
+use crate::model::pass::{Pass, Segment};
 use crate::model::weights::MatRef;
 use crate::ops::vec::VecKernels;
 use crate::threadpool::{SharedMut, ThreadPool};

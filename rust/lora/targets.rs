@@ -3,8 +3,23 @@
 //! target is refused naming it, so no delta is ever dropped silently.
 
 use std::collections::HashMap;
+use std::sync::Arc;
 
-use crate::model::forward::Model;
+use crate::gguf::GgufFile;
+use crate::model::config::ModelConfig;
+
+/// The base model an adapter is checked against: its file and config, and
+/// where its token embedding and output head are stored (one offset when
+/// the head is tied to the embedding). `Model::lora_base` gives one; the
+/// LoRA code takes this rather than the model so that it stays below the
+/// forward pass, which applies its deltas.
+#[derive(Clone, Copy)]
+pub struct BaseModel<'a> {
+    pub file: &'a Arc<GgufFile>,
+    pub cfg: &'a ModelConfig,
+    pub tok_embd_offset: usize,
+    pub output_offset: usize,
+}
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum TargetKind {
@@ -63,8 +78,8 @@ fn layer_names(arch: &str, fused_qkv: bool) -> &'static [&'static str] {
 }
 
 /// Every tensor name of `model` an adapter may target, with its shape.
-pub fn targets(model: &Model) -> HashMap<String, Target> {
-    let f = &*model.file;
+pub fn targets(model: &BaseModel<'_>) -> HashMap<String, Target> {
+    let f = &**model.file;
     let mut out = HashMap::new();
     let mut add = |name: String, kind: TargetKind| {
         if let Some(t) = f.tensor(&name) {
@@ -89,7 +104,7 @@ pub fn targets(model: &Model) -> HashMap<String, Target> {
             add(format!("blk.{il}.{name}.weight"), TargetKind::Matmul);
         }
     }
-    let (embd, output) = (model.tok_embd_offset(), model.output_offset());
+    let (embd, output) = (model.tok_embd_offset, model.output_offset);
     // A tied head multiplies by the embedding matrix: the lookup delta and
     // the head delta would need one pair in two layouts (llama.cpp fails
     // there), so neither is offered.

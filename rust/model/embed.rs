@@ -6,9 +6,10 @@
 
 use std::sync::Arc;
 
-use super::forward::{Model, Scratch, Segment};
+use super::forward::Model;
 use super::kv_cache::{KvCache, KvDtype};
 use super::kv_pool::{KvPool, PAGE};
+use super::pass::{Scratch, Segment};
 use crate::lora::ActiveLora;
 use crate::ops::vec::VecKernels;
 use crate::threadpool::ThreadPool;
@@ -28,7 +29,7 @@ pub fn embed_hidden(
 ) -> Result<Vec<f32>> {
     let c = &model.cfg;
     for l in loras {
-        if !l.adapter.fits(model) {
+        if !l.adapter.fits(&model.file) {
             return Err(Error::lora("the LoRA adapter was loaded for another model"));
         }
         if !l.scale.is_finite() {

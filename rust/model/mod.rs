@@ -9,6 +9,7 @@ pub mod kv_cache;
 pub mod kv_dtype;
 pub mod kv_pool;
 pub mod pager;
+pub mod pass;
 pub mod recurrent;
 pub mod session;
 pub mod weights;

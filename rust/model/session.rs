@@ -2,9 +2,10 @@
 
 use std::sync::Arc;
 
-use super::forward::{Model, Scratch, Segment};
+use super::forward::Model;
 use super::kv_cache::{KvCache, KvDtype};
 use super::kv_pool::KvPool;
+use super::pass::{Scratch, Segment};
 use super::recurrent::Recurrent;
 use crate::lora::ActiveLora;
 use crate::ops::vec::{self, VecKernels};
@@ -100,7 +101,7 @@ impl Session {
     /// adapters active then, as in llama.cpp.
     pub fn set_loras(&mut self, loras: Vec<ActiveLora>) -> Result<()> {
         for l in &loras {
-            if !l.adapter.fits(&self.model) {
+            if !l.adapter.fits(&self.model.file) {
                 return Err(Error::lora("the LoRA adapter was loaded for another model"));
             }
             if !l.scale.is_finite() {

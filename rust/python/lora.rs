@@ -22,7 +22,7 @@ impl PyLoraAdapter {
     #[new]
     fn new(py: Python<'_>, model: &PyModel, file: &PyGgufFile) -> PyResult<Self> {
         let (m, f) = (model.arc(), Arc::clone(&file.inner));
-        let a = guard(|| py.detach(|| LoraAdapter::load(&f, &m)).py_err())?;
+        let a = guard(|| py.detach(|| LoraAdapter::load(&f, &m.lora_base())).py_err())?;
         Ok(PyLoraAdapter { inner: Arc::new(a) })
     }
 

@@ -9,7 +9,7 @@ use super::{Arch, Loaded};
 use crate::gguf::GgufFile;
 use crate::model::blocks::{residual_add, AttnOpts, AttnWeights, FfnWeights, Norm};
 use crate::model::config::{Meta, ModelConfig, NormKind};
-use crate::model::forward::{Pass, Scratch};
+use crate::model::pass::{Pass, Scratch};
 use crate::model::weights::{matrix, opt_vector, vector, MatRef, Tensors};
 use crate::quant::dequantize_row;
 use crate::{Error, Result};

@@ -8,7 +8,7 @@ use crate::gguf::GgufFile;
 use crate::model::blocks::ffn::Activation;
 use crate::model::blocks::{residual_add, AttnOpts, AttnWeights, FfnWeights, Norm};
 use crate::model::config::{Meta, ModelConfig, NormKind};
-use crate::model::forward::{fit, Pass, Scratch};
+use crate::model::pass::{fit, Pass, Scratch};
 use crate::model::weights::Tensors;
 use crate::Result;
 

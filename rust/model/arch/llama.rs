@@ -9,7 +9,7 @@ use crate::model::blocks::ffn::{Activation, Ffn};
 use crate::model::blocks::moe::MoeWeights;
 use crate::model::blocks::{residual_add, AttnOpts, AttnWeights, FfnWeights, Norm};
 use crate::model::config::{Meta, ModelConfig, NormKind};
-use crate::model::forward::{fit, Pass, Scratch};
+use crate::model::pass::{fit, Pass, Scratch};
 use crate::model::weights::Tensors;
 use crate::ops::rope::RopeOrder;
 use crate::Result;

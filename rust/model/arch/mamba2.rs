@@ -9,7 +9,7 @@ use super::{Arch, Loaded};
 use crate::gguf::GgufFile;
 use crate::model::blocks::{residual_add, Norm};
 use crate::model::config::{Meta, ModelConfig, NormKind, SsmConfig};
-use crate::model::forward::{fit, Pass, Scratch};
+use crate::model::pass::{fit, Pass, Scratch};
 use crate::model::weights::{vector, MatRef, Tensors};
 use crate::ops::matmul::matmul;
 use crate::ops::norm::rms_norm_inplace;

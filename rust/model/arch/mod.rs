@@ -13,7 +13,7 @@ pub mod phi3;
 pub mod starcoder2;
 
 use super::config::{Meta, ModelConfig};
-use super::forward::{Pass, Scratch};
+use super::pass::{Pass, Scratch};
 use super::weights::{opt_vector, vector};
 use crate::gguf::GgufFile;
 use crate::{Error, Result};

@@ -5,7 +5,7 @@
 use super::{add_bias, Norm};
 use crate::lora;
 use crate::model::config::NormKind;
-use crate::model::forward::{fit, Pass, Scratch, Segment};
+use crate::model::pass::{fit, Pass, Scratch, Segment};
 use crate::model::weights::{MatRef, Tensors};
 use crate::ops::attention::{attention, decode_many, AttnParams, DecodeRow};
 use crate::ops::matmul::{matmul, matmul_multi};

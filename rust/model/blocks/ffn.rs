@@ -4,7 +4,7 @@
 use super::add_bias;
 use super::moe::MoeWeights;
 use crate::lora;
-use crate::model::forward::{fit, Pass, Scratch};
+use crate::model::pass::{fit, Pass, Scratch};
 use crate::model::weights::{MatRef, Tensors};
 use crate::ops::activation::{geglu, gelu, swiglu};
 use crate::ops::matmul::{matmul, matmul_multi};

@@ -3,7 +3,7 @@
 //! and their outputs are summed weighted by the renormalized
 //! probabilities, in selection order as llama.cpp sums them.
 
-use crate::model::forward::{fit, Pass, Scratch};
+use crate::model::pass::{fit, Pass, Scratch};
 use crate::model::weights::{expert_matrices, MatRef, Tensors};
 use crate::ops::activation::swiglu;
 use crate::ops::matmul::{matmul, matmul_multi};
