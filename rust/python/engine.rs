@@ -522,17 +522,16 @@ fn write_hashed<'py>(
         )))
         .py_err();
     }
-    let buf = pyo3::buffer::PyBuffer::<u8>::get(data)?;
-    if !buf.is_c_contiguous() {
+    // The export keeps the memory allocated and unresized for this whole
+    // call; the caller's contract (above) is that no thread writes it while
+    // we read it with the GIL released.
+    let Ok(export) = super::buffer::Export::get(data, false) else {
         return Err(crate::Error::invalid(
             "write_hashed needs a contiguous buffer",
         ))
         .py_err();
-    }
-    // SAFETY: `buf` holds the export for this whole call, so the memory is
-    // allocated and `len_bytes()` long and cannot be resized; the caller's
-    // contract (above) is that no thread writes it while we read.
-    let bytes = unsafe { std::slice::from_raw_parts(buf.buf_ptr() as *const u8, buf.len_bytes()) };
+    };
+    let bytes = export.bytes();
     // SAFETY: `fd` is non-negative and open in the caller, which keeps it
     // open for the call; ManuallyDrop keeps us from closing it.
     let file = std::mem::ManuallyDrop::new(unsafe { std::fs::File::from_raw_fd(fd) });
