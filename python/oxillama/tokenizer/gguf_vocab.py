@@ -195,7 +195,10 @@ class GgufVocab:
     add_bos: bool
     add_eos: bool
     add_space_prefix: bool
-    #: WordPiece: append the separator token after the text (and EOS).
+    #: ``add_sep_token`` as llama.cpp reads it for WordPiece (default on);
+    #: always false for other models, whose tokenizers never add it. Like
+    #: add_bos/add_eos it is the file's word only: llama.cpp's WordPiece
+    #: add_special is always [BOS] text [SEP] (Tokenizer.from_gguf_metadata).
     add_sep: bool
     eog_ids: frozenset[int]
 
@@ -351,7 +354,7 @@ class GgufVocab:
 
         add_bos = flag("add_bos_token", add_bos)
         add_eos = flag("add_eos_token", add_eos)
-        # WordPiece ends a text with the separator ([SEP]) unless told not to.
+        # llama.cpp's defaults for WordPiece: BOS and separator on, EOS off.
         add_sep = kind == "wpm" and flag("add_sep_token", True)
         if add_sep and special.get("sep") is None:
             raise LoadError("tokenizer.ggml.add_sep_token is true but there is no separator token")

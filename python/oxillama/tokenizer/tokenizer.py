@@ -142,7 +142,17 @@ class Tokenizer:
             AddedToken(v.tokens[i], special=False, normalized=False) for i in v.user_defined_ids()
         ]
         hf.add_tokens(added)
-        _set_post_processor(hf, v)
+        if v.kind == "wpm":
+            # llama.cpp's WordPiece add_special is always [BOS] text [SEP]:
+            # it reads add_bos/add_eos/add_sep from the file (its reranking
+            # prompts use them) but its tokenizer never consults them.
+            add_bos, add_eos, sep = True, False, v.sep_id
+        else:
+            add_bos, add_eos, sep = v.add_bos, v.add_eos, None
+        before = [v.bos_id] if add_bos and v.bos_id is not None else []
+        after = [v.eos_id] if add_eos and v.eos_id is not None else []
+        after += [sep] if sep is not None else []
+        _set_post_processor(hf, v.tokens, before, after)
         pieces = _gguf_pieces(v.tokens, v.attrs, v.kind)
         return cls(
             hf,
@@ -155,11 +165,11 @@ class Tokenizer:
             bos_id=v.bos_id,
             eos_id=v.eos_id,
             eot_id=v.eot_id,
-            add_bos=v.add_bos,
-            add_eos=v.add_eos,
+            add_bos=add_bos,
+            add_eos=add_eos,
             add_space_prefix=v.add_space_prefix,
             prenormalize=prenormalize if v.kind == "wpm" else None,
-            sep_id=v.sep_id if v.add_sep else None,
+            sep_id=sep,
         )
 
     @classmethod
@@ -379,26 +389,25 @@ class Tokenizer:
         return self._pieces[token]
 
 
-def _set_post_processor(hf: HFTokenizer, v: GgufVocab) -> None:
-    """BOS/EOS as the model adds them, so that ``hf.encode(text)`` alone (and
-    a tokenizer.json saved from it) behaves like llama.cpp's add_special."""
-    single, specials = "$A", []
-    if v.add_bos and v.bos_id is not None:
-        single = f"{v.tokens[v.bos_id]} {single}"
-        specials.append((v.tokens[v.bos_id], v.bos_id))
-    if v.add_eos and v.eos_id is not None:
-        single = f"{single} {v.tokens[v.eos_id]}"
-        if v.eos_id != v.bos_id:
-            specials.append((v.tokens[v.eos_id], v.eos_id))
-    if v.add_sep and v.sep_id is not None:
-        single = f"{single} {v.tokens[v.sep_id]}"
-        if v.sep_id not in (v.bos_id, v.eos_id):
-            specials.append((v.tokens[v.sep_id], v.sep_id))
-    if specials:
-        pair = single + " " + single.replace("$A", "$B")
-        hf.post_processor = processors.TemplateProcessing(
-            single=single, pair=pair, special_tokens=specials
-        )
+def _set_post_processor(
+    hf: HFTokenizer, tokens: Sequence[str], before: Sequence[int], after: Sequence[int]
+) -> None:
+    """The tokens add_special puts before and after the text, as the HF
+    post-processor, so that ``hf.encode(text)`` alone (and a tokenizer.json
+    saved from it) behaves like llama.cpp's add_special."""
+    if not before and not after:
+        return
+
+    def template(seq: str) -> str:
+        return " ".join([*(tokens[i] for i in before), seq, *(tokens[i] for i in after)])
+
+    single = template("$A")
+    # HF wants every token of the template listed, each once, however many
+    # roles (BOS, EOS, separator) it plays.
+    specials = [(tokens[i], i) for i in dict.fromkeys([*before, *after])]
+    hf.post_processor = processors.TemplateProcessing(
+        single=single, pair=f"{single} {template('$B')}", special_tokens=specials
+    )
 
 
 def _gguf_pieces(tokens: Sequence[str], attrs: Sequence[int], kind: str) -> list[bytes]:
