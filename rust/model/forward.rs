@@ -6,10 +6,10 @@
 
 use std::sync::{Arc, RwLock};
 
-use super::arch::bert::EncoderInput;
-use super::arch::{self, Arch, RopeFactors};
+use super::arch;
 use super::blocks::Norm;
-use super::config::ModelConfig;
+use super::config::{Meta, ModelConfig};
+use super::family::{Arch, EncoderInput};
 use super::pager::{LayerPager, OffloadSpec, PagerPass, PagerStats};
 use super::pass::{fit, Pass, Scratch, Segment};
 use super::weights::{matrix, opt_vector, vector, MatRef};
@@ -40,6 +40,48 @@ impl Ropes {
     }
 }
 
+/// Per-pair rotary frequency factors: `rope_freqs` (Llama 3.1 style, one
+/// set), or LongRoPE's `rope_factors_short` / `_long`, the long ones for a
+/// session whose context exceeds `original_ctx` (as llama.cpp chooses).
+struct RopeFactors {
+    short: Vec<f32>,
+    long: Vec<f32>,
+    original_ctx: usize,
+}
+
+impl RopeFactors {
+    fn read(f: &GgufFile, cfg: &ModelConfig) -> Result<Option<Self>> {
+        let half = cfg.rope_dims / 2;
+        if f.tensor("rope_freqs.weight").is_some() {
+            let v = vector(f, "rope_freqs.weight", half)?;
+            return Ok(Some(RopeFactors {
+                short: v.clone(),
+                long: v,
+                original_ctx: usize::MAX,
+            }));
+        }
+        let short = opt_vector(f, "rope_factors_short.weight", half)?;
+        let long = opt_vector(f, "rope_factors_long.weight", half)?;
+        match (short, long) {
+            (None, None) => Ok(None),
+            (Some(short), Some(long)) => {
+                let m = Meta { f, arch: &cfg.arch };
+                let original_ctx = m
+                    .opt_u("rope.scaling.original_context_length")?
+                    .unwrap_or(cfg.n_ctx_train);
+                Ok(Some(RopeFactors {
+                    short,
+                    long,
+                    original_ctx,
+                }))
+            }
+            _ => Err(Error::load(
+                "rope_factors_short and rope_factors_long must come together",
+            )),
+        }
+    }
+}
+
 pub struct Model {
     pub file: Arc<GgufFile>,
     pub cfg: ModelConfig,
@@ -48,7 +90,7 @@ pub struct Model {
     /// Absent only in an encoder (BERT), whose last layer ends in a norm.
     output_norm: Option<Norm>,
     output_bias: Option<Vec<f32>>,
-    arch: Arch,
+    arch: Box<dyn Arch>,
     encoder: Option<EncoderInput>,
     ropes: Ropes,
     /// The memory budget's pager, when the model runs under one.

@@ -4,6 +4,7 @@ pub mod arch;
 pub mod blocks;
 pub mod config;
 pub mod embed;
+pub mod family;
 pub mod forward;
 pub mod kv_cache;
 pub mod kv_dtype;

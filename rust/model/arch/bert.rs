@@ -5,12 +5,12 @@
 //! bidirectional unless `bert.attention.causal` says otherwise, so the
 //! model embeds and cannot generate. There is no output norm.
 
-use super::{Arch, Loaded};
 use crate::gguf::GgufFile;
 use crate::model::blocks::{residual_add, AttnOpts, AttnWeights, FfnWeights, Norm};
 use crate::model::config::{Meta, ModelConfig, NormKind};
+use crate::model::family::{Arch, EncoderInput, Loaded};
 use crate::model::pass::{Pass, Scratch};
-use crate::model::weights::{matrix, opt_vector, vector, MatRef, Tensors};
+use crate::model::weights::{matrix, opt_vector, vector, Tensors};
 use crate::quant::dequantize_row;
 use crate::{Error, Result};
 
@@ -23,41 +23,6 @@ struct Layer {
     attn_out_norm: Norm,
     ffn: FfnWeights,
     out_norm: Norm,
-}
-
-/// What an encoder adds to the token embedding before the first layer.
-pub struct EncoderInput {
-    position: MatRef,
-    /// Row 0 of `token_types`: every token is of type 0, as llama.cpp
-    /// evaluates single texts.
-    type0: Vec<f32>,
-    norm: Norm,
-}
-
-impl EncoderInput {
-    /// `x` (`rows_pos.len() x n_embd` token embeddings) plus position and
-    /// type rows, normalized in place. A position past the table is an
-    /// error naming it, never a read out of bounds.
-    pub fn apply(&self, f: &GgufFile, rows_pos: &[usize], x: &mut [f32]) -> Result<()> {
-        let e = self.type0.len();
-        let table = self.position.view(f);
-        let mut row = vec![0f32; e];
-        for (t, &pos) in rows_pos.iter().enumerate() {
-            if pos >= self.position.rows {
-                return Err(Error::generate(format!(
-                    "position {pos} is past the model's {} position embeddings",
-                    self.position.rows
-                )));
-            }
-            dequantize_row(table.ty, table.row(pos), &mut row)?;
-            let xr = &mut x[t * e..(t + 1) * e];
-            for ((a, &p), &ty) in xr.iter_mut().zip(&row).zip(&self.type0) {
-                *a += p + ty;
-            }
-        }
-        self.norm.apply_inplace(x);
-        Ok(())
-    }
 }
 
 pub fn load(f: &GgufFile, cfg: &mut ModelConfig) -> Result<Loaded> {
@@ -87,16 +52,16 @@ pub fn load(f: &GgufFile, cfg: &mut ModelConfig) -> Result<Loaded> {
     }
     let mut type0 = vec![0f32; e];
     dequantize_row(types.ty, types.view(f).row(0), &mut type0)?;
-    let input = EncoderInput {
+    let input = EncoderInput::new(
         position,
         type0,
-        norm: Norm::from_vectors(
+        Norm::from_vectors(
             NormKind::Layer,
             vector(f, "token_embd_norm.weight", e)?,
             opt_vector(f, "token_embd_norm.bias", e)?,
             eps,
         ),
-    };
+    );
     let opts = AttnOpts {
         qkv_bias: true,
         out_bias: true,
@@ -114,14 +79,14 @@ pub fn load(f: &GgufFile, cfg: &mut ModelConfig) -> Result<Loaded> {
         })
         .collect::<Result<Vec<_>>>()?;
     Ok(Loaded {
-        arch: Arch::Bert(Bert { layers }),
+        arch: Box::new(Bert { layers }),
         tied_output: true,
         encoder: Some(input),
     })
 }
 
-impl Bert {
-    pub fn layer(&self, p: &mut Pass<'_, '_, '_>, s: &mut Scratch, il: usize) {
+impl Arch for Bert {
+    fn layer(&self, p: &mut Pass<'_, '_, '_>, s: &mut Scratch, il: usize) {
         let l = &self.layers[il];
         s.h.clone_from(&s.x);
         l.attn.forward(p, s, il);

@@ -3,11 +3,11 @@
 //! weight per head), a logit multiplier, and the output head tied to the
 //! token embedding.
 
-use super::{Arch, Loaded};
 use crate::gguf::GgufFile;
 use crate::model::blocks::ffn::Activation;
 use crate::model::blocks::{residual_add, AttnOpts, AttnWeights, FfnWeights, Norm};
 use crate::model::config::{Meta, ModelConfig, NormKind};
+use crate::model::family::{Arch, Loaded};
 use crate::model::pass::{fit, Pass, Scratch};
 use crate::model::weights::Tensors;
 use crate::Result;
@@ -49,12 +49,12 @@ pub fn load(f: &GgufFile, cfg: &mut ModelConfig) -> Result<Loaded> {
         .collect::<Result<Vec<_>>>()?;
     Ok(Loaded {
         tied_output: true,
-        ..Loaded::plain(Arch::CommandR(CommandR { layers }))
+        ..Loaded::plain(CommandR { layers })
     })
 }
 
-impl CommandR {
-    pub fn layer(&self, p: &mut Pass<'_, '_, '_>, s: &mut Scratch, il: usize) {
+impl Arch for CommandR {
+    fn layer(&self, p: &mut Pass<'_, '_, '_>, s: &mut Scratch, il: usize) {
         let l = &self.layers[il];
         let (n, e) = (p.n, p.cfg.n_embd);
         l.attn_norm.apply(&s.x, fit(&mut s.h, n * e));

@@ -4,11 +4,11 @@
 //! per-head q/k norms and a separate rope base for its local layers.
 //! (Converters store Gemma's `1 + w` norm weights already offset.)
 
-use super::{Arch, Loaded};
 use crate::gguf::GgufFile;
 use crate::model::blocks::ffn::Activation;
 use crate::model::blocks::{residual_add, AttnOpts, AttnWeights, FfnWeights, Norm};
 use crate::model::config::{Meta, ModelConfig, NormKind};
+use crate::model::family::{Arch, Loaded};
 use crate::model::pass::{fit, Pass, Scratch};
 use crate::model::weights::Tensors;
 use crate::ops::rope::RopeOrder;
@@ -72,7 +72,7 @@ fn load(f: &GgufFile, cfg: &ModelConfig, v: Variant) -> Result<Loaded> {
             })
         })
         .collect::<Result<Vec<_>>>()?;
-    Ok(Loaded::plain(Arch::Gemma(Gemma { layers })))
+    Ok(Loaded::plain(Gemma { layers }))
 }
 
 pub fn load_gemma(f: &GgufFile, cfg: &mut ModelConfig) -> Result<Loaded> {
@@ -115,8 +115,8 @@ pub fn load_gemma3(f: &GgufFile, cfg: &mut ModelConfig) -> Result<Loaded> {
     load(f, cfg, v)
 }
 
-impl Gemma {
-    pub fn layer(&self, p: &mut Pass<'_, '_, '_>, s: &mut Scratch, il: usize) {
+impl Arch for Gemma {
+    fn layer(&self, p: &mut Pass<'_, '_, '_>, s: &mut Scratch, il: usize) {
         let l = &self.layers[il];
         let (n, e) = (p.n, p.cfg.n_embd);
         l.attn_norm.apply(&s.x, fit(&mut s.h, n * e));

@@ -3,12 +3,12 @@
 //! (per-head q/k RMSNorm), Qwen3-MoE (Qwen3 with routed experts).
 //! Pre-norm attention, then a pre-norm SwiGLU MLP.
 
-use super::{Arch, Loaded};
 use crate::gguf::GgufFile;
 use crate::model::blocks::ffn::{Activation, Ffn};
 use crate::model::blocks::moe::MoeWeights;
 use crate::model::blocks::{residual_add, AttnOpts, AttnWeights, FfnWeights, Norm};
 use crate::model::config::{Meta, ModelConfig, NormKind};
+use crate::model::family::{Arch, Loaded};
 use crate::model::pass::{fit, Pass, Scratch};
 use crate::model::weights::Tensors;
 use crate::ops::rope::RopeOrder;
@@ -52,7 +52,7 @@ fn load_with(
             })
         })
         .collect::<Result<Vec<_>>>()?;
-    Ok(Loaded::plain(Arch::Llama(Llama { layers })))
+    Ok(Loaded::plain(Llama { layers }))
 }
 
 fn load(f: &GgufFile, cfg: &ModelConfig, opts: AttnOpts) -> Result<Loaded> {
@@ -140,8 +140,8 @@ pub fn load_qwen3(f: &GgufFile, cfg: &mut ModelConfig) -> Result<Loaded> {
     load(f, cfg, opts)
 }
 
-impl Llama {
-    pub fn layer(&self, p: &mut Pass<'_, '_, '_>, s: &mut Scratch, il: usize) {
+impl Arch for Llama {
+    fn layer(&self, p: &mut Pass<'_, '_, '_>, s: &mut Scratch, il: usize) {
         let l = &self.layers[il];
         let (n, e, r) = (p.n, p.cfg.n_embd, p.cfg.residual_mul);
         l.attn_norm.apply(&s.x, fit(&mut s.h, n * e));

@@ -5,10 +5,10 @@
 //! the output projection. The per-sequence state lives in the segment's
 //! `RecurrentState`; the rows of a segment are scanned in order.
 
-use super::{Arch, Loaded};
 use crate::gguf::GgufFile;
 use crate::model::blocks::{residual_add, Norm};
 use crate::model::config::{Meta, ModelConfig, NormKind, SsmConfig};
+use crate::model::family::{Arch, Loaded};
 use crate::model::pass::{fit, Pass, Scratch};
 use crate::model::weights::{vector, MatRef, Tensors};
 use crate::ops::matmul::matmul;
@@ -83,11 +83,11 @@ pub fn load(f: &GgufFile, cfg: &mut ModelConfig) -> Result<Loaded> {
             })
         })
         .collect::<Result<Vec<_>>>()?;
-    Ok(Loaded::plain(Arch::Mamba2(Mamba2 { layers })))
+    Ok(Loaded::plain(Mamba2 { layers }))
 }
 
-impl Mamba2 {
-    pub fn layer(&self, p: &mut Pass<'_, '_, '_>, s: &mut Scratch, il: usize) {
+impl Arch for Mamba2 {
+    fn layer(&self, p: &mut Pass<'_, '_, '_>, s: &mut Scratch, il: usize) {
         let Some(c) = p.cfg.ssm else { return };
         let l = &self.layers[il];
         let (n, e, f) = (p.n, p.cfg.n_embd, p.file);

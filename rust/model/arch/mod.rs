@@ -1,7 +1,9 @@
 //! One file per architecture family, each holding its `load` (which reads
 //! its metadata extras and its tensors) and its `layer` (composed from the
 //! shared blocks). `ARCHS` is the one list of names we run; a file whose
-//! `general.architecture` is not in it is refused naming it.
+//! `general.architecture` is not in it is refused naming it. The families
+//! implement `family::Arch` and never import this file, which names them;
+//! only the forward pass imports it, to find a file's entry.
 
 pub mod bert;
 pub mod command_r;
@@ -12,108 +14,8 @@ pub mod olmo2;
 pub mod phi3;
 pub mod starcoder2;
 
-use super::config::{Meta, ModelConfig};
-use super::pass::{Pass, Scratch};
-use super::weights::{opt_vector, vector};
-use crate::gguf::GgufFile;
+use super::family::ArchEntry;
 use crate::{Error, Result};
-
-/// The loaded architecture. One `match` per layer, no `dyn` in the loop.
-pub enum Arch {
-    Llama(llama::Llama),
-    Gemma(gemma::Gemma),
-    Phi3(phi3::Phi3),
-    CommandR(command_r::CommandR),
-    Starcoder2(starcoder2::Starcoder2),
-    Mamba2(mamba2::Mamba2),
-    Olmo2(olmo2::Olmo2),
-    Bert(bert::Bert),
-}
-
-impl Arch {
-    pub fn layer(&self, p: &mut Pass<'_, '_, '_>, s: &mut Scratch, il: usize) {
-        match self {
-            Arch::Llama(a) => a.layer(p, s, il),
-            Arch::Gemma(a) => a.layer(p, s, il),
-            Arch::Phi3(a) => a.layer(p, s, il),
-            Arch::CommandR(a) => a.layer(p, s, il),
-            Arch::Starcoder2(a) => a.layer(p, s, il),
-            Arch::Mamba2(a) => a.layer(p, s, il),
-            Arch::Olmo2(a) => a.layer(p, s, il),
-            Arch::Bert(a) => a.layer(p, s, il),
-        }
-    }
-}
-
-/// Per-pair rotary frequency factors: `rope_freqs` (Llama 3.1 style, one
-/// set), or LongRoPE's `rope_factors_short` / `_long`, the long ones for a
-/// session whose context exceeds `original_ctx` (as llama.cpp chooses).
-pub struct RopeFactors {
-    pub short: Vec<f32>,
-    pub long: Vec<f32>,
-    pub original_ctx: usize,
-}
-
-impl RopeFactors {
-    pub fn read(f: &GgufFile, cfg: &ModelConfig) -> Result<Option<Self>> {
-        let half = cfg.rope_dims / 2;
-        if f.tensor("rope_freqs.weight").is_some() {
-            let v = vector(f, "rope_freqs.weight", half)?;
-            return Ok(Some(RopeFactors {
-                short: v.clone(),
-                long: v,
-                original_ctx: usize::MAX,
-            }));
-        }
-        let short = opt_vector(f, "rope_factors_short.weight", half)?;
-        let long = opt_vector(f, "rope_factors_long.weight", half)?;
-        match (short, long) {
-            (None, None) => Ok(None),
-            (Some(short), Some(long)) => {
-                let m = Meta { f, arch: &cfg.arch };
-                let original_ctx = m
-                    .opt_u("rope.scaling.original_context_length")?
-                    .unwrap_or(cfg.n_ctx_train);
-                Ok(Some(RopeFactors {
-                    short,
-                    long,
-                    original_ctx,
-                }))
-            }
-            _ => Err(Error::load(
-                "rope_factors_short and rope_factors_long must come together",
-            )),
-        }
-    }
-}
-
-/// What an architecture's loader hands the shared model.
-pub struct Loaded {
-    pub arch: Arch,
-    /// The output head is the token embedding even if `output.weight`
-    /// exists (Command-R).
-    pub tied_output: bool,
-    /// An encoder's position and token-type embeddings and their norm.
-    pub encoder: Option<bert::EncoderInput>,
-}
-
-impl Loaded {
-    pub fn plain(arch: Arch) -> Self {
-        Loaded {
-            arch,
-            tied_output: false,
-            encoder: None,
-        }
-    }
-}
-
-pub struct ArchEntry {
-    pub name: &'static str,
-    /// Carries a recurrent state instead of keys and values.
-    pub recurrent: bool,
-    /// Reads the architecture's metadata into `cfg` and its tensors.
-    pub load: fn(&GgufFile, &mut ModelConfig) -> Result<Loaded>,
-}
 
 pub const ARCHS: &[ArchEntry] = &[
     ArchEntry {

@@ -3,11 +3,11 @@
 //! their residual adds. OLMo 3's sliding-window layers (when the file
 //! has `attention.sliding_window`) use the plain rope.
 
-use super::{Arch, Loaded};
 use crate::gguf::GgufFile;
 use crate::model::blocks::ffn::Activation;
 use crate::model::blocks::{residual_add, AttnOpts, AttnWeights, FfnWeights, Norm};
 use crate::model::config::{Meta, ModelConfig, NormKind};
+use crate::model::family::{Arch, Loaded};
 use crate::model::pass::{Pass, Scratch};
 use crate::model::weights::Tensors;
 use crate::ops::rope::RopeOrder;
@@ -48,11 +48,11 @@ pub fn load(f: &GgufFile, cfg: &mut ModelConfig) -> Result<Loaded> {
             })
         })
         .collect::<Result<Vec<_>>>()?;
-    Ok(Loaded::plain(Arch::Olmo2(Olmo2 { layers })))
+    Ok(Loaded::plain(Olmo2 { layers }))
 }
 
-impl Olmo2 {
-    pub fn layer(&self, p: &mut Pass<'_, '_, '_>, s: &mut Scratch, il: usize) {
+impl Arch for Olmo2 {
+    fn layer(&self, p: &mut Pass<'_, '_, '_>, s: &mut Scratch, il: usize) {
         let l = &self.layers[il];
         s.h.clone_from(&s.x);
         l.attn.forward(p, s, il);

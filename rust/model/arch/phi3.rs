@@ -3,11 +3,11 @@
 //! converters do not describe it correctly); we do as it does, so both
 //! engines compute the same function.
 
-use super::{Arch, Loaded};
 use crate::gguf::GgufFile;
 use crate::model::blocks::ffn::Activation;
 use crate::model::blocks::{residual_add, AttnOpts, AttnWeights, FfnWeights, Norm};
 use crate::model::config::{ModelConfig, NormKind};
+use crate::model::family::{Arch, Loaded};
 use crate::model::pass::{fit, Pass, Scratch};
 use crate::model::weights::Tensors;
 use crate::ops::rope::RopeOrder;
@@ -44,11 +44,11 @@ pub fn load(f: &GgufFile, cfg: &mut ModelConfig) -> Result<Loaded> {
             })
         })
         .collect::<Result<Vec<_>>>()?;
-    Ok(Loaded::plain(Arch::Phi3(Phi3 { layers })))
+    Ok(Loaded::plain(Phi3 { layers }))
 }
 
-impl Phi3 {
-    pub fn layer(&self, p: &mut Pass<'_, '_, '_>, s: &mut Scratch, il: usize) {
+impl Arch for Phi3 {
+    fn layer(&self, p: &mut Pass<'_, '_, '_>, s: &mut Scratch, il: usize) {
         let l = &self.layers[il];
         let (n, e) = (p.n, p.cfg.n_embd);
         l.attn_norm.apply(&s.x, fit(&mut s.h, n * e));

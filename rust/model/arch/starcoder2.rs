@@ -1,10 +1,10 @@
 //! StarCoder2: LayerNorm with bias, biases on every projection, and a
 //! plain GELU MLP (up, GELU, down) instead of a gated one.
 
-use super::{Arch, Loaded};
 use crate::gguf::GgufFile;
 use crate::model::blocks::{residual_add, AttnOpts, AttnWeights, FfnWeights, Norm};
 use crate::model::config::{ModelConfig, NormKind};
+use crate::model::family::{Arch, Loaded};
 use crate::model::pass::{fit, Pass, Scratch};
 use crate::model::weights::Tensors;
 use crate::ops::rope::RopeOrder;
@@ -41,11 +41,11 @@ pub fn load(f: &GgufFile, cfg: &mut ModelConfig) -> Result<Loaded> {
             })
         })
         .collect::<Result<Vec<_>>>()?;
-    Ok(Loaded::plain(Arch::Starcoder2(Starcoder2 { layers })))
+    Ok(Loaded::plain(Starcoder2 { layers }))
 }
 
-impl Starcoder2 {
-    pub fn layer(&self, p: &mut Pass<'_, '_, '_>, s: &mut Scratch, il: usize) {
+impl Arch for Starcoder2 {
+    fn layer(&self, p: &mut Pass<'_, '_, '_>, s: &mut Scratch, il: usize) {
         let l = &self.layers[il];
         let (n, e) = (p.n, p.cfg.n_embd);
         l.attn_norm.apply(&s.x, fit(&mut s.h, n * e));

@@ -2,9 +2,10 @@
 //! optional biases), optional per-head q/k norms, RoPE, the KV write, the
 //! attention itself, and the output projection.
 
-use super::{add_bias, Norm};
+use super::add::add_bias;
+use super::norm::Norm;
 use crate::lora;
-use crate::model::config::NormKind;
+use crate::model::config::{ModelConfig, NormKind};
 use crate::model::pass::{fit, Pass, Scratch, Segment};
 use crate::model::weights::{MatRef, Tensors};
 use crate::ops::attention::{attention, decode_many, AttnParams, DecodeRow};
@@ -52,7 +53,7 @@ pub struct AttnWeights {
 }
 
 impl AttnWeights {
-    pub fn load(t: &Tensors<'_>, cfg: &crate::model::ModelConfig, opts: AttnOpts) -> Result<Self> {
+    pub fn load(t: &Tensors<'_>, cfg: &ModelConfig, opts: AttnOpts) -> Result<Self> {
         let e = cfg.n_embd;
         let (qd, kd, vd, od) = cfg.attn_dims();
         let qkv = if opts.fused_qkv && t.has("attn_qkv") {

@@ -1,7 +1,7 @@
 //! The feed-forward variants: gated (SwiGLU / GeGLU) with separate or fused
 //! gate and up matrices, and the plain two-matrix GELU MLP.
 
-use super::add_bias;
+use super::add::add_bias;
 use super::moe::MoeWeights;
 use crate::lora;
 use crate::model::pass::{fit, Pass, Scratch};
