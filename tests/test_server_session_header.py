@@ -1,7 +1,7 @@
 """A session named by the ``X-Session-Id`` header (what a router in front
 of several replicas sees) is the same session as one named by the body's
-``session``; the two must agree, and behind a header-routing deployment
-the header is required."""
+``session``; the two must agree, and behind a header-routing deployment a
+session named in the body only is served and counted (it lost affinity)."""
 
 from __future__ import annotations
 
@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from prometheus_client.parser import text_string_to_metric_families
 from starlette.testclient import TestClient
 
 from oxillama import AsyncEngine
@@ -61,15 +62,41 @@ def test_header_and_body_must_agree(engine: AsyncEngine) -> None:
         assert bad.json()["error"]["param"] == "session"
 
 
-def test_a_header_routed_deployment_requires_the_header(engine: AsyncEngine) -> None:
-    with TestClient(build_app(engine, require_session_header=True)) as c:
-        r = _post(c, {**FIRST, "session": "s"})
-        assert r.status_code == 400
-        assert "X-Session-Id: s" in r.json()["error"]["message"]
-        assert _post(c, FIRST, "s").status_code == 200
-        # Requests without a session need no header.
-        assert _post(c, FIRST).status_code == 200
+def _without_affinity(c: TestClient) -> float | None:
+    for family in text_string_to_metric_families(c.get("/metrics").text):
+        if family.name == "oxillama:session_requests_without_affinity":
+            assert family.type == "counter"
+            return float(family.samples[0].value)
+    return None
+
+
+def test_a_header_routed_deployment_counts_sessions_named_in_the_body(
+    engine: AsyncEngine,
+) -> None:
+    """Behind a router that routes by the header, a session named only in
+    the body is served as anywhere else (the router sent it where requests
+    without a session go) and counted as a request without affinity."""
+    with TestClient(build_app(engine, routed_by_session_header=True)) as c:
+        assert _without_affinity(c) == 0
+        by_body = [_text(_post(c, {**b, "session": "s"})) for b in (FIRST, SECOND)]
+        assert _without_affinity(c) == 2
+        by_header = [_text(_post(c, b, "h")) for b in (FIRST, SECOND)]
+        agreeing = _text(_post(c, {**FIRST, "session": "a"}, "a"))
+        _text(_post(c, FIRST))
+        assert _without_affinity(c) == 2
         chat = {"messages": [{"role": "user", "content": "hi"}], "max_tokens": 2}
-        assert c.post("/v1/chat/completions", json={**chat, "session": "c"}).status_code == 400
-        ok = c.post("/v1/chat/completions", json=chat, headers={"X-Session-Id": "c"})
+        ok = c.post("/v1/chat/completions", json={**chat, "session": "c"})
         assert ok.status_code == 200, ok.text
+        assert _without_affinity(c) == 3
+        differ = _post(c, {**FIRST, "session": "one"}, "two")
+        assert differ.status_code == 400
+        assert differ.json()["error"]["param"] == "session"
+        assert _without_affinity(c) == 3
+    assert by_body == by_header
+    assert agreeing == by_body[0]
+
+
+def test_a_lone_server_has_no_affinity_to_lose(engine: AsyncEngine) -> None:
+    with TestClient(build_app(engine)) as c:
+        _text(_post(c, {**FIRST, "session": "s"}))
+        assert _without_affinity(c) is None

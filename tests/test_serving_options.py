@@ -4,6 +4,8 @@ options checked before anything starts, and what a deployment refuses."""
 
 from __future__ import annotations
 
+import os
+
 import pytest
 
 from oxillama import OxiLlamaError, ParameterError
@@ -92,3 +94,54 @@ def test_replicas_without_ray_is_refused(capsys: pytest.CaptureFixture[str]) -> 
     assert main(["serve", "--replicas", "2"]) == 2
     assert "--replicas and --max-replicas need --ray" in capsys.readouterr().err
     assert issubclass(ParameterError, OxiLlamaError)
+
+
+@pytest.mark.parametrize(
+    ("address", "env", "host", "loopback"),
+    [
+        (None, None, "127.0.0.1", True),
+        (None, None, "localhost", True),
+        (None, None, "::1", True),
+        ("local", None, "127.0.0.1", True),
+        (None, None, "0.0.0.0", False),
+        (None, None, "192.0.2.7", False),
+        ("10.0.0.5:6379", None, "127.0.0.1", False),
+        (None, "auto", "127.0.0.1", False),
+    ],
+)
+def test_a_local_cluster_is_started_on_loopback(
+    monkeypatch: pytest.MonkeyPatch, address: str | None, env: str | None, host: str, loopback: bool
+) -> None:
+    """`oxillama serve --ray` starts its local cluster with the node
+    address 127.0.0.1 (so Ray's processes listen there only) unless
+    --ray-address or $RAY_ADDRESS names a cluster or --host is another
+    interface; Ray's single-node switch is off only while it starts."""
+    import ray
+    from ray._private import ray_constants
+
+    from oxillama.serving.run import init_ray
+
+    switch = ray_constants.ENABLE_RAY_CLUSTERS_ENV_VAR
+    monkeypatch.delenv(switch, raising=False)
+    if env is None:
+        monkeypatch.delenv("RAY_ADDRESS", raising=False)
+    else:
+        monkeypatch.setenv("RAY_ADDRESS", env)
+    calls = []
+
+    def init(**kwargs: object) -> None:
+        calls.append((kwargs, os.environ.get(switch), ray_constants.ENABLE_RAY_CLUSTER))
+
+    monkeypatch.setattr(ray, "init", init)
+    multi_node_before = ray_constants.ENABLE_RAY_CLUSTER
+    init_ray(address, host, num_cpus=1)
+    [(kwargs, switch_env, multi_node)] = calls
+    assert kwargs["address"] == address and kwargs["num_cpus"] == 1
+    if loopback:
+        assert kwargs["_node_ip_address"] == "127.0.0.1"
+        assert (switch_env, multi_node) == ("0", False)
+    else:
+        assert "_node_ip_address" not in kwargs
+        assert (switch_env, multi_node) == (None, multi_node_before)
+    assert switch not in os.environ
+    assert ray_constants.ENABLE_RAY_CLUSTER == multi_node_before

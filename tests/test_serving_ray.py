@@ -2,11 +2,16 @@
 with the `openai` client. A session's turns stay on one replica; when that
 replica's actor is killed between turns 2 and 3, turn 3 is answered by the
 other replica with exactly the tokens a single process gives (greedy and
-seeded). Each replica's own metrics endpoint parses."""
+seeded), whether the session is named by the header or only in the body
+(routed without affinity, and counted). Each replica's own metrics endpoint
+parses. The local cluster listens on 127.0.0.1 only."""
 
 from __future__ import annotations
 
+import collections
+import ipaddress
 import json
+import os
 import socket
 import time
 from collections.abc import Iterator
@@ -25,6 +30,7 @@ from oxillama.models import default_model_path
 from oxillama.server.app_spec import AppSpec
 from oxillama.serving.options import RayOptions
 from oxillama.serving.ray import deployment
+from oxillama.serving.run import init_ray
 
 TURNS = [" Tell me about the sea.", " And the mountains?", " Which is older?"]
 GREEDY: dict[str, Any] = {"temperature": 0, "max_tokens": 12}
@@ -51,7 +57,7 @@ def _spec(folder: Path | None) -> AppSpec:
 def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, Path]]:
     store = tmp_path_factory.mktemp("store")
     port = _port()
-    ray.init(num_cpus=2, include_dashboard=False, logging_level="WARNING")
+    init_ray(None, "127.0.0.1", num_cpus=2, include_dashboard=False, logging_level="WARNING")
     try:
         serve.start(http_options={"host": "127.0.0.1", "port": port})
         serve.run(
@@ -70,9 +76,18 @@ def _client(url: str) -> openai.OpenAI:
     return openai.OpenAI(base_url=url + "/v1", api_key="unused", max_retries=0, timeout=120)
 
 
-def _turn(client: openai.OpenAI, sid: str, i: int, sampling: dict[str, Any]) -> tuple[str, str]:
+def _turn(
+    client: openai.OpenAI, sid: str, i: int, sampling: dict[str, Any], naming: str = "header"
+) -> tuple[str, str]:
+    """Turn ``i`` of session ``sid``, named by the ``X-Session-Id`` header or
+    only by the body's ``session`` (as against a lone `oxillama serve`)."""
+    named: dict[str, Any] = (
+        {"extra_headers": {"X-Session-Id": sid}}
+        if naming == "header"
+        else {"extra_body": {"session": sid}}
+    )
     raw = client.completions.with_raw_response.create(
-        model=MODEL, prompt=TURNS[i], extra_headers={"X-Session-Id": sid}, **sampling
+        model=MODEL, prompt=TURNS[i], **named, **sampling
     )
     replica = raw.headers["x-oxillama-replica"]
     return raw.parse().choices[0].text, replica
@@ -157,23 +172,150 @@ def test_request_ids_pass_through_once(cluster: tuple[str, Path]) -> None:
     assert r.headers.get_list("x-request-id") == ["req-42"]
 
 
+def _without_affinity(target: str) -> float:
+    """The lost-affinity counter of the replica whose metrics are at ``target``."""
+    text = httpx.get(f"http://{target}/metrics", timeout=10).text
+    for family in text_string_to_metric_families(text):
+        if family.name == "oxillama:session_requests_without_affinity":
+            assert family.type == "counter"
+            return float(family.samples[0].value)
+    raise AssertionError(f"no lost-affinity counter at {target}")
+
+
+def _metrics_target(store: Path, replica: str) -> str:
+    path = store / "metrics-targets" / f"{replica}.json"
+    return str(json.loads(path.read_text())[0]["targets"][0])
+
+
+@pytest.mark.parametrize("naming", ["header", "body"])
 @pytest.mark.parametrize(("name", "sampling"), [("greedy", GREEDY), ("seeded", SEEDED)])
 def test_session_survives_the_kill_of_its_replica(
-    cluster: tuple[str, Path], name: str, sampling: dict[str, Any]
+    cluster: tuple[str, Path], name: str, sampling: dict[str, Any], naming: str
 ) -> None:
+    """Named by the header, a session's turns stay on one replica; named in
+    the body only, each turn goes to the least loaded replica, which
+    restores the session from the store where it is not live. Either way
+    the replica of turn 2 is killed and turn 3, on the other, is exact."""
     url, store = cluster
     _running_replicas(2)
     want = _reference(f"ref-{name}", sampling)
     client = _client(url)
-    sid = f"ray-{name}"
-    t1, home = _turn(client, sid, 0, sampling)
-    t2, again = _turn(client, sid, 1, sampling)
-    assert again == home, "a session's turns stay on the replica that holds it"
+    sid = f"ray-{name}-{naming}"
+    t1, first = _turn(client, sid, 0, sampling, naming)
+    t2, home = _turn(client, sid, 1, sampling, naming)
+    if naming == "header":
+        assert home == first, "a session's turns stay on the replica that holds it"
     assert (store / f"{sid}.oxisnap").is_file()
     ray.kill(_actor(home), no_restart=True)
-    t3, other = _turn(client, sid, 2, sampling)
+    t3, other = _turn(client, sid, 2, sampling, naming)
     assert other != home
     assert [t1, t2, t3] == want
+
+
+def _without_affinity_total(store: Path) -> float:
+    """The lost-affinity counters of the live replicas, added up."""
+    live = [r["replica_id"] for r in _replica_ids()]
+    assert len(live) == 2
+    return sum(_without_affinity(_metrics_target(store, r)) for r in live)
+
+
+def test_a_session_named_in_the_body_only_is_served_and_counted(
+    cluster: tuple[str, Path],
+) -> None:
+    """What `oxillama serve` accepts, Ray Serve does: a chat turn naming its
+    session in the body only is a 200 (from the least loaded replica), and
+    the lost-affinity counters go up by one; named by the header, or with
+    no session, they do not. Header and body that differ are still a 400."""
+    url, store = cluster
+    _running_replicas(2)
+    chat = {"messages": [{"role": "user", "content": "hi"}], "max_tokens": 2, "temperature": 0}
+
+    def post(body: dict[str, Any], headers: dict[str, str] | None = None) -> httpx.Response:
+        return httpx.post(url + "/v1/chat/completions", json=body, headers=headers, timeout=120)
+
+    before = _without_affinity_total(store)
+    r = post({**chat, "session": "abc"})
+    assert r.status_code == 200, r.text
+    assert _without_affinity_total(store) == before + 1
+    for named in (post(chat, {"X-Session-Id": "abc"}), post(chat)):
+        assert named.status_code == 200, named.text
+    assert _without_affinity_total(store) == before + 1
+    differ = post({**chat, "session": "abc"}, {"X-Session-Id": "xyz"})
+    assert differ.status_code == 400
+    assert differ.json()["error"]["param"] == "session"
+
+
+def _descendants(root: int) -> set[int]:
+    children: dict[int, list[int]] = collections.defaultdict(list)
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            stat = Path(f"/proc/{entry}/stat").read_text()
+        except OSError:
+            continue  # gone since the listing
+        # The command name is in parentheses and may hold spaces.
+        children[int(stat.rsplit(")", 1)[1].split()[1])].append(int(entry))
+    out, todo = {root}, [root]
+    while todo:
+        for child in children[todo.pop()]:
+            out.add(child)
+            todo.append(child)
+    return out
+
+
+def _proc_address(hex_address: str) -> ipaddress.IPv4Address | ipaddress.IPv6Address:
+    """An address of /proc/net/tcp{,6}: 32-bit words in host (little-endian) order."""
+    raw = bytes.fromhex(hex_address)
+    words = b"".join(raw[i : i + 4][::-1] for i in range(0, len(raw), 4))
+    address = ipaddress.ip_address(words)
+    if isinstance(address, ipaddress.IPv6Address) and address.ipv4_mapped is not None:
+        return address.ipv4_mapped
+    return address
+
+
+def _listening(pids: set[int]) -> list[tuple[str, int, str]]:
+    """(address, port, command) of every TCP socket ``pids`` listen on."""
+    owner: dict[str, int] = {}
+    for pid in pids:
+        try:
+            for fd in os.listdir(f"/proc/{pid}/fd"):
+                link = os.readlink(f"/proc/{pid}/fd/{fd}")
+                if link.startswith("socket:["):
+                    owner[link[8:-1]] = pid
+        except OSError:
+            continue  # gone, or an fd closed while read
+    out = []
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        for line in Path(table).read_text().splitlines()[1:]:
+            fields = line.split()
+            listen, inode = fields[3] == "0A", fields[9]
+            if listen and inode in owner:
+                host, port = fields[1].split(":")
+                command = Path(f"/proc/{owner[inode]}/comm").read_text().strip()
+                out.append((str(_proc_address(host)), int(port, 16), command))
+    return out
+
+
+def test_the_local_cluster_listens_on_loopback_only(cluster: tuple[str, Path]) -> None:
+    """Every TCP port the cluster's processes listen on (GCS, raylet,
+    agents, the Serve proxy and controller, the replicas and their metrics
+    endpoints, this driver) is on 127.0.0.1: the node's address is
+    127.0.0.1, and Ray's processes are this one's descendants."""
+    url, store = cluster
+    _running_replicas(2)
+    assert [n["NodeManagerAddress"] for n in ray.nodes() if n["Alive"]] == ["127.0.0.1"]
+    sockets = _listening(_descendants(os.getpid()))
+    commands = {command for _, _, command in sockets}
+    assert {"gcs_server", "raylet"} <= commands, sockets
+    ports = {port for _, port, _ in sockets}
+    assert int(url.rsplit(":", 1)[1]) in ports, "the Serve proxy is among them"
+    for replica in _replica_ids():
+        host, port = _metrics_target(store, replica["replica_id"]).rsplit(":", 1)
+        assert host == "127.0.0.1"
+        assert int(port) in ports, "each replica's metrics endpoint is among them"
+    outside = [s for s in sockets if not ipaddress.ip_address(s[0]).is_loopback]
+    assert not outside, f"listening beyond 127.0.0.1: {outside}"
 
 
 def test_a_turn_in_flight_is_the_only_loss(cluster: tuple[str, Path]) -> None:

@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry
+from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter
 from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
 from starlette.middleware import Middleware
@@ -50,7 +50,7 @@ from .metrics import ServerCollector, exposition
 from .openapi import openapi_document
 from .request_schemas import SESSION_ID, UNSUPPORTED, RequestSchemas
 from .schema_check import SchemaViolation, check
-from .session_header import with_session_header
+from .session_header import HEADER, with_session_header
 from .session_table import Lease, SessionTable
 from .tools import ChoiceCalls, tool_request
 
@@ -121,10 +121,9 @@ class Server:
         auth: bool,
         metrics_auth: bool,
         tool_format: ToolFormat | None = None,
-        require_session_header: bool = False,
+        routed_by_session_header: bool = False,
     ) -> None:
         self.engine = engine
-        self.require_session_header = require_session_header
         self.tool_format = tool_format
         self.model_name = model_name
         self.limits = limits
@@ -146,6 +145,20 @@ class Server:
         self.registry = CollectorRegistry(auto_describe=True)
         self.latency = LatencyMetrics(engine.scheduler, self.registry)
         self.registry.register(ServerCollector(engine.metrics, self.sessions))
+        #: Behind a router that routes sessions by X-Session-Id: the session
+        #: requests it could not route (named in the body only).
+        self.without_affinity = (
+            Counter(
+                "oxillama:session_requests_without_affinity",
+                "Session requests that named their session in the body only, which the "
+                "router sent where it sends requests without a session (the least loaded "
+                "replica); a replica where the session is not live restores it from the "
+                "sessions folder.",
+                registry=self.registry,
+            )
+            if routed_by_session_header
+            else None
+        )
         #: Set on SIGTERM (serve.py): /ready answers 503 while the requests
         #: in flight finish.
         self.draining = False
@@ -159,7 +172,7 @@ class Server:
         raw = await request.body()
         body = parse_json_object(raw, self.limits.max_json_depth)
         if "session" in self.defs[schema].get("properties", {}):
-            body = with_session_header(request.headers, body, required=self.require_session_header)
+            body = with_session_header(request.headers, body)
         try:
             checked: dict[str, Any] = check(body, self.defs[schema], "", self.defs)
         except SchemaViolation as e:
@@ -193,6 +206,12 @@ class Server:
                 f"'model' names the adapter '{model}' and 'lora' names '{lora}': pick one",
                 param="lora",
             )
+        if (
+            self.without_affinity is not None
+            and checked.get("session") is not None
+            and HEADER not in request.headers
+        ):
+            self.without_affinity.inc()
         return checked
 
     def options(self, body: Mapping[str, Any]) -> Options:
@@ -740,7 +759,7 @@ def build_app(
     metrics_auth: bool = False,
     limits: Limits | None = None,
     tool_format: ToolFormat | None = None,
-    require_session_header: bool = False,
+    routed_by_session_header: bool = False,
 ) -> Starlette:
     """The Starlette app serving ``engine``.
 
@@ -752,8 +771,9 @@ def build_app(
     bounds what one request may ask for (:class:`Limits`). ``tool_format``
     overrides the tool-call syntax read from the chat template. A session
     is named by the body's ``session`` or the ``X-Session-Id`` header; with
-    ``require_session_header`` (behind a router that routes by it) the
-    header is required."""
+    ``routed_by_session_header`` (behind a router that routes by it),
+    ``oxillama:session_requests_without_affinity_total`` counts the
+    session requests named in the body only."""
     limits = limits or Limits()
     folder = Path(sessions_dir) if sessions_dir is not None else None
     if folder is not None:
@@ -767,7 +787,7 @@ def build_app(
         auth=bool(keys),
         metrics_auth=metrics_auth,
         tool_format=tool_format,
-        require_session_header=require_session_header,
+        routed_by_session_header=routed_by_session_header,
     )
     routes = [
         Route("/health", _guarded(s.health), methods=["GET"]),

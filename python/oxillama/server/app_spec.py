@@ -48,8 +48,9 @@ class AppSpec:
     loras: Mapping[str, str] | None = None
     tool_format: ToolFormat | None = None
     speculative: str | None = None
-    #: Behind a router that routes sessions by ``X-Session-Id``.
-    require_session_header: bool = False
+    #: Behind a router that routes sessions by ``X-Session-Id``: the session
+    #: requests named in the body only are counted (they lose affinity).
+    routed_by_session_header: bool = False
 
     def keys(self) -> tuple[str, ...]:
         return load_api_keys(self.api_keys, self.api_key_file)
@@ -81,5 +82,5 @@ class AppSpec:
             metrics_auth=self.metrics_auth,
             limits=self.limits,
             tool_format=self.tool_format,
-            require_session_header=self.require_session_header,
+            routed_by_session_header=self.routed_by_session_header,
         )

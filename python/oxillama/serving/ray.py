@@ -5,9 +5,11 @@ by its flag name, dashes or underscores), or ``oxillama serve --ray``.
 Each replica is an :class:`~oxillama.AsyncEngine` behind the Starlette app
 of ``oxillama serve`` (``serve.ingress``), so routes, validation, errors
 and streaming are the same. Sessions are routed by ``X-Session-Id``
-(:class:`SessionAffinityRouter`); every session turn ends with its
-snapshot in the shared sessions folder, so when a replica is lost its
-sessions' next turns are answered by another replica, exactly."""
+(:class:`SessionAffinityRouter`); a session named in the body only is
+served too, routed as a request without a session, and counted
+(``oxillama:session_requests_without_affinity_total``). Every session turn
+ends with its snapshot in the shared sessions folder, so whichever replica
+a turn reaches, and when a replica is lost, its next turn is exact."""
 
 from __future__ import annotations
 
@@ -15,6 +17,7 @@ import dataclasses
 from collections.abc import Mapping
 from typing import Any
 
+import ray.util
 from ray import serve
 from ray.serve import Application
 from ray.serve.config import RequestRouterConfig
@@ -39,6 +42,7 @@ class OxiLlamaReplica:
     one the proxy picked)."""
 
     def __init__(self, spec: AppSpec, metrics_targets_dir: str | None = None) -> None:
+        _internal_grpc_on_loopback()
         self._app = spec.build()
         context = serve.get_replica_context()
         self.replica = context.replica_id.unique_id
@@ -53,6 +57,25 @@ class OxiLlamaReplica:
         metrics = getattr(self, "_metrics", None)
         if metrics is not None:
             metrics.close()
+
+
+def _internal_grpc_on_loopback() -> None:
+    """On a node whose address is 127.0.0.1 (the local cluster of
+    ``oxillama serve --ray``), this replica's gRPC server for calls from
+    other deployments listens there too. Ray Serve binds it to every
+    interface (``[::]:0``, with no setting to change it): the one port of
+    such a cluster that would. Ray starts it after this ``__init__``."""
+    from ray.serve._private import replica as internals
+
+    bind = getattr(internals, "add_port_to_grpc_server", None)
+    node = ray.util.get_node_ip_address()  # type: ignore[no-untyped-call]
+    if bind is None or node != "127.0.0.1":
+        return
+
+    def on_loopback(server: Any, address: str) -> int:
+        return int(bind(server, "127.0.0.1:0" if address == "[::]:0" else address))
+
+    setattr(internals, "add_port_to_grpc_server", on_loopback)  # noqa: B010
 
 
 class _Tagged:
@@ -95,7 +118,7 @@ def deployment(spec: AppSpec, options: RayOptions | None = None) -> Application:
         spec,
         threads=spec.threads or max(1, int(options.replica_cpus)),
         limits=dataclasses.replace(spec.limits, persist_turns=True),
-        require_session_header=True,
+        routed_by_session_header=True,
     )
     targets = options.metrics_targets_dir or f"{spec.sessions_dir}/metrics-targets"
     scaling = options.autoscaling()

@@ -2,7 +2,8 @@
 
 A request naming a session (the ``X-Session-Id`` header, which Ray Serve's
 proxy puts in the request's ``session_id``) goes to the replica that
-served the session's last turn, where its KV is live. Any other request,
+served the session's last turn, where its KV is live. Any other request
+(a session named in the body only among them: the proxy reads no body),
 and a session whose replica is gone or full, goes to the least loaded
 replica: that replica restores the session from the shared sessions folder
 (every turn ends with its snapshot there), so the continuation is exact

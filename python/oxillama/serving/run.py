@@ -1,23 +1,30 @@
 """``oxillama serve --ray``: the deployment on a Ray cluster (a local one
 unless ``--ray-address`` or ``$RAY_ADDRESS`` names one), until SIGTERM or
 Ctrl-C, which stop the replicas gracefully (each drains and saves its
-live sessions) and exit 0."""
+live sessions) and exit 0. A local cluster listens on 127.0.0.1 only,
+unless ``--host`` is another interface (:func:`init_ray`)."""
 
 from __future__ import annotations
 
+import contextlib
+import ipaddress
 import logging
+import os
 import signal
 import threading
+from collections.abc import Iterator
 from types import FrameType
+from typing import Any
 
 import ray
 from ray import serve
+from ray._private import ray_constants
 
 from ..server.app_spec import AppSpec
 from .options import RayOptions
 from .ray import deployment
 
-__all__ = ["run_on_ray"]
+__all__ = ["init_ray", "run_on_ray"]
 
 log = logging.getLogger("oxillama.serving")
 
@@ -27,7 +34,7 @@ def run_on_ray(
 ) -> int:
     application = deployment(spec, options)
     logging.basicConfig(level=logging.INFO, format="%(levelname)s:     %(message)s")
-    ray.init(address=address, logging_level=logging.WARNING)
+    init_ray(address, host, logging_level=logging.WARNING)
     stop = threading.Event()
 
     def on_signal(sig: int, frame: FrameType | None) -> None:
@@ -54,3 +61,51 @@ def run_on_ray(
         for s, handler in previous.items():
             signal.signal(s, handler)
     return 0
+
+
+def init_ray(address: str | None, host: str, **kwargs: Any) -> None:
+    """``ray.init(address, **kwargs)``. Where that starts a local cluster
+    (no ``address``, no ``$RAY_ADDRESS``) and ``host``, where the Serve
+    proxy listens, is a loopback address, the cluster's node address is
+    127.0.0.1: its GCS, raylet, agents and workers (the replicas and their
+    metrics endpoints among them) then listen on 127.0.0.1 only, where by
+    default they listen on every interface or the machine's address."""
+    target = address or os.environ.get("RAY_ADDRESS") or "local"
+    if target != "local" or not _is_loopback(host):
+        ray.init(address=address, **kwargs)
+        return
+    with _single_node():
+        ray.init(address=address, _node_ip_address="127.0.0.1", **kwargs)
+
+
+def _is_loopback(host: str) -> bool:
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False  # a host name: whatever it resolves to
+
+
+@contextlib.contextmanager
+def _single_node() -> Iterator[None]:
+    """Ray's switch for clusters of several nodes, off while ``ray.init``
+    starts one: it turns the node address 127.0.0.1 into the machine's
+    (``resolve_ip_for_localhost``), and the GCS, raylet and workers bind
+    127.0.0.1 only when that is their node address (every interface
+    otherwise). Ray reads the switch from the environment at import, so
+    this process's copy is turned off too; the processes ``ray.init``
+    starts inherit the environment, and the raylet passes it to the
+    workers it starts later."""
+    name = ray_constants.ENABLE_RAY_CLUSTERS_ENV_VAR
+    saved = os.environ.get(name), ray_constants.ENABLE_RAY_CLUSTER
+    os.environ[name] = "0"
+    ray_constants.ENABLE_RAY_CLUSTER = False
+    try:
+        yield
+    finally:
+        if saved[0] is None:
+            os.environ.pop(name, None)
+        else:
+            os.environ[name] = saved[0]
+        ray_constants.ENABLE_RAY_CLUSTER = saved[1]
