@@ -32,6 +32,7 @@ cargo clippy --quiet --all-targets --features python -- -D warnings
 "$PY" -m ruff format --check python tests benches scripts
 "$PY" -m mypy
 "$PY" -m mypy.stubtest oxillama._native
+"$PY" -m mkdocs build --strict --site-dir "${TMPDIR:-/tmp}/oxillama-site"
 
 cargo test --release --quiet
 "$PY" -m pytest -q "$@"
