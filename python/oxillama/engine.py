@@ -23,7 +23,7 @@ from .engine_metrics import EngineMetrics
 from .errors import GenerateError, ParameterError
 from .grammar import Grammar, allowed_bytes
 from .grammar import constraint as _constraint
-from .grammar.budget import sample_within_budget
+from .grammar.budget import Items, sample_within_budget
 from .logprobs import check_logprobs, token_logprob
 from .lora import LoraAdapter, LoraSpec
 from .lora import apply as apply_loras
@@ -500,6 +500,7 @@ class Engine:
         forced = False  # the token budget chose some tokens to close the grammar
         finish: FinishReason = "length"
         matcher = self._matcher_for(constraint, resume=not prompt_tokens)
+        items = Items.of(constraint)
         while len(generated) < max_tokens:
             if self.n_past >= self.n_ctx:
                 finish = "length"
@@ -518,6 +519,7 @@ class Engine:
                     allowed_bytes(matcher, self.vocab_size),
                     self.vocab_size,
                     min(max_tokens - len(generated), self.n_ctx - self.n_past),
+                    items,
                 )
                 forced = forced or by_budget
             else:
@@ -548,6 +550,14 @@ class Engine:
         tail = out.finish()
         if tail:
             yield tail
+        if (
+            finish == "length"
+            and matcher is not None
+            and (matcher.is_terminated() or (items is not None and matcher.is_accepting()))
+        ):
+            # The tokens ran out exactly where the grammar was complete (or,
+            # for a run of items, where one ended): nothing was cut.
+            finish = "stop"
         if forced:
             finish = "length"  # complete, but only because the budget closed it
         t2 = time.perf_counter()

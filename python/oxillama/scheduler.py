@@ -70,7 +70,7 @@ from .errors import (
     ParameterError,
 )
 from .grammar import Grammar, allowed_bytes
-from .grammar.budget import sample_within_budget
+from .grammar.budget import Items, sample_within_budget
 from .logprobs import check_logprobs, token_logprob
 from .ngram_draft import NgramDraft, NgramState
 from .prefix_cache import PrefixCache
@@ -209,6 +209,9 @@ class Request:
     #: (see :mod:`oxillama.grammar.budget`), and whether that chose tokens.
     grammar_budget: bool = True
     forced: bool = False
+    #: Under a grammar that is a run of items (parallel tool calls): their
+    #: sizes so far, which decide whether another may begin.
+    items: Items | None = None
     #: A grammar that starts to apply after the first occurrence of its
     #: trigger text in the output (a lazy grammar), and where to look next.
     lazy: tuple[str, Grammar] | None = None
@@ -391,6 +394,7 @@ class Scheduler:
             grammar_budget=bool(grammar_budget),
             lazy=lazy,
             spec=None if draft is None else draft.new_state(prompt),
+            items=Items.of(grammar),
         )
         if lazy is not None and grammar is not None:
             raise ParameterError("a request has a grammar or a lazy grammar, not both")
@@ -1072,6 +1076,7 @@ class Scheduler:
         st.grammar, s.matcher = matcher_for(
             st.grammar, t.grammar, self._tokenizer, resume=not prompt
         )
+        s.items = Items.of(t.grammar)
         if not prompt:
             logits = st.last_logits()
             if logits is not None:
@@ -1123,12 +1128,19 @@ class Scheduler:
         assert s.logits is not None and s.session is not None
         m = s.matcher
         finish: FinishReason | None = None
+        spent = (
+            len(s.generated) >= s.max_tokens or s.session.n_past - s.spec_extra >= s.session.n_ctx
+        )
         if s.stop_next:
             finish = "stop"
-        elif len(s.generated) >= s.max_tokens or s.session.n_past - s.spec_extra >= s.session.n_ctx:
-            finish = "length"
-        elif m is not None and m.is_terminated():
+        elif m is not None and (
+            m.is_terminated() or (spent and s.items is not None and m.is_accepting())
+        ):
+            # The grammar is complete: nothing may follow, or (a run of
+            # items) the tokens ran out exactly where one ended.
             finish = "stop"
+        elif spent:
+            finish = "length"
         if finish is None:
             if m is None:
                 tok = int(s.sampler.sample(s.logits, None))
@@ -1136,7 +1148,7 @@ class Scheduler:
                 left = min(s.max_tokens - len(s.generated), s.session.n_ctx - s.session.n_past)
                 allowed = allowed_bytes(m, self._vocab)
                 tok, by_budget = sample_within_budget(
-                    s.sampler, m, s.logits, allowed, self._vocab, left
+                    s.sampler, m, s.logits, allowed, self._vocab, left, s.items
                 )
                 s.forced = s.forced or by_budget
             else:

@@ -59,14 +59,24 @@ def _no_gc() -> Iterator[None]:
 
 class Grammar:
     """A checked GBNF grammar (llama.cpp's dialect); ``root`` names the start
-    rule."""
+    rule.
 
-    def __init__(self, source: str, *, root: str = "root") -> None:
+    ``item_end`` marks a grammar that is a run of items, such as parallel
+    tool calls: the most bytes that finish it right after an item (0 where
+    it may end there, 1 before a closing ``]``). Under the token budget
+    another item is then begun only when the tokens left cover the longest
+    item so far (see :mod:`oxillama.grammar.budget`)."""
+
+    def __init__(self, source: str, *, root: str = "root", item_end: int | None = None) -> None:
         if not isinstance(root, str) or not root:
             raise GrammarError(f"root must be a rule name, got {root!r}")
+        if item_end is not None and (
+            isinstance(item_end, bool) or not isinstance(item_end, int) or item_end < 0
+        ):
+            raise ParameterError(f"item_end must be a non-negative integer, got {item_end!r}")
         with _no_gc():
             compiled = compile_gbnf(source, root)
-        self._setup(compiled, source, root)
+        self._setup(compiled, source, root, item_end)
 
     @classmethod
     def _from_rules(cls, source: str, rules: list[gbnf.Rule]) -> Grammar:
@@ -76,10 +86,13 @@ class Grammar:
         self._setup(compile_rules(rules, "root"), source, "root")
         return self
 
-    def _setup(self, compiled: Compiled, source: str, root: str) -> None:
+    def _setup(
+        self, compiled: Compiled, source: str, root: str, item_end: int | None = None
+    ) -> None:
         self._compiled: Compiled = compiled
         self._source = source
         self._root = root
+        self._item_end = item_end
         self._programs: weakref.WeakKeyDictionary[Tokenizer, _native.GrammarProgram] = (
             weakref.WeakKeyDictionary()
         )
@@ -122,6 +135,10 @@ class Grammar:
     @property
     def root(self) -> str:
         return self._root
+
+    @property
+    def item_end(self) -> int | None:
+        return self._item_end
 
     @property
     def n_rules(self) -> int:

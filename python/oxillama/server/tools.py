@@ -127,7 +127,9 @@ def tool_request(
                 tools,
                 form,
                 only=None if choice == "required" else choice,
-                parallel=body.get("parallel_tool_calls") is not False,
+                # A named function is one call (OpenAI's forced call);
+                # "required" may call several unless the request says not.
+                parallel=choice == "required" and body.get("parallel_tool_calls") is not False,
             )
         except OxiLlamaError as e:
             raise ApiError(400, f"tools: {e}", param="tools") from e

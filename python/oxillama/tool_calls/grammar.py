@@ -89,7 +89,8 @@ def call_grammar(
     parallel: bool = True,
 ) -> Grammar:
     """A grammar for calls to ``tools`` (or to the function ``only``), in
-    ``fmt``; several calls when ``parallel``."""
+    ``fmt``; several calls when ``parallel``, each after the first begun
+    only when the token budget can finish it (``Grammar.item_end``)."""
     fns = [t.get("function", t) for t in tools]
     if only is not None:
         fns = [f for f in fns if f.get("name") == only]
@@ -103,11 +104,16 @@ def call_grammar(
     elif fmt == "mistral":
         # One array holds every call.
         many = ' ("," ws call)*' if parallel else ""
-        return Grammar(f'root ::= {_lit("[TOOL_CALLS]")} "[" call{many} "]"\n{body}')
+        return Grammar(
+            f'root ::= {_lit("[TOOL_CALLS]")} "[" call{many} "]"\n{body}',
+            # After a call only the closing `]` is missing.
+            item_end=1 if parallel else None,
+        )
     elif fmt == "llama3":
         # Llama 3.1/3.2's JSON calls come one per reply.
         return Grammar(f"root ::= call\n{body}")
     else:
         raise ParameterError(f"unknown tool-call format {fmt!r}")
-    root = f'root ::= {one} ("\\n" {one})*' if parallel else f"root ::= {one}"
-    return Grammar(f"{root}\n{body}")
+    if not parallel:
+        return Grammar(f"root ::= {one}\n{body}")
+    return Grammar(f'root ::= {one} ("\\n" {one})*\n{body}', item_end=0)
