@@ -1,7 +1,8 @@
 """``tools`` / ``tool_choice`` on the server through the official
 ``openai`` client: auto, required and a named function, plain and
-streamed, the call grammar's guarantee over sampled runs, and a tool
-result round-tripping through the chat template."""
+streamed, the call grammar's guarantee over sampled runs, how many calls a
+reply may hold within its budget, and a tool result round-tripping through
+the chat template."""
 
 from __future__ import annotations
 
@@ -46,6 +47,7 @@ TOOLS: list[Any] = [
 ]
 SCHEMAS = {t["function"]["name"]: t["function"]["parameters"] for t in TOOLS}
 ASK: list[Any] = [{"role": "user", "content": "What's the weather in Paris?"}]
+NAMED: Any = {"type": "function", "function": {"name": "get_weather"}}
 
 
 @pytest.fixture(scope="module")
@@ -189,3 +191,69 @@ def test_strict_tools_under_auto_are_constrained_lazily(client: openai.OpenAI) -
             fn = call.function  # type: ignore[union-attr]
             jsonschema.validate(json.loads(fn.arguments), SCHEMAS[fn.name])
         assert ch.message.content or ch.message.tool_calls
+
+
+def _reply(client: openai.OpenAI, stream: bool, **kw: Any) -> tuple[str | None, list[Any], int]:
+    """A greedy reply to ASK: its finish_reason, its calls as (name,
+    arguments) pairs, and its completion tokens (plain replies only)."""
+    args = dict(model=MODEL, messages=ASK, tools=TOOLS, temperature=0, **kw)
+    if not stream:
+        r = client.chat.completions.create(**args)
+        ch = r.choices[0]
+        calls = [(c.function.name, c.function.arguments) for c in ch.message.tool_calls or []]  # type: ignore[union-attr]
+        assert r.usage is not None
+        return ch.finish_reason, calls, r.usage.completion_tokens
+    finish = None
+    parts: dict[int, list[str]] = {}
+    for chunk in client.chat.completions.create(**args, stream=True):
+        if not chunk.choices:
+            continue
+        ch = chunk.choices[0]
+        for tc in ch.delta.tool_calls or []:
+            assert tc.function is not None
+            got = parts.setdefault(tc.index, ["", ""])
+            got[0] += tc.function.name or ""
+            got[1] += tc.function.arguments or ""
+        finish = ch.finish_reason or finish
+    return finish, [tuple(parts[i]) for i in sorted(parts)], 0
+
+
+@pytest.mark.parametrize(
+    ("max_tokens", "stream"),
+    [(96, False), (96, True), (200, False)],
+    ids=["96", "96-streamed", "200"],
+)
+def test_a_named_choice_is_one_call_then_the_end(
+    client: openai.OpenAI, max_tokens: int, stream: bool
+) -> None:
+    """OpenAI's forced call: exactly one, whatever the budget leaves (the
+    parallel grammar used to let a second one follow, squeezed into the
+    budget and ending 'length' at 96, whole and repeated at 200)."""
+    finish, calls, _ = _reply(client, stream, tool_choice=NAMED, max_tokens=max_tokens)
+    assert finish == "tool_calls" and len(calls) == 1, (finish, calls)
+    assert calls[0][0] == "get_weather"
+    jsonschema.validate(json.loads(calls[0][1]), WEATHER)
+
+
+def test_parallel_tool_calls_false_is_at_most_one_call(client: openai.OpenAI) -> None:
+    for choice in ("required", NAMED):
+        finish, calls, _ = _reply(client, False, tool_choice=choice, parallel_tool_calls=False)
+        assert finish == "tool_calls" and len(calls) == 1, (choice, finish, calls)
+
+
+def test_another_parallel_call_begins_only_when_the_budget_can_close_it(
+    client: openai.OpenAI,
+) -> None:
+    """With parallel calls allowed, a budget that holds one call but not two
+    ends the turn after the first, with 'tool_calls' (before: a second call
+    was begun and cut to its shortest valid form, or the budget's forced
+    end said 'length'); one that ends exactly with a call is no cut either;
+    and where there is room, every call the reply holds is whole."""
+    _, (one,), n1 = _reply(client, False, tool_choice="required", parallel_tool_calls=False)
+    for max_tokens, stream in ((n1, False), (2 * n1 - 3, False), (2 * n1 - 3, True)):
+        finish, calls, _ = _reply(client, stream, tool_choice="required", max_tokens=max_tokens)
+        assert (finish, calls) == ("tool_calls", [one]), (max_tokens, stream, finish, calls)
+    finish, calls, _ = _reply(client, False, tool_choice="required", max_tokens=3 * n1)
+    assert finish == "tool_calls" and calls[0] == one, (finish, calls)
+    for name, arguments in calls:
+        jsonschema.validate(json.loads(arguments), SCHEMAS[name])

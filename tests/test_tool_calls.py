@@ -12,7 +12,7 @@ from typing import Any
 import jsonschema
 import pytest
 
-from oxillama import AsyncEngine, Engine, ParameterError, SamplerConfig
+from oxillama import AsyncEngine, Engine, Grammar, ParameterError, SamplerConfig
 from oxillama.tool_calls import Custom, ToolCall, ToolCallDetector, ToolFormat
 from oxillama.tool_calls.grammar import call_grammar, lazy_call_grammar
 from oxillama.tool_calls.templates import format_for_template, takes_tools, tools_instructions
@@ -159,6 +159,32 @@ def test_the_call_grammar_forces_valid_calls(engine: Engine, fmt: ToolFormat) ->
         calls, content, _ = run(fmt, [out.text])
         assert len(calls) == 1 and not content.strip(), out.text
         jsonschema.validate(calls[0].arguments, schemas[calls[0].name])
+
+
+@pytest.mark.parametrize("fmt", ["qwen", "mistral"])
+def test_parallel_calls_begin_another_only_when_the_budget_covers_it(
+    engine: Engine, fmt: ToolFormat
+) -> None:
+    """Under a budget that holds one call but not two, the parallel grammar
+    ends after the first call (for Mistral, closes its array) instead of
+    beginning a second one the budget would cut short; a budget that ends
+    exactly with the call is an ordinary end too."""
+    prompt = "User: what is 2 + 3, and the weather in Rome?\nAssistant:"
+    one = engine.generate(prompt, 200, grammar=call_grammar(TOOLS, fmt, parallel=False))
+    want, _, _ = run(fmt, [one.text])
+    assert one.finish_reason in ("stop", "eos") and len(want) == 1, one.text
+    n1 = len(one.tokens)
+    par = call_grammar(TOOLS, fmt)
+    assert par.item_end == (0 if fmt == "qwen" else 1)
+    for budget in (n1, 2 * n1 - 3):
+        engine.reset()
+        out = engine.generate(prompt, budget, grammar=par)
+        calls, content, _ = run(fmt, [out.text])
+        assert out.finish_reason in ("stop", "eos"), (budget, out.text)
+        assert [(c.name, c.arguments) for c in calls] == [(c.name, c.arguments) for c in want]
+        assert not content.strip(), out.text
+    with pytest.raises(ParameterError, match="item_end"):
+        Grammar('root ::= "x"', item_end=-1)
 
 
 def test_a_named_call_grammar_only_allows_that_function() -> None:
