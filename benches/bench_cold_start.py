@@ -124,7 +124,7 @@ def main() -> None:
     ap.add_argument("--tokens", type=int, default=1024, help="tokens in the saved session")
     ap.add_argument("--model", help="GGUF file (default: SmolLM2-135M-Instruct Q4_1)")
     a = ap.parse_args()
-    from oxillama.models import default_model_path
+    from oxillama.model.paths import default_model_path
 
     model = a.model or str(default_model_path())
     print(f"CPU: {describe_cpu()}\nmodel: {model}\n{a.reps} fresh processes per figure")

@@ -20,7 +20,7 @@ from pathlib import Path
 import numpy as np
 
 from oxillama import Engine
-from oxillama.models import default_model_path
+from oxillama.model.paths import default_model_path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from tests._gguf_meta import gemma3_path

@@ -111,7 +111,7 @@ def pct(xs: list[float], p: float) -> float:
 
 
 def run_oxillama(schema: dict[str, Any], docs: list[list[int]], engine: Any) -> dict[str, Any]:
-    from oxillama.grammar import Grammar, vocab_trie
+    from oxillama.decoding.grammar import Grammar, vocab_trie
 
     vocab_trie(engine.tokenizer)  # built once per tokenizer, like llguidance's
     t = time.perf_counter()

@@ -21,8 +21,8 @@ from typing import Any
 import jsonschema
 
 from oxillama import Engine, Grammar, SamplerConfig
-from oxillama.grammar.json_schema import schema_to_gbnf
-from oxillama.models import default_model_path
+from oxillama.decoding.grammar.json_schema import schema_to_gbnf
+from oxillama.model.paths import default_model_path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from tests.test_grammar_budget import PROMPT, SCHEMAS

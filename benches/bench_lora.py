@@ -30,7 +30,7 @@ from pathlib import Path
 import numpy as np
 
 from oxillama import AsyncEngine, Engine, SamplerConfig, _native
-from oxillama.models import default_model_path
+from oxillama.model.paths import default_model_path
 
 # The test adapters' writer (tests/lora/adapters.py), from the repository.
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))

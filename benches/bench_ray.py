@@ -39,10 +39,10 @@ import ray
 from _cpu import describe as describe_cpu
 from ray import serve
 
-from oxillama.models import default_model_path
-from oxillama.server.app_spec import AppSpec
-from oxillama.serving.options import RayOptions
-from oxillama.serving.ray import deployment
+from oxillama.model.paths import default_model_path
+from oxillama.serving.http.app_spec import AppSpec
+from oxillama.serving.ray.deployment import deployment
+from oxillama.serving.ray.options import RayOptions
 
 PROMPT = (
     "The history of lighthouses begins with fires lit on hilltops to guide ships. "

@@ -67,9 +67,9 @@ def bench_llama_cpp(model: str, tokens: list[int], reps: int, folder: Path) -> d
 
 def bench_oxillama(model: str, tokens: list[int], reps: int, folder: Path) -> dict[str, float]:
     from oxillama import Engine
-    from oxillama.snapshot import _map as snapshot_map
-    from oxillama.snapshot import sections as S
-    from oxillama.snapshot import session
+    from oxillama.sessions import _map as snapshot_map
+    from oxillama.sessions import sections as S
+    from oxillama.sessions import session
 
     out: dict[str, list[float]] = {
         "save": [],
@@ -129,7 +129,7 @@ def main() -> None:
     ap.add_argument("--reps", type=int, default=5)
     args = ap.parse_args()
     from oxillama import Engine
-    from oxillama.models import default_model_path
+    from oxillama.model.paths import default_model_path
 
     model = str(args.model or default_model_path())
     probe = Engine(model, context_size=64, threads=1)

@@ -24,7 +24,7 @@ import statistics
 from pathlib import Path
 
 from oxillama import Engine, SamplerConfig
-from oxillama.speculative import SpeculativeEngine
+from oxillama.engine.speculative import SpeculativeEngine
 
 PROMPTS = ["Once upon a time", "The history of science", "def quicksort(xs):"]
 

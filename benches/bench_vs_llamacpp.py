@@ -112,7 +112,7 @@ def main() -> None:
     ap.add_argument("--worker", help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.model is None:
-        from oxillama.models import default_model_path
+        from oxillama.model.paths import default_model_path
 
         args.model = str(default_model_path())
     if args.worker:

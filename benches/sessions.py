@@ -63,12 +63,12 @@ from _cpu import describe as describe_cpu
 from llama_cpp._utils import suppress_stdout_stderr
 
 from oxillama import AsyncEngine, AsyncSession, Completion, Engine, SamplerConfig, _native
-from oxillama.models import default_model_path
-from oxillama.sampling import build_sampler
-from oxillama.session_state import SessionState
-from oxillama.snapshot import format as F
-from oxillama.snapshot import sections as S
-from oxillama.snapshot import session as SS
+from oxillama.decoding.sampling import build_sampler
+from oxillama.engine.session_state import SessionState
+from oxillama.model.paths import default_model_path
+from oxillama.sessions import format as F
+from oxillama.sessions import sections as S
+from oxillama.sessions import session as SS
 
 N_TOKENS = 562
 N_CTX = 1024

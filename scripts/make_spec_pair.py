@@ -58,7 +58,7 @@ def write(src: Path, dst: Path, kind: str) -> None:
 
 
 def make_pair(out: Path) -> tuple[Path, Path]:
-    from oxillama.models import default_model_path
+    from oxillama.model.paths import default_model_path
 
     src = Path(default_model_path())
     out.mkdir(parents=True, exist_ok=True)

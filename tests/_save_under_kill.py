@@ -69,7 +69,7 @@ class Phases:
     """Announces when a save's temp file appears and when it is renamed."""
 
     def __init__(self) -> None:
-        from oxillama.snapshot.atomic import is_temp
+        from oxillama.sessions.atomic import is_temp
 
         self.turn = -1
         self.opened = 0.0

@@ -1,4 +1,4 @@
-"""Runs an app built by `oxillama.server.build_app` on a free loopback port
+"""Runs an app built by `oxillama.serving.http.build_app` on a free loopback port
 in a background thread, for the tests that drive it over HTTP."""
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ import uvicorn
 from starlette.applications import Starlette
 
 from oxillama import AsyncEngine
-from oxillama.server import build_app
+from oxillama.serving.http import build_app
 
 
 @contextmanager

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from oxillama import Engine, SamplerConfig
-from oxillama.models import default_model_path
+from oxillama.model.paths import default_model_path
 
 
 @pytest.fixture(scope="session")

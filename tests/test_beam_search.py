@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 from oxillama import AsyncEngine, Engine, ParameterError, SamplerConfig, _native
-from oxillama.beam import score
+from oxillama.decoding.beam import score
 from tests.oracle.llama_f64 import log_softmax
 
 FIXTURE = Path(__file__).parent / "models" / "fixtures" / "llama.gguf"

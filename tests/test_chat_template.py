@@ -11,8 +11,8 @@ from typing import Any
 import pytest
 
 from oxillama import Engine
-from oxillama.chat_template import CHATML, ChatTemplate
 from oxillama.errors import OxiLlamaError, TemplateError
+from oxillama.text.chat_template import CHATML, ChatTemplate
 from tests._gguf_meta import ModelMissing, gemma3_path, read_metadata, smollm2_path
 
 REF = Path(__file__).parent / "reference"

@@ -27,8 +27,8 @@ import jinja2.parser
 import pytest
 from jinja2.sandbox import ImmutableSandboxedEnvironment
 
-from oxillama.chat_template import CHATML, ChatTemplate
 from oxillama.errors import TemplateError
+from oxillama.text.chat_template import CHATML, ChatTemplate
 from tests._vocab_files import vocab_metadata
 from tests.reference.family_chats import (
     CONVERSATIONS,

@@ -8,7 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from oxillama import cli, models
+from oxillama.cli import main as cli
+from oxillama.model import paths as models
 
 
 def run(*args: str) -> subprocess.CompletedProcess[str]:

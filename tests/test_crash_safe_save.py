@@ -30,8 +30,9 @@ import numpy.typing as npt
 import pytest
 
 import oxillama
-from oxillama import AsyncEngine, Engine, SamplerConfig, SpeculativeEngine, snapshot
-from oxillama.snapshot import SnapshotError, SnapshotWriteError, atomic
+from oxillama import AsyncEngine, Engine, SamplerConfig, SpeculativeEngine
+from oxillama import sessions as snapshot
+from oxillama.sessions import SnapshotError, SnapshotWriteError, atomic
 from tests import _save_under_kill as child
 
 HELPER = Path(child.__file__)

@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 
 from oxillama import Engine, GenerateError, ParameterError, SamplerConfig
-from oxillama.embeddings import pool
+from oxillama.engine.embeddings import pool
 from tests.embeddings.minilm_oracle import oracle
 from tests.embeddings.texts import DECODER_TEXTS, RETRIEVAL, SENTENCES
 

@@ -18,7 +18,8 @@ import numpy as np
 import openai
 import pytest
 
-from oxillama import AsyncEngine, Engine, async_engine
+from oxillama import AsyncEngine, Engine
+from oxillama.serving import async_engine
 from tests._serve import serving
 
 MODEL = "minilm"

@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 
 from oxillama import Engine, SamplerConfig
+from oxillama.decoding.grammar import Grammar
 from oxillama.errors import GrammarError, ParameterError
-from oxillama.grammar import Grammar
 from tests._gbnf_reference import accepts as reference_accepts
 
 JSON_GBNF = r"""

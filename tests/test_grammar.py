@@ -13,9 +13,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from oxillama import _native
+from oxillama.decoding.grammar import Grammar
+from oxillama.decoding.grammar.compile import compile_gbnf
 from oxillama.errors import GrammarError
-from oxillama.grammar import Grammar
-from oxillama.grammar.compile import compile_gbnf
 from tests._gbnf_reference import accepts as reference_accepts
 
 # A byte vocabulary: token i is byte i, so text is matched byte by byte

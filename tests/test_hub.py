@@ -16,17 +16,11 @@ from pathlib import Path
 
 import pytest
 
-from oxillama import (
-    AsyncEngine,
-    Engine,
-    LoadError,
-    ModelMismatchError,
-    SamplerConfig,
-    snapshot,
-)
-from oxillama.hub import HubRef
-from oxillama.hub import locate as hub_locate
-from oxillama.snapshot import session as snapshot_session
+from oxillama import AsyncEngine, Engine, LoadError, ModelMismatchError, SamplerConfig
+from oxillama import sessions as snapshot
+from oxillama.model.hub import HubRef
+from oxillama.model.hub import locate as hub_locate
+from oxillama.sessions import session as snapshot_session
 from tests.models import _checks as arch
 
 REPO = "tiny-org/smollm2-gguf"

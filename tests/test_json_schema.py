@@ -25,10 +25,10 @@ from hypothesis import strategies as st
 from jsonschema import Draft4Validator, Draft202012Validator
 from pydantic import BaseModel, Field
 
+from oxillama.decoding.grammar import Grammar
+from oxillama.decoding.grammar import gbnf as gbnf_syntax
+from oxillama.decoding.grammar.json_schema import MAX_INDENT, schema_to_gbnf, schema_to_rules
 from oxillama.errors import GrammarError, JsonSchemaError
-from oxillama.grammar import Grammar
-from oxillama.grammar import gbnf as gbnf_syntax
-from oxillama.grammar.json_schema import MAX_INDENT, schema_to_gbnf, schema_to_rules
 from tests import _gbnf_reference as ref
 from tests._gbnf_reference import accepts
 

@@ -14,10 +14,10 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from oxillama import _native
+from oxillama.decoding.grammar import Grammar
+from oxillama.decoding.grammar.compile import compile_gbnf
+from oxillama.decoding.grammar.json_schema import schema_to_gbnf
 from oxillama.errors import GrammarError, JsonSchemaError
-from oxillama.grammar import Grammar
-from oxillama.grammar.compile import compile_gbnf
-from oxillama.grammar.json_schema import schema_to_gbnf
 
 BYTES = _native.VocabTrie([bytes([i]) for i in range(256)] + [b""], [False] * 256 + [True], [256])
 # Generous bounds: without the fixes these cases take minutes, gigabytes or

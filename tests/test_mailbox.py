@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import threading
 
-from oxillama._mailbox import Mailbox
+from oxillama.serving.mailbox import Mailbox
 
 
 def test_posts_from_a_thread_arrive_in_order() -> None:

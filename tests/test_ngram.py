@@ -15,13 +15,14 @@ from typing import Any
 import numpy as np
 import pytest
 
-from oxillama import Engine, NgramCache, NgramDraft, SamplerConfig, SpeculativeEngine, ngram_draft
+from oxillama import Engine, NgramCache, NgramDraft, SamplerConfig, SpeculativeEngine
+from oxillama.decoding import ngram_draft
+from oxillama.decoding.ngram_draft import best_k, row_cost
 from oxillama.errors import ParameterError
-from oxillama.ngram_draft import best_k, row_cost
-from oxillama.snapshot import SnapshotFormatError
-from oxillama.snapshot import sections as S
-from oxillama.snapshot import spec as spec_format
-from oxillama.snapshot.format import Section, decode, encode
+from oxillama.sessions import SnapshotFormatError
+from oxillama.sessions import sections as S
+from oxillama.sessions import spec as spec_format
+from oxillama.sessions.format import Section, decode, encode
 
 PASSAGE = (
     "The lighthouse at Port Elray was built in 1871 from granite quarried on the "
@@ -131,7 +132,7 @@ def test_sampling_keeps_the_target_distribution(target: Engine) -> None:
 CHILD = """
 import json, sys
 from oxillama import SamplerConfig
-from oxillama.speculative import SpeculativeEngine
+from oxillama.engine.speculative import SpeculativeEngine
 out = {}
 for name, (path, cfg) in json.loads(sys.argv[1]).items():
     se = SpeculativeEngine.restore(path)

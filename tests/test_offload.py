@@ -19,20 +19,12 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from oxillama import (
-    AsyncEngine,
-    Budget,
-    Engine,
-    Model,
-    ParameterError,
-    PinnedHotSet,
-    SamplerConfig,
-)
+from oxillama import AsyncEngine, Budget, Engine, Model, ParameterError, PinnedHotSet, SamplerConfig
 from oxillama._native import GgufFile
-from oxillama.offload import policy_from_dict
-from oxillama.server.metrics import ServerCollector
-from oxillama.snapshot import SnapshotError
-from oxillama.snapshot.session import parse
+from oxillama.model.offload import policy_from_dict
+from oxillama.serving.http.metrics import ServerCollector
+from oxillama.sessions import SnapshotError
+from oxillama.sessions.session import parse
 
 PROMPT = "The capital of France is Paris. The capital of Italy is"
 

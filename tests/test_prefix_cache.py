@@ -9,7 +9,7 @@ import asyncio
 from pathlib import Path
 
 from oxillama import AsyncEngine, Engine, SamplerConfig
-from oxillama.prefix_cache import BLOCK, PrefixCache
+from oxillama.serving.prefix_cache import BLOCK, PrefixCache
 
 
 def test_lookup_returns_the_longest_stored_block_prefix() -> None:

@@ -17,8 +17,8 @@ import openai
 import pytest
 
 from oxillama import AsyncEngine, ParameterError
-from oxillama.server import load_api_keys
-from oxillama.server.auth import ApiKeys
+from oxillama.serving.http import load_api_keys
+from oxillama.serving.http.auth import ApiKeys
 from tests._serve import serving
 
 MODEL = "smollm2"

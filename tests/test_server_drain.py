@@ -18,7 +18,7 @@ from pathlib import Path
 import httpx
 
 from oxillama import AsyncEngine, Engine
-from oxillama.server import build_app
+from oxillama.serving.http import build_app
 
 DRAIN_SECONDS = 30
 TOKENS = 40

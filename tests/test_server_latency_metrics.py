@@ -17,8 +17,8 @@ from prometheus_client import CONTENT_TYPE_LATEST
 from prometheus_client.parser import text_string_to_metric_families
 
 from oxillama import AsyncEngine
-from oxillama.server import build_app
-from oxillama.server.limits import Limits
+from oxillama.serving.http import build_app
+from oxillama.serving.http.limits import Limits
 from tests._serve import serving_app
 
 HISTOGRAMS = {
@@ -231,7 +231,7 @@ def test_every_family_counters_only_grow_and_histograms_count_requests(
 
 
 def test_route_labels_are_templates_never_ids() -> None:
-    from oxillama.server.latency_metrics import route_label
+    from oxillama.serving.http.latency_metrics import route_label
 
     assert route_label("/v1/completions") == "/v1/completions"
     assert route_label("/v1/sessions/user-42/save") == "/v1/sessions/{sid}/save"
@@ -242,7 +242,7 @@ def test_route_labels_are_templates_never_ids() -> None:
 def test_an_unknown_engine_key_is_a_gauge_and_the_prefix_families_always_exist() -> None:
     from prometheus_client import CollectorRegistry, generate_latest
 
-    from oxillama.server.metrics import ServerCollector
+    from oxillama.serving.http.metrics import ServerCollector
 
     registry = CollectorRegistry()
     # A recurrent model's engine: no prefix cache keys at all.

@@ -21,7 +21,7 @@ import openai
 import pytest
 
 from oxillama import AsyncEngine, LoadError
-from oxillama.server import Limits
+from oxillama.serving.http import Limits
 from tests._serve import serving
 
 MODEL = "smollm2"

@@ -22,8 +22,8 @@ from openapi_spec_validator import validate
 from starlette.routing import Route
 
 from oxillama import AsyncEngine
-from oxillama.server import Limits, build_app
-from oxillama.server.schema_check import SchemaViolation, check
+from oxillama.serving.http import Limits, build_app
+from oxillama.serving.http.schema_check import SchemaViolation, check
 from tests._serve import serving
 
 MODEL = "smollm2"

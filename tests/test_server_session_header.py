@@ -15,7 +15,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from starlette.testclient import TestClient
 
 from oxillama import AsyncEngine
-from oxillama.server import build_app
+from oxillama.serving.http import build_app
 
 FIRST = {"prompt": "The lighthouse keeper", "max_tokens": 6, "ignore_eos": True, "seed": 5}
 SECOND = {**FIRST, "prompt": " Then,", "max_tokens": 6}

@@ -20,7 +20,7 @@ from typing import Any
 import pytest
 
 from oxillama import AsyncEngine
-from oxillama.server import Limits
+from oxillama.serving.http import Limits
 from tests._serve import serving
 
 MODEL = "smollm2"

@@ -9,10 +9,10 @@ import os
 import pytest
 
 from oxillama import OxiLlamaError, ParameterError
-from oxillama.cli import main
-from oxillama.cli_serve import serve_options_from_mapping
-from oxillama.server.app_spec import AppSpec
-from oxillama.serving.options import RayOptions
+from oxillama.cli.main import main
+from oxillama.serving.flags import serve_options_from_mapping
+from oxillama.serving.http.app_spec import AppSpec
+from oxillama.serving.ray.options import RayOptions
 
 
 def test_serve_run_arguments_are_the_serve_flags() -> None:
@@ -73,7 +73,7 @@ def test_ray_accepts_the_deployment_options() -> None:
     ours (fixed replicas, autoscaling, the router's import path) pass."""
     from ray.serve import Application
 
-    from oxillama.serving.ray import deployment
+    from oxillama.serving.ray.deployment import deployment
 
     spec = AppSpec("m.gguf", sessions_dir="/store")
     for options in (
@@ -84,7 +84,7 @@ def test_ray_accepts_the_deployment_options() -> None:
 
 
 def test_a_deployment_needs_a_shared_store() -> None:
-    from oxillama.serving.ray import deployment
+    from oxillama.serving.ray.deployment import deployment
 
     with pytest.raises(ParameterError, match="sessions folder every replica shares"):
         deployment(AppSpec("m.gguf"))
@@ -119,7 +119,7 @@ def test_a_local_cluster_is_started_on_loopback(
     import ray
     from ray._private import ray_constants
 
-    from oxillama.serving.run import init_ray
+    from oxillama.serving.ray.run import init_ray
 
     switch = ray_constants.ENABLE_RAY_CLUSTERS_ENV_VAR
     monkeypatch.delenv(switch, raising=False)

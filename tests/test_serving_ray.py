@@ -26,11 +26,11 @@ from prometheus_client.parser import text_string_to_metric_families
 from ray import serve
 from starlette.testclient import TestClient
 
-from oxillama.models import default_model_path
-from oxillama.server.app_spec import AppSpec
-from oxillama.serving.options import RayOptions
-from oxillama.serving.ray import deployment
-from oxillama.serving.run import init_ray
+from oxillama.model.paths import default_model_path
+from oxillama.serving.http.app_spec import AppSpec
+from oxillama.serving.ray.deployment import deployment
+from oxillama.serving.ray.options import RayOptions
+from oxillama.serving.ray.run import init_ray
 
 TURNS = [" Tell me about the sea.", " And the mountains?", " Which is older?"]
 GREEDY: dict[str, Any] = {"temperature": 0, "max_tokens": 12}

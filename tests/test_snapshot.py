@@ -18,9 +18,10 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from oxillama import Engine, SamplerConfig, snapshot
-from oxillama.snapshot import ModelMismatchError, SnapshotError, SnapshotFormatError
-from oxillama.snapshot.format import Section, decode, encode
+from oxillama import Engine, SamplerConfig
+from oxillama import sessions as snapshot
+from oxillama.sessions import ModelMismatchError, SnapshotError, SnapshotFormatError
+from oxillama.sessions.format import Section, decode, encode
 
 CASES = {
     "greedy": SamplerConfig.greedy(),

@@ -12,8 +12,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from oxillama import OxiLlamaError, _native
-from oxillama.snapshot import SnapshotFormatError
-from oxillama.snapshot.format import HEADER, MAGIC, Section, decode, decode_verifying, encode
+from oxillama.sessions import SnapshotFormatError
+from oxillama.sessions.format import HEADER, MAGIC, Section, decode, decode_verifying, encode
 
 BLOB = encode([Section(1, b'{"a":1}'), Section(2, bytes(range(200))), Section(9, b"")])
 

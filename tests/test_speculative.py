@@ -13,8 +13,8 @@ import numpy as np
 import pytest
 
 from oxillama import Engine, SamplerConfig
+from oxillama.engine.speculative import SpeculativeEngine
 from oxillama.errors import ParameterError
-from oxillama.speculative import SpeculativeEngine
 from tests._gguf_meta import gemma3_path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -145,7 +145,7 @@ def test_mismatched_vocabularies_and_bad_samplers(pair: tuple[Engine, Engine]) -
 CHILD = """
 import json, sys
 from oxillama import SamplerConfig
-from oxillama.speculative import SpeculativeEngine
+from oxillama.engine.speculative import SpeculativeEngine
 out = {}
 for name, (path, cfg) in json.loads(sys.argv[1]).items():
     se = SpeculativeEngine.restore(path)
@@ -186,7 +186,7 @@ def test_oxispec1_continues_exactly_in_another_process(
 
 
 def test_oxispec1_rejects_bad_files(pair: tuple[Engine, Engine]) -> None:
-    from oxillama.snapshot import SnapshotFormatError
+    from oxillama.sessions import SnapshotFormatError
 
     se = SpeculativeEngine(*pair, num_speculative=2, seed=1)
     se.generate("Hi", 4, ignore_eos=True)

@@ -14,8 +14,8 @@ import numpy as np
 import pytest
 
 from oxillama import Engine, SamplerConfig
-from oxillama.sampling import build_sampler
-from oxillama.speculative import SpeculativeEngine
+from oxillama.decoding.sampling import build_sampler
+from oxillama.engine.speculative import SpeculativeEngine
 from tests.test_speculative import PROMPTS, pair_paths
 
 
@@ -157,7 +157,7 @@ def test_completion_carries_its_request_figures(pair: tuple[Engine, Engine]) -> 
 
 CHILD = """
 import json, sys
-from oxillama.speculative import SpeculativeEngine
+from oxillama.engine.speculative import SpeculativeEngine
 out = {}
 for name, path in json.loads(sys.argv[1]).items():
     se = SpeculativeEngine.restore(path)

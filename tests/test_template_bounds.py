@@ -17,8 +17,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from jinja2.sandbox import ImmutableSandboxedEnvironment
 
-from oxillama.chat_template import CHATML, ChatTemplate, TemplateLimits, _GenerationTag
 from oxillama.errors import ParameterError, TemplateError
+from oxillama.text.chat_template import CHATML, ChatTemplate, TemplateLimits, _GenerationTag
 from tests._chat_templates import FAMILIES
 from tests._gguf_meta import ModelMissing, read_metadata, smollm2_path
 

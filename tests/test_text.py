@@ -5,7 +5,7 @@ from __future__ import annotations
 from hypothesis import given
 from hypothesis import strategies as st
 
-from oxillama._text import TextAssembler
+from oxillama.text.assembler import TextAssembler
 
 
 def run(pieces: list[bytes], stop: list[str]) -> tuple[list[str], TextAssembler]:

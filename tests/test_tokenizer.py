@@ -23,17 +23,17 @@ from hypothesis import strategies as st
 
 from oxillama import _native
 from oxillama.errors import LoadError
-from oxillama.tokenizer import Tokenizer
-from oxillama.tokenizer.bpe import (
+from oxillama.text.tokenizer import Tokenizer
+from oxillama.text.tokenizer.bpe import (
     UNICODE_TO_BYTE,
     bpe_piece,
     bpe_pieces,
     check_merges,
     split_merges,
 )
-from oxillama.tokenizer.gguf_vocab import _TYPE_ATTR, _type_attrs
-from oxillama.tokenizer.pretokenizers import PRETOKENIZERS, pretokenizer
-from oxillama.tokenizer.tokenizer import _gguf_piece, _gguf_pieces
+from oxillama.text.tokenizer.gguf_vocab import _TYPE_ATTR, _type_attrs
+from oxillama.text.tokenizer.pretokenizers import PRETOKENIZERS, pretokenizer
+from oxillama.text.tokenizer.tokenizer import _gguf_piece, _gguf_pieces
 from tests._gguf_meta import ModelMissing, gemma3_path, read_metadata, smollm2_path
 from tests.reference.corpus import TOKEN_TEXTS
 
@@ -264,7 +264,7 @@ def test_bytes_without_tokens_are_dropped(tokenizers: dict[str, Tokenizer]) -> N
 
 
 def _tiny_bpe(pre: str, **extra: Any) -> dict[str, Any]:
-    from oxillama.tokenizer.bpe import BYTE_TO_UNICODE
+    from oxillama.text.tokenizer.bpe import BYTE_TO_UNICODE
 
     tokens = ["<|endoftext|>", *BYTE_TO_UNICODE.values(), "he", "ll", "hell", "hello", "Ġw"]
     return {

@@ -21,9 +21,9 @@ from typing import Any
 import pytest
 
 from oxillama import _native
-from oxillama.tokenizer import Tokenizer
-from oxillama.tokenizer.gguf_vocab import GgufVocab
-from oxillama.tokenizer.wordpiece import prenormalize
+from oxillama.text.tokenizer import Tokenizer
+from oxillama.text.tokenizer.gguf_vocab import GgufVocab
+from oxillama.text.tokenizer.wordpiece import prenormalize
 from tests.reference.make_bert_specials_reference import (
     FLAG_VALUES,
     FLAVOURS,

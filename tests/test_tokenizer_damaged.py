@@ -14,8 +14,8 @@ from hypothesis import strategies as st
 
 from oxillama import Engine, TokenizeError, _native
 from oxillama.errors import LoadError, OxiLlamaError
-from oxillama.tokenizer import Tokenizer
-from oxillama.tokenizer.bpe import BYTE_TO_UNICODE
+from oxillama.text.tokenizer import Tokenizer
+from oxillama.text.tokenizer.bpe import BYTE_TO_UNICODE
 from tests._gguf_builder import ARRAY, GGUF, I32, STRING, U32
 
 

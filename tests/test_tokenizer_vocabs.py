@@ -23,10 +23,10 @@ from pathlib import Path
 import pytest
 
 from oxillama.errors import LoadError
-from oxillama.tokenizer import Tokenizer
-from oxillama.tokenizer.bpe import UNICODE_TO_BYTE
-from oxillama.tokenizer.gguf_vocab import _DETECT, A_NORMAL, GgufVocab
-from oxillama.tokenizer.pretokenizers import PRETOKENIZERS
+from oxillama.text.tokenizer import Tokenizer
+from oxillama.text.tokenizer.bpe import UNICODE_TO_BYTE
+from oxillama.text.tokenizer.gguf_vocab import _DETECT, A_NORMAL, GgufVocab
+from oxillama.text.tokenizer.pretokenizers import PRETOKENIZERS
 from tests._vocab_files import FETCH, reference, vocab_bytes, vocab_metadata
 from tests.reference.corpus import FAMILY_MARKUP, TOKEN_TEXTS, UNICODE_SPACES
 

@@ -13,9 +13,13 @@ import jsonschema
 import pytest
 
 from oxillama import AsyncEngine, Engine, Grammar, ParameterError, SamplerConfig
-from oxillama.tool_calls import Custom, ToolCall, ToolCallDetector, ToolFormat
-from oxillama.tool_calls.grammar import call_grammar, lazy_call_grammar
-from oxillama.tool_calls.templates import format_for_template, takes_tools, tools_instructions
+from oxillama.decoding.tool_calls import Custom, ToolCall, ToolCallDetector, ToolFormat
+from oxillama.decoding.tool_calls.grammar import call_grammar, lazy_call_grammar
+from oxillama.decoding.tool_calls.templates import (
+    format_for_template,
+    takes_tools,
+    tools_instructions,
+)
 
 WEATHER = {
     "type": "object",

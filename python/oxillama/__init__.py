@@ -7,12 +7,11 @@
 
 from __future__ import annotations
 
-from . import snapshot  # registers the OXISNAP1 codec the engine uses
-from ._native import __version__
-from .async_engine import AsyncEngine
-from .async_session import AsyncSession
-from .beam import Beam
-from .completion import (
+from oxillama import sessions as _sessions  # noqa: F401 (registers the OXISNAP1 codec the engine uses)
+from oxillama import snapshot
+from oxillama._native import __version__
+from oxillama.decoding.beam import Beam
+from oxillama.decoding.completion import (
     Completion,
     Piece,
     Speculation,
@@ -20,9 +19,16 @@ from .completion import (
     Timings,
     TokenLogprob,
 )
-from .embeddings import EmbedInput, Pooling
-from .engine import Engine
-from .errors import (
+from oxillama.decoding.grammar import Grammar
+from oxillama.decoding.ngram_draft import NgramCache, NgramDraft
+from oxillama.decoding.sampling import SamplerConfig
+from oxillama.decoding.tool_calls import Custom, ToolCall, ToolCallDetector
+from oxillama.engine.embeddings import EmbedInput, Pooling
+from oxillama.engine.engine import Engine
+from oxillama.engine.session_state import SessionState
+from oxillama.engine.speculative import SpeculativeEngine
+from oxillama.errors import (
+    AdapterMismatchError,
     GenerateError,
     GrammarError,
     InternalError,
@@ -30,30 +36,23 @@ from .errors import (
     KvCacheFullError,
     LoadError,
     LoraError,
+    ModelMismatchError,
     OverloadedError,
     OxiLlamaError,
     ParameterError,
-    TemplateError,
-    TokenizeError,
-)
-from .grammar import Grammar
-from .lora import LoraAdapter
-from .model import Model
-from .models import default_model_path
-from .ngram_draft import NgramCache, NgramDraft
-from .offload import Budget, PinnedHotSet
-from .sampling import SamplerConfig
-from .session_state import SessionState
-from .snapshot.errors import (
-    AdapterMismatchError,
-    ModelMismatchError,
     SnapshotError,
     SnapshotFormatError,
     SnapshotWriteError,
+    TemplateError,
+    TokenizeError,
 )
-from .speculative import SpeculativeEngine
-from .template_limits import TemplateLimits
-from .tool_calls import Custom, ToolCall, ToolCallDetector
+from oxillama.model.lora import LoraAdapter
+from oxillama.model.model import Model
+from oxillama.model.offload import Budget, PinnedHotSet
+from oxillama.model.paths import default_model_path
+from oxillama.serving.async_engine import AsyncEngine
+from oxillama.serving.async_session import AsyncSession
+from oxillama.text.template_limits import TemplateLimits
 
 __all__ = [
     "AdapterMismatchError",

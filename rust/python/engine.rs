@@ -8,7 +8,7 @@ use pyo3::prelude::*;
 use super::buffer::{with_bytes, with_bytes_mut};
 use pyo3::types::{PyBytes, PyDict};
 
-use super::errors::{guard, IntoPyResult, Poison};
+use super::exceptions::{guard, IntoPyResult, Poison};
 use super::gguf::PyGgufFile;
 use super::lora::PyLoraAdapter;
 use super::model::PyModel;

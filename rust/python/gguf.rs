@@ -6,7 +6,7 @@ use std::sync::Arc;
 use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyDict, PyList};
 
-use super::errors::{guard, IntoPyResult};
+use super::exceptions::{guard, IntoPyResult};
 use crate::gguf::{Array, GgufFile, Value};
 
 #[pyclass(name = "GgufFile", module = "oxillama._native", frozen)]

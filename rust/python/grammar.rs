@@ -6,7 +6,7 @@ use std::sync::{Arc, Mutex};
 use pyo3::prelude::*;
 use pyo3::types::PyBytes;
 
-use super::errors::{guard, IntoPyResult, Poison};
+use super::exceptions::{guard, IntoPyResult, Poison};
 use crate::grammar::{LocalCache, Matcher, Program, VocabTrie};
 use crate::Error;
 

@@ -6,7 +6,7 @@ use std::sync::Arc;
 use pyo3::prelude::*;
 use pyo3::types::PyDict;
 
-use super::errors::{guard, IntoPyResult};
+use super::exceptions::{guard, IntoPyResult};
 use super::gguf::PyGgufFile;
 use super::model::PyModel;
 use crate::lora::LoraAdapter;

@@ -4,7 +4,7 @@ use pyo3::prelude::*;
 
 mod buffer;
 mod engine;
-mod errors;
+mod exceptions;
 mod gguf;
 mod grammar;
 mod lora;

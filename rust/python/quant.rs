@@ -5,7 +5,7 @@ use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
 use pyo3::types::PyBytes;
 
-use super::errors::{guard, IntoPyResult};
+use super::exceptions::{guard, IntoPyResult};
 use crate::quant::{dequantize_row, kernels, scalar_kernels, simd_level, GgmlType};
 
 fn ty(type_id: u32) -> PyResult<GgmlType> {

@@ -8,7 +8,7 @@ use pyo3::exceptions::{PyKeyError, PyValueError};
 use pyo3::prelude::*;
 use pyo3::types::PyDict;
 
-use super::errors::{guard, IntoPyResult, Poison};
+use super::exceptions::{guard, IntoPyResult, Poison};
 use crate::sampler::{Sampler, SamplerConfig, SamplerState};
 
 /// `(logprob of token, [(id, logprob), ...] for the k most likely)` under

@@ -7,7 +7,7 @@ use std::time::{Duration, Instant};
 use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
 
-use super::errors::guard;
+use super::exceptions::guard;
 use crate::threadpool::{arm_worker_panic, shared_pool, worker_panic_armed};
 
 /// `where`: "main" panics on the calling thread (GIL released, as in a

@@ -11,7 +11,7 @@ import os
 from pathlib import Path
 
 from oxillama import Engine, Model, SamplerConfig, _native
-from oxillama.models import default_model_path
+from oxillama.model.paths import default_model_path
 from tests._gguf_builder import small_model_file
 
 from . import Target

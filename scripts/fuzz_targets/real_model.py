@@ -7,7 +7,7 @@ from __future__ import annotations
 import functools
 
 from oxillama import Model
-from oxillama.models import default_model_path
+from oxillama.model.paths import default_model_path
 
 
 @functools.cache

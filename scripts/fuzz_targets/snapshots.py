@@ -10,10 +10,11 @@ from __future__ import annotations
 import struct
 from pathlib import Path
 
-from oxillama import Engine, Grammar, Model, SamplerConfig, SpeculativeEngine, _native, snapshot
-from oxillama.snapshot import SnapshotFormatError
-from oxillama.snapshot import spec as spec_format
-from oxillama.snapshot.format import HEADER, SECTION
+from oxillama import Engine, Grammar, Model, SamplerConfig, SpeculativeEngine, _native
+from oxillama import sessions as snapshot
+from oxillama.sessions import SnapshotFormatError
+from oxillama.sessions import spec as spec_format
+from oxillama.sessions.format import HEADER, SECTION
 
 from . import Target
 from .tiny_model import tiny_model_bytes

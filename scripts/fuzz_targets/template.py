@@ -11,8 +11,8 @@ from typing import Any
 
 from hypothesis import strategies as st
 
-from oxillama.chat_template import ChatTemplate
-from oxillama.template_limits import TemplateLimits
+from oxillama.text.chat_template import ChatTemplate
+from oxillama.text.template_limits import TemplateLimits
 
 from . import JsonTarget
 from .real_model import smollm2

@@ -12,7 +12,7 @@ from typing import Any
 import numpy as np
 
 from oxillama import _native
-from oxillama.models import default_model_path
+from oxillama.model.paths import default_model_path
 from tests._gguf_builder import ARRAY, BOOL, F32, GGUF, I32, STRING, U32, Tensor
 
 N_VOCAB = 320

@@ -29,8 +29,8 @@ from typing import Any
 
 from hypothesis import strategies as st
 
-from oxillama.tokenizer import Tokenizer
-from oxillama.tokenizer.bpe import UNICODE_TO_BYTE
+from oxillama.text.tokenizer import Tokenizer
+from oxillama.text.tokenizer.bpe import UNICODE_TO_BYTE
 
 from . import Target
 from .real_model import smollm2

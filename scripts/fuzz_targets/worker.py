@@ -66,7 +66,7 @@ def main(
     # Coverage comes from oxillama's Python code (the Rust core is not
     # instrumented): the snapshot, tokenizer, grammar and template layers.
     with atheris.instrument_imports(include=["oxillama"]):
-        for module in ("oxillama", "oxillama.grammar", "oxillama.snapshot.spec"):
+        for module in ("oxillama", "oxillama.decoding.grammar", "oxillama.sessions.spec"):
             importlib.import_module(module)
         from fuzz_targets import load
 

@@ -21,7 +21,7 @@ from pathlib import Path
 
 import numpy as np
 
-from oxillama.models import default_model_path
+from oxillama.model.paths import default_model_path
 from scripts.convert_minilm import convert, default_zip
 
 from .texts import DECODER_TEXTS, SENTENCES

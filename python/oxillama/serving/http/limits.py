@@ -1,0 +1,120 @@
+"""The server's bounds on what one request may ask for, and the ASGI
+middleware that refuses an oversized body before reading all of it."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from oxillama.errors import ParameterError
+from oxillama.serving.http.api_error import ApiError
+
+__all__ = ["BodyLimitMiddleware", "Limits"]
+
+
+@dataclass(frozen=True)
+class Limits:
+    """Bounds on requests and on the server's sessions; each refused
+    request gets OpenAI's error object with the status below."""
+
+    #: Request body size (413 before the rest is read).
+    max_body_bytes: int = 4 << 20
+    #: Nesting of arrays and objects in a JSON body (400).
+    max_json_depth: int = 64
+    #: Characters of a prompt, or of all chat messages' text, before
+    #: tokenizing (400). ``None``: the most characters that could possibly
+    #: fit the context (its size times the longest token's text).
+    max_prompt_chars: int | None = None
+    #: Stop strings per request, and characters per stop string (400).
+    max_stop: int = 16
+    max_stop_chars: int = 256
+    #: ``logit_bias`` entries (400).
+    max_logit_bias: int = 1024
+    #: Live stateful sessions; past it the least recently used idle one is
+    #: hibernated to the sessions folder, or evicted without one.
+    max_sessions: int = 64
+    #: Ids of evicted sessions remembered (to answer 404 saying why).
+    remembered_evictions: int = 10_000
+    #: Every session turn ends with its snapshot in the sessions folder,
+    #: and a live session whose file another server wrote since is read
+    #: again: replicas sharing the folder then continue each other's
+    #: sessions exactly, and a lost replica loses at most the turn in flight.
+    persist_turns: bool = False
+
+    def __post_init__(self) -> None:
+        for name in (
+            "max_body_bytes",
+            "max_json_depth",
+            "max_stop",
+            "max_stop_chars",
+            "max_logit_bias",
+            "max_sessions",
+            "remembered_evictions",
+        ):
+            v = getattr(self, name)
+            if isinstance(v, bool) or not isinstance(v, int) or v < 1:
+                raise ParameterError(f"{name} must be a positive integer, got {v!r}")
+        m = self.max_prompt_chars
+        if m is not None and (isinstance(m, bool) or not isinstance(m, int) or m < 1):
+            raise ParameterError(f"max_prompt_chars must be a positive integer, got {m!r}")
+
+
+def _too_large(limit: int) -> ApiError:
+    return ApiError(
+        413,
+        f"the request body is larger than this server's limit of {limit} bytes (--max-body-bytes)",
+        code="request_too_large",
+    )
+
+
+class BodyLimitMiddleware:
+    """Reads a request's body up to ``limit`` bytes, then hands it to the
+    app whole. A ``Content-Length`` over the limit is refused before any
+    body byte is read; a chunked body is refused as soon as its running
+    count passes the limit, so a client cannot make the server hold more
+    than ``limit`` bytes of it."""
+
+    def __init__(self, app: ASGIApp, limit: int) -> None:
+        self.app, self.limit = app, limit
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        for name, value in scope.get("headers", ()):
+            if name == b"content-length":
+                if not value.strip().isdigit():
+                    err = ApiError(400, "the Content-Length header is not a number")
+                    await err.response()(scope, receive, send)
+                    return
+                if int(value) > self.limit:
+                    await _too_large(self.limit).response()(scope, receive, send)
+                    return
+        parts: list[bytes] = []
+        size = 0
+        while True:
+            message = await receive()
+            if message["type"] == "http.disconnect":
+                return
+            chunk = message.get("body", b"")
+            size += len(chunk)
+            if size > self.limit:
+                await _too_large(self.limit).response()(scope, receive, send)
+                return
+            parts.append(chunk)
+            if not message.get("more_body", False):
+                break
+        body = b"".join(parts)
+        replayed = False
+
+        async def replay() -> Message:
+            # The body once, then the connection's own messages (a streaming
+            # response listens on them for the client hanging up).
+            nonlocal replayed
+            if not replayed:
+                replayed = True
+                return {"type": "http.request", "body": body, "more_body": False}
+            return await receive()
+
+        await self.app(scope, replay, send)

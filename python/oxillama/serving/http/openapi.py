@@ -1,0 +1,321 @@
+"""The OpenAPI 3.1 document the server publishes at ``/openapi.json``.
+
+Request bodies use the very schemas the routes check bodies against
+(:mod:`.request_schemas`); every status a route can answer is listed, each
+error with OpenAI's error object."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from oxillama._native import __version__
+from oxillama.serving.http.request_schemas import SESSION_ID
+
+__all__ = ["openapi_document"]
+
+Schema = dict[str, Any]
+
+
+def _ref(name: str) -> Schema:
+    return {"$ref": f"#/components/schemas/{name}"}
+
+
+def _json(schema: Schema) -> Schema:
+    return {"application/json": {"schema": schema}}
+
+
+_ERROR = {
+    "type": "object",
+    "properties": {
+        "error": {
+            "type": "object",
+            "properties": {
+                "message": {"type": "string"},
+                "type": {"type": "string"},
+                "param": {"type": ["string", "null"]},
+                "code": {"type": ["string", "null"]},
+            },
+            "required": ["message", "type", "param", "code"],
+        }
+    },
+    "required": ["error"],
+}
+
+_USAGE = {
+    "type": "object",
+    "properties": {
+        "prompt_tokens": {"type": "integer"},
+        "completion_tokens": {"type": "integer"},
+        "total_tokens": {"type": "integer"},
+    },
+    "required": ["prompt_tokens", "completion_tokens", "total_tokens"],
+}
+
+_FINISH = {"type": ["string", "null"], "enum": ["stop", "length", None]}
+
+
+_STR: Schema = {"type": "string"}
+_INT: Schema = {"type": "integer"}
+_NUM: Schema = {"type": "number"}
+_OBJ: Schema = {"type": "object"}
+
+
+def _const(value: str) -> Schema:
+    return {"type": "string", "const": value}
+
+
+def _array(items: Schema) -> Schema:
+    return {"type": "array", "items": items}
+
+
+def _object(
+    props: Mapping[str, Schema], *, optional: tuple[str, ...] = (), nullable: bool = False
+) -> Schema:
+    """An object whose properties are all required but ``optional``."""
+    return {
+        "type": ["object", "null"] if nullable else "object",
+        "properties": dict(props),
+        "required": [k for k in props if k not in optional],
+    }
+
+
+def _reply(obj: str, choice: Schema) -> Schema:
+    return {
+        "type": "object",
+        "properties": {
+            "id": {"type": "string"},
+            "object": {"type": "string", "const": obj},
+            "created": {"type": "integer"},
+            "model": {"type": "string"},
+            "choices": {"type": "array", "items": choice},
+            "usage": _USAGE,
+            "seed": {
+                "type": "integer",
+                "description": "The sampler's seed (on the last chunk of a stream); "
+                "a request without a seed gets a fresh one, and sending this one "
+                "back repeats the text.",
+            },
+        },
+        "required": ["id", "object", "created", "model", "choices"],
+    }
+
+
+_RESPONSES: dict[str, tuple[str, str]] = {
+    "400": ("BadRequest", "The request is malformed or asks for more than this server allows."),
+    "401": ("Unauthorized", "No API key, or not one this server accepts."),
+    "404": ("NotFound", "No such model, or no such (or an evicted) session."),
+    "413": ("TooLarge", "The request body is over --max-body-bytes."),
+    "503": ("Unavailable", "The server is full for now: retry after Retry-After seconds."),
+}
+
+
+def _error_response(description: str, *, retry: bool = False) -> Schema:
+    out: Schema = {"description": description, "content": _json(_ref("Error"))}
+    if retry:
+        out["headers"] = {
+            "Retry-After": {"description": "Seconds to wait", "schema": {"type": "integer"}}
+        }
+    if description == _RESPONSES["401"][1]:
+        out["headers"] = {
+            "WWW-Authenticate": {"description": "Bearer", "schema": {"type": "string"}}
+        }
+    return out
+
+
+def _errors(*codes: str) -> dict[str, Schema]:
+    return {c: {"$ref": f"#/components/responses/{_RESPONSES[c][0]}"} for c in codes}
+
+
+def _operation(
+    summary: str,
+    ok: Schema,
+    errors: tuple[str, ...],
+    *,
+    guarded: bool,
+    body: str | None = None,
+    params: list[Schema] | None = None,
+) -> Schema:
+    # Every route sits behind the body limit (413, and 400 for a bad
+    # Content-Length); guarded ones behind the key check too.
+    codes = sorted({"400", "413", *errors, *(("401",) if guarded else ())})
+    op: Schema = {"summary": summary, "responses": {"200": ok, **_errors(*codes)}}
+    if body is not None:
+        op["requestBody"] = {"required": True, "content": _json(_ref(body))}
+    if params:
+        op["parameters"] = params
+    if guarded:
+        op["security"] = [{"bearer": []}]
+    return op
+
+
+def openapi_document(
+    request_schemas: Mapping[str, Schema], *, model_name: str, auth: bool, metrics_auth: bool
+) -> Schema:
+    """The document for an app with these request schemas; ``auth`` and
+    ``metrics_auth`` say which routes need a key."""
+    logprobs_legacy = _object(
+        {
+            "tokens": _array(_STR),
+            "token_logprobs": _array(_NUM),
+            "top_logprobs": _array(_OBJ),
+            "text_offset": _array(_INT),
+        },
+        nullable=True,
+    )
+    text_choice = _object(
+        {"index": _INT, "text": _STR, "logprobs": logprobs_legacy, "finish_reason": _FINISH},
+        optional=("logprobs",),
+    )
+    message = _object({"role": {"type": "string", "const": "assistant"}, "content": _STR})
+    chat_choice = _object(
+        {
+            "index": _INT,
+            "message": message,
+            "logprobs": _object({"content": _array(_OBJ)}, nullable=True),
+            "finish_reason": _FINISH,
+        },
+        optional=("logprobs",),
+    )
+    sse = {
+        "text/event-stream": {
+            "schema": {
+                "type": "string",
+                "description": "Server-sent events: 'data: <chunk JSON>' lines, then "
+                "'data: [DONE]' (or an error object if the generation fails midway).",
+            }
+        }
+    }
+    model = _object({"id": _STR, "object": _const("model"), "created": _INT, "owned_by": _STR})
+    embedding = _object(
+        {
+            "object": _const("embedding"),
+            "index": _INT,
+            "embedding": {"anyOf": [_array(_NUM), {"type": "string", "contentEncoding": "base64"}]},
+        }
+    )
+    schemas: dict[str, Schema] = {
+        **request_schemas,
+        "Error": _ERROR,
+        "Completion": _reply("text_completion", text_choice),
+        "ChatCompletion": _reply("chat.completion", chat_choice),
+        "ModelList": _object({"object": _const("list"), "data": _array(model)}),
+        "EmbeddingList": _object(
+            {
+                "object": _const("list"),
+                "data": _array(embedding),
+                "model": _STR,
+                "usage": _object({"prompt_tokens": _INT, "total_tokens": _INT}),
+            }
+        ),
+        "SessionSaved": _object({"id": _STR, "tokens": _INT, "path": _STR}),
+        "SessionRestored": _object({"id": _STR, "tokens": _INT}),
+    }
+    v1 = auth
+
+    def ok(description: str, content: Schema) -> Schema:
+        return {"description": description, "content": content}
+
+    def generation(summary: str, body: str, reply: str) -> Schema:
+        return _operation(
+            summary,
+            ok(f"The {reply}, or its stream with 'stream': true", {**_json(_ref(reply)), **sse}),
+            ("404", "503"),
+            guarded=v1,
+            body=body,
+        )
+
+    sid = [
+        {
+            "name": "sid",
+            "in": "path",
+            "required": True,
+            "schema": {"type": "string", "pattern": SESSION_ID},
+        }
+    ]
+    paths: Schema = {
+        "/health": {
+            "get": _operation("Liveness", ok("Alive", _json({"type": "object"})), (), guarded=False)
+        },
+        "/ready": {
+            "get": _operation(
+                "Readiness: the model is loaded and the server is not draining",
+                ok("Ready", _json({"type": "object"})),
+                ("503",),
+                guarded=False,
+            )
+        },
+        "/metrics": {
+            "get": _operation(
+                "Prometheus metrics",
+                ok("Prometheus text exposition", {"text/plain": {"schema": {"type": "string"}}}),
+                (),
+                guarded=auth and metrics_auth,
+            )
+        },
+        "/openapi.json": {
+            "get": _operation(
+                "This document", ok("OpenAPI 3.1", _json({"type": "object"})), (), guarded=False
+            )
+        },
+        "/v1/models": {
+            "get": _operation(
+                "The model this server runs",
+                ok("One model", _json(_ref("ModelList"))),
+                (),
+                guarded=v1,
+            )
+        },
+        "/v1/completions": {
+            "post": generation("Continue a prompt", "CompletionRequest", "Completion")
+        },
+        "/v1/chat/completions": {
+            "post": generation("Reply to a conversation", "ChatCompletionRequest", "ChatCompletion")
+        },
+        "/v1/embeddings": {
+            "post": _operation(
+                "Embed texts or token ids",
+                ok("One vector per input", _json(_ref("EmbeddingList"))),
+                ("404", "503"),
+                guarded=v1,
+                body="EmbeddingRequest",
+            )
+        },
+        "/v1/sessions/{sid}/save": {
+            "post": _operation(
+                "Write a session to <sessions-dir>/<sid>.oxisnap",
+                ok("Saved", _json(_ref("SessionSaved"))),
+                ("404", "503"),
+                guarded=v1,
+                params=sid,
+            )
+        },
+        "/v1/sessions/{sid}/restore": {
+            "post": _operation(
+                "Load <sessions-dir>/<sid>.oxisnap as the live session",
+                ok("Restored", _json(_ref("SessionRestored"))),
+                ("404", "503"),
+                guarded=v1,
+                params=sid,
+            )
+        },
+    }
+    components: Schema = {
+        "schemas": schemas,
+        "responses": {
+            name: _error_response(text, retry=code == "503")
+            for code, (name, text) in _RESPONSES.items()
+        },
+    }
+    if auth:
+        components["securitySchemes"] = {"bearer": {"type": "http", "scheme": "bearer"}}
+    return {
+        "openapi": "3.1.0",
+        "info": {
+            "title": "oxillama",
+            "version": __version__,
+            "description": f"An OpenAI-compatible API serving the model '{model_name}'.",
+        },
+        "paths": paths,
+        "components": components,
+    }

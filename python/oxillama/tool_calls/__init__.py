@@ -1,9 +1,0 @@
-"""Tool calling: detecting calls in generated text (:class:`ToolCallDetector`),
-picking the format from a chat template, and the grammar that forces a
-valid call when a request requires one."""
-
-from __future__ import annotations
-
-from .detector import Custom, ToolCall, ToolCallDetector, ToolFormat
-
-__all__ = ["Custom", "ToolCall", "ToolCallDetector", "ToolFormat"]
