@@ -28,11 +28,15 @@ fi
 # Static checks first: they are fast and their failures are the clearest.
 cargo fmt --check
 cargo clippy --quiet --all-targets --features python -- -D warnings
-"$PY" -m ruff check python tests benches scripts
-"$PY" -m ruff format --check python tests benches scripts
+"$PY" -m ruff check python tests tests_wheel benches scripts
+"$PY" -m ruff format --check python tests tests_wheel benches scripts
 "$PY" -m mypy
 "$PY" -m mypy.stubtest oxillama._native
 "$PY" -m mkdocs build --strict --site-dir "${TMPDIR:-/tmp}/oxillama-site"
 
 cargo test --release --quiet
+# The binary wheel a user without a compiler installs: built, checked by
+# auditwheel, installed into a fresh venv with no cargo or rustc on PATH,
+# and smoke-tested there (tests_wheel/).
+bash scripts/wheel_smoke.sh "$(mktemp -d)"
 "$PY" -m pytest -q "$@"

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import importlib
 import os
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
@@ -52,6 +53,8 @@ class SnapshotCodec(Protocol):
 
 
 _CODEC: list[SnapshotCodec] = []
+#: The package whose import registers the OXISNAP1 codec.
+CODEC_PACKAGE = "oxillama.sessions"
 
 
 def register_snapshot_codec(codec: SnapshotCodec) -> None:
@@ -60,7 +63,9 @@ def register_snapshot_codec(codec: SnapshotCodec) -> None:
 
 def _codec() -> SnapshotCodec:
     if not _CODEC:
-        raise RuntimeError("no snapshot codec: import oxillama (not only oxillama.engine.engine)")
+        # The codec's package registers it on import; a process that reaches
+        # an engine without it (an unpickled Engine, say) loads it by name.
+        importlib.import_module(CODEC_PACKAGE)
     return _CODEC[0]
 
 

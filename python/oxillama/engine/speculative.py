@@ -58,6 +58,7 @@ sampler (empty history, ``mu = 2 tau``) that the prompt then enters;
 from __future__ import annotations
 
 import dataclasses
+import importlib
 import os
 import secrets
 import threading
@@ -82,7 +83,7 @@ from oxillama.decoding.grammar import Grammar, allowed_bytes
 from oxillama.decoding.grammar import constraint as _constraint
 from oxillama.decoding.ngram_draft import NgramDraft, NgramState
 from oxillama.decoding.sampling import SamplerConfig, build_sampler
-from oxillama.engine.engine import Engine, Prompt
+from oxillama.engine.engine import CODEC_PACKAGE, Engine, Prompt
 from oxillama.engine.session_state import cut_to_kept
 from oxillama.errors import GenerateError, OxiLlamaError, ParameterError
 from oxillama.text.assembler import TextAssembler
@@ -164,7 +165,8 @@ def register_spec_codec(codec: SpecCodec) -> None:
 
 def _spec_codec() -> SpecCodec:
     if not _SPEC_CODEC:
-        raise RuntimeError("no OXISPEC1 codec: import oxillama (it registers oxillama.sessions)")
+        # Registered when the sessions package loads (as OXISNAP1's codec).
+        importlib.import_module(CODEC_PACKAGE)
     return _SPEC_CODEC[0]
 
 

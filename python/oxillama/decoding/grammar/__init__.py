@@ -28,7 +28,6 @@ from oxillama.decoding.grammar.compile import Compiled, compile_gbnf, compile_ru
 # Imported here, not on first use: the module defines dataclasses, whose
 # generated methods cost ~20 ms to build, and that belongs to importing
 # oxillama, not to the first schema a server compiles.
-from oxillama.decoding.grammar.json_schema import as_schema, schema_to_rules
 from oxillama.errors import GrammarError, ParameterError
 
 if TYPE_CHECKING:
@@ -107,6 +106,10 @@ class Grammar:
         The same schema (up to key order) returns the same Grammar, so
         requests that repeat a ``response_format`` share one compile and
         its warm mask caches."""
+        # The schema compiler loads with its first schema: most programs
+        # never use it, and its tables take a third of the package's import.
+        from oxillama.decoding.grammar.json_schema import as_schema, schema_to_rules
+
         schema = as_schema(schema)
         try:
             key: str | None = json.dumps(schema, sort_keys=True) + ("" if strict else "~lax")
