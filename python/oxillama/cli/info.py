@@ -100,7 +100,7 @@ def cmd_info(args: argparse.Namespace) -> int:
 
 def _num(v: Any) -> str:
     if isinstance(v, float):
-        return f"{v:g}"
+        return str(int(v)) if v.is_integer() and abs(v) < 1e15 else f"{v:g}"
     if isinstance(v, list):
         return "per layer " + ",".join(_num(x) for x in v)
     return str(v)
@@ -155,6 +155,8 @@ def render(s: GgufSummary, *, tensors: bool = False, full: bool = False) -> str:
         rows.append(("experts", f"{h['n_expert']} ({h.get('n_expert_used', '?')} used)"))
     if "rope_freq_base" in h or "rope_dims" in h:
         rope = [f"freq base {_num(h['rope_freq_base'])}"] if "rope_freq_base" in h else []
+        if "rope_freq_base_swa" in h:
+            rope.append(f"sliding-window layers {_num(h['rope_freq_base_swa'])}")
         if "rope_dims" in h:
             rope.append(f"{h['rope_dims']} dims")
         if "rope_scaling" in h:

@@ -316,6 +316,7 @@ class GgufSummary:
             "n_expert": self._arch_key("expert_count"),
             "n_expert_used": self._arch_key("expert_used_count"),
             "rope_freq_base": self._arch_key("rope.freq_base"),
+            "rope_freq_base_swa": self._arch_key("rope.freq_base_swa"),
             "rope_dims": self._arch_key("rope.dimension_count"),
             "rope_scaling": self._arch_key("rope.scaling.type"),
             "rope_scaling_factor": self._arch_key("rope.scaling.factor"),
