@@ -25,6 +25,8 @@ from oxillama.decoding.sampling import SamplerConfig
 from oxillama.engine import embeddings as _emb
 from oxillama.engine.embeddings import EmbedInput, Pooling
 from oxillama.engine.metrics import EngineMetrics
+from oxillama.engine.perplexity import OnChunk, Perplexity
+from oxillama.engine.perplexity import run as _perplexity
 from oxillama.engine.session_state import SessionState, check_fits, kept_prefix, matcher_for
 from oxillama.errors import GenerateError, ParameterError
 from oxillama.model.lora import LoraAdapter, LoraSpec
@@ -453,6 +455,41 @@ class Engine:
         if bad:
             raise GenerateError(f"token id {bad[0]} is outside the vocabulary of {self.vocab_size}")
         return toks
+
+    def perplexity(
+        self,
+        text: str | None = None,
+        *,
+        n_ctx: int | None = None,
+        chunks: int | None = None,
+        save_logits: str | os.PathLike[str] | None = None,
+        kl_base: str | os.PathLike[str] | None = None,
+        on_chunk: OnChunk | None = None,
+    ) -> Perplexity:
+        """The model's perplexity over ``text``, computed as llama.cpp's
+        ``llama-perplexity`` computes it: the text is tokenized whole (BOS
+        as the model adds it) and cut into ``chunks`` (default: all)
+        non-overlapping chunks of ``n_ctx`` tokens (default 512); each is
+        evaluated from an empty context, its first token replaced by BOS
+        when the model adds one, and its second half is scored. The text
+        must tokenize to at least ``2 * n_ctx`` tokens.
+
+        ``save_logits`` writes the log-probabilities in llama.cpp's
+        ``--kl-divergence-base`` format; ``kl_base`` (no ``text``: the
+        tokens come from the file) compares this model with such a file and
+        fills :attr:`Perplexity.kl`. ``on_chunk`` receives a
+        :class:`~oxillama.engine.perplexity.PerplexityProgress` after each
+        chunk. The engine's own context runs the chunks (its context size
+        must hold ``n_ctx``) and is left empty."""
+        return _perplexity(
+            self,
+            text,
+            n_ctx=n_ctx,
+            chunks=chunks,
+            save_logits=save_logits,
+            kl_base=kl_base,
+            on_chunk=on_chunk,
+        )
 
     # ------------------------------------------------------------ generation
 
