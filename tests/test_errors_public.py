@@ -95,14 +95,14 @@ def test_a_failed_save_is_an_os_error_naming_the_path(
 
 
 def test_import_oxillama_alone_gives_the_snapshot_module_and_its_errors() -> None:
-    """As the original documents use it: no import of ``oxillama.sessions``
+    """As the original documents use it: no import of ``oxillama.snapshot``
     beyond ``import oxillama`` itself, in a fresh interpreter."""
     import subprocess
     import sys
 
     code = (
         "import oxillama\n"
-        "s = oxillama.sessions\n"
+        "s = oxillama.snapshot\n"
         "assert all(callable(getattr(s, n)) for n in ('load', 'dump', 'dumps', 'loads', 'info'))\n"
         "assert issubclass(oxillama.SnapshotFormatError, oxillama.SnapshotError)\n"
         "assert issubclass(oxillama.ModelMismatchError, oxillama.SnapshotError)\n"

@@ -16,8 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from oxillama import AsyncEngine, Engine, LoadError, ModelMismatchError, SamplerConfig
-from oxillama import sessions as snapshot
+from oxillama import AsyncEngine, Engine, LoadError, ModelMismatchError, SamplerConfig, snapshot
 from oxillama.model.hub import HubRef
 from oxillama.model.hub import locate as hub_locate
 from oxillama.sessions import session as snapshot_session

@@ -12,9 +12,8 @@ import numpy as np
 import pytest
 from gguf.quants import dequantize
 
-from oxillama import Engine, LoraError, Model, SamplerConfig, _native
-from oxillama import sessions as snapshot
-from oxillama.sessions import AdapterMismatchError
+from oxillama import Engine, LoraError, Model, SamplerConfig, _native, snapshot
+from oxillama.snapshot import AdapterMismatchError
 from tests.lora import adapters, cases
 from tests.models._rewrite import rewrite_f32
 

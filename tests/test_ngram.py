@@ -19,10 +19,10 @@ from oxillama import Engine, NgramCache, NgramDraft, SamplerConfig, SpeculativeE
 from oxillama.decoding import ngram_draft
 from oxillama.decoding.ngram_draft import best_k, row_cost
 from oxillama.errors import ParameterError
-from oxillama.sessions import SnapshotFormatError
 from oxillama.sessions import sections as S
 from oxillama.sessions import spec as spec_format
 from oxillama.sessions.format import Section, decode, encode
+from oxillama.snapshot import SnapshotFormatError
 
 PASSAGE = (
     "The lighthouse at Port Elray was built in 1871 from granite quarried on the "

@@ -23,8 +23,8 @@ from oxillama import AsyncEngine, Budget, Engine, Model, ParameterError, PinnedH
 from oxillama._native import GgufFile
 from oxillama.model.offload import policy_from_dict
 from oxillama.serving.http.metrics import ServerCollector
-from oxillama.sessions import SnapshotError
 from oxillama.sessions.session import parse
+from oxillama.snapshot import SnapshotError
 
 PROMPT = "The capital of France is Paris. The capital of Italy is"
 

@@ -26,7 +26,7 @@ from hypothesis import strategies as st
 
 from oxillama import AsyncEngine, AsyncSession, Engine, Grammar, Model, SamplerConfig
 from oxillama.errors import GenerateError, ParameterError
-from oxillama.sessions import ModelMismatchError, SnapshotError, SnapshotFormatError
+from oxillama.snapshot import ModelMismatchError, SnapshotError, SnapshotFormatError
 from tests._serve import serving
 
 CTX = 512

@@ -18,10 +18,9 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from oxillama import Engine, SamplerConfig
-from oxillama import sessions as snapshot
-from oxillama.sessions import ModelMismatchError, SnapshotError, SnapshotFormatError
+from oxillama import Engine, SamplerConfig, snapshot
 from oxillama.sessions.format import Section, decode, encode
+from oxillama.snapshot import ModelMismatchError, SnapshotError, SnapshotFormatError
 
 CASES = {
     "greedy": SamplerConfig.greedy(),

@@ -12,8 +12,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from oxillama import OxiLlamaError, _native
-from oxillama.sessions import SnapshotFormatError
 from oxillama.sessions.format import HEADER, MAGIC, Section, decode, decode_verifying, encode
+from oxillama.snapshot import SnapshotFormatError
 
 BLOB = encode([Section(1, b'{"a":1}'), Section(2, bytes(range(200))), Section(9, b"")])
 

@@ -11,10 +11,10 @@ from typing import Any
 import pytest
 
 from oxillama import Engine, SamplerConfig, SpeculativeEngine
-from oxillama.sessions import SnapshotFormatError
 from oxillama.sessions import sections as S
 from oxillama.sessions import spec as spec_format
 from oxillama.sessions.format import Section, decode, encode
+from oxillama.snapshot import SnapshotFormatError
 from tests.models import _checks as arch
 
 

@@ -186,7 +186,7 @@ def test_oxispec1_continues_exactly_in_another_process(
 
 
 def test_oxispec1_rejects_bad_files(pair: tuple[Engine, Engine]) -> None:
-    from oxillama.sessions import SnapshotFormatError
+    from oxillama.snapshot import SnapshotFormatError
 
     se = SpeculativeEngine(*pair, num_speculative=2, seed=1)
     se.generate("Hi", 4, ignore_eos=True)
