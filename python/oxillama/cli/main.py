@@ -7,8 +7,7 @@ import sys
 from collections.abc import Sequence
 from typing import Any
 
-from oxillama.cli import bench, info
-from oxillama.cli.perplexity import add_perplexity_parser
+from oxillama.cli import bench, info, perplexity
 from oxillama.errors import OxiLlamaError, ParameterError
 from oxillama.model.hub import add_hf_arg
 from oxillama.serving.flags import add_serve_parser, app_spec, ray_options
@@ -206,7 +205,7 @@ def build_parser() -> argparse.ArgumentParser:
     c.set_defaults(func=cmd_chat)
 
     add_serve_parser(sub, cmd_serve)
-    add_perplexity_parser(sub)
+    perplexity.add_parser(sub)
 
     info.add_parser(sub)
     bench.add_parser(sub)

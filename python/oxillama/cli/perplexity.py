@@ -19,7 +19,7 @@ if TYPE_CHECKING:
 # command runs, so that `oxillama --help` stays quick.
 DEFAULT_N_CTX = 512
 
-__all__ = ["add_perplexity_parser", "cmd_perplexity"]
+__all__ = ["add_parser", "cmd_perplexity"]
 
 DESCRIPTION = """\
 The model's perplexity over a text file, computed as llama.cpp's
@@ -38,7 +38,7 @@ _KL_HEADER = (
 )
 
 
-def add_perplexity_parser(sub: Any) -> None:
+def add_parser(sub: Any) -> None:
     """Registers the subcommand on ``oxillama``'s subparsers."""
     p = sub.add_parser(
         "perplexity",
