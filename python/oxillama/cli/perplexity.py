@@ -190,16 +190,22 @@ def cmd_perplexity(args: argparse.Namespace) -> int:
             raise ParameterError(f"-c must be at least 3, got {n_ctx}")
         text = _read_text(args.file)
     engine = _engine(args, n_ctx)
-    bar = tqdm(
-        unit="chunk",
-        file=sys.stderr,
-        disable=True if args.no_progress else None,
-        dynamic_ncols=True,
-    )
+    bars: list[Any] = []
 
     def progress(p: PerplexityProgress) -> None:
-        if bar.total is None:
-            bar.reset(total=p.n_chunks)
+        if p.chunk == 0:
+            # Made once the chunk count is known: the bar shows its length.
+            bars.append(
+                tqdm(
+                    total=p.n_chunks,
+                    unit="chunk",
+                    file=sys.stderr,
+                    disable=True if args.no_progress else None,
+                    dynamic_ncols=True,
+                )
+            )
+            return
+        bar = bars[0]
         if p.kl is not None:
             if p.chunk == 1:
                 bar.write(_KL_HEADER, file=sys.stdout)
@@ -217,7 +223,8 @@ def cmd_perplexity(args: argparse.Namespace) -> int:
             on_chunk=progress,
         )
     finally:
-        bar.close()
+        for bar in bars:
+            bar.close()
     out = sys.stdout
     if r.kl is not None:
         # llama-perplexity draws no conclusions from under 100 tokens.

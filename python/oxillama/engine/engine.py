@@ -478,8 +478,8 @@ class Engine:
         ``--kl-divergence-base`` format; ``kl_base`` (no ``text``: the
         tokens come from the file) compares this model with such a file and
         fills :attr:`Perplexity.kl`. ``on_chunk`` receives a
-        :class:`~oxillama.engine.perplexity.PerplexityProgress` after each
-        chunk. The engine's own context runs the chunks (its context size
+        :class:`~oxillama.engine.perplexity.PerplexityProgress` before the
+        first chunk and after each. The engine's own context runs the chunks (its context size
         must hold ``n_ctx``) and is left empty."""
         return _perplexity(
             self,

@@ -131,9 +131,11 @@ class Perplexity:
 
 @dataclass(frozen=True)
 class PerplexityProgress:
-    """What ``on_chunk`` receives after each chunk."""
+    """What ``on_chunk`` receives: once before the first chunk (``chunk``
+    0, the figures NaN), so that a progress bar knows its length, then
+    after each chunk."""
 
-    #: Chunks done (1-based) and in all.
+    #: Chunks done and in all.
     chunk: int
     n_chunks: int
     #: The running estimate and its ``±`` over the chunks done.
@@ -479,6 +481,8 @@ def run(
         running: list[float] = []
         kl = _KlSums() if base is not None else None
         t_eval = t_score = 0.0
+        if on_chunk is not None:
+            on_chunk(PerplexityProgress(0, n_chunk, math.nan, math.nan, math.nan))
         for c in range(n_chunk):
             chunk = tokens[c * n_ctx : (c + 1) * n_ctx].astype(np.int64)
             inputs = chunk.tolist()
