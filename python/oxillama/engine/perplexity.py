@@ -25,15 +25,28 @@ import struct
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import IO, TYPE_CHECKING, BinaryIO
+from typing import IO, Any, BinaryIO, Protocol
 
 import numpy as np
 import numpy.typing as npt
 
 from oxillama.errors import LoadError, ParameterError
 
-if TYPE_CHECKING:
-    from oxillama.engine.engine import Engine
+
+class Evaluator(Protocol):
+    """What the computation needs of an :class:`~oxillama.Engine`: the
+    engine's method calls this module, so it names the engine only by
+    this shape."""
+
+    @property
+    def tokenizer(self) -> Any: ...
+    @property
+    def vocab_size(self) -> int: ...
+    @property
+    def n_ctx(self) -> int: ...
+    def reset(self) -> None: ...
+    def eval(self, tokens: Any, *, all_logits: bool = False) -> npt.NDArray[np.float32]: ...
+
 
 __all__ = [
     "DEFAULT_N_CTX",
@@ -392,7 +405,7 @@ def _check_positive(name: str, value: object) -> int:
 
 
 def run(
-    engine: Engine,
+    engine: Evaluator,
     text: str | None = None,
     *,
     n_ctx: int | None = None,
