@@ -2,11 +2,24 @@
 //!
 //! One `run` call is one dispatch: the caller publishes a job, every thread
 //! (the caller included) claims chunk indices from a shared atomic counter
-//! until none are left, and the caller returns once all workers have
-//! finished. There is no per-chunk task allocation and no fork/join tree.
-//! Workers spin for a short while after each job so the next dispatch of the
-//! same token finds them awake, then park on a condition variable so an
-//! idle engine costs no CPU.
+//! until none are left. There is no per-chunk task allocation and no
+//! fork/join tree.
+//!
+//! Workers *join* a dispatch rather than being counted into it. One atomic
+//! word holds the dispatch's generation, a CLOSED bit and the number of
+//! workers that joined and have not yet left. A worker joins by a
+//! compare-and-swap that succeeds only while the dispatch it saw is still
+//! open, and reads the job only after joining. The caller, once it finds no
+//! chunk left to claim, closes the dispatch and waits only for the workers
+//! that joined; a worker the scheduler kept off a core until then simply
+//! misses that dispatch. On a machine whose cores are shared with other
+//! processes this is what keeps one descheduled thread from stalling every
+//! dispatch for a whole scheduler slice.
+//!
+//! Every wait spins briefly (dispatches of one token come microseconds
+//! apart on a quiet machine), then yields the core to whoever else wants
+//! it, then sleeps, so an idle engine costs no CPU and a busy neighbour is
+//! not starved by our spinning.
 
 use std::cell::UnsafeCell;
 use std::collections::HashMap;
@@ -16,8 +29,37 @@ use std::sync::{Arc, Condvar, Mutex, OnceLock};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-/// How long a worker keeps spinning for the next job before parking.
-const SPIN_FOR: Duration = Duration::from_micros(300);
+/// How long an idle worker spins for the next job: long enough to cover the
+/// gap between the dispatches of one decode step on a quiet machine.
+const WORKER_SPIN: Duration = Duration::from_micros(50);
+/// Until this long after its last job an idle worker yields its core between
+/// checks (cheap to resume from, and free for any other runnable thread);
+/// after that it sleeps until a dispatch wakes it.
+const WORKER_YIELD_UNTIL: Duration = Duration::from_millis(2);
+/// The caller, out of chunks, spins this long for the workers that joined:
+/// normally they are finishing their last chunk, a few microseconds away.
+const CALLER_SPIN: Duration = Duration::from_micros(20);
+/// Then yields until this long; a worker still not done by then was most
+/// likely preempted mid-chunk, and sleeping frees our core for it.
+const CALLER_YIELD_UNTIL: Duration = Duration::from_micros(100);
+
+/// Layout of `Shared::state`: generation in the high 32 bits, then the
+/// CLOSED bit, then the count of workers inside the dispatch.
+const GEN_ONE: u64 = 1 << 32;
+const CLOSED: u64 = 1 << 31;
+const JOINED_MASK: u64 = CLOSED - 1;
+
+fn generation(state: u64) -> u64 {
+    state >> 32
+}
+
+fn joined(state: u64) -> u64 {
+    state & JOINED_MASK
+}
+
+fn is_open(state: u64) -> bool {
+    state & CLOSED == 0
+}
 
 /// Fault injection for the tests of panic handling: when set, the next
 /// worker thread to take part in a dispatch panics (one relaxed load per
@@ -44,24 +86,39 @@ struct Job {
 }
 
 struct Shared {
-    /// Bumped once per dispatch; workers wait for it to change.
-    generation: AtomicU64,
+    /// Generation, CLOSED bit and joined count (see the constants above).
+    /// A closed state is the resting state between dispatches.
+    state: AtomicU64,
     job: UnsafeCell<Job>,
     next_chunk: AtomicUsize,
-    /// Workers still busy with the current generation.
-    active: AtomicUsize,
     panicked: AtomicBool,
     /// The first worker panic's message of the current dispatch, re-raised
     /// on the caller so the report names the real failure.
     panic_message: Mutex<Option<String>>,
     shutdown: AtomicBool,
+    /// Idle workers sleep here; `sleepers` counts them so a dispatch makes
+    /// the wake-up system call only when someone is asleep.
     sleep_lock: Mutex<()>,
     wake: Condvar,
+    sleepers: AtomicUsize,
+    /// The caller sleeps here for joined workers; the last one out wakes it
+    /// when `caller_asleep` says it may be sleeping.
+    done_lock: Mutex<()>,
+    done: Condvar,
+    caller_asleep: AtomicBool,
+    /// Test hook: a worker takes this lock between seeing a dispatch and
+    /// trying to join it, so a test holding it plays a descheduled worker.
+    #[cfg(test)]
+    join_gate: Mutex<()>,
+    /// Test probe: how many times a worker joined a dispatch.
+    #[cfg(test)]
+    joins: AtomicUsize,
 }
 
-// SAFETY: `job` is written only by the dispatching thread while no worker
-// reads it (before the generation bump, after all workers have reported
-// done), and read by workers only between those two points; every other
+// SAFETY: `job` is written only by the dispatching thread (one at a time,
+// under `ThreadPool::dispatch`) while the state is closed with no worker
+// joined, and is read by a worker only while it is counted as joined to the
+// open dispatch that published it (see `run` and `worker_loop`); every other
 // field is atomic or a lock.
 unsafe impl Sync for Shared {}
 // SAFETY: the raw job pointer is only dereferenced under the protocol above.
@@ -81,18 +138,25 @@ impl ThreadPool {
     pub fn new(n_threads: usize) -> Self {
         let n_threads = n_threads.max(1);
         let shared = Arc::new(Shared {
-            generation: AtomicU64::new(0),
+            state: AtomicU64::new(CLOSED),
             job: UnsafeCell::new(Job {
                 f: None,
                 n_chunks: 0,
             }),
             next_chunk: AtomicUsize::new(0),
-            active: AtomicUsize::new(0),
             panicked: AtomicBool::new(false),
             panic_message: Mutex::new(None),
             shutdown: AtomicBool::new(false),
             sleep_lock: Mutex::new(()),
             wake: Condvar::new(),
+            sleepers: AtomicUsize::new(0),
+            done_lock: Mutex::new(()),
+            done: Condvar::new(),
+            caller_asleep: AtomicBool::new(false),
+            #[cfg(test)]
+            join_gate: Mutex::new(()),
+            #[cfg(test)]
+            joins: AtomicUsize::new(0),
         });
         let workers = (1..n_threads)
             .map(|i| {
@@ -128,10 +192,15 @@ impl ThreadPool {
         let _guard = self.dispatch.lock().unwrap_or_else(|p| p.into_inner());
         let s = &*self.shared;
         let f_ref: &JobFn<'_> = &f;
+        let before = s.state.load(Ordering::Acquire);
+        debug_assert!(!is_open(before) && joined(before) == 0);
         // SAFETY: we erase the closure's lifetime to publish it to workers.
-        // This call does not return until `active` drops to zero, i.e. until
-        // every worker has stopped using the pointer, so the closure outlives
-        // every use. No worker reads `job` before the generation bump below.
+        // No worker reads `job` now: the previous dispatch (if any) is closed
+        // and every worker that joined it has left (the previous `run` waited
+        // for that, and `dispatch` keeps us alone), and none can join before
+        // the store that opens this dispatch below. This call does not return
+        // before it has closed the dispatch and seen the joined count fall to
+        // zero, so the closure outlives every worker's use of the pointer.
         unsafe {
             *s.job.get() = Job {
                 f: Some(std::mem::transmute::<*const JobFn<'_>, *const JobFn<'static>>(f_ref)),
@@ -139,17 +208,26 @@ impl ThreadPool {
             };
         }
         s.next_chunk.store(0, Ordering::Relaxed);
-        s.active.store(self.workers.len(), Ordering::Relaxed);
-        {
-            let _l = s.sleep_lock.lock().unwrap_or_else(|p| p.into_inner());
-            s.generation.fetch_add(1, Ordering::Release);
+        // Open: the next generation, no one joined. Release publishes `job`
+        // and `next_chunk` to the worker whose join reads this value; SeqCst
+        // orders it against the `sleepers` load (a worker going to sleep
+        // increments `sleepers` before its last look at `state`).
+        s.state.store(
+            (before & !(CLOSED | JOINED_MASK)).wrapping_add(GEN_ONE),
+            Ordering::SeqCst,
+        );
+        if s.sleepers.load(Ordering::SeqCst) > 0 {
+            drop(s.sleep_lock.lock().unwrap_or_else(|p| p.into_inner()));
+            s.wake.notify_all();
         }
-        s.wake.notify_all();
 
         let caller = catch_unwind(AssertUnwindSafe(|| claim_chunks(s, f_ref, n_chunks)));
 
-        while s.active.load(Ordering::Acquire) != 0 {
-            std::hint::spin_loop();
+        // No chunk is left to claim: close the dispatch so no further worker
+        // joins, then wait for those inside.
+        let closed = s.state.fetch_or(CLOSED, Ordering::AcqRel);
+        if joined(closed) != 0 {
+            wait_for_joined(s);
         }
         if let Err(p) = caller {
             std::panic::resume_unwind(p);
@@ -166,6 +244,35 @@ impl ThreadPool {
     }
 }
 
+/// Waits (spin, then yield, then sleep) until every worker that joined the
+/// closed dispatch has left it. The Acquire loads pair with the workers'
+/// leaving decrements, so their writes to the job's outputs are visible.
+fn wait_for_joined(s: &Shared) {
+    let start = Instant::now();
+    loop {
+        if joined(s.state.load(Ordering::Acquire)) == 0 {
+            return;
+        }
+        let waited = start.elapsed();
+        if waited < CALLER_SPIN {
+            std::hint::spin_loop();
+        } else if waited < CALLER_YIELD_UNTIL {
+            std::thread::yield_now();
+        } else {
+            break;
+        }
+    }
+    let mut l = s.done_lock.lock().unwrap_or_else(|p| p.into_inner());
+    // SeqCst pairs with the leaving worker's SeqCst decrement and load of
+    // `caller_asleep`: either it sees us asleep and notifies under the lock,
+    // or we see its decrement here.
+    s.caller_asleep.store(true, Ordering::SeqCst);
+    while joined(s.state.load(Ordering::SeqCst)) != 0 {
+        l = s.done.wait(l).unwrap_or_else(|p| p.into_inner());
+    }
+    s.caller_asleep.store(false, Ordering::Relaxed);
+}
+
 fn claim_chunks(s: &Shared, f: &JobFn<'_>, n_chunks: usize) {
     loop {
         let i = s.next_chunk.fetch_add(1, Ordering::Relaxed);
@@ -176,31 +283,71 @@ fn claim_chunks(s: &Shared, f: &JobFn<'_>, n_chunks: usize) {
     }
 }
 
-fn worker_loop(s: &Shared) {
-    let mut seen = 0u64;
+/// Waits (spin, then yield, then sleep) for an open dispatch whose
+/// generation differs from `seen`; returns its state, or None on shutdown.
+fn wait_for_dispatch(s: &Shared, seen: u64) -> Option<u64> {
+    let fresh = |st: u64| is_open(st) && generation(st) != seen;
+    let start = Instant::now();
     loop {
-        // Wait for a new generation: spin first, then park.
-        let start = Instant::now();
-        let mut gen = s.generation.load(Ordering::Acquire);
-        while gen == seen && !s.shutdown.load(Ordering::Relaxed) {
-            if start.elapsed() < SPIN_FOR {
-                std::hint::spin_loop();
-            } else {
-                let l = s.sleep_lock.lock().unwrap_or_else(|p| p.into_inner());
-                gen = s.generation.load(Ordering::Acquire);
-                if gen == seen && !s.shutdown.load(Ordering::Relaxed) {
-                    drop(s.wake.wait(l).unwrap_or_else(|p| p.into_inner()));
-                }
-            }
-            gen = s.generation.load(Ordering::Acquire);
-        }
         if s.shutdown.load(Ordering::Relaxed) {
-            return;
+            return None;
         }
-        seen = gen;
-        // SAFETY: the dispatcher wrote `job` before bumping the generation
-        // (Release/Acquire pair above) and will not touch it again until we
-        // decrement `active`; the closure it points to outlives that moment.
+        let st = s.state.load(Ordering::Acquire);
+        if fresh(st) {
+            return Some(st);
+        }
+        let idle = start.elapsed();
+        if idle < WORKER_SPIN {
+            std::hint::spin_loop();
+        } else if idle < WORKER_YIELD_UNTIL {
+            std::thread::yield_now();
+        } else {
+            let mut l = s.sleep_lock.lock().unwrap_or_else(|p| p.into_inner());
+            s.sleepers.fetch_add(1, Ordering::SeqCst);
+            // Last look after announcing ourselves (pairs with the SeqCst
+            // store that opens a dispatch and its `sleepers` load).
+            while !fresh(s.state.load(Ordering::SeqCst)) && !s.shutdown.load(Ordering::SeqCst) {
+                l = s.wake.wait(l).unwrap_or_else(|p| p.into_inner());
+            }
+            s.sleepers.fetch_sub(1, Ordering::SeqCst);
+        }
+    }
+}
+
+fn worker_loop(s: &Shared) {
+    // Pools start closed at generation 0; a worker that starts late still
+    // joins the first dispatch if it is open.
+    let mut seen = 0;
+    while let Some(st) = wait_for_dispatch(s, seen) {
+        seen = generation(st);
+        #[cfg(test)]
+        drop(s.join_gate.lock().unwrap_or_else(|p| p.into_inner()));
+        // Join only the dispatch we saw, and only while it is open; if it
+        // closed meanwhile (the caller ran out of chunks) we skip it, and its
+        // job, whose closure may already be gone, is never read.
+        let mut cur = s.state.load(Ordering::Acquire);
+        let joined_it = loop {
+            if generation(cur) != seen || !is_open(cur) {
+                break false;
+            }
+            match s
+                .state
+                .compare_exchange_weak(cur, cur + 1, Ordering::Acquire, Ordering::Acquire)
+            {
+                Ok(_) => break true,
+                Err(now) => cur = now,
+            }
+        };
+        if !joined_it {
+            continue;
+        }
+        #[cfg(test)]
+        s.joins.fetch_add(1, Ordering::Relaxed);
+        // SAFETY: we are counted as joined to the open dispatch of generation
+        // `seen`, whose caller wrote `job` before the Release store that
+        // opened it (our Acquire CAS read that store's value or a later
+        // read-modify-write of it). The caller neither rewrites `job` nor
+        // returns (so the closure lives) until our decrement below.
         let (f, n_chunks) = unsafe {
             let job = &*s.job.get();
             match job.f {
@@ -223,7 +370,14 @@ fn worker_loop(s: &Shared) {
             drop(first);
             s.panicked.store(true, Ordering::Release);
         }
-        s.active.fetch_sub(1, Ordering::Release);
+        // Leave: from here on we must not touch the job. Release publishes
+        // our chunks' writes to the caller; SeqCst orders it against the
+        // `caller_asleep` load (see `wait_for_joined`).
+        let before = s.state.fetch_sub(1, Ordering::SeqCst);
+        if joined(before) == 1 && s.caller_asleep.load(Ordering::SeqCst) {
+            drop(s.done_lock.lock().unwrap_or_else(|p| p.into_inner()));
+            s.done.notify_one();
+        }
     }
 }
 
@@ -235,7 +389,7 @@ impl Drop for ThreadPool {
                 .sleep_lock
                 .lock()
                 .unwrap_or_else(|p| p.into_inner());
-            self.shared.shutdown.store(true, Ordering::Relaxed);
+            self.shared.shutdown.store(true, Ordering::SeqCst);
         }
         self.shared.wake.notify_all();
         for w in self.workers.drain(..) {
@@ -244,16 +398,24 @@ impl Drop for ThreadPool {
     }
 }
 
-/// Physical cores, the default thread count: SMT siblings share the
-/// execution units these kernels saturate, so they add contention, not speed.
+/// The default thread count: the cores this process can really use. SMT
+/// siblings count once (they share the execution units these kernels
+/// saturate, so they add contention, not speed), and the count is capped by
+/// the affinity mask (`available_parallelism` honours `sched_getaffinity`)
+/// and by a cgroup CPU quota (a container limited to 2 CPUs on a 64-core
+/// host should not run 64 threads that the quota then throttles).
 pub fn physical_cores() -> usize {
+    let mut n = std::thread::available_parallelism().map_or(1, |n| n.get());
     #[cfg(target_os = "linux")]
     {
-        if let Some(n) = linux_physical_cores() {
-            return n;
+        if let Some(cores) = linux_physical_cores() {
+            n = n.min(cores);
+        }
+        if let Some(quota) = cgroup_cpu_limit() {
+            n = n.min(quota);
         }
     }
-    std::thread::available_parallelism().map_or(1, |n| n.get())
+    n.max(1)
 }
 
 #[cfg(target_os = "linux")]
@@ -276,8 +438,132 @@ fn linux_physical_cores() -> Option<usize> {
             _ => {}
         }
     }
-    let avail = std::thread::available_parallelism().map_or(1, |n| n.get());
-    (!cores.is_empty()).then(|| cores.len().min(avail))
+    (!cores.is_empty()).then_some(cores.len())
+}
+
+/// Whole CPUs a CFS quota grants, rounded down (at least one): our dispatches
+/// run in lockstep, so a thread the quota throttles for the rest of a period
+/// stalls all the others; 1.5 CPUs run better on one thread than on two.
+fn quota_cpus(quota_us: u64, period_us: u64) -> Option<usize> {
+    if period_us == 0 {
+        return None;
+    }
+    Some(
+        usize::try_from(quota_us / period_us)
+            .unwrap_or(usize::MAX)
+            .max(1),
+    )
+}
+
+/// Parses cgroup v2 `cpu.max` ("max 100000" when unlimited, else
+/// "<quota> <period>").
+fn parse_cpu_max(text: &str) -> Option<usize> {
+    let mut it = text.split_whitespace();
+    let quota = it.next()?.parse::<u64>().ok()?;
+    let period = it.next().map_or(Some(100_000), |p| p.parse::<u64>().ok())?;
+    quota_cpus(quota, period)
+}
+
+/// Parses cgroup v1 `cpu.cfs_quota_us` and `cpu.cfs_period_us` (a quota of
+/// -1 means unlimited).
+fn parse_cfs(quota: &str, period: &str) -> Option<usize> {
+    let quota = quota.trim().parse::<i64>().ok()?;
+    let period = period.trim().parse::<u64>().ok()?;
+    quota_cpus(u64::try_from(quota).ok()?, period)
+}
+
+/// Which cgroup controls our CPU time, from `/proc/self/cgroup`.
+#[derive(Debug, PartialEq, Eq)]
+enum CpuCgroup {
+    /// The unified (v2) hierarchy, at this path.
+    V2(String),
+    /// A v1 hierarchy whose controllers include `cpu`, at this path.
+    V1(String),
+}
+
+/// The lines of `/proc/self/cgroup` that can carry a CPU quota: the v2
+/// entry ("0::/path") and the v1 `cpu` controller ("4:cpu,cpuacct:/path").
+/// A hybrid host lists both; the quota lives with whichever owns `cpu`.
+fn cpu_cgroups(proc_self_cgroup: &str) -> Vec<CpuCgroup> {
+    proc_self_cgroup
+        .lines()
+        .filter_map(|line| {
+            let mut f = line.splitn(3, ':');
+            let (id, controllers, path) = (f.next()?, f.next()?, f.next()?);
+            if id == "0" && controllers.is_empty() {
+                Some(CpuCgroup::V2(path.to_string()))
+            } else if controllers.split(',').any(|c| c == "cpu") {
+                Some(CpuCgroup::V1(path.to_string()))
+            } else {
+                None
+            }
+        })
+        .collect()
+}
+
+/// `dir` followed by each of its ancestors up to `/`: a quota set on any
+/// ancestor limits us too, and inside a container the path from
+/// `/proc/self/cgroup` may name the host's view, whose deeper parts do not
+/// exist in the container's mount (its own cgroup is then the mount root).
+fn self_and_ancestors(path: &str) -> Vec<String> {
+    let mut out = vec![];
+    let mut p = path.trim_end_matches('/').to_string();
+    loop {
+        out.push(if p.is_empty() {
+            "/".to_string()
+        } else {
+            p.clone()
+        });
+        match p.rfind('/') {
+            Some(i) => p.truncate(i),
+            None => break,
+        }
+        if out.last().is_some_and(|l| l == "/") {
+            break;
+        }
+    }
+    out
+}
+
+/// The CPU quota of our cgroups (v2 `cpu.max`, v1 CFS quota), in whole
+/// CPUs; the tightest along the hierarchy, None when unlimited or unknown.
+#[cfg(target_os = "linux")]
+fn cgroup_cpu_limit() -> Option<usize> {
+    let read = |p: String| std::fs::read_to_string(p).ok();
+    let text = read("/proc/self/cgroup".into())?;
+    let mut limit: Option<usize> = None;
+    let mut tighten = |n: Option<usize>| {
+        if let Some(n) = n {
+            limit = Some(limit.map_or(n, |l| l.min(n)));
+        }
+    };
+    for cg in cpu_cgroups(&text) {
+        match cg {
+            CpuCgroup::V2(path) => {
+                for dir in self_and_ancestors(&path) {
+                    let dir = dir.trim_end_matches('/');
+                    tighten(
+                        read(format!("/sys/fs/cgroup{dir}/cpu.max"))
+                            .and_then(|t| parse_cpu_max(&t)),
+                    );
+                }
+            }
+            CpuCgroup::V1(path) => {
+                for mount in ["cpu", "cpu,cpuacct", "cpuacct,cpu"] {
+                    for dir in self_and_ancestors(&path) {
+                        let base = format!("/sys/fs/cgroup/{mount}{}", dir.trim_end_matches('/'));
+                        if let (Some(q), Some(p)) = (
+                            read(format!("{base}/cpu.cfs_quota_us")),
+                            read(format!("{base}/cpu.cfs_period_us")),
+                        ) {
+                            tighten(parse_cfs(&q, &p));
+                        }
+                    }
+                }
+            }
+        }
+    }
+    limit
 }
 
 /// The process keeps one pool per thread count, created on first use, so
@@ -388,5 +674,238 @@ mod tests {
             n.fetch_add(1, Ordering::Relaxed);
         });
         assert_eq!(n.load(Ordering::Relaxed), 8);
+    }
+
+    /// Runs `n` dispatches of 1..=20 chunks and checks each chunk ran once.
+    fn stress(pool: &ThreadPool, n: usize) {
+        let hits: Vec<AtomicUsize> = (0..20).map(|_| AtomicUsize::new(0)).collect();
+        for k in 0..n {
+            let chunks = 1 + k % 20;
+            pool.run(chunks, |i| {
+                hits[i].fetch_add(1, Ordering::Relaxed);
+            });
+            for (i, h) in hits.iter().enumerate() {
+                let want = usize::from(i < chunks);
+                assert_eq!(h.swap(0, Ordering::Relaxed), want, "dispatch {k} chunk {i}");
+            }
+        }
+    }
+
+    #[test]
+    fn thousands_of_dispatches_at_any_thread_count() {
+        // 4 and 8 threads oversubscribe a small machine; every dispatch must
+        // still finish and run each chunk exactly once.
+        for threads in [1, 2, 4, 8] {
+            let pool = ThreadPool::new(threads);
+            stress(&pool, 3000);
+        }
+    }
+
+    #[test]
+    fn a_late_worker_does_not_delay_run() {
+        let pool = ThreadPool::new(2);
+        // Warm up so the worker is spinning, not asleep, when the gate shuts.
+        stress(&pool, 10);
+        let joins_before = pool.shared.joins.load(Ordering::Relaxed);
+        let gate = pool.shared.join_gate.lock().unwrap();
+        // The worker sees the next dispatch but cannot join it: the caller
+        // must finish every dispatch alone and promptly.
+        let started = Instant::now();
+        let caller = std::thread::current().id();
+        let on_caller = AtomicUsize::new(0);
+        for _ in 0..1000 {
+            pool.run(16, |_| {
+                if std::thread::current().id() == caller {
+                    on_caller.fetch_add(1, Ordering::Relaxed);
+                }
+            });
+        }
+        assert_eq!(on_caller.load(Ordering::Relaxed), 16 * 1000);
+        assert!(
+            started.elapsed() < Duration::from_secs(5),
+            "run waited for a worker that never joined: {:?}",
+            started.elapsed()
+        );
+        // Let the worker arrive late: the dispatch it saw is closed (and its
+        // closure gone), so it must not join it.
+        drop(gate);
+        std::thread::sleep(Duration::from_millis(50));
+        assert_eq!(pool.shared.joins.load(Ordering::Relaxed), joins_before);
+        // It joins later dispatches again: this one's chunks wait for it.
+        let deadline = Instant::now() + Duration::from_secs(10);
+        let worker_ran = AtomicBool::new(false);
+        pool.run(2, |_| {
+            if std::thread::current().id() != caller {
+                worker_ran.store(true, Ordering::SeqCst);
+            }
+            while !worker_ran.load(Ordering::SeqCst) && Instant::now() < deadline {
+                std::thread::yield_now();
+            }
+        });
+        assert!(
+            worker_ran.load(Ordering::SeqCst),
+            "the worker never rejoined"
+        );
+        stress(&pool, 100);
+    }
+
+    #[test]
+    fn caller_sleeps_until_a_slow_worker_leaves() {
+        // A joined worker that takes far longer than the caller's spin and
+        // yield phases: the caller must sleep and be woken, not miss it.
+        let pool = ThreadPool::new(2);
+        let caller = std::thread::current().id();
+        for _ in 0..5 {
+            let slow_done = AtomicBool::new(false);
+            let worker_in = AtomicBool::new(false);
+            let deadline = Instant::now() + Duration::from_secs(10);
+            pool.run(2, |_| {
+                if std::thread::current().id() != caller {
+                    worker_in.store(true, Ordering::SeqCst);
+                    std::thread::sleep(Duration::from_millis(20));
+                    slow_done.store(true, Ordering::SeqCst);
+                } else {
+                    while !worker_in.load(Ordering::SeqCst) && Instant::now() < deadline {
+                        std::thread::yield_now();
+                    }
+                }
+            });
+            assert!(
+                slow_done.load(Ordering::SeqCst),
+                "run returned before its worker"
+            );
+        }
+    }
+
+    #[test]
+    fn worker_panic_is_reraised_with_its_message() {
+        // A panic on a worker thread (not the armed fault injection, whose
+        // flag is global and would fire in whichever test's pool came next).
+        let pool = ThreadPool::new(3);
+        let caller = std::thread::current().id();
+        for _ in 0..3 {
+            let deadline = Instant::now() + Duration::from_secs(10);
+            let worker_failed = AtomicBool::new(false);
+            let r = catch_unwind(AssertUnwindSafe(|| {
+                pool.run(4, |_| {
+                    if std::thread::current().id() != caller {
+                        worker_failed.store(true, Ordering::SeqCst);
+                        panic!("kernel bug on a worker");
+                    }
+                    // Hold the caller's chunks until a worker has failed.
+                    while !worker_failed.load(Ordering::SeqCst) && Instant::now() < deadline {
+                        std::thread::yield_now();
+                    }
+                })
+            }));
+            assert!(worker_failed.load(Ordering::SeqCst), "no worker joined");
+            let payload = r.expect_err("the worker panic was not re-raised");
+            let text = crate::error::panic_text(&*payload);
+            assert!(
+                text.contains("worker thread panicked: kernel bug on a worker"),
+                "{text}"
+            );
+            stress(&pool, 100);
+        }
+    }
+
+    #[test]
+    fn dropping_the_pool_joins_its_threads() {
+        for threads in [2, 4, 8] {
+            let pool = ThreadPool::new(threads);
+            stress(&pool, 50);
+            let shared = Arc::downgrade(&pool.shared);
+            drop(pool);
+            // Every worker owned a reference; all are gone once drop returns.
+            assert!(
+                shared.upgrade().is_none(),
+                "{threads}-thread pool left workers"
+            );
+        }
+        // Also once the workers have gone to sleep.
+        let pool = ThreadPool::new(3);
+        stress(&pool, 5);
+        std::thread::sleep(WORKER_YIELD_UNTIL * 3);
+        let shared = Arc::downgrade(&pool.shared);
+        drop(pool);
+        assert!(shared.upgrade().is_none());
+    }
+
+    #[test]
+    fn sleeping_workers_wake_for_the_next_dispatch() {
+        let pool = ThreadPool::new(2);
+        let caller = std::thread::current().id();
+        for _ in 0..3 {
+            std::thread::sleep(WORKER_YIELD_UNTIL * 3);
+            let deadline = Instant::now() + Duration::from_secs(10);
+            let worker_ran = AtomicBool::new(false);
+            pool.run(2, |_| {
+                if std::thread::current().id() != caller {
+                    worker_ran.store(true, Ordering::SeqCst);
+                }
+                while !worker_ran.load(Ordering::SeqCst) && Instant::now() < deadline {
+                    std::thread::yield_now();
+                }
+            });
+            assert!(
+                worker_ran.load(Ordering::SeqCst),
+                "a sleeping worker was not woken"
+            );
+        }
+    }
+
+    #[test]
+    fn cgroup_v2_cpu_max() {
+        assert_eq!(parse_cpu_max("max 100000\n"), None);
+        assert_eq!(parse_cpu_max("200000 100000\n"), Some(2));
+        assert_eq!(parse_cpu_max("150000 100000"), Some(1));
+        assert_eq!(parse_cpu_max("50000 100000"), Some(1));
+        assert_eq!(parse_cpu_max("400000 50000"), Some(8));
+        assert_eq!(parse_cpu_max("300000"), Some(3));
+        assert_eq!(parse_cpu_max("100000 0"), None);
+        assert_eq!(parse_cpu_max(""), None);
+        assert_eq!(parse_cpu_max("garbage 100000"), None);
+    }
+
+    #[test]
+    fn cgroup_v1_cfs_quota() {
+        assert_eq!(parse_cfs("-1\n", "100000\n"), None);
+        assert_eq!(parse_cfs("200000\n", "100000\n"), Some(2));
+        assert_eq!(parse_cfs("250000", "100000"), Some(2));
+        assert_eq!(parse_cfs("10000", "100000"), Some(1));
+        assert_eq!(parse_cfs("", "100000"), None);
+        assert_eq!(parse_cfs("200000", "0"), None);
+    }
+
+    #[test]
+    fn cgroup_membership() {
+        let hybrid =
+            "9:name=systemd:/\n4:memory:/x/y\n3:cpuset:/\n2:cpuacct:/\n1:cpu:/docker/abc\n0::/\n";
+        assert_eq!(
+            cpu_cgroups(hybrid),
+            [
+                CpuCgroup::V1("/docker/abc".into()),
+                CpuCgroup::V2("/".into())
+            ]
+        );
+        assert_eq!(
+            cpu_cgroups("5:cpu,cpuacct:/kubepods/pod1\n"),
+            [CpuCgroup::V1("/kubepods/pod1".into())]
+        );
+        assert_eq!(
+            cpu_cgroups("0::/user.slice/session-1.scope\n"),
+            [CpuCgroup::V2("/user.slice/session-1.scope".into())]
+        );
+        assert_eq!(cpu_cgroups("3:cpuset:/\n2:cpuacct:/\n"), []);
+        assert_eq!(self_and_ancestors("/a/b"), ["/a/b", "/a", "/"]);
+        assert_eq!(self_and_ancestors("/a/b/"), ["/a/b", "/a", "/"]);
+        assert_eq!(self_and_ancestors("/"), ["/"]);
+    }
+
+    #[test]
+    fn default_threads_are_within_the_machine() {
+        let n = physical_cores();
+        let avail = std::thread::available_parallelism().map_or(1, |n| n.get());
+        assert!(n >= 1 && n <= avail, "{n} threads of {avail}");
     }
 }
