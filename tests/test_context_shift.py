@@ -275,3 +275,43 @@ def test_recurrent_models_and_bad_n_keep_are_refused(model_path: Path) -> None:
         with pytest.raises(ParameterError, match="n_keep"):
             Engine(model_path, context_size=64, context_shift=True, n_keep=bad)  # type: ignore[arg-type]
     assert isinstance(e._session, _native.Session)
+
+
+def test_serve_sessions_shift_over_http(model_path: Path) -> None:
+    """``oxillama serve --context-shift --keep 4``'s app: session turns
+    run past the context size (a request's max_tokens stays at most the
+    context size) and come back with every token asked for; without the
+    shift the first would end early and the second not fit."""
+    import urllib.request
+
+    from oxillama.serving.http.app_spec import AppSpec
+    from tests._serve import serving_app
+
+    spec, _ = serve_options_from_mapping(
+        {
+            "model": str(model_path),
+            "context_size": "64",
+            "threads": "2",
+            "context_shift": "true",
+            "keep": "4",
+        }
+    )
+    assert isinstance(spec, AppSpec)
+    app = spec.build()
+    engine = app.state.server.engine
+    assert engine.engine.context_shift is not None and engine.engine.context_shift.n_keep == 4
+    assert len(engine.engine.tokenize("1, 2, 3,")) + 60 > 64
+    body = {"prompt": "1, 2, 3,", "max_tokens": 60, "ignore_eos": True, "temperature": 0}
+    with serving_app(app, engine) as url:
+        outs = []
+        for _ in range(2):
+            req = urllib.request.Request(
+                url + "/v1/completions",
+                json.dumps({**body, "session": "s"}).encode(),
+                {"Content-Type": "application/json"},
+            )
+            with urllib.request.urlopen(req, timeout=120) as r:
+                outs.append(json.loads(r.read()))
+    for out in outs:
+        assert out["usage"]["completion_tokens"] == 60, out
+        assert out["choices"][0]["finish_reason"] == "length"
