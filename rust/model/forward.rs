@@ -10,6 +10,7 @@ use super::arch;
 use super::blocks::Norm;
 use super::config::{Meta, ModelConfig};
 use super::family::{Arch, EncoderInput};
+use super::kv_cache::KvCache;
 use super::pager::{LayerPager, OffloadSpec, PagerPass, PagerStats};
 use super::pass::{fit, Pass, Scratch, Segment};
 use super::weights::{matrix, opt_vector, vector, MatRef};
@@ -485,6 +486,42 @@ impl Model {
             x.iter_mut().for_each(|v| *v *= m);
         }
         Ok(())
+    }
+
+    /// Context shift of `kv` (see `KvCache::shift`): each moved key is
+    /// rotated back by `discard` positions with the rotary table its layer
+    /// used (local or global, the one the context size selects). Only for
+    /// causal attention models: a recurrent state cannot drop tokens.
+    pub fn shift_kv(
+        &self,
+        kv: &mut KvCache,
+        keep: usize,
+        discard: usize,
+        n: usize,
+        pool: &ThreadPool,
+    ) -> Result<()> {
+        let c = &self.cfg;
+        if c.ssm.is_some() || !c.causal {
+            return Err(Error::invalid(format!(
+                "context shift is not supported by the {} architecture (it keeps no \
+                 per-position key/value cache to shift)",
+                c.arch
+            )));
+        }
+        let delta = -(discard as i64);
+        let rd = c.rope_dims;
+        let (global, local) = (self.ropes.for_context(kv.n_ctx), &self.ropes.local);
+        let (mut cs_g, mut cs_l) = (vec![0f32; rd], vec![0f32; rd]);
+        global.shift_angles(delta, &mut cs_g);
+        local.shift_angles(delta, &mut cs_l);
+        let rotate = |il: usize, row: &mut [f32]| {
+            if c.is_local_layer(il) {
+                local.apply(row, c.dim_k, &cs_l);
+            } else {
+                global.apply(row, c.dim_k, &cs_g);
+            }
+        };
+        kv.shift(keep, discard, n, &rotate, pool)
     }
 
     /// Rotary angles for every row, once per call (not per layer); each

@@ -289,6 +289,73 @@ impl KvCache {
         self.view(layer, Side::V, h, n)
     }
 
+    /// Context shift: of the first `n` positions, forgets
+    /// `keep..keep + discard` and moves the rows after them down by
+    /// `discard`, so the cache then holds `n - discard` contiguous positions.
+    /// Every moved key row (one head, `dim_k` long) goes through
+    /// `rotate(layer, row)`, which re-rotates it for its new position; the
+    /// values move as they are. An f16 cache rounds the rotated keys to f16
+    /// again, as llama.cpp's K-shift does. Pages shared with other
+    /// sequences are copied first, so they never see the move.
+    pub fn shift(
+        &mut self,
+        keep: usize,
+        discard: usize,
+        n: usize,
+        rotate: &(dyn Fn(usize, &mut [f32]) + Sync),
+        pool: &ThreadPool,
+    ) -> Result<()> {
+        if keep + discard > n || n > (self.pages.len() * PAGE).min(self.n_ctx) {
+            return Err(Error::invalid(format!(
+                "cannot shift: keep {keep} + discard {discard} of {n} positions \
+                 (the cache holds {})",
+                (self.pages.len() * PAGE).min(self.n_ctx)
+            )));
+        }
+        if discard == 0 {
+            return Ok(());
+        }
+        self.reserve(keep, n)?;
+        let (kv_pool, pages, n_head_kv) = (&*self.pool, &self.pages[..], self.n_head_kv);
+        let dims = [(Side::K, self.dim_k), (Side::V, self.dim_v)];
+        // Layers are independent; each pool thread moves whole layers. Rows
+        // move down in increasing order, so a source row is read before
+        // anything is written over it.
+        pool.run(self.n_layer(), |l| {
+            let mut row = Vec::new();
+            for (side, d) in dims {
+                row.resize(d, 0.0);
+                for h in 0..n_head_kv {
+                    for j in keep + discard..n {
+                        let to = j - discard;
+                        // SAFETY: `reserve(keep, n)` made the pages of
+                        // `keep..n` ours alone, and each layer's rows are
+                        // touched by one chunk only; the source row is
+                        // copied out before the (different) target row is
+                        // borrowed mutably.
+                        unsafe {
+                            match kv_pool.rows(l, side, pages[j / PAGE], h, j % PAGE, j % PAGE + 1)
+                            {
+                                Rows::F16(x) => {
+                                    for (d, &b) in row.iter_mut().zip(x) {
+                                        *d = half::f16::from_bits(b).to_f32();
+                                    }
+                                }
+                                Rows::F32(x) => row.copy_from_slice(x),
+                            }
+                            if side == Side::K {
+                                rotate(l, &mut row);
+                            }
+                            kv_pool.write_row(l, side, pages[to / PAGE], h, to % PAGE, &row);
+                        }
+                    }
+                }
+            }
+        });
+        self.truncate(n - discard);
+        Ok(())
+    }
+
     /// Bytes that `export(n)` produces.
     pub fn export_len(&self, n: usize) -> usize {
         self.n_layer() * self.n_head_kv * n * (self.dim_k + self.dim_v) * self.dtype.size()
@@ -492,6 +559,114 @@ mod tests {
             assert!(b.import(37, &bytes[1..], &pool).is_err());
             assert!(b.import(49, &bytes, &pool).is_err());
         }
+    }
+}
+
+#[cfg(test)]
+mod shift_tests {
+    use super::*;
+    use crate::ops::rope::{Rope, RopeOrder, RopeScaling};
+
+    fn key(pos: usize, h: usize, d: usize) -> Vec<f32> {
+        (0..d)
+            .map(|i| (((pos * 31 + h * 7 + i * 13) % 17) as f32 - 8.0) / 4.0)
+            .collect()
+    }
+
+    /// After a shift, each kept key equals the raw key rotated at its new
+    /// position (up to f16 rounding), values are moved unchanged, and the
+    /// first `keep` positions are untouched; for both rope orders.
+    #[test]
+    fn shifted_keys_are_rope_at_the_new_position() {
+        let (n_head, dk, dv, n, keep, discard) = (2, 8, 4, 45, 5, 20);
+        for order in [RopeOrder::Normal, RopeOrder::Neox] {
+            for dtype in [KvDtype::F16, KvDtype::F32] {
+                let rope = Rope::new(order, 6, 10000.0, &RopeScaling::None);
+                let mut cs = vec![0f32; 6];
+                // The raw key of token `tok`, rotated for position `pos`.
+                let rotated = |tok: usize, pos: usize, cs: &mut [f32]| {
+                    let mut k: Vec<f32> = (0..n_head).flat_map(|h| key(tok, h, dk)).collect();
+                    rope.angles(pos, cs);
+                    rope.apply(&mut k, dk, cs);
+                    k
+                };
+                let mut c = KvCache::new(dtype, 2, 64, n_head, dk, dv).unwrap();
+                c.reserve(0, n).unwrap();
+                for pos in 0..n {
+                    let k = rotated(pos, pos, &mut cs);
+                    let v: Vec<f32> = (0..n_head * dv).map(|i| (pos * 100 + i) as f32).collect();
+                    c.store(0, pos, &k, &v);
+                    c.store(1, pos, &k, &v);
+                }
+                let t = ThreadPool::new(2);
+                let before = c.export(n, &t).unwrap();
+                let mut sh = vec![0f32; 6];
+                rope.shift_angles(-(discard as i64), &mut sh);
+                c.shift(keep, discard, n, &|_, row| rope.apply(row, dk, &sh), &t)
+                    .unwrap();
+                let m = n - discard;
+                assert_eq!(c.pages_held(), m.div_ceil(PAGE));
+                let after = c.export(m, &t).unwrap();
+                let es = dtype.size();
+                let at = |b: &[u8], i: usize| match dtype {
+                    KvDtype::F32 => f32::from_le_bytes(b[i * 4..i * 4 + 4].try_into().unwrap()),
+                    KvDtype::F16 => half::f16::from_bits(u16::from_le_bytes(
+                        b[i * 2..i * 2 + 2].try_into().unwrap(),
+                    ))
+                    .to_f32(),
+                };
+                let _ = es;
+                for l in 0..2 {
+                    let (lb, la) = (l * n_head * n * (dk + dv), l * n_head * m * (dk + dv));
+                    for h in 0..n_head {
+                        for pos in 0..m {
+                            let old = if pos < keep { pos } else { pos + discard };
+                            let want = rotated(old, pos, &mut cs);
+                            for i in 0..dk {
+                                let got = at(&after, la + h * m * dk + pos * dk + i);
+                                let w = want[h * dk + i];
+                                let tol = if dtype == KvDtype::F16 { 1e-2 } else { 1e-4 };
+                                assert!(
+                                    (got - w).abs() <= tol,
+                                    "{order:?} {dtype:?} K l{l} h{h} p{pos}[{i}]: {got} vs {w}"
+                                );
+                                if pos < keep {
+                                    assert_eq!(got, at(&before, lb + h * n * dk + old * dk + i));
+                                }
+                            }
+                            for i in 0..dv {
+                                let got =
+                                    at(&after, la + n_head * m * dk + h * m * dv + pos * dv + i);
+                                let was =
+                                    at(&before, lb + n_head * n * dk + h * n * dv + old * dv + i);
+                                assert_eq!(got, was, "V moved unchanged");
+                            }
+                        }
+                    }
+                }
+                assert!(c.shift(10, 30, m, &|_, _| {}, &t).is_err());
+            }
+        }
+    }
+
+    /// A shift copies pages it shares with a fork before moving rows, so
+    /// the fork keeps its own view.
+    #[test]
+    fn a_shift_leaves_a_fork_alone() {
+        let pool = Arc::new(KvPool::new(KvDtype::F32, 1, 10, 1, 2, 2).unwrap());
+        let t = ThreadPool::new(1);
+        let mut a = KvCache::with_pool(Arc::clone(&pool), 64);
+        a.reserve(0, 40).unwrap();
+        for pos in 0..40 {
+            a.store(0, pos, &[pos as f32, 0.0], &[pos as f32, 1.0]);
+        }
+        let b = a.fork(40).unwrap();
+        let before = b.export(40, &t).unwrap();
+        a.shift(4, 18, 40, &|_, _| {}, &t).unwrap();
+        assert_eq!(b.export(40, &t).unwrap(), before);
+        let ea = a.export(22, &t).unwrap();
+        let k = |i: usize| f32::from_le_bytes(ea[i * 8..i * 8 + 4].try_into().unwrap());
+        assert_eq!((k(3), k(4), k(21)), (3.0, 22.0, 39.0));
     }
 }
 

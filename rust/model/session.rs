@@ -230,6 +230,25 @@ impl Session {
         Ok(())
     }
 
+    /// Context shift, as llama.cpp's: keeps the first `keep` positions,
+    /// forgets the `discard` after them and moves the rest down, re-rotating
+    /// their keys, so the context then holds `n_past - discard` positions
+    /// and the next token goes at that position. The next-token logits (and
+    /// the last hidden state) stay valid: they are what the model computed
+    /// before the shift, as in llama.cpp, which samples them after it.
+    pub fn shift(&mut self, keep: usize, discard: usize) -> Result<()> {
+        if keep + discard > self.n_past {
+            return Err(Error::invalid(format!(
+                "cannot shift: keep {keep} + discard {discard} exceeds the {} tokens in the context",
+                self.n_past
+            )));
+        }
+        self.model
+            .shift_kv(&mut self.kv, keep, discard, self.n_past, &self.pool)?;
+        self.n_past -= discard;
+        Ok(())
+    }
+
     /// Whether `truncate(n)` can succeed (a recurrent model returns only to
     /// the positions it kept its state at).
     pub fn can_truncate(&self, n: usize) -> bool {

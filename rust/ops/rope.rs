@@ -104,18 +104,36 @@ impl Rope {
     /// Cos/sin for every rotating pair at position `pos`, into `cs`
     /// (length `n_dims`: cos then sin interleaved per pair).
     pub fn angles(&self, pos: usize, cs: &mut [f32]) {
-        for (i, &f) in self.inv_freq.iter().enumerate() {
-            let mut extrap = pos as f32 * f;
-            if let Some(&d) = self.factors.get(i) {
-                extrap /= d;
-            }
-            let interp = extrap * self.freq_scale;
-            let theta = match self.ramp.get(i) {
-                Some(&mix) => interp * (1.0 - mix) + extrap * mix,
-                None => interp,
-            };
+        for i in 0..self.inv_freq.len() {
+            let theta = self.theta(i, pos as f32);
             cs[2 * i] = theta.cos() * self.mscale;
             cs[2 * i + 1] = theta.sin() * self.mscale;
+        }
+    }
+
+    /// Cos/sin that turn a key rotated for position `p` into the same key
+    /// rotated for `p + delta` (a context shift moves cached keys). Every
+    /// pair's angle is linear in the position, so this is the rotation of
+    /// `delta` positions without the magnitude factor, which the key
+    /// already carries.
+    pub fn shift_angles(&self, delta: i64, cs: &mut [f32]) {
+        for i in 0..self.inv_freq.len() {
+            let theta = self.theta(i, delta as f32);
+            cs[2 * i] = theta.cos();
+            cs[2 * i + 1] = theta.sin();
+        }
+    }
+
+    /// Angle of pair `i` at position `pos`.
+    fn theta(&self, i: usize, pos: f32) -> f32 {
+        let mut extrap = pos * self.inv_freq[i];
+        if let Some(&d) = self.factors.get(i) {
+            extrap /= d;
+        }
+        let interp = extrap * self.freq_scale;
+        match self.ramp.get(i) {
+            Some(&mix) => interp * (1.0 - mix) + extrap * mix,
+            None => interp,
         }
     }
 
@@ -164,6 +182,48 @@ mod tests {
             let n = |v: &[f32]| v.iter().map(|a| a * a).sum::<f32>();
             assert!((n(&x) - n(&x0)).abs() < 1e-3);
             assert_ne!(x, x0);
+        }
+    }
+
+    /// A key rotated at `p` and then shifted by `delta` is the key rotated
+    /// at `p + delta`, for both orders, YaRN and per-pair factors.
+    #[test]
+    fn shift_rotation_moves_a_key_to_its_new_position() {
+        let yarn = RopeScaling::Yarn {
+            factor: 4.0,
+            original_ctx: 64,
+            beta_fast: 32.0,
+            beta_slow: 1.0,
+            attn_factor: 1.0,
+            log_mul: 0.0,
+        };
+        for order in [RopeOrder::Normal, RopeOrder::Neox] {
+            for scaling in [
+                RopeScaling::None,
+                RopeScaling::Linear { factor: 2.0 },
+                yarn.clone(),
+            ] {
+                let r = Rope::new(order, 16, 10000.0, &scaling)
+                    .with_factors((0..8).map(|i| 1.0 + i as f32 * 0.25).collect(), 1.0);
+                let x0: Vec<f32> = (0..32).map(|i| ((i * 7) % 11) as f32 - 5.0).collect();
+                let (mut cs, mut sh) = (vec![0f32; 16], vec![0f32; 16]);
+                for (p, delta) in [(100usize, -37i64), (40, -20), (5, 3)] {
+                    let mut shifted = x0.clone();
+                    r.angles(p, &mut cs);
+                    r.apply(&mut shifted, 16, &cs);
+                    r.shift_angles(delta, &mut sh);
+                    r.apply(&mut shifted, 16, &sh);
+                    let mut direct = x0.clone();
+                    r.angles((p as i64 + delta) as usize, &mut cs);
+                    r.apply(&mut direct, 16, &cs);
+                    for (a, b) in shifted.iter().zip(&direct) {
+                        assert!(
+                            (a - b).abs() < 2e-3,
+                            "{order:?} {scaling:?} p={p}: {a} vs {b}"
+                        );
+                    }
+                }
+            }
         }
     }
 

@@ -406,6 +406,16 @@ impl PySession {
         self.poison.run(|| session.truncate(n).py_err())
     }
 
+    /// Context shift: keeps the first `keep` tokens, drops the `discard`
+    /// after them and moves the rest down, re-rotating their cached keys
+    /// (llama.cpp's seq_rm + seq_add). Refused (ParameterError) by
+    /// recurrent and non-causal architectures.
+    fn shift(&mut self, py: Python<'_>, keep: usize, discard: usize) -> PyResult<()> {
+        let session = &mut self.inner;
+        self.poison
+            .run(|| py.detach(|| session.shift(keep, discard)).py_err())
+    }
+
     /// Whether `truncate(n)` can succeed: always up to `n_past` for an
     /// attention model; a recurrent model only returns to positions it kept
     /// its state at.

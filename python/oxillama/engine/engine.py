@@ -27,7 +27,13 @@ from oxillama.engine.embeddings import EmbedInput, Pooling
 from oxillama.engine.metrics import EngineMetrics
 from oxillama.engine.perplexity import OnChunk, Perplexity
 from oxillama.engine.perplexity import run as _perplexity
-from oxillama.engine.session_state import SessionState, check_fits, kept_prefix, matcher_for
+from oxillama.engine.session_state import (
+    ContextShift,
+    SessionState,
+    check_fits,
+    kept_prefix,
+    matcher_for,
+)
 from oxillama.errors import GenerateError, ParameterError
 from oxillama.model.lora import LoraAdapter, LoraSpec
 from oxillama.model.lora import apply as apply_loras
@@ -90,6 +96,15 @@ class Engine:
     every engine of the process on the same file (``Engine(path)`` finds it
     in a process-wide cache), so an engine costs its KV cache, sampler and
     token history: memory that grows with the tokens it holds.
+
+    A full context ends a generation with ``finish_reason="length"``.
+    ``context_shift=True`` (off by default, as in llama.cpp) shifts it
+    instead, as llama.cpp's ``--context-shift --keep N`` does: the first
+    ``n_keep`` tokens stay (and a leading BOS the model adds), half of the
+    rest are dropped, the cached keys after them are rotated to their new
+    positions, and generation goes on. A prompt that does not fit what is
+    left shifts the context first. Recurrent architectures refuse it
+    (:class:`~oxillama.ParameterError`).
     """
 
     def __init__(
@@ -104,6 +119,8 @@ class Engine:
         prefill_chunk: int = 512,
         lora: LoraSpec | None = None,
         offload: OffloadPolicy | None = None,
+        context_shift: bool = False,
+        n_keep: int = 0,
     ) -> None:
         if isinstance(model, Model):
             if tokenizer_path is not None:
@@ -116,6 +133,7 @@ class Engine:
             # not loaded again.
             m = Model(model, tokenizer_path=tokenizer_path)
         self._init(m, context_size, threads, sampler, kv_dtype, prefill_chunk, offload)
+        self._state.context_shift = ContextShift.of(context_shift, n_keep, m)
         if lora is not None:
             self.set_loras(lora)
 
@@ -152,12 +170,15 @@ class Engine:
         kv_dtype: str = "f16",
         prefill_chunk: int = 512,
         offload: OffloadPolicy | None = None,
+        context_shift: bool = False,
+        n_keep: int = 0,
     ) -> Engine:
         """An engine on a GGUF image held in memory (``tokenizer_json`` is
         the text of a tokenizer.json that overrides the GGUF vocabulary)."""
         model = Model.from_bytes(data, tokenizer_json=tokenizer_json)
         self = cls.__new__(cls)
         self._init(model, context_size, threads, sampler, kv_dtype, prefill_chunk, offload)
+        self._state.context_shift = ContextShift.of(context_shift, n_keep, model)
         return self
 
     def _init(
@@ -248,6 +269,7 @@ class Engine:
         fresh.prefill_chunk = kv.prefill_chunk
         self._state = SessionState.fresh(self.model, fresh, state.sampler_config)
         self._state.set_loras(state.loras)
+        self._state.context_shift = state.context_shift
         return state
 
     @classmethod
@@ -308,6 +330,18 @@ class Engine:
     @property
     def n_ctx(self) -> int:
         return int(self._session.n_ctx)
+
+    @property
+    def context_shift(self) -> ContextShift | None:
+        """The session's context shift (``Engine(context_shift=True,
+        n_keep=N)``), or None: a full context then ends a generation with
+        ``finish_reason="length"``. A snapshot carries it."""
+        return self._state.context_shift
+
+    @property
+    def context_shifts(self) -> int:
+        """How many context shifts the session has made."""
+        return self._state.shifts
 
     @property
     def offload(self) -> OffloadPolicy | None:
@@ -441,6 +475,7 @@ class Engine:
         drawn one, for an unseeded config)."""
         self._session.reset()
         self._tokens.clear()
+        self._state.shifts = 0
         self._last_logits = None
         self._sampler.reset()
         self._grammar = None
@@ -521,6 +556,8 @@ class Engine:
         if sampler is not None:
             self.set_sampler(sampler)
         prompt_tokens = self._prompt_tokens(prompt)
+        if prompt_tokens:
+            self._state.shift_for(len(prompt_tokens))
         check_fits(len(prompt_tokens), self.n_past, self.n_ctx)
         t0 = time.perf_counter()
         if prompt_tokens:
@@ -544,7 +581,7 @@ class Engine:
         matcher = self._matcher_for(constraint, resume=not prompt_tokens)
         items = Items.of(constraint)
         while len(generated) < max_tokens:
-            if self.n_past >= self.n_ctx:
+            if not self._state.shift_for(1):
                 finish = "length"
                 break
             assert self._last_logits is not None
@@ -560,7 +597,7 @@ class Engine:
                     self._last_logits,
                     allowed_bytes(matcher, self.vocab_size),
                     self.vocab_size,
-                    min(max_tokens - len(generated), self.n_ctx - self.n_past),
+                    self._room(max_tokens - len(generated)),
                     items,
                 )
                 forced = forced or by_budget
@@ -614,6 +651,13 @@ class Engine:
                 logprobs=None if logprobs is None else tuple(lps),
             )
         )
+
+    def _room(self, budget: int) -> int:
+        """Tokens a generation may still add: its budget, and without a
+        context shift what is left of the context."""
+        if self._state.context_shift is not None:
+            return budget
+        return min(budget, self.n_ctx - self.n_past)
 
     def generate(
         self,

@@ -17,12 +17,12 @@ import numpy.typing as npt
 import oxillama._native as _native
 from oxillama.decoding.grammar import Grammar
 from oxillama.decoding.sampling import SamplerConfig, build_sampler
-from oxillama.errors import GenerateError
+from oxillama.errors import GenerateError, OxiLlamaError, ParameterError
 from oxillama.model.lora import LoraAdapter
 from oxillama.model.lora import apply as apply_loras
 from oxillama.model.model import Model
 
-__all__ = ["SessionState", "check_fits", "kept_prefix", "matcher_for"]
+__all__ = ["ContextShift", "SessionState", "check_fits", "kept_prefix", "matcher_for"]
 
 Live = tuple[Grammar, _native.GrammarMatcher]
 
@@ -35,6 +35,46 @@ def check_fits(n_prompt: int, n_past: int, n_ctx: int) -> None:
             f"prompt of {n_prompt} tokens does not fit in the context: "
             f"context size is {n_ctx} with {n_past} tokens already used ({free} free)"
         )
+
+
+@dataclass(frozen=True)
+class ContextShift:
+    """llama.cpp's context shift (``--context-shift --keep N``): when the
+    context is full, keep the first ``n_keep`` tokens, drop half of the
+    rest and continue. As llama-cli does with ``add_bos``, a context that
+    starts with the BOS token of a model that adds one keeps it on top of
+    ``n_keep``."""
+
+    n_keep: int = 0
+
+    def __post_init__(self) -> None:
+        if isinstance(self.n_keep, bool) or not isinstance(self.n_keep, int) or self.n_keep < 0:
+            raise ParameterError(f"n_keep must be a non-negative integer, got {self.n_keep!r}")
+
+    @classmethod
+    def of(cls, enabled: bool, n_keep: int, model: Model) -> ContextShift | None:
+        """The policy an engine asks for (None: off, the default), refused
+        by name for architectures that cannot drop tokens from a context."""
+        if not isinstance(enabled, bool):
+            raise ParameterError(f"context_shift must be a bool, got {enabled!r}")
+        policy = cls(n_keep)  # n_keep is checked even when the shift is off
+        if not enabled:
+            return None
+        cfg = model.config
+        if cfg.get("recurrent"):
+            raise ParameterError(
+                f"context_shift is not supported by the recurrent {model.arch} architecture: "
+                "its state holds every token it has seen and cannot drop some"
+            )
+        return policy
+
+    def plan(self, tokens: list[int], n_past: int, bos: int | None) -> tuple[int, int]:
+        """``(keep, discard)`` for a context of ``n_past`` tokens:
+        llama.cpp's ``n_discard = (n_past - n_keep) / 2``. ``discard`` is 0
+        when nothing can be dropped."""
+        keep = self.n_keep + (1 if bos is not None and tokens[:1] == [bos] else 0)
+        keep = min(keep, n_past)
+        return keep, (n_past - keep) // 2
 
 
 def matcher_for(
@@ -108,6 +148,10 @@ class SessionState:
     swapped: tuple[int, bytes] | None = None
     #: Active LoRA adapters and their scales, in order (``kv`` applies them).
     loras: dict[LoraAdapter, float] = field(default_factory=dict)
+    #: The context shift the session runs with (None: a full context ends
+    #: a generation with "length"), and how many shifts it has made.
+    context_shift: ContextShift | None = None
+    shifts: int = 0
 
     def set_loras(self, active: dict[LoraAdapter, float]) -> None:
         """Makes ``active`` the session's adapters (the KV already computed
@@ -139,6 +183,28 @@ class SessionState:
         del self.tokens[n:]
         self.set_logits(None)
         self.grammar = None
+
+    def shift_for(self, n_new: int) -> bool:
+        """Makes room for ``n_new`` more tokens by context shifts (as many
+        as it takes), when the session has a shift policy and the tokens do
+        not fit. Returns whether they fit now. The next-token logits stay:
+        llama.cpp samples the logits computed before the shift, too."""
+        policy = self.context_shift
+        while self.n_past + n_new > self.n_ctx:
+            if policy is None or self.swapped is not None:
+                return False
+            tok = self.model.tokenizer
+            bos = tok.bos_id if tok.add_bos else None
+            keep, discard = policy.plan(self.tokens, self.n_past, bos)
+            if discard < 1:
+                return False
+            try:
+                self.kv.shift(keep, discard)
+            except OxiLlamaError:
+                return False  # no pages to copy shared ones into: a full context
+            del self.tokens[keep : keep + discard]
+            self.shifts += 1
+        return True
 
     def rewind_kv(self, n: int) -> None:
         """Moves the session back to position ``n`` (``self.tokens`` still

@@ -89,6 +89,8 @@ class AsyncEngine:
         | None = None,
         offload: OffloadPolicy | None = None,
         speculative: str | NgramDraft | None = None,
+        context_shift: bool = False,
+        n_keep: int = 0,
     ) -> None:
         #: The default draft of requests (None: no speculation); a request's
         #: ``speculative=`` overrides it.
@@ -97,7 +99,13 @@ class AsyncEngine:
         # The model (weights, tokenizer, template) is the process's one copy
         # of it; every request and session gets its own KV on those weights.
         self._engine = Engine(
-            model, context_size=context_size, threads=threads, kv_dtype=kv_dtype, offload=offload
+            model,
+            context_size=context_size,
+            threads=threads,
+            kv_dtype=kv_dtype,
+            offload=offload,
+            context_shift=context_shift,
+            n_keep=n_keep,
         )
         self._kv_dtype = kv_dtype
         self._sampler = sampler or SamplerConfig()
@@ -175,6 +183,9 @@ class AsyncEngine:
         :class:`AsyncSession`)."""
         kv = self._scheduler.pool_kv(self.model, self._engine.n_ctx, None, self._kv_dtype)
         state = SessionState.fresh(self.model, kv, sampler or self._sampler)
+        # Sessions shift a full context as the engine was told to; one-shot
+        # requests end at the context size (their prompt and budget fit it).
+        state.context_shift = self._engine.context_shift
         return AsyncSession(self, self._scheduler.open_session(state))
 
     async def restore_session(

@@ -71,6 +71,20 @@ def _add_serve_args(sv: argparse.ArgumentParser) -> None:
         default="lru",
         help="which resident unit leaves first under --offload-budget (default: lru)",
     )
+    sv.add_argument(
+        "--context-shift",
+        action="store_true",
+        help="when a session turn fills its context, keep the first --keep tokens, drop half "
+        "of the rest and go on, as llama.cpp's --context-shift (default: off, the turn ends "
+        "with finish_reason 'length'); refused for recurrent models",
+    )
+    sv.add_argument(
+        "--keep",
+        type=int,
+        default=0,
+        metavar="N",
+        help="tokens a context shift keeps at the start of the context (default: 0)",
+    )
     sv.add_argument("--model-name", help="name reported by /v1/models (default: the file's stem)")
     sv.add_argument(
         "--speculative",
@@ -159,6 +173,8 @@ def app_spec(args: argparse.Namespace) -> Any:
         loras=_lora_args(args.lora or []) or None,
         tool_format=args.tool_format,
         speculative=args.speculative,
+        context_shift=args.context_shift,
+        n_keep=args.keep,
     )
 
 

@@ -199,6 +199,9 @@ class Request:
     stop_next: bool = False
     #: A turn's sampled token not yet evaluated when it was swapped out.
     pending: int | None = None
+    #: Of this turn's evaluated tokens (``prompt[:fed] + generated``), how
+    #: many a context shift already moved into its session's tokens.
+    absorbed: int = 0
     #: The turn's state went back to its session (exactly once, whether it
     #: finished, failed or was cancelled, and whoever saw that first).
     handed_back: bool = False
@@ -1078,6 +1081,8 @@ class Scheduler:
             )
         else:
             prompt = list(t.tokens or [])
+        if prompt:
+            st.shift_for(len(prompt))
         check_fits(len(prompt), st.n_past, st.n_ctx)
         st.grammar, s.matcher = matcher_for(
             st.grammar, t.grammar, self._tokenizer, resume=not prompt
@@ -1109,7 +1114,7 @@ class Scheduler:
         s.handed_back = True
         st = conv.state
         if s.turn is None:
-            new = s.prompt[: s.fed] + s.generated
+            new = (s.prompt[: s.fed] + s.generated)[s.absorbed :]
             st.tokens = (st.tokens + new)[: st.n_past]
             st.set_logits(s.logits if s.pending is None else None)
             if st.swapped is None:
@@ -1129,11 +1134,30 @@ class Scheduler:
             s.sampler.accept(tok)
         s.seen = max(s.seen, upto)
 
+    def _shift_turn(self, s: Request) -> None:
+        """A session turn that filled its context shifts it, when its
+        session has a context shift (see ``SessionState.shift_for``); it
+        ends with "length" otherwise, or while drafts sit past the row
+        being sampled. The turn's evaluated tokens join the session's
+        first, so the shift drops the right ones."""
+        conv = s.conv
+        if conv is None or conv.state.context_shift is None or s.spec_extra:
+            return
+        st = conv.state
+        done = s.prompt[: s.fed] + s.generated
+        if len(st.tokens) + len(done) - s.absorbed != st.n_past:
+            return  # not a decoding step's bookkeeping: leave it to "length"
+        st.tokens.extend(done[s.absorbed :])
+        s.absorbed = len(done)
+        st.shift_for(1)
+
     def _sample(self, s: Request) -> int | None:
         """The next token of a decoding sequence, or None when it ended."""
         assert s.logits is not None and s.session is not None
         m = s.matcher
         finish: FinishReason | None = None
+        if s.session.n_past >= s.session.n_ctx and not s.stop_next:
+            self._shift_turn(s)
         spent = (
             len(s.generated) >= s.max_tokens or s.session.n_past - s.spec_extra >= s.session.n_ctx
         )
@@ -1151,7 +1175,9 @@ class Scheduler:
             if m is None:
                 tok = int(s.sampler.sample(s.logits, None))
             elif s.grammar_budget:
-                left = min(s.max_tokens - len(s.generated), s.session.n_ctx - s.session.n_past)
+                left = s.max_tokens - len(s.generated)
+                if s.conv is None or s.conv.state.context_shift is None:
+                    left = min(left, s.session.n_ctx - s.session.n_past)
                 allowed = allowed_bytes(m, self._vocab)
                 tok, by_budget = sample_within_budget(
                     s.sampler, m, s.logits, allowed, self._vocab, left, s.items

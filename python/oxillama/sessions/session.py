@@ -19,7 +19,7 @@ import oxillama._native as _native
 from oxillama._native import GrammarMatcher, __version__
 from oxillama.decoding.grammar import Grammar
 from oxillama.decoding.sampling import SamplerConfig, build_sampler
-from oxillama.engine.session_state import SessionState
+from oxillama.engine.session_state import ContextShift, SessionState
 from oxillama.errors import (
     AdapterMismatchError,
     ModelMismatchError,
@@ -117,7 +117,14 @@ def writers(state: SessionState) -> list[Writer]:
             "prefill_chunk": kv.prefill_chunk,
             "kv_dtype": kv.kv_dtype,
             "offload": OFFLOAD_NONE if model.offload is None else model.offload.to_dict(),
+            # Only when on, so snapshots without it read as before.
+            **(
+                {"context_shift": {"n_keep": state.context_shift.n_keep}}
+                if state.context_shift is not None
+                else {}
+            ),
         },
+        **({"context_shifts": state.shifts} if state.shifts else {}),
         # Fixed width (isoformat drops a zero microsecond), so the size a
         # snapshot_size() call reports is the size the next save writes.
         "created_at": _dt.datetime.now(_dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%f+00:00"),
@@ -304,6 +311,8 @@ def restore(
             offload = policy_from_dict(eng.get("offload", OFFLOAD_NONE))
         except (ValueError, TypeError) as e:
             raise SnapshotFormatError(f"meta.engine.offload is invalid: {e}") from None
+        shift = _context_shift(eng)
+        shifts = _int(meta, "context_shifts", "meta") if "context_shifts" in meta else 0
         m = _model_for(meta, model, model_path, verified)
     except BaseException:
         verified()
@@ -388,7 +397,22 @@ def restore(
         hidden=hidden,
         grammar=grammar,
         loras=loras,
+        context_shift=shift,
+        shifts=shifts,
     )
+
+
+def _context_shift(eng: dict[str, Any]) -> ContextShift | None:
+    """meta.engine.context_shift: the session's shift policy (absent: off)."""
+    d = eng.get("context_shift")
+    if d is None:
+        return None
+    if not isinstance(d, dict):
+        raise SnapshotFormatError("meta.engine.context_shift is not an object")
+    try:
+        return ContextShift(_int(d, "n_keep", "meta.engine.context_shift"))
+    except ParameterError as e:
+        raise SnapshotFormatError(f"meta.engine.context_shift is invalid: {e}") from None
 
 
 def lora_entries(d: dict[str, Any]) -> list[dict[str, Any]]:

@@ -48,6 +48,9 @@ class AppSpec:
     loras: Mapping[str, str] | None = None
     tool_format: ToolFormat | None = None
     speculative: str | None = None
+    #: llama.cpp's context shift for sessions (``--context-shift --keep N``).
+    context_shift: bool = False
+    n_keep: int = 0
     #: Behind a router that routes sessions by ``X-Session-Id``: the session
     #: requests named in the body only are counted (they lose affinity).
     routed_by_session_header: bool = False
@@ -72,6 +75,8 @@ class AppSpec:
             loras=self.loras,
             offload=self.offload,
             speculative=self.speculative,
+            context_shift=self.context_shift,
+            n_keep=self.n_keep,
         )
         path = engine.engine.model_path
         return build_app(
