@@ -228,3 +228,22 @@ def test_a_pool_of_another_type_converts_with_a_warning(model_path: Path) -> Non
             await ae.close()
 
     assert len(asyncio.run(main())) == 4
+
+
+def test_cli_generate_takes_the_cache_types(model_path: Path) -> None:
+    args = ["generate", "The capital of France is", "-n", "8", "--temperature", "0", "-q"]
+    r = subprocess.run(
+        [sys.executable, "-m", "oxillama", *args, "--cache-type-k", "q8_0", "-c", "128"],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert r.returncode == 0, r.stderr
+    assert "Paris" in r.stdout
+    r = subprocess.run(
+        [sys.executable, "-m", "oxillama", *args, "--cache-type-v", "q2_k"],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert r.returncode == 2 and "q2_k" in r.stderr
