@@ -21,9 +21,11 @@ __all__ = [
     "blake3",
     "bpe_token_pieces",
     "byte_level_pieces",
+    "convert_kv",
     "dequantize",
     "eval_batch",
     "filled_bytes",
+    "kv_encode_row",
     "logprobs",
     "physical_core_count",
     "quantize_act",
@@ -170,6 +172,17 @@ class Session:
     def import_kv(self, n: int, data: bytes | bytearray | memoryview) -> None: ...
 
 def physical_core_count() -> int: ...
+def convert_kv(
+    data: bytes | bytearray | memoryview,
+    n_layer: int,
+    n_head_kv: int,
+    dim_k: int,
+    dim_v: int,
+    n: int,
+    from_dtype: str,
+    to_dtype: str,
+) -> bytes: ...
+def kv_encode_row(kv_dtype: str, row: Sequence[float]) -> bytes: ...
 def _panic_for_test(where: str) -> None: ...
 def eval_batch(
     sessions: list[Session], tokens: list[list[int]], all_logits: list[bool] | None = None

@@ -10,8 +10,9 @@
 
 use std::sync::Arc;
 
-pub use super::kv_dtype::KvDtype;
+pub use super::kv_dtype::{KvDtype, KvTypes};
 use super::kv_pool::{KvPool, Rows, RowsMut, Side, PAGE};
+use crate::quant::kv as kvq;
 use crate::threadpool::{SharedMut, ThreadPool};
 use crate::{Error, Result};
 
@@ -65,7 +66,12 @@ impl<'a> KvView<'a> {
     }
 
     pub fn is_f16(&self) -> bool {
-        self.pool.dtype == KvDtype::F16
+        self.dtype() == KvDtype::F16
+    }
+
+    /// The element type of this view's side.
+    pub fn dtype(&self) -> KvDtype {
+        self.pool.dtype.side(self.side)
     }
 
     /// Rows `j0..j1` (`j1` at most the end of `j0`'s page and `n`).
@@ -97,7 +103,7 @@ impl<'a> KvView<'a> {
 }
 
 pub struct KvCache {
-    pub dtype: KvDtype,
+    pub dtype: KvTypes,
     pub n_ctx: usize,
     pub n_head_kv: usize,
     pub dim_k: usize,
@@ -110,7 +116,7 @@ pub struct KvCache {
 impl KvCache {
     /// A cache with a private pool of `n_ctx` positions.
     pub fn new(
-        dtype: KvDtype,
+        dtype: impl Into<KvTypes>,
         n_layer: usize,
         n_ctx: usize,
         n_head_kv: usize,
@@ -342,6 +348,12 @@ impl KvCache {
                                     }
                                 }
                                 Rows::F32(x) => row.copy_from_slice(x),
+                                // Quantized rows go through f32 and back, as
+                                // llama.cpp's K-shift does; a value row comes
+                                // back to the same bytes (ggml's q8_0/q4_0
+                                // requantize their own output exactly).
+                                Rows::Q8_0(x) => kvq::dequantize_q8_0(x, &mut row),
+                                Rows::Q4_0(x) => kvq::dequantize_q4_0(x, &mut row),
                             }
                             if side == Side::K {
                                 rotate(l, &mut row);
@@ -358,7 +370,14 @@ impl KvCache {
 
     /// Bytes that `export(n)` produces.
     pub fn export_len(&self, n: usize) -> usize {
-        self.n_layer() * self.n_head_kv * n * (self.dim_k + self.dim_v) * self.dtype.size()
+        self.n_layer() * self.layer_len(n)
+    }
+
+    /// Exported bytes of one layer's `n` positions.
+    fn layer_len(&self, n: usize) -> usize {
+        self.n_head_kv
+            * n
+            * (self.dtype.k.row_bytes(self.dim_k) + self.dtype.v.row_bytes(self.dim_v))
     }
 
     /// The first `n` positions of every layer as raw little-endian data in
@@ -388,8 +407,7 @@ impl KvCache {
                 out.len()
             )));
         }
-        let es = self.dtype.size();
-        let per_layer = self.n_head_kv * n * (self.dim_k + self.dim_v) * es;
+        let per_layer = self.layer_len(n);
         let dst = SharedMut::new(out);
         pool.run(self.n_layer(), |l| {
             // SAFETY: layer `l` writes only its own `per_layer` bytes, and
@@ -411,6 +429,11 @@ impl KvCache {
                             Rows::F32(x) => {
                                 write_f32(x, &mut out[off..off + x.len() * 4]);
                                 x.len() * 4
+                            }
+                            // Quantized blocks are exported as stored.
+                            Rows::Q8_0(x) | Rows::Q4_0(x) => {
+                                out[off..off + x.len()].copy_from_slice(x);
+                                x.len()
                             }
                         };
                         off += bytes;
@@ -441,10 +464,12 @@ impl KvCache {
         }
         self.truncate(0);
         self.reserve(0, n)?;
-        let es = self.dtype.size();
-        let per_layer = self.n_head_kv * n * (self.dim_k + self.dim_v) * es;
+        let per_layer = self.layer_len(n);
         let (kv_pool, pages, n_head_kv) = (&*self.pool, &self.pages[..], self.n_head_kv);
-        let dims = [(Side::K, self.dim_k), (Side::V, self.dim_v)];
+        let dims = [
+            (Side::K, self.dtype.k.row_bytes(self.dim_k)),
+            (Side::V, self.dtype.v.row_bytes(self.dim_v)),
+        ];
         // Layers are independent: each pool thread fills whole layers (the
         // first touch of the pages is most of the cost).
         pool.run(self.n_layer(), |l| {
@@ -454,7 +479,7 @@ impl KvCache {
                     let mut j = 0;
                     while j < n {
                         let end = ((j / PAGE + 1) * PAGE).min(n);
-                        let len = (end - j) * d * es;
+                        let len = (end - j) * d;
                         // SAFETY: `reserve(0, n)` gave us these pages alone
                         // (fresh after `truncate(0)`), and each layer is
                         // written by one chunk only.
@@ -497,6 +522,7 @@ fn read_le(rows: RowsMut<'_>, bytes: &[u8]) {
                 *d = f32::from_le_bytes([c[0], c[1], c[2], c[3]]);
             }
         }
+        RowsMut::Q8_0(v) | RowsMut::Q4_0(v) => v.copy_from_slice(bytes),
     }
 }
 
@@ -531,7 +557,7 @@ mod tests {
             );
             // Positions in export order: layer, side, head, position.
             let row = |l: usize, side: usize, h: usize, pos: usize, d: usize, i: usize| {
-                let (dk, dv, heads, es) = (4, 3, 2, dtype.size());
+                let (dk, dv, heads, es) = (4, 3, 2, dtype.unit());
                 let layer = heads * 37 * (dk + dv);
                 let start = l * layer
                     + if side == 0 {
@@ -549,6 +575,7 @@ mod tests {
                         bytes[start * es..start * es + 2].try_into().unwrap(),
                     ))
                     .to_f32(),
+                    KvDtype::Q8_0 | KvDtype::Q4_0 => unreachable!("float types only"),
                 }
             };
             assert_eq!(row(0, 0, 1, 33, 4, 2), (33 * 10 + 4 + 2) as f32);

@@ -20,8 +20,9 @@ use std::sync::Mutex;
 
 use memmap2::MmapMut;
 
-use super::kv_dtype::KvDtype;
+use super::kv_dtype::{KvDtype, KvTypes};
 use crate::ops::vec::f32_to_f16_bits;
+use crate::quant::kv as kvq;
 use crate::{Error, Result};
 
 /// Positions per page.
@@ -50,12 +51,14 @@ struct Store {
 enum Data {
     F16(*mut u16),
     F32(*mut f32),
+    Q8_0(*mut u8),
+    Q4_0(*mut u8),
 }
 
 impl Store {
     fn new(dtype: KvDtype, n: usize) -> Result<Self> {
         let bytes = n
-            .checked_mul(dtype.size())
+            .checked_mul(dtype.unit())
             .ok_or_else(|| Error::invalid("a KV pool of this size does not fit in memory"))?;
         let mut map = MmapMut::map_anon(bytes.max(1)).map_err(|e| {
             Error::invalid(format!(
@@ -66,6 +69,8 @@ impl Store {
         let data = match dtype {
             KvDtype::F16 => Data::F16(p.cast::<u16>()),
             KvDtype::F32 => Data::F32(p.cast::<f32>()),
+            KvDtype::Q8_0 => Data::Q8_0(p),
+            KvDtype::Q4_0 => Data::Q4_0(p),
         };
         Ok(Store {
             _map: map,
@@ -79,11 +84,14 @@ impl Store {
     }
 }
 
-/// Rows of one head inside one page, as stored.
+/// Rows of one head inside one page, as stored (quantized rows as their
+/// blocks, back to back).
 #[derive(Clone, Copy)]
 pub enum Rows<'a> {
     F16(&'a [u16]),
     F32(&'a [f32]),
+    Q8_0(&'a [u8]),
+    Q4_0(&'a [u8]),
 }
 
 struct Counts {
@@ -92,7 +100,7 @@ struct Counts {
 }
 
 pub struct KvPool {
-    pub dtype: KvDtype,
+    pub dtype: KvTypes,
     pub n_layer: usize,
     pub n_head_kv: usize,
     pub dim_k: usize,
@@ -113,7 +121,7 @@ unsafe impl Send for KvPool {}
 
 impl KvPool {
     pub fn new(
-        dtype: KvDtype,
+        dtype: impl Into<KvTypes>,
         n_layer: usize,
         n_pages: usize,
         n_head_kv: usize,
@@ -126,6 +134,9 @@ impl KvPool {
                 u32::MAX
             )));
         }
+        let dtype: KvTypes = dtype.into();
+        dtype.k.check_dim(dim_k)?;
+        dtype.v.check_dim(dim_v)?;
         let elems = |dim: usize| {
             n_pages
                 .checked_mul(n_head_kv)
@@ -137,12 +148,15 @@ impl KvPool {
                     ))
                 })
         };
-        let (ek, ev) = (elems(dim_k)?, elems(dim_v)?);
+        let (ek, ev) = (
+            elems(dtype.k.row_units(dim_k))?,
+            elems(dtype.v.row_units(dim_v))?,
+        );
         let k = (0..n_layer)
-            .map(|_| Store::new(dtype, ek))
+            .map(|_| Store::new(dtype.k, ek))
             .collect::<Result<_>>()?;
         let v = (0..n_layer)
-            .map(|_| Store::new(dtype, ev))
+            .map(|_| Store::new(dtype.v, ev))
             .collect::<Result<_>>()?;
         Ok(KvPool {
             dtype,
@@ -205,6 +219,11 @@ impl KvPool {
         }
     }
 
+    /// Storage units (elements, or bytes of quantized blocks) of one row.
+    fn units(&self, side: Side) -> usize {
+        self.dtype.side(side).row_units(self.dim(side))
+    }
+
     fn store(&self, layer: usize, side: Side) -> &Store {
         match side {
             Side::K => &self.k[layer],
@@ -212,9 +231,9 @@ impl KvPool {
         }
     }
 
-    /// Element offset of `(page, head, slot)` on one side.
+    /// Unit offset of `(page, head, slot)` on one side.
     fn offset(&self, side: Side, page: u32, head: usize, slot: usize) -> usize {
-        ((page as usize * self.n_head_kv + head) * PAGE + slot) * self.dim(side)
+        ((page as usize * self.n_head_kv + head) * PAGE + slot) * self.units(side)
     }
 
     /// Writes one position's row of one head.
@@ -236,6 +255,8 @@ impl KvPool {
         match unsafe { self.rows_mut(layer, side, page, head, slot, slot + 1) } {
             RowsMut::F16(dst) => f32_to_f16_bits(src, dst),
             RowsMut::F32(dst) => dst.copy_from_slice(src),
+            RowsMut::Q8_0(dst) => kvq::quantize_q8_0(src, dst),
+            RowsMut::Q4_0(dst) => kvq::quantize_q4_0(src, dst),
         }
     }
 
@@ -258,7 +279,7 @@ impl KvPool {
         );
         (
             self.offset(side, page, head, slot0),
-            (slot1 - slot0) * self.dim(side),
+            (slot1 - slot0) * self.units(side),
         )
     }
 
@@ -283,6 +304,10 @@ impl KvPool {
             Data::F16(p) => Rows::F16(unsafe { std::slice::from_raw_parts(p.add(at), n) }),
             // SAFETY: as above.
             Data::F32(p) => Rows::F32(unsafe { std::slice::from_raw_parts(p.add(at), n) }),
+            // SAFETY: as above.
+            Data::Q8_0(p) => Rows::Q8_0(unsafe { std::slice::from_raw_parts(p.add(at), n) }),
+            // SAFETY: as above.
+            Data::Q4_0(p) => Rows::Q4_0(unsafe { std::slice::from_raw_parts(p.add(at), n) }),
         }
     }
 
@@ -306,6 +331,10 @@ impl KvPool {
             Data::F16(p) => RowsMut::F16(unsafe { std::slice::from_raw_parts_mut(p.add(at), n) }),
             // SAFETY: as above.
             Data::F32(p) => RowsMut::F32(unsafe { std::slice::from_raw_parts_mut(p.add(at), n) }),
+            // SAFETY: as above.
+            Data::Q8_0(p) => RowsMut::Q8_0(unsafe { std::slice::from_raw_parts_mut(p.add(at), n) }),
+            // SAFETY: as above.
+            Data::Q4_0(p) => RowsMut::Q4_0(unsafe { std::slice::from_raw_parts_mut(p.add(at), n) }),
         }
     }
 
@@ -327,7 +356,10 @@ impl KvPool {
                     match (src, dst) {
                         (Rows::F16(s), RowsMut::F16(d)) => d.copy_from_slice(s),
                         (Rows::F32(s), RowsMut::F32(d)) => d.copy_from_slice(s),
-                        _ => unreachable!("one pool has one dtype"),
+                        (Rows::Q8_0(s), RowsMut::Q8_0(d)) | (Rows::Q4_0(s), RowsMut::Q4_0(d)) => {
+                            d.copy_from_slice(s)
+                        }
+                        _ => unreachable!("a side of a pool has one dtype"),
                     }
                 }
             }
@@ -336,11 +368,14 @@ impl KvPool {
 
     /// Bytes of page memory (both sides, every layer).
     pub fn bytes(&self) -> usize {
-        self.k.iter().chain(&self.v).map(Store::len).sum::<usize>() * self.dtype.size()
+        self.k.iter().map(Store::len).sum::<usize>() * self.dtype.k.unit()
+            + self.v.iter().map(Store::len).sum::<usize>() * self.dtype.v.unit()
     }
 }
 
 pub enum RowsMut<'a> {
     F16(&'a mut [u16]),
     F32(&'a mut [f32]),
+    Q8_0(&'a mut [u8]),
+    Q4_0(&'a mut [u8]),
 }

@@ -3,7 +3,7 @@
 use std::sync::Arc;
 
 use super::forward::Model;
-use super::kv_cache::{KvCache, KvDtype};
+use super::kv_cache::{KvCache, KvTypes};
 use super::kv_pool::KvPool;
 use super::pass::{Scratch, Segment};
 use super::recurrent::Recurrent;
@@ -37,7 +37,12 @@ pub struct Session {
 }
 
 impl Session {
-    pub fn new(model: Arc<Model>, n_ctx: usize, threads: usize, kv_dtype: KvDtype) -> Result<Self> {
+    pub fn new(
+        model: Arc<Model>,
+        n_ctx: usize,
+        threads: usize,
+        kv_dtype: impl Into<KvTypes>,
+    ) -> Result<Self> {
         if n_ctx == 0 {
             return Err(Error::invalid("context_size must be at least 1"));
         }

@@ -15,9 +15,11 @@
 //! The split depends on the model and context only, never on the thread
 //! count, so results are identical for any number of threads.
 
+use crate::model::kv_cache::KvDtype;
 use crate::model::kv_cache::{KvCache, KvView};
 use crate::model::kv_pool::Rows;
 use crate::ops::vec::VecKernels;
+use crate::quant::kv as kvq;
 use crate::threadpool::{SharedMut, ThreadPool};
 
 const QUERY_BLOCK: usize = 8;
@@ -57,11 +59,21 @@ pub struct AttnParams {
     pub causal: bool,
 }
 
-/// With an f16 cache, q is rounded to f16 before the q.k products and the
-/// softmax weights before the value product, as llama.cpp's f16 matrix
-/// products do.
-fn rounds(keys: KvView<'_>) -> bool {
-    keys.is_f16()
+/// Rounds queries (back to back, each a multiple of 32 long) as llama.cpp
+/// does before its q.k products: to f16 against an f16 key cache, through
+/// its Q8_0 activation quantizer against a Q8_0 or Q4_0 one.
+fn round_queries(vk: &VecKernels, keys: KvView<'_>, q: &mut [f32]) {
+    match keys.dtype() {
+        KvDtype::F16 => (vk.scale_round16)(q, 1.0),
+        KvDtype::Q8_0 | KvDtype::Q4_0 => kvq::round_through_q8_0(q),
+        KvDtype::F32 => {}
+    }
+}
+
+/// With an f16 value cache the softmax weights are rounded to f16 before
+/// the value product, as llama.cpp's f16 matrix products do.
+fn rounds(vals: KvView<'_>) -> bool {
+    vals.is_f16()
 }
 
 /// Keys (or values) processed per tile: converted from f16 once and then
@@ -69,7 +81,8 @@ fn rounds(keys: KvView<'_>) -> bool {
 const TILE: usize = 32;
 
 /// Calls `f(j0, rows)` for consecutive tiles of rows `lo..hi` of a KV head,
-/// as f32 (f16 rows are converted into `buf` once per tile). A tile never
+/// as f32 (f16 and quantized rows are converted into `buf` once per tile,
+/// so the cache is read as stored and never expanded as a whole). A tile never
 /// crosses a KV page. Scores are per key and values are summed in key
 /// order, so where tiles end changes no result.
 fn tiles(
@@ -90,14 +103,19 @@ fn tiles(
     let mut j0 = lo;
     while j0 < hi {
         let j1 = (j0 + TILE).min(hi);
-        if view.is_f16() {
+        if view.dtype() != KvDtype::F32 {
             // Converted page by page into one tile: pages are 16 rows and a
             // tile 32, so calls per key stay those of a contiguous cache.
+            // A quantized row is whole blocks, so a page's rows are too.
             let mut j = j0;
             while j < j1 {
                 let end = j1.min(view.page_end(j));
-                if let Rows::F16(x) = view.rows(j, end) {
-                    (vk.f16_to_f32)(x, &mut buf[(j - j0) * d..(end - j0) * d]);
+                let dst = &mut buf[(j - j0) * d..(end - j0) * d];
+                match view.rows(j, end) {
+                    Rows::F16(x) => (vk.f16_to_f32)(x, dst),
+                    Rows::Q8_0(x) => kvq::dequantize_q8_0(x, dst),
+                    Rows::Q4_0(x) => kvq::dequantize_q4_0(x, dst),
+                    Rows::F32(x) => dst.copy_from_slice(x),
                 }
                 j = end;
             }
@@ -252,7 +270,7 @@ pub fn attention(
         let (g, qb) = (u / n_qblk, u % n_qblk);
         let keys = cache.keys(layer, g, kv_len);
         let vals = cache.values(layer, g, kv_len);
-        let round = rounds(keys);
+        let round = rounds(vals);
         let (t0, t1) = (qb * QUERY_BLOCK, ((qb + 1) * QUERY_BLOCK).min(n_tok));
         // Every (token, head) of the block and group, token-major.
         let heads = g * group..(g + 1) * group;
@@ -263,9 +281,7 @@ pub fn attention(
                 qbuf.extend_from_slice(&q[qo..qo + p.dim_k]);
             }
         }
-        if round {
-            (vk.scale_round16)(&mut qbuf, 1.0);
-        }
+        round_queries(vk, keys, &mut qbuf);
         let queries: Vec<Query<'_>> = (t0..t1)
             .flat_map(|t| std::iter::repeat_n(t, group))
             .zip(qbuf.chunks_exact(p.dim_k))
@@ -454,7 +470,7 @@ pub fn decode_many(
                 return;
             }
             let keys = r.cache.keys(layer, g, r.pos + 1);
-            let round = rounds(keys);
+            let round = rounds(r.cache.values(layer, g, r.pos + 1));
             UNIT_BUFS.with_borrow_mut(|ub| {
                 let UnitBufs {
                     q: qbuf,
@@ -463,9 +479,7 @@ pub fn decode_many(
                 } = ub;
                 qbuf.clear();
                 qbuf.extend_from_slice(&r.q[g * group * p.dim_k..(g + 1) * group * p.dim_k]);
-                if round {
-                    (vk.scale_round16)(qbuf, 1.0);
-                }
+                round_queries(vk, keys, qbuf);
                 let queries: Vec<Query<'_>> = qbuf
                     .chunks_exact(p.dim_k)
                     .map(|qv| Query {
@@ -540,7 +554,7 @@ pub fn decode_many(
         pool.run(split_rows.len() * p.n_head, |u| {
             let (i, hq) = (split_rows[u / p.n_head], u % p.n_head);
             let pl = &plans[i];
-            let round = rounds(rows_ref[i].cache.keys(layer, 0, rows_ref[i].pos + 1));
+            let round = rounds(rows_ref[i].cache.values(layer, 0, rows_ref[i].pos + 1));
             let m = row_max(&maxes[i][hq * pl.n_split..(hq + 1) * pl.n_split]);
             // SAFETY: unit (i, hq) alone owns head hq's scores of row i.
             let row = unsafe { shs[i].slice(hq * pl.span, pl.span) };
@@ -717,6 +731,88 @@ mod tests {
                         }
                     }
                 }
+            }
+        }
+    }
+
+    /// A Q8_0 or Q4_0 cache attends as an f32 cache holding its rows
+    /// dequantized would, with each query rounded through Q8_0 first (what
+    /// llama.cpp's dot products against quantized keys see).
+    #[test]
+    fn quantized_caches_attend_over_their_blocks() {
+        let mut rng = rand::rngs::StdRng::seed_from_u64(5);
+        let (n_head, n_kv, d) = (4, 2, 64);
+        let n = 70;
+        let p = AttnParams {
+            n_head,
+            n_head_kv: n_kv,
+            dim_k: d,
+            dim_v: d,
+            scale: 0.125,
+            window: None,
+            softcap: None,
+            causal: true,
+        };
+        let pool = ThreadPool::new(2);
+        for dtype in [KvDtype::Q8_0, KvDtype::Q4_0] {
+            let mut cache = KvCache::new(dtype, 1, 128, n_kv, d, d).unwrap();
+            let mut plain = KvCache::new(KvDtype::F32, 1, 128, n_kv, d, d).unwrap();
+            cache.reserve(0, n).unwrap();
+            plain.reserve(0, n).unwrap();
+            let round = |x: &[f32]| {
+                let mut b = vec![0u8; dtype.row_bytes(x.len())];
+                let mut y = vec![0f32; x.len()];
+                if dtype == KvDtype::Q8_0 {
+                    kvq::quantize_q8_0(x, &mut b);
+                    kvq::dequantize_q8_0(&b, &mut y);
+                } else {
+                    kvq::quantize_q4_0(x, &mut b);
+                    kvq::dequantize_q4_0(&b, &mut y);
+                }
+                y
+            };
+            for pos in 0..n {
+                let k: Vec<f32> = (0..n_kv * d).map(|_| rng.random_range(-2.0..2.0)).collect();
+                let v: Vec<f32> = (0..n_kv * d).map(|_| rng.random_range(-2.0..2.0)).collect();
+                cache.store(0, pos, &k, &v);
+                plain.store(0, pos, &round(&k), &round(&v));
+            }
+            let q: Vec<f32> = (0..n * n_head * d)
+                .map(|_| rng.random_range(-1.0..1.0))
+                .collect();
+            let mut q_rounded = q.clone();
+            kvq::round_through_q8_0(&mut q_rounded);
+            let (mut a, mut b) = (vec![0f32; q.len()], vec![0f32; q.len()]);
+            let run = |c: &KvCache, q: &[f32], out: &mut [f32]| {
+                // Prefill of all but the last position, then a decode.
+                let m = (n - 1) * n_head * d;
+                attention(
+                    &pool,
+                    vec::best(),
+                    c,
+                    0,
+                    &q[..m],
+                    0,
+                    n - 1,
+                    &p,
+                    &mut out[..m],
+                );
+                attention(
+                    &pool,
+                    vec::best(),
+                    c,
+                    0,
+                    &q[m..],
+                    n - 1,
+                    1,
+                    &p,
+                    &mut out[m..],
+                );
+            };
+            run(&cache, &q, &mut a);
+            run(&plain, &q_rounded, &mut b);
+            for (i, (x, y)) in a.iter().zip(&b).enumerate() {
+                assert!((x - y).abs() < 1e-5, "{dtype:?} at {i}: {x} vs {y}");
             }
         }
     }

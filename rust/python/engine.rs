@@ -13,9 +13,10 @@ use super::gguf::PyGgufFile;
 use super::lora::PyLoraAdapter;
 use super::model::PyModel;
 use crate::lora::ActiveLora;
+use crate::model::kv_dtype::{convert_export, KvShape, KvTypes};
 use crate::model::kv_pool::{KvPool, PAGE};
 use crate::model::pager::{Evict, OffloadSpec};
-use crate::model::{KvDtype, Model, Session};
+use crate::model::{Model, Session};
 use crate::threadpool::{physical_cores, shared_pool};
 
 /// The class is declared in `model.rs` (which `lora.rs` imports too).
@@ -192,7 +193,7 @@ impl PyKvPool {
     #[new]
     #[pyo3(signature = (model, n_pages, kv_dtype="f16"))]
     fn new(model: &PyModel, n_pages: usize, kv_dtype: &str) -> PyResult<Self> {
-        let dtype = KvDtype::parse(kv_dtype).py_err()?;
+        let dtype = KvTypes::parse(kv_dtype).py_err()?;
         let c = &model.inner.cfg;
         let pool = guard(|| {
             KvPool::new(dtype, c.kv_layers(), n_pages, c.n_head_kv, c.dim_k, c.dim_v).py_err()
@@ -242,7 +243,7 @@ impl PySession {
         kv_dtype: &str,
         pool: Option<&PyKvPool>,
     ) -> PyResult<Self> {
-        let dtype = KvDtype::parse(kv_dtype).py_err()?;
+        let dtype = KvTypes::parse(kv_dtype).py_err()?;
         let threads = threads.unwrap_or_else(physical_cores);
         if threads == 0 {
             return Err(pyo3::exceptions::PyValueError::new_err(
@@ -497,9 +498,62 @@ impl PySession {
     }
 
     #[getter]
-    fn kv_dtype(&self) -> &'static str {
+    fn kv_dtype(&self) -> String {
         self.inner.kv.dtype.name()
     }
+}
+
+/// Exported KV data (`Session.export_kv`) of `n` positions in types
+/// `from_dtype`, re-encoded row by row into `to_dtype`.
+#[pyfunction]
+#[allow(clippy::too_many_arguments)]
+fn convert_kv<'py>(
+    py: Python<'py>,
+    data: &Bound<'py, PyAny>,
+    n_layer: usize,
+    n_head_kv: usize,
+    dim_k: usize,
+    dim_v: usize,
+    n: usize,
+    from_dtype: &str,
+    to_dtype: &str,
+) -> PyResult<Bound<'py, PyBytes>> {
+    let (from, to) = (
+        KvTypes::parse(from_dtype).py_err()?,
+        KvTypes::parse(to_dtype).py_err()?,
+    );
+    let shape = KvShape {
+        n_layer,
+        n_head_kv,
+        dim_k,
+        dim_v,
+    };
+    let out = with_bytes(data, |d| convert_export(d, shape, n, from, to))?.py_err()?;
+    Ok(PyBytes::new(py, &out))
+}
+
+/// One KV row stored as `kv_dtype` (little-endian floats, or ggml blocks).
+#[pyfunction]
+fn kv_encode_row<'py>(
+    py: Python<'py>,
+    kv_dtype: &str,
+    row: Vec<f32>,
+) -> PyResult<Bound<'py, PyBytes>> {
+    let t = KvTypes::parse(kv_dtype).py_err()?;
+    let shape = KvShape {
+        n_layer: 1,
+        n_head_kv: 1,
+        dim_k: row.len(),
+        dim_v: row.len(),
+    };
+    let f32s = KvTypes::same(crate::model::KvDtype::F32);
+    let data: Vec<u8> = row
+        .iter()
+        .chain(&row)
+        .flat_map(|x| x.to_le_bytes())
+        .collect();
+    let out = convert_export(&data, shape, 1, f32s, t).py_err()?;
+    Ok(PyBytes::new(py, &out[..t.k.row_bytes(row.len())]))
 }
 
 #[pyfunction]
@@ -612,6 +666,8 @@ pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<PyKvPool>()?;
     m.add_class::<PyLoraAdapter>()?;
     m.add_function(wrap_pyfunction!(physical_core_count, m)?)?;
+    m.add_function(wrap_pyfunction!(convert_kv, m)?)?;
+    m.add_function(wrap_pyfunction!(kv_encode_row, m)?)?;
     m.add_function(wrap_pyfunction!(blake3_digest, m)?)?;
     m.add_function(wrap_pyfunction!(write_hashed, m)?)?;
     m.add_function(wrap_pyfunction!(super::buffer::filled_bytes, m)?)?;

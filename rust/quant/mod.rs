@@ -24,6 +24,7 @@ mod block;
 mod f16;
 mod float;
 mod kquant_scales;
+pub mod kv;
 pub mod panel;
 mod q2_k;
 mod q3_k;

@@ -8,6 +8,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from oxillama.cli import bench, info, perplexity
+from oxillama.engine.kv_types import KV_TYPES
 from oxillama.errors import OxiLlamaError, ParameterError
 from oxillama.model.hub import add_hf_arg
 from oxillama.serving.flags import add_serve_parser, app_spec, ray_options
@@ -53,6 +54,13 @@ def _add_model_args(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--context-size", "-c", type=int, help="context length in tokens (default: the model's)"
     )
+    for side, what in (("k", "keys"), ("v", "values")):
+        p.add_argument(
+            f"--cache-type-{side}",
+            choices=KV_TYPES,
+            default="f16",
+            help=f"KV cache type of the {what}, as llama.cpp's (default: f16)",
+        )
 
 
 def _add_sampling_args(p: argparse.ArgumentParser) -> None:
@@ -92,6 +100,8 @@ def _engine(args: argparse.Namespace) -> Any:
         threads=args.threads,
         context_size=args.context_size,
         sampler=_sampler(args) if hasattr(args, "temperature") else None,
+        kv_dtype_k=args.cache_type_k,
+        kv_dtype_v=args.cache_type_v,
     )
 
 

@@ -24,6 +24,7 @@ from oxillama.decoding.logprobs import check_logprobs, token_logprob
 from oxillama.decoding.sampling import SamplerConfig
 from oxillama.engine import embeddings as _emb
 from oxillama.engine.embeddings import EmbedInput, Pooling
+from oxillama.engine.kv_types import kv_types
 from oxillama.engine.metrics import EngineMetrics
 from oxillama.engine.perplexity import OnChunk, Perplexity
 from oxillama.engine.perplexity import run as _perplexity
@@ -121,6 +122,8 @@ class Engine:
         offload: OffloadPolicy | None = None,
         context_shift: bool = False,
         n_keep: int = 0,
+        kv_dtype_k: str | None = None,
+        kv_dtype_v: str | None = None,
     ) -> None:
         if isinstance(model, Model):
             if tokenizer_path is not None:
@@ -132,7 +135,8 @@ class Engine:
             # The process-wide cache: a file this process already holds is
             # not loaded again.
             m = Model(model, tokenizer_path=tokenizer_path)
-        self._init(m, context_size, threads, sampler, kv_dtype, prefill_chunk, offload)
+        kv = kv_types(kv_dtype, kv_dtype_k, kv_dtype_v)
+        self._init(m, context_size, threads, sampler, kv, prefill_chunk, offload)
         self._state.context_shift = ContextShift.of(context_shift, n_keep, m)
         if lora is not None:
             self.set_loras(lora)
@@ -172,12 +176,15 @@ class Engine:
         offload: OffloadPolicy | None = None,
         context_shift: bool = False,
         n_keep: int = 0,
+        kv_dtype_k: str | None = None,
+        kv_dtype_v: str | None = None,
     ) -> Engine:
         """An engine on a GGUF image held in memory (``tokenizer_json`` is
         the text of a tokenizer.json that overrides the GGUF vocabulary)."""
         model = Model.from_bytes(data, tokenizer_json=tokenizer_json)
         self = cls.__new__(cls)
-        self._init(model, context_size, threads, sampler, kv_dtype, prefill_chunk, offload)
+        kv = kv_types(kv_dtype, kv_dtype_k, kv_dtype_v)
+        self._init(model, context_size, threads, sampler, kv, prefill_chunk, offload)
         self._state.context_shift = ContextShift.of(context_shift, n_keep, model)
         return self
 
@@ -964,11 +971,18 @@ class Engine:
         *,
         model_path: str | os.PathLike[str] | None = None,
         threads: int | None = None,
+        kv_dtype: str | None = None,
     ) -> Engine:
         """A new engine that continues exactly where the snapshot at ``path``
         left off. ``model_path`` points at the model if it has moved (its
-        fingerprint is still checked); ``threads`` overrides the saved count."""
-        return cls.from_state(_codec().read(path, model_path=model_path, threads=threads))
+        fingerprint is still checked); ``threads`` overrides the saved count.
+        ``kv_dtype`` (a type, or ``"k/v"`` types) converts the snapshot's
+        KV cache into those types once, row by row; by default the engine
+        keeps the snapshot's types."""
+        kv = None if kv_dtype is None else kv_types(kv_dtype)
+        return cls.from_state(
+            _codec().read(path, model_path=model_path, threads=threads, kv_dtype=kv)
+        )
 
     @classmethod
     def restore_bytes(
@@ -977,9 +991,13 @@ class Engine:
         *,
         model_path: str | os.PathLike[str] | None = None,
         threads: int | None = None,
+        kv_dtype: str | None = None,
     ) -> Engine:
         """Like :meth:`restore`, from bytes (no file is written)."""
-        return cls.from_state(_codec().read(blob, model_path=model_path, threads=threads))
+        kv = None if kv_dtype is None else kv_types(kv_dtype)
+        return cls.from_state(
+            _codec().read(blob, model_path=model_path, threads=threads, kv_dtype=kv)
+        )
 
     def __reduce__(self) -> tuple[Callable[[bytes], Engine], tuple[bytes]]:
         # Pickling goes through OXISNAP1: the model travels by path.

@@ -22,6 +22,7 @@ from oxillama.decoding.sampling import SamplerConfig
 from oxillama.engine import embeddings as _emb
 from oxillama.engine.embeddings import EmbedInput, Pooling
 from oxillama.engine.engine import Engine, Message, Prompt
+from oxillama.engine.kv_types import kv_types
 from oxillama.engine.session_state import SessionState
 from oxillama.errors import GenerateError, LoraError, ParameterError
 from oxillama.model.lora import LoraAdapter
@@ -91,11 +92,14 @@ class AsyncEngine:
         speculative: str | NgramDraft | None = None,
         context_shift: bool = False,
         n_keep: int = 0,
+        kv_dtype_k: str | None = None,
+        kv_dtype_v: str | None = None,
     ) -> None:
         #: The default draft of requests (None: no speculation); a request's
         #: ``speculative=`` overrides it.
         self._draft = _draft_of(speculative, "speculative")
         self._ngram: NgramDraft | None = None
+        kv_dtype = kv_types(kv_dtype, kv_dtype_k, kv_dtype_v)
         # The model (weights, tokenizer, template) is the process's one copy
         # of it; every request and session gets its own KV on those weights.
         self._engine = Engine(
@@ -299,12 +303,14 @@ class AsyncEngine:
         *,
         model_path: str | os.PathLike[str] | None = None,
         threads: int | None = None,
+        kv_dtype: str | None = None,
     ) -> Engine:
         """:meth:`Engine.restore` off the event loop (model load, checksum
         and KV import run in a worker thread)."""
         loop = asyncio.get_running_loop()
         return await loop.run_in_executor(
-            None, lambda: Engine.restore(path, model_path=model_path, threads=threads)
+            None,
+            lambda: Engine.restore(path, model_path=model_path, threads=threads, kv_dtype=kv_dtype),
         )
 
     @staticmethod

@@ -432,11 +432,14 @@ class Scheduler:
     ) -> _native.Session:
         """A native session drawing its pages from this scheduler's pool (no
         pages are taken until it evaluates or imports), of at most the
-        scheduler's context size (the pool is sized in those)."""
+        scheduler's context size (the pool is sized in those). Its KV types
+        are the pool's, whatever ``kv_dtype`` asks: a snapshot of other
+        types is converted on restore."""
         if model.native is not self._model:
             raise ParameterError("this session's model is not the scheduler's model")
         n_ctx = min(n_ctx, self._n_ctx)
-        kv = _native.Session(self._model, n_ctx, self._threads, kv_dtype, pool=self._pool)
+        del kv_dtype
+        kv = _native.Session(self._model, n_ctx, self._threads, self._kv_dtype, pool=self._pool)
         kv.prefill_chunk = self.prefill_chunk
         return kv
 

@@ -11,6 +11,7 @@ import datetime as _dt
 import errno
 import os
 import threading
+import warnings
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -19,6 +20,7 @@ import oxillama._native as _native
 from oxillama._native import GrammarMatcher, __version__
 from oxillama.decoding.grammar import Grammar
 from oxillama.decoding.sampling import SamplerConfig, build_sampler
+from oxillama.engine.kv_types import kv_position_bytes, kv_types
 from oxillama.engine.session_state import ContextShift, SessionState
 from oxillama.errors import (
     AdapterMismatchError,
@@ -289,8 +291,14 @@ def restore(
     make_kv: MakeKv = _private_kv,
     context_size: int | None = None,
     defer_kv: bool = False,
+    kv_dtype: str | None = None,
 ) -> SessionState:
     """The session in ``blob``, on ``model`` or on the model it names.
+
+    The KV cache keeps the snapshot's types unless ``kv_dtype`` names
+    others, or ``make_kv`` gives a session of others (a scheduler's shared
+    pool): the snapshot's KV is then converted once, row by row, which
+    warns unless ``kv_dtype`` asked for it.
 
     In a process that already holds the model this verifies the checksum,
     compares fingerprints (cached) and imports the KV: nothing else. The
@@ -336,14 +344,15 @@ def restore(
     try:
         config = SamplerConfig.from_dict(S.decode_json(secs[S.SAMPLER_CONFIG], "sampler_config"))
         sampler = build_sampler(config, m.tokenizer, vocab)
-        kv_dtype = str(eng.get("kv_dtype", "f16"))
+        snap_dtype = str(eng.get("kv_dtype", "f16"))
+        kv_types(snap_dtype)  # an unknown type is a corrupt file
         prefill_chunk = _int(eng, "prefill_chunk", "meta.engine")
         if prefill_chunk < 1:
             raise ValueError("prefill_chunk must be at least 1")
         n_ctx = (
             context_size if context_size is not None else _int(eng, "context_size", "meta.engine")
         )
-        want = _kv_bytes(m, kv_dtype, n_past)
+        want = _kv_bytes(m, snap_dtype, n_past)
         if len(secs[S.KV]) != want:
             raise SnapshotFormatError(
                 f"KV section is {len(secs[S.KV])} bytes, {want} expected for {n_past} positions"
@@ -352,7 +361,7 @@ def restore(
             m,
             n_ctx,
             threads if threads is not None else _int(eng, "threads", "meta.engine"),
-            kv_dtype,
+            kv_dtype if kv_dtype is not None else snap_dtype,
         )
     except (ValueError, TypeError, KeyError, OverflowError) as e:
         raise SnapshotFormatError(f"snapshot settings are invalid: {e}") from None
@@ -376,11 +385,14 @@ def restore(
     except OxiLlamaError as e:
         raise SnapshotError(f"cannot re-apply the snapshot's offload policy: {e}") from e
     swapped = None
+    kv_data: Any = secs[S.KV]
+    if kv.kv_dtype != snap_dtype and not m.config.get("recurrent"):
+        kv_data = _convert_kv(m, kv_data, n_past, snap_dtype, kv.kv_dtype, warn=kv_dtype is None)
     try:
         if defer_kv:
-            swapped = (n_past, bytes(secs[S.KV]))
+            swapped = (n_past, bytes(kv_data))
         else:
-            kv.import_kv(n_past, secs[S.KV])
+            kv.import_kv(n_past, kv_data)
     except (OxiLlamaError, ValueError, OverflowError, TypeError) as e:
         raise SnapshotFormatError(f"snapshot session data is invalid: {e}") from None
     kv.prefill_chunk = prefill_chunk
@@ -478,13 +490,42 @@ def _kv_layout(cfg: dict[str, Any]) -> dict[str, Any]:
 
 
 def _kv_bytes(model: Model, kv_dtype: str, n: int) -> int:
-    """Bytes of the KV section: keys and values of ``n`` positions, or a
-    recurrent model's whole state (the same size at any position)."""
+    """Bytes of the KV section: keys and values of ``n`` positions in the
+    cache's types (quantized rows as their blocks), or a recurrent model's
+    whole state (the same size at any position)."""
     c = model.config
     if c.get("recurrent"):
         return int(c["ssm"]["state_bytes"])
-    size = 2 if kv_dtype == "f16" else 4
-    return int(c["n_layer"]) * int(c["n_head_kv"]) * n * (int(c["dim_k"]) + int(c["dim_v"])) * size
+    per = kv_position_bytes(
+        kv_dtype, int(c["n_layer"]), int(c["n_head_kv"]), int(c["dim_k"]), int(c["dim_v"])
+    )
+    return n * per
+
+
+def _convert_kv(model: Model, data: Any, n: int, src: str, dst: str, *, warn: bool) -> bytes:
+    """A snapshot's KV section in types ``src`` re-encoded into ``dst``."""
+    if warn:
+        warnings.warn(
+            f"the snapshot's KV cache is {src}, this session's is {dst}: converting it "
+            "(continuations can differ from the saved session's; pass kv_dtype= to "
+            "ask for the conversion)",
+            RuntimeWarning,
+            stacklevel=3,
+        )
+    c = model.config
+    try:
+        return _native.convert_kv(
+            data,
+            int(c["n_layer"]),
+            int(c["n_head_kv"]),
+            int(c["dim_k"]),
+            int(c["dim_v"]),
+            n,
+            src,
+            dst,
+        )
+    except OxiLlamaError as e:
+        raise SnapshotError(f"cannot convert the snapshot's {src} KV cache to {dst}: {e}") from e
 
 
 def _grammar(model: Model, d: dict[str, Any]) -> tuple[Grammar, GrammarMatcher]:

@@ -37,6 +37,9 @@ class AppSpec:
     context_size: int = 2048
     max_batch: int = 8
     kv_pages: int | None = None
+    #: KV cache types of keys and values ("f16", "q8_0", ...).
+    cache_type_k: str = "f16"
+    cache_type_v: str = "f16"
     max_queue: int = 256
     offload: OffloadPolicy | None = None
     model_name: str | None = None
@@ -71,6 +74,8 @@ class AppSpec:
             threads=self.threads,
             max_batch=self.max_batch,
             kv_pages=self.kv_pages,
+            kv_dtype_k=self.cache_type_k,
+            kv_dtype_v=self.cache_type_v,
             max_queue=self.max_queue,
             loras=self.loras,
             offload=self.offload,
