@@ -8,6 +8,13 @@
 use crate::quant::kv as kvq;
 use crate::{Error, Result};
 
+/// Keys or values.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Side {
+    K,
+    V,
+}
+
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum KvDtype {
     F16,
@@ -107,10 +114,10 @@ impl KvTypes {
         }
     }
 
-    pub fn side(self, side: super::kv_pool::Side) -> KvDtype {
+    pub fn side(self, side: Side) -> KvDtype {
         match side {
-            super::kv_pool::Side::K => self.k,
-            super::kv_pool::Side::V => self.v,
+            Side::K => self.k,
+            Side::V => self.v,
         }
     }
 }

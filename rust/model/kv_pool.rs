@@ -28,12 +28,8 @@ use crate::{Error, Result};
 /// Positions per page.
 pub const PAGE: usize = 16;
 
-/// Keys or values.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Side {
-    K,
-    V,
-}
+// Keys or values: declared beside the cache types, which are per side.
+pub use super::kv_dtype::Side;
 
 /// One layer's page memory (either side): an anonymous mapping, so the OS
 /// commits a page of it only when it is first written (a pool sized for
