@@ -54,8 +54,14 @@ pub fn hash(data: &[u8]) -> blake3::Hash {
 /// single-threaded kernel copy) this way while the checksum is computed,
 /// instead of one after the other.
 pub fn hash_beside(data: &[u8], side: impl Fn() + Sync) -> blake3::Hash {
-    let threads = physical_cores();
-    if data.len() < PARALLEL_MIN || threads < 2 {
+    // Small inputs hash on this thread; the core count (/proc and cgroup
+    // reads, ~0.1 ms) is only asked for when the pool may be used.
+    let threads = if data.len() < PARALLEL_MIN {
+        1
+    } else {
+        physical_cores()
+    };
+    if threads < 2 {
         side();
         return blake3::hash(data);
     }
