@@ -33,6 +33,9 @@ use crate::quant::{q4_k, q6_k, GEMM_COLS, QK_K};
 // decoded form and the formats without widening their visibility.
 #[path = "kgemm_vnni.rs"]
 mod vnni;
+// The AVX-512 VNNI kernel: sixteen rows in the lanes, same bits.
+#[path = "kgemm_avx512.rs"]
+mod avx512;
 
 const C: usize = GEMM_COLS;
 
@@ -313,6 +316,25 @@ pub fn gemm_q6_k(
     out: &mut [f32],
 ) {
     gemm::<Q6K>(n, w_rows, quants, scales, out)
+}
+
+/// Whether `gemm_q4_k_avx512` and `gemm_q6_k_avx512` may be called: the
+/// CPU has AVX-512 VNNI (and neither `OXILLAMA_VNNI=0` nor
+/// `OXILLAMA_KGEMM512=0` is set). Decided once.
+pub fn avx512_enabled() -> bool {
+    avx512::enabled()
+}
+
+/// Q4_K rows against Q8_K activation rows (`GemmFn`'s contract; the
+/// panels are not read) on the AVX-512 VNNI kernel. Same bits as
+/// `gemm_q4_k`. Call only when `avx512_enabled()`.
+pub fn gemm_q4_k_avx512(n: usize, w_rows: &[&[u8]], acts: &[&[u8]], out: &mut [f32]) {
+    avx512::gemm::<Q4K>(n, w_rows, acts, out)
+}
+
+/// Q6_K rows against Q8_K activation rows (see `gemm_q4_k_avx512`).
+pub fn gemm_q6_k_avx512(n: usize, w_rows: &[&[u8]], acts: &[&[u8]], out: &mut [f32]) {
+    avx512::gemm::<Q6K>(n, w_rows, acts, out)
 }
 
 /// Whether `gemm_q4_k_groups` and `gemm_q6_k_groups` may be called: the CPU

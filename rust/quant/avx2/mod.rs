@@ -516,9 +516,13 @@ fn k_groups(
     }
 }
 
-/// Q4_K's GEMM over any number of panels: the AVX-VNNI twin where the
-/// CPU has it (same bits), else the AVX2 kernel panel by panel.
+/// Q4_K's GEMM over any number of panels: the AVX-512 VNNI kernel (which
+/// reads the activation rows) or the AVX-VNNI twin where the CPU has them
+/// (same bits), else the AVX2 kernel panel by panel.
 pub fn gemm_q4_k(n: usize, w: &[&[u8]], a: &[&[u8]], q: &[u8], s: &[f32], o: &mut [f32]) {
+    if kgemm::avx512_enabled() {
+        return kgemm::gemm_q4_k_avx512(n, w, a, o);
+    }
     if kgemm::vnni_enabled() {
         return kgemm::gemm_q4_k_groups(n, w, a, q, s, o);
     }
@@ -527,6 +531,9 @@ pub fn gemm_q4_k(n: usize, w: &[&[u8]], a: &[&[u8]], q: &[u8], s: &[f32], o: &mu
 
 /// Q6_K's GEMM over any number of panels.
 pub fn gemm_q6_k(n: usize, w: &[&[u8]], a: &[&[u8]], q: &[u8], s: &[f32], o: &mut [f32]) {
+    if kgemm::avx512_enabled() {
+        return kgemm::gemm_q6_k_avx512(n, w, a, o);
+    }
     if kgemm::vnni_enabled() {
         return kgemm::gemm_q6_k_groups(n, w, a, q, s, o);
     }

@@ -39,7 +39,7 @@ const COLS: usize = 8;
 /// the sixteen decoded blocks `r`, in row order.
 #[inline]
 #[target_feature(enable = "avx2,avx512f")]
-fn transpose(r: [__m256i; ROWS]) -> [__m512i; 8] {
+pub(super) fn transpose(r: [__m256i; ROWS]) -> [__m512i; 8] {
     // Row k in the low half, row k + 8 in the high half; the 32- then
     // 64-bit interleaves work within 128-bit lanes, and the last step
     // gathers lane 0 (or 1) of each half of two vectors.
