@@ -8,7 +8,8 @@
 //! same input (q/k/v, gate/up) go in a single dispatch.
 
 use crate::quant::{
-    has_panels, kernels, pack_panel, panel_sizes, tile_tokens, GgmlType, QuantKernels, GEMM_COLS,
+    gemm_reads_rows, has_panels, kernels, pack_panel, panel_sizes, tile_tokens, GgmlType,
+    QuantKernels, GEMM_COLS,
 };
 use crate::threadpool::{SharedMut, ThreadPool};
 use crate::{Error, Result};
@@ -105,6 +106,13 @@ const ROW_TILE: usize = 16;
 /// Panel bytes handed to one GEMM call (see `matmul_multi`): a quarter
 /// of the smallest L2 among the CPUs this runs on (512 KiB).
 const PANELS_PER_CALL_BYTES: usize = 128 * 1024;
+
+/// Activation bytes handed to one call of a GEMM that reads the rows
+/// (each weight row group is decoded once per call, so the more tokens the
+/// better, as long as they stay near the core: the L2 of the CPUs this
+/// runs on is 512 KiB to 2 MiB), and the bounds on its token count.
+const ROWS_PER_CALL_BYTES: usize = 512 * 1024;
+const ROWS_PER_CALL_TOKENS: (usize, usize) = (32, 256);
 
 fn quantize_inputs(
     pool: &ThreadPool,
@@ -205,7 +213,8 @@ pub fn matmul_multi(
         if !done.contains(&k.act) {
             let buf = scratch.buf(k.act);
             quantize_inputs(pool, k, x, cols, n_tok, &mut buf.rows);
-            if has_panels(k.act) && ks.iter().any(|k2| k2.act == k.act && use_gemm(k2)) {
+            let needs_panels = |k2: &&QuantKernels| use_gemm(k2) && !gemm_reads_rows(k2.weight);
+            if has_panels(k.act) && ks.iter().any(|k2| k2.act == k.act && needs_panels(k2)) {
                 pack_panels(pool, buf, cols, n_tok);
             }
             done.push(k.act);
@@ -246,11 +255,17 @@ pub fn matmul_multi(
         match k.gemm.filter(|_| use_gemm(k)) {
             Some(gemm) => {
                 let (qb, sb) = panel_sizes(k.act, w.cols);
-                let packed = has_panels(k.act);
+                let rows_only = gemm_reads_rows(k.weight);
+                let packed = has_panels(k.act) && !rows_only;
                 // Several panels per call, so each weight row is decoded
                 // once for all of them, but few enough that they stay in
                 // L2 while the rows go by.
-                let per_call = (PANELS_PER_CALL_BYTES / qb.max(1)).max(1) * GEMM_COLS;
+                let per_call = if rows_only {
+                    let (lo, hi) = ROWS_PER_CALL_TOKENS;
+                    (ROWS_PER_CALL_BYTES / arb.max(1)).clamp(lo, hi) / GEMM_COLS * GEMM_COLS
+                } else {
+                    (PANELS_PER_CALL_BYTES / qb.max(1)).max(1) * GEMM_COLS
+                };
                 let nr = r1 - r0;
                 let mut out = vec![0f32; per_call.div_ceil(GEMM_COLS) * nr * GEMM_COLS];
                 for (c, toks) in act_rows.chunks(per_call).enumerate() {

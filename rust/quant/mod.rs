@@ -434,6 +434,16 @@ pub fn tile_tokens(ty: GgmlType) -> usize {
     3
 }
 
+/// Whether the GEMM of `ty` on this CPU reads only the activation rows
+/// (`GemmFn`'s `acts`), so the panels need not be packed for it.
+pub fn gemm_reads_rows(ty: GgmlType) -> bool {
+    #[cfg(target_arch = "x86_64")]
+    if simd_level() != "scalar" {
+        return avx2::gemm_reads_rows(ty);
+    }
+    false
+}
+
 /// The portable reference implementation for weight type `ty`.
 pub fn scalar_kernels(ty: GgmlType) -> Option<&'static QuantKernels> {
     SCALAR.iter().find(|k| k.weight == ty)

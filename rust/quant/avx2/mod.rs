@@ -493,6 +493,14 @@ pub fn wide_tile_tokens(ty: crate::quant::GgmlType) -> Option<usize> {
     (block32 && vnni() && rows16_vnni::available()).then_some(rows16_vnni::WIDE_TOKENS)
 }
 
+/// Whether the GEMM of `ty` reads the activation rows rather than the
+/// panels (the AVX-512 VNNI K-quant kernel), so that callers need not pack
+/// them.
+pub fn gemm_reads_rows(ty: crate::quant::GgmlType) -> bool {
+    use crate::quant::GgmlType as T;
+    matches!(ty, T::Q4K | T::Q6K) && kgemm::avx512_enabled()
+}
+
 /// A single-panel K-quant GEMM run over each group of a multi-panel call
 /// (see `quant::GemmFn`).
 fn k_groups(
