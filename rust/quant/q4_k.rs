@@ -56,10 +56,16 @@ pub fn dot_block(q: &[i8; QK_K], bw: &[u8], ba: &[u8]) -> f32 {
     (f16_at(bw, 0) * da) * isum as f32 - (f16_at(bw, 2) * da) * summ as f32
 }
 
+/// The super-blocks' values added in order from +0.0: the order every
+/// SIMD kernel of this format keeps, so that all give these bits.
 pub fn vec_dot(n: usize, w: &[u8], a: &[u8]) -> f32 {
-    w.chunks_exact(BLOCK)
+    let mut sum = 0f32;
+    for (bw, ba) in w
+        .chunks_exact(BLOCK)
         .zip(a.chunks_exact(q8_k::BLOCK))
         .take(n / QK_K)
-        .map(|(bw, ba)| dot_block(&values(bw), bw, ba))
-        .sum()
+    {
+        sum += dot_block(&values(bw), bw, ba);
+    }
+    sum
 }

@@ -45,7 +45,9 @@ pub fn dequantize(src: &[u8], dst: &mut [f32]) {
     }
 }
 
-/// `(d * d_a) * sum_g sc_g * dot_g`, integer inside a super-block.
+/// `(d * d_a) * sum_g sc_g * dot_g`, integer inside a super-block, the
+/// super-blocks added in order from +0.0 (the order of every SIMD kernel of
+/// this format, so that all give these bits).
 pub fn vec_dot(n: usize, w: &[u8], a: &[u8]) -> f32 {
     let mut sum = 0f32;
     for (bw, ba) in w

@@ -148,6 +148,10 @@ fn simd_dots_equal_scalar_and_dequantized_reference() {
                 let (exact, mag, slack) = magnitude(ty, s.act, &w, &a, n);
                 let (slow, fast) = ((s.vec_dot)(n, &w, &a), (k.vec_dot)(n, &w, &a));
                 let tol = 2e-6 * mag + 1e-6;
+                if matches!(ty, T::Q4K | T::Q6K) {
+                    // These keep the reference's order: same bits.
+                    assert_eq!(slow.to_bits(), fast.to_bits(), "{} n={n}", ty.name());
+                }
                 assert!(
                     (slow as f64 - fast as f64).abs() <= tol,
                     "{} n={n}: scalar {slow} simd {fast}",
@@ -543,8 +547,9 @@ fn k_gemm_extreme_values_equal_single_dots() {
             for c in 0..GEMM_COLS {
                 let want = (k.vec_dot)(n, wr[0], ar[c]);
                 let slow = (scalar_kernels(ty).unwrap().vec_dot)(n, wr[0], ar[c]);
-                assert!(
-                    (want - slow).abs() <= 1e-4 * slow.abs().max(1.0),
+                assert_eq!(
+                    want.to_bits(),
+                    slow.to_bits(),
                     "{} {want} {slow}",
                     ty.name()
                 );
@@ -698,4 +703,77 @@ fn vnni_tile_equals_avx2_tile_bit_for_bit() {
         }
     }
     eprintln!("{ran} VNNI tile twin cases");
+}
+
+#[cfg(target_arch = "x86_64")]
+#[test]
+fn kquant_gemms_equal_scalar_reference_bit_for_bit() {
+    // Every K-quant path (the scalar reference, the AVX2 decode, tile and
+    // GEMM, the AVX-512 VNNI GEMM) gives every (row, column) the same
+    // bits: the logits of a token do not depend on the path nor on the
+    // CPU. Row counts cross the sixteen-row groups; column counts cross
+    // the eight-token passes and their tails; rows 0 and 1 sit at the
+    // storage extremes and column 0 at +-127.
+    if !avx2::available() {
+        return;
+    }
+    let mut rng = StdRng::seed_from_u64(31);
+    for ty in [T::Q4K, T::Q6K] {
+        let (plain, wide) = avx2::kquant_gemm_twins(ty).unwrap();
+        if wide.is_none() {
+            eprintln!(
+                "no AVX-512 VNNI on this CPU: {} wide kernel not run",
+                ty.name()
+            );
+        }
+        let (s, k) = (scalar_kernels(ty).unwrap(), kernels(ty).unwrap());
+        for n in [QK_K, 3 * QK_K] {
+            for rows in [1, 5, 16, 17, 37] {
+                let ws = twin_rows(ty, n, rows, &[(0, 0x00), (1, 0xFF)], &mut rng);
+                for ncols in [1, 2, 7, 8, 15, 21] {
+                    let acts = twin_acts(k, n, ncols, &mut rng);
+                    let wr: Vec<&[u8]> = ws.iter().map(|v| v.as_slice()).collect();
+                    let ar: Vec<&[u8]> = acts.iter().map(|v| v.as_slice()).collect();
+                    let groups = ncols.div_ceil(GEMM_COLS);
+                    let (qb, sb) = panel_sizes(k.act, n);
+                    let (mut q, mut sc) = (vec![0u8; groups * qb], vec![0f32; groups * sb]);
+                    for (g, grp) in ar.chunks(GEMM_COLS).enumerate() {
+                        let (qg, sg) =
+                            (&mut q[g * qb..(g + 1) * qb], &mut sc[g * sb..(g + 1) * sb]);
+                        pack_panel(k.act, grp, n, qg, sg);
+                    }
+                    // The reference, in GemmFn's layout.
+                    let mut want = vec![0f32; groups * rows * GEMM_COLS];
+                    for (c, a) in ar.iter().enumerate() {
+                        for (r, w) in wr.iter().enumerate() {
+                            let o = ((c / GEMM_COLS) * rows + r) * GEMM_COLS + c % GEMM_COLS;
+                            want[o] = (s.vec_dot)(n, w, a);
+                        }
+                    }
+                    let mut tile = vec![f32::NAN; rows * ncols];
+                    (k.vec_dot_tile)(n, &wr, &ar, &mut tile);
+                    for (c, a) in ar.iter().enumerate() {
+                        for r in 0..rows {
+                            let o = ((c / GEMM_COLS) * rows + r) * GEMM_COLS + c % GEMM_COLS;
+                            let what = format!("{} n={n} row {r} col {c}", ty.name());
+                            assert_eq!(
+                                tile[r * ncols + c].to_bits(),
+                                want[o].to_bits(),
+                                "tile {what}"
+                            );
+                            let one = (k.vec_dot)(n, wr[r], a);
+                            assert_eq!(one.to_bits(), want[o].to_bits(), "dot {what}");
+                        }
+                    }
+                    for (name, gemm) in [("avx2", Some(plain)), ("avx512", wide)] {
+                        let Some(gemm) = gemm else { continue };
+                        let mut out = vec![f32::NAN; groups * rows * GEMM_COLS];
+                        gemm(n, &wr, &ar, &q, &sc, &mut out);
+                        let what = format!("{} {name} n={n} rows={rows} cols={ncols}", ty.name());
+                        assert_same_bits(&out, &want, &what);
+                    }
+                }
+            }
+        }
+    }
 }

@@ -10,17 +10,14 @@
 //! word) advance all eight columns exactly. The mins (Q4_K) or the -32
 //! offset (Q6_K) meet the panel's transposed group sums in `madd`s too.
 //!
-//! Bits: the decode and tile kernels (`q4_k.rs`, `q6_k.rs`) keep eight i32
-//! lanes per super-block, lane `L` summing the four-element groups `L`,
-//! `L + 8`, ... (and for Q6_K the offset of the 16-sums `2L`, `2L + 1`),
-//! and eight float accumulators `acc_L = fma(d_w * d_a, lane_L, acc_L)`,
-//! summed at the end as `hsum` does; Q4_K subtracts the mins term
-//! `sum (dmin_w * d_a) * summ`, accumulated in block order. This kernel
-//! forms the same eight integers per (row, column), exactly, keeps the
-//! same eight accumulators (one vector each, over the columns) and adds
-//! them in `hsum`'s order, so every (row, column) has the bits of the
-//! single-row decode: a token's logits are the same alone, in a prefill
-//! or in a batch.
+//! Bits: every kernel of these formats (the scalar reference, the decode
+//! and tile kernels `q4_k.rs` and `q6_k.rs`, this one and the AVX-512 one)
+//! forms each super-block's integer sum (and Q4_K's mins sum) exactly,
+//! turns them into the block's value as the scalar reference does,
+//! `(d_w * d_a) * isum - (dmin_w * d_a) * summ`, and adds the values in
+//! block order from +0.0. So every (row, column) has the same bits on
+//! every path and every CPU: a token's logits are the same alone, in a
+//! prefill or in a batch.
 
 use std::arch::x86_64::*;
 
@@ -29,11 +26,9 @@ use crate::quant::kquant_scales::scales_mins;
 use crate::quant::panel::{KPANEL_BLOCK, KPANEL_SCALES};
 use crate::quant::{q4_k, q6_k, GEMM_COLS, QK_K};
 
-// The VNNI twin of this kernel: a child module, so that it shares the
-// decoded form and the formats without widening their visibility.
-#[path = "kgemm_vnni.rs"]
-mod vnni;
-// The AVX-512 VNNI kernel: sixteen rows in the lanes, same bits.
+// The AVX-512 VNNI kernel (sixteen rows in the lanes, same bits): a
+// child module, so that it shares the decoded form and the formats
+// without widening their visibility.
 #[path = "kgemm_avx512.rs"]
 mod avx512;
 
@@ -181,9 +176,8 @@ unsafe fn rows<F: KFormat, const N: usize>(
             unsafe { F::decode(w.add(i * F::W), dec.add((r * nb + i) * DEC)) };
         }
     }
-    // acc[r][L]: decode lane L of row r, over the eight columns.
-    let mut acc = [[_mm256_setzero_ps(); 8]; N];
-    let mut mins = [_mm256_setzero_ps(); N];
+    // acc[r]: row r's sum over the blocks so far, for the eight columns.
+    let mut acc = [_mm256_setzero_ps(); N];
     for i in 0..nb {
         let pb = panel.wrapping_add(i * KPANEL_BLOCK);
         let db: [*const u8; N] =
@@ -220,52 +214,41 @@ unsafe fn rows<F: KFormat, const N: usize>(
                 group(p, l);
             }
         }
-        for l in 0..8 {
-            for r in 0..N {
-                if !F::MIN {
-                    // SAFETY: group-sum pair l of the panel's super-block
-                    // and correction word l of row r's decoded block i.
-                    let (b, cw) = unsafe {
-                        (
-                            load(pb.add(BSUMS + 32 * l)),
-                            read_u32(db[r].add(CORR + 4 * l)),
-                        )
-                    };
-                    let off = _mm256_madd_epi16(b, _mm256_set1_epi32(cw as i32));
-                    s[r][l] = _mm256_sub_epi32(s[r][l], _mm256_slli_epi32(off, 5));
-                }
-                acc[r][l] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(s[r][l]), prod[r], acc[r][l]);
+        for r in 0..N {
+            // The block's integer (exact in any order), then the
+            // correction: Q6_K's offset in it, Q4_K's mins beside it.
+            let mut isum = _mm256_setzero_si256();
+            let mut corr = _mm256_setzero_si256();
+            for l in 0..8 {
+                isum = _mm256_add_epi32(isum, s[r][l]);
+                // SAFETY: group-sum pair l of the panel's super-block and
+                // correction word l of row r's decoded block i.
+                let (b, cw) = unsafe {
+                    (
+                        load(pb.add(BSUMS + 32 * l)),
+                        read_u32(db[r].add(CORR + 4 * l)),
+                    )
+                };
+                corr = _mm256_add_epi32(corr, _mm256_madd_epi16(b, _mm256_set1_epi32(cw as i32)));
             }
-        }
-        if F::MIN {
-            for r in 0..N {
-                let mut corr = _mm256_setzero_si256();
-                for k in 0..8 {
-                    // SAFETY: group-sum pair k of the panel's super-block and
-                    // correction word k of row r's decoded block i.
-                    let (b, cw) = unsafe {
-                        (
-                            load(pb.add(BSUMS + 32 * k)),
-                            read_u32(db[r].add(CORR + 4 * k)),
-                        )
-                    };
-                    corr =
-                        _mm256_add_epi32(corr, _mm256_madd_epi16(b, _mm256_set1_epi32(cw as i32)));
-                }
+            // The scalar reference's block value, to the bit.
+            let v = if F::MIN {
                 let m = _mm256_broadcastss_ps(_mm_movehdup_ps(dm[r]));
                 let mprod = _mm256_mul_ps(m, da);
-                mins[r] = _mm256_add_ps(mins[r], _mm256_mul_ps(mprod, _mm256_cvtepi32_ps(corr)));
-            }
+                _mm256_sub_ps(
+                    _mm256_mul_ps(prod[r], _mm256_cvtepi32_ps(isum)),
+                    _mm256_mul_ps(mprod, _mm256_cvtepi32_ps(corr)),
+                )
+            } else {
+                let isum = _mm256_sub_epi32(isum, _mm256_slli_epi32(corr, 5));
+                _mm256_mul_ps(prod[r], _mm256_cvtepi32_ps(isum))
+            };
+            acc[r] = _mm256_add_ps(acc[r], v);
         }
     }
     for r in 0..N {
-        // `hsum`'s order: ((a0 + a4) + (a2 + a6)) + ((a1 + a5) + (a3 + a7)).
-        let a = &acc[r];
-        let u: [__m256; 4] = std::array::from_fn(|k| _mm256_add_ps(a[k], a[k + 4]));
-        let v = _mm256_add_ps(_mm256_add_ps(u[0], u[2]), _mm256_add_ps(u[1], u[3]));
-        let v = if F::MIN { _mm256_sub_ps(v, mins[r]) } else { v };
         // SAFETY: out holds 8 floats per row.
-        unsafe { _mm256_storeu_ps(out.add(r * C), v) };
+        unsafe { _mm256_storeu_ps(out.add(r * C), acc[r]) };
     }
 }
 
@@ -325,6 +308,13 @@ pub fn avx512_enabled() -> bool {
     avx512::enabled()
 }
 
+/// Whether the CPU has the AVX-512 VNNI kernel (whatever the switches
+/// say), for the twin tests.
+#[cfg(test)]
+pub fn avx512_available() -> bool {
+    avx512::available()
+}
+
 /// Q4_K rows against Q8_K activation rows (`GemmFn`'s contract; the
 /// panels are not read) on the AVX-512 VNNI kernel. Same bits as
 /// `gemm_q4_k`. Call only when `avx512_enabled()`.
@@ -335,37 +325,4 @@ pub fn gemm_q4_k_avx512(n: usize, w_rows: &[&[u8]], acts: &[&[u8]], out: &mut [f
 /// Q6_K rows against Q8_K activation rows (see `gemm_q4_k_avx512`).
 pub fn gemm_q6_k_avx512(n: usize, w_rows: &[&[u8]], acts: &[&[u8]], out: &mut [f32]) {
     avx512::gemm::<Q6K>(n, w_rows, acts, out)
-}
-
-/// Whether `gemm_q4_k_groups` and `gemm_q6_k_groups` may be called: the CPU
-/// has AVX-VNNI (and `OXILLAMA_VNNI=0` is unset). Decided once.
-pub fn vnni_enabled() -> bool {
-    vnni::enabled()
-}
-
-/// Q4_K rows against any number of Q8_K panels (`GemmFn`'s multi-panel
-/// contract) on the AVX-VNNI kernel, each row decoded once for all of
-/// them. Same bits as `gemm_q4_k` per panel. Call only when
-/// `vnni_enabled()`.
-pub fn gemm_q4_k_groups(
-    n: usize,
-    w_rows: &[&[u8]],
-    acts: &[&[u8]],
-    quants: &[u8],
-    scales: &[f32],
-    out: &mut [f32],
-) {
-    vnni::gemm_groups::<Q4K>(n, w_rows, acts.len().div_ceil(C), quants, scales, out)
-}
-
-/// Q6_K rows against any number of Q8_K panels (see `gemm_q4_k_groups`).
-pub fn gemm_q6_k_groups(
-    n: usize,
-    w_rows: &[&[u8]],
-    acts: &[&[u8]],
-    quants: &[u8],
-    scales: &[f32],
-    out: &mut [f32],
-) {
-    vnni::gemm_groups::<Q6K>(n, w_rows, acts.len().div_ceil(C), quants, scales, out)
 }

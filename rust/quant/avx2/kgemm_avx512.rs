@@ -2,25 +2,22 @@
 //! the sixteen lanes of a 512-bit vector, against the activation rows
 //! themselves (no panel).
 //!
-//! Why this shape: the AVX2 and AVX-VNNI kernels (`kgemm.rs`) put eight
-//! tokens in the lanes and broadcast one row's four weight bytes per
-//! group, so each group costs a `maddubs`, a scale multiply and an add
-//! for 32 products. Here a weight row group is decoded and transposed
-//! once per call (vector `jj` of a super-block holds elements
-//! `4jj..4jj + 4` of each of the sixteen rows), after which a group costs
-//! one `maddubs` and one `vpdpwssd` (the scale multiply and the add in
-//! one) for 64 products, with the token's four bytes broadcast from its
-//! own Q8_K row, and each weight vector is loaded once for eight tokens.
+//! Why this shape: the AVX2 kernel (`kgemm.rs`) puts eight tokens in the
+//! lanes and broadcasts one row's four weight bytes per group, so each
+//! group costs a `maddubs`, a scale `madd` and an add for 32 products.
+//! Here a row group is decoded and transposed once per call (vector `jj`
+//! of a super-block holds elements `4jj..4jj + 4` of each of the sixteen
+//! rows), after which a group costs one `vpdpbusd` for 64 products (the
+//! token's four bytes broadcast from its own Q8_K row), a scale group one
+//! `vpmulld` and one add, and each weight vector is loaded once for eight
+//! tokens.
 //!
-//! Bits: every (row, token) forms the same eight lane integers as
-//! `kgemm::rows` (lane `L` sums the groups `L`, `L + 8`, ... times their
-//! scales; Q6_K subtracts 32 times the scales' dot with the 16-sums `2L`,
-//! `2L + 1`), keeps the same eight float accumulators
-//! `acc_L = fma(lane_L, d_w * d_a, acc_L)` in block order, the same Q4_K
-//! mins term `mins + (dmin_w * d_a) * corr`, and adds them in `hsum`'s
-//! order: a token's logits are the same here as through the decode
-//! kernel, the tiles or the AVX2 GEMM. Integer sums are exact whatever
-//! their order (`vpdpwssd` wraps like `add`; no partial sum can overflow).
+//! Bits: as every kernel of these formats (see `kgemm.rs`), each
+//! super-block's integer sums are exact (in any order: no partial sum can
+//! overflow, and `vpdpbusd`/`vpdpwssd` wrap rather than saturate), its
+//! value is `(d_w * d_a) * isum - (dmin_w * d_a) * summ` and the values
+//! add in block order from +0.0, lane by lane, as the scalar reference
+//! does row by row.
 
 use std::arch::x86_64::*;
 use std::sync::OnceLock;
@@ -36,9 +33,9 @@ const ROWS: usize = 16;
 const TOKENS: usize = 8;
 
 /// A transposed super-block of a row group: word `w` of the sixteen
-/// decoded blocks (`DEC / 4` words each: 64 of values, 16 of scales, 8 of
-/// corrections) at `64 * w`, then the sixteen `d` and the sixteen `dmin`
-/// as f32.
+/// decoded blocks (`DEC / 4` words each: 64 of values, 16 of scales (as
+/// i32), 8 of corrections) at `64 * w`, then the sixteen `d` and the
+/// sixteen `dmin` as f32.
 const WORDS: usize = DEC / 4;
 const SCW: usize = 64 * 64;
 const CRW: usize = 80 * 64;
@@ -51,7 +48,7 @@ const AQ: usize = 4;
 const AB: usize = 4 + QK_K;
 
 /// Whether the CPU has what this kernel uses.
-fn available() -> bool {
+pub(super) fn available() -> bool {
     super::super::available()
         && is_x86_feature_detected!("avx512f")
         && is_x86_feature_detected!("avx512bw")
@@ -96,8 +93,16 @@ unsafe fn decode_group<F: KFormat>(w: &[*const u8; ROWS], i: usize, tmp: *mut u8
             _mm256_loadu_si256(tmp.add(r * DEC + 32 * k) as *const __m256i)
         });
         for (j, t) in super::super::rows16_vnni::transpose(v).iter().enumerate() {
+            let word = 8 * k + j;
+            // The scale words hold the i16 scale in both halves (for the
+            // AVX2 kernel's `madd`); `vpmulld` wants it as an i32.
+            let t = if (SCW / 64..CRW / 64).contains(&word) {
+                _mm512_srai_epi32::<16>(_mm512_slli_epi32::<16>(*t))
+            } else {
+                *t
+            };
             // SAFETY: word 8k + j of the slot.
-            unsafe { _mm512_storeu_si512(slot.add(64 * (8 * k + j)) as *mut __m512i, *t) };
+            unsafe { _mm512_storeu_si512(slot.add(64 * word) as *mut __m512i, t) };
         }
     }
     // SAFETY: the d and dmin lanes of the slot.
@@ -110,7 +115,7 @@ unsafe fn decode_group<F: KFormat>(w: &[*const u8; ROWS], i: usize, tmp: *mut u8
 /// # Safety
 /// AVX2, FMA, F16C, AVX-512 F/BW and VNNI are available; `dec` holds `nb`
 /// slots and every `a[t]` `nb` Q8_K blocks.
-// `t` and `l` index several arrays (tokens, lanes) at once.
+// `t` indexes several arrays (tokens' sums, pointers) at once.
 #[allow(clippy::needless_range_loop)]
 #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vnni")]
 unsafe fn pass<F: KFormat, const N: usize>(
@@ -118,8 +123,7 @@ unsafe fn pass<F: KFormat, const N: usize>(
     dec: *const u8,
     a: [*const u8; N],
 ) -> [__m512; N] {
-    let mut acc = [[_mm512_setzero_ps(); 8]; N];
-    let mut mins = [_mm512_setzero_ps(); N];
+    let mut acc = [_mm512_setzero_ps(); N];
     let ld = |p: *const u8| {
         // SAFETY: callers below pass 64 readable bytes of a slot.
         unsafe { _mm512_loadu_si512(p as *const __m512i) }
@@ -127,62 +131,62 @@ unsafe fn pass<F: KFormat, const N: usize>(
     for i in 0..nb {
         let slot = dec.wrapping_add(i * SLOT);
         let ab: [*const u8; N] = std::array::from_fn(|t| a[t].wrapping_add(i * q8_k::BLOCK));
-        // SAFETY: the slot's d lanes; each token's block-i scale.
-        let dw = unsafe { _mm512_loadu_ps(slot.add(DW) as *const f32) };
-        let da: [f32; N] = std::array::from_fn(|t| unsafe { read_f32(ab[t]) });
-        let prod: [__m512; N] = std::array::from_fn(|t| _mm512_mul_ps(dw, _mm512_set1_ps(da[t])));
-        for l in 0..8 {
-            let mut s = [_mm512_setzero_si512(); N];
-            for p in 0..8 {
-                let jj = 8 * p + l;
+        // The block's integer: per scale group, the four-element dots of
+        // the group (`vpdpbusd`, unsigned weights against signed
+        // activations), then times the group's scale.
+        let mut isum = [_mm512_setzero_si512(); N];
+        for g in 0..64 / F::GROUP {
+            let mut dot = [_mm512_setzero_si512(); N];
+            for j in 0..F::GROUP {
+                let jj = F::GROUP * g + j;
                 let wv = ld(slot.wrapping_add(64 * jj));
-                let sw = ld(slot.wrapping_add(SCW + 64 * (jj / F::GROUP)));
                 for t in 0..N {
                     // SAFETY: quants 4jj..4jj + 4 of token t's block i.
                     let av = _mm512_set1_epi32(unsafe { read_u32(ab[t].add(AQ + 4 * jj)) } as i32);
-                    // No saturation: a pair sum is at most 2 * 63 * 128.
-                    s[t] = _mm512_dpwssd_epi32(s[t], _mm512_maddubs_epi16(wv, av), sw);
+                    dot[t] = _mm512_dpbusd_epi32(dot[t], wv, av);
                 }
             }
-            if !F::MIN {
-                let cw = ld(slot.wrapping_add(CRW + 64 * l));
-                for t in 0..N {
-                    // SAFETY: 16-sums 2l and 2l + 1 of token t's block i.
-                    let b = _mm512_set1_epi32(unsafe { read_u32(ab[t].add(AB + 4 * l)) } as i32);
-                    let off = _mm512_madd_epi16(b, cw);
-                    s[t] = _mm512_sub_epi32(s[t], _mm512_slli_epi32::<5>(off));
-                }
-            }
+            let sc = ld(slot.wrapping_add(SCW + 64 * g));
             for t in 0..N {
-                acc[t][l] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s[t]), prod[t], acc[t][l]);
+                isum[t] = _mm512_add_epi32(isum[t], _mm512_mullo_epi32(dot[t], sc));
             }
         }
-        if F::MIN {
-            // SAFETY: the slot's dmin lanes.
-            let mw = unsafe { _mm512_loadu_ps(slot.add(MW) as *const f32) };
+        // The correction: the 16-sums' pairs against the rows' words (Q4_K
+        // the mins, Q6_K the scales of the -32 offset).
+        let mut corr = [_mm512_setzero_si512(); N];
+        for k in 0..8 {
+            let cw = ld(slot.wrapping_add(CRW + 64 * k));
             for t in 0..N {
-                let mut corr = _mm512_setzero_si512();
-                for k in 0..8 {
-                    // SAFETY: 16-sums 2k and 2k + 1 of token t's block i.
-                    let b = _mm512_set1_epi32(unsafe { read_u32(ab[t].add(AB + 4 * k)) } as i32);
-                    corr = _mm512_dpwssd_epi32(corr, b, ld(slot.wrapping_add(CRW + 64 * k)));
-                }
-                let mprod = _mm512_mul_ps(mw, _mm512_set1_ps(da[t]));
-                mins[t] = _mm512_add_ps(mins[t], _mm512_mul_ps(mprod, _mm512_cvtepi32_ps(corr)));
+                // SAFETY: 16-sums 2k and 2k + 1 of token t's block i.
+                let b = _mm512_set1_epi32(unsafe { read_u32(ab[t].add(AB + 4 * k)) } as i32);
+                corr[t] = _mm512_dpwssd_epi32(corr[t], b, cw);
             }
+        }
+        // SAFETY: the slot's d and dmin lanes.
+        let (dw, mw) = unsafe {
+            (
+                _mm512_loadu_ps(slot.add(DW) as *const f32),
+                _mm512_loadu_ps(slot.add(MW) as *const f32),
+            )
+        };
+        for t in 0..N {
+            // SAFETY: token t's block-i scale.
+            let da = _mm512_set1_ps(unsafe { read_f32(ab[t]) });
+            let prod = _mm512_mul_ps(dw, da);
+            // The scalar reference's block value, to the bit.
+            let v = if F::MIN {
+                _mm512_sub_ps(
+                    _mm512_mul_ps(prod, _mm512_cvtepi32_ps(isum[t])),
+                    _mm512_mul_ps(_mm512_mul_ps(mw, da), _mm512_cvtepi32_ps(corr[t])),
+                )
+            } else {
+                let s = _mm512_sub_epi32(isum[t], _mm512_slli_epi32::<5>(corr[t]));
+                _mm512_mul_ps(prod, _mm512_cvtepi32_ps(s))
+            };
+            acc[t] = _mm512_add_ps(acc[t], v);
         }
     }
-    std::array::from_fn(|t| {
-        // `hsum`'s order: ((a0 + a4) + (a2 + a6)) + ((a1 + a5) + (a3 + a7)).
-        let a = &acc[t];
-        let u: [__m512; 4] = std::array::from_fn(|k| _mm512_add_ps(a[k], a[k + 4]));
-        let v = _mm512_add_ps(_mm512_add_ps(u[0], u[2]), _mm512_add_ps(u[1], u[3]));
-        if F::MIN {
-            _mm512_sub_ps(v, mins[t])
-        } else {
-            v
-        }
-    })
+    acc
 }
 
 /// Tokens `t0..t0 + N` against the decoded group of rows `r0..r0 + nr`;

@@ -525,14 +525,11 @@ fn k_groups(
 }
 
 /// Q4_K's GEMM over any number of panels: the AVX-512 VNNI kernel (which
-/// reads the activation rows) or the AVX-VNNI twin where the CPU has them
-/// (same bits), else the AVX2 kernel panel by panel.
+/// reads the activation rows) where the CPU has it (same bits), else the
+/// AVX2 kernel panel by panel.
 pub fn gemm_q4_k(n: usize, w: &[&[u8]], a: &[&[u8]], q: &[u8], s: &[f32], o: &mut [f32]) {
     if kgemm::avx512_enabled() {
         return kgemm::gemm_q4_k_avx512(n, w, a, o);
-    }
-    if kgemm::vnni_enabled() {
-        return kgemm::gemm_q4_k_groups(n, w, a, q, s, o);
     }
     k_groups(kgemm::gemm_q4_k, (n, w, a), q, s, o)
 }
@@ -541,9 +538,6 @@ pub fn gemm_q4_k(n: usize, w: &[&[u8]], a: &[&[u8]], q: &[u8], s: &[f32], o: &mu
 pub fn gemm_q6_k(n: usize, w: &[&[u8]], a: &[&[u8]], q: &[u8], s: &[f32], o: &mut [f32]) {
     if kgemm::avx512_enabled() {
         return kgemm::gemm_q6_k_avx512(n, w, a, o);
-    }
-    if kgemm::vnni_enabled() {
-        return kgemm::gemm_q6_k_groups(n, w, a, q, s, o);
     }
     k_groups(kgemm::gemm_q6_k, (n, w, a), q, s, o)
 }
@@ -629,6 +623,33 @@ pub fn block32_gemm_twins(
         }};
     }
     by_block32!(ty, twins)
+}
+
+/// The AVX2 and the AVX-512 VNNI GEMM of Q4_K and Q6_K (the latter `None`
+/// on a CPU without it), for the twin tests; `None` for other formats.
+#[cfg(test)]
+pub fn kquant_gemm_twins(
+    ty: crate::quant::GgmlType,
+) -> Option<(crate::quant::GemmFn, Option<crate::quant::GemmFn>)> {
+    use crate::quant::GgmlType as T;
+    fn q4(n: usize, w: &[&[u8]], a: &[&[u8]], q: &[u8], s: &[f32], o: &mut [f32]) {
+        k_groups(kgemm::gemm_q4_k, (n, w, a), q, s, o)
+    }
+    fn q6(n: usize, w: &[&[u8]], a: &[&[u8]], q: &[u8], s: &[f32], o: &mut [f32]) {
+        k_groups(kgemm::gemm_q6_k, (n, w, a), q, s, o)
+    }
+    fn q4_512(n: usize, w: &[&[u8]], a: &[&[u8]], _: &[u8], _: &[f32], o: &mut [f32]) {
+        kgemm::gemm_q4_k_avx512(n, w, a, o)
+    }
+    fn q6_512(n: usize, w: &[&[u8]], a: &[&[u8]], _: &[u8], _: &[f32], o: &mut [f32]) {
+        kgemm::gemm_q6_k_avx512(n, w, a, o)
+    }
+    let wide = kgemm::avx512_available();
+    match ty {
+        T::Q4K => Some((q4, wide.then_some(q4_512 as crate::quant::GemmFn))),
+        T::Q6K => Some((q6, wide.then_some(q6_512 as crate::quant::GemmFn))),
+        _ => None,
+    }
 }
 
 /// Declares `vec_dot_*` and `tile_*` for a `Block32` format.

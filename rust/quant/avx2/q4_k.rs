@@ -1,9 +1,11 @@
 //! Q4_K x Q8_K: unsigned nibbles, each 32-run scaled by its 6-bit scale in
-//! the `madd`; the mins meet Q8_K's group sums once per super-block.
+//! the `madd`; the mins meet Q8_K's group sums once per super-block. Each
+//! super-block's two integers become its float value exactly as in the
+//! scalar reference (`q4_k::dot_block`), added in block order.
 
 use std::arch::x86_64::*;
 
-use super::{f16_pair, hsum, hsum_i32x4, kquant_entries, load, load128, read_f32};
+use super::{f16_pair, hsum_i32, hsum_i32x4, kquant_entries, load, load128, read_f32};
 use crate::quant::kquant_scales::scales_mins;
 use crate::quant::{q4_k, q8_k};
 
@@ -31,8 +33,7 @@ pub(super) unsafe fn unpack(packed: *const u8) -> ([__m256i; 8], __m128i) {
 #[target_feature(enable = "avx2,fma,f16c")]
 unsafe fn dot<const C: usize>(nb: usize, w: *const u8, a: [*const u8; C]) -> [f32; C] {
     let m4 = _mm256_set1_epi8(0x0f);
-    let mut acc = [_mm256_setzero_ps(); C];
-    let mut acc_min = [0f32; C];
+    let mut acc = [0f32; C];
     for i in 0..nb {
         // SAFETY: the caller guarantees nb whole blocks on every row.
         let bw = unsafe { w.add(i * q4_k::BLOCK) };
@@ -61,12 +62,12 @@ unsafe fn dot<const C: usize>(nb: usize, w: *const u8, a: [*const u8; C]) -> [f3
             // SAFETY: as above; the scale is the block's first 4 bytes.
             let ba = unsafe { a[c].add(i * q8_k::BLOCK) };
             let (da, summ) = unsafe { (read_f32(ba), mins_dot(ba, mins)) };
-            let d = _mm_cvtss_f32(dm) * da;
-            acc[c] = _mm256_fmadd_ps(_mm256_set1_ps(d), _mm256_cvtepi32_ps(sumi[c]), acc[c]);
-            acc_min[c] += _mm_cvtss_f32(_mm_shuffle_ps(dm, dm, 1)) * da * summ as f32;
+            let (dw, dmin) = (_mm_cvtss_f32(dm), _mm_cvtss_f32(_mm_shuffle_ps(dm, dm, 1)));
+            // The scalar reference's block value, to the bit.
+            acc[c] += (dw * da) * hsum_i32(sumi[c]) as f32 - (dmin * da) * summ as f32;
         }
     }
-    std::array::from_fn(|c| hsum(acc[c]) - acc_min[c])
+    acc
 }
 
 kquant_entries!(vec_dot_q4_k, tile_q4_k, q4_k::BLOCK);

@@ -1,9 +1,11 @@
 //! Q6_K x Q8_K: the unsigned 6-bit value (q + 32) in `maddubs`, the i8
-//! group scale in `madd`, and 32 * sum_g scale_g * bsum_g subtracted once.
+//! group scale in `madd`, and 32 * sum_g scale_g * bsum_g subtracted once;
+//! each super-block's integer becomes its float value as in the scalar
+//! reference (`q6_k::vec_dot`), added in block order.
 
 use std::arch::x86_64::*;
 
-use super::{f16_at, hsum, kquant_entries, load, load128, read_f32, scale_pair};
+use super::{f16_at, hsum_i32, kquant_entries, load, load128, read_f32, scale_pair};
 use crate::quant::{q6_k, q8_k};
 
 /// Half `h` of a block's unsigned 6-bit values (q + 32): elements
@@ -38,7 +40,7 @@ pub(super) unsafe fn half(bw: *const u8, h: usize) -> [__m256i; 4] {
 /// One weight row against C activation rows.
 #[target_feature(enable = "avx2,fma,f16c")]
 unsafe fn dot<const C: usize>(nb: usize, w: *const u8, a: [*const u8; C]) -> [f32; C] {
-    let mut acc = [_mm256_setzero_ps(); C];
+    let mut acc = [0f32; C];
     for i in 0..nb {
         // SAFETY: the caller guarantees nb whole blocks on every row.
         let bw = unsafe { w.add(i * q6_k::BLOCK) };
@@ -67,10 +69,11 @@ unsafe fn dot<const C: usize>(nb: usize, w: *const u8, a: [*const u8; C]) -> [f3
             let (da, bsums) = unsafe { (read_f32(ba), load(ba.add(260))) };
             let offset = _mm256_slli_epi32(_mm256_madd_epi16(scales16, bsums), 5);
             let s = _mm256_sub_epi32(sumi[c], offset);
-            acc[c] = _mm256_fmadd_ps(_mm256_set1_ps(d * da), _mm256_cvtepi32_ps(s), acc[c]);
+            // The scalar reference's block value, to the bit.
+            acc[c] += (d * da) * hsum_i32(s) as f32;
         }
     }
-    std::array::from_fn(|c| hsum(acc[c]))
+    acc
 }
 
 kquant_entries!(vec_dot_q6_k, tile_q6_k, q6_k::BLOCK);
