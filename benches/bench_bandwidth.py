@@ -16,6 +16,7 @@ of the embedding) / the machine's read bandwidth, measured here by summing
 a 2 GiB array with numpy on every core.
 
   python benches/bench_bandwidth.py [--reps 3] [--threads 2]
+  python benches/bench_bandwidth.py --shape llama3-8b-slice --write-only
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ import subprocess
 import sys
 import threading
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -37,6 +39,38 @@ DEFAULT = Path.home() / ".cache" / "oxillama" / "synthetic-smollm2-1.7b-q4_k_m.g
 
 #: SmolLM2-1.7B.
 N_LAYER, N_EMBD, N_FF, N_HEAD, N_HEAD_KV, N_VOCAB = 24, 2048, 8192, 32, 32, 49152
+
+
+@dataclass(frozen=True)
+class Shape:
+    """A llama-architecture model's widths, for a synthetic GGUF."""
+
+    name: str
+    n_layer: int
+    n_embd: int
+    n_ff: int
+    n_head: int
+    n_head_kv: int
+    n_vocab: int
+    rope_base: float
+
+
+SHAPES = {
+    "smollm2-1.7b": Shape(
+        "SmolLM2-1.7B", N_LAYER, N_EMBD, N_FF, N_HEAD, N_HEAD_KV, N_VOCAB, 130000.0
+    ),
+    # Llama-3-8B's widths (GQA 32/8, FFN 14336, vocabulary 128,256) with 4 of
+    # its 32 layers: every matrix of the real model at full size, in 1.2 GB.
+    "llama3-8b-slice": Shape("Llama-3-8B, 4-layer slice", 4, 4096, 14336, 32, 8, 128256, 500000.0),
+}
+
+
+def model_path(shape: str) -> Path:
+    """Where the synthetic model of ``shape`` is kept."""
+    if shape == "smollm2-1.7b":
+        return DEFAULT
+    return DEFAULT.with_name(f"synthetic-{shape}-q4_k_m.gguf")
+
 
 QK_K = 256
 #: Bytes per 256-element block.
@@ -73,7 +107,10 @@ def _q6_k(rng: np.random.Generator, rows: int, cols: int) -> np.ndarray:
     return b.reshape(rows, cols // QK_K * Q6_K_BYTES)
 
 
-def write_model(path: Path) -> None:
+def write_model(path: Path, shape: Shape = SHAPES["smollm2-1.7b"]) -> None:
+    """Writes the synthetic model of ``shape`` to ``path``. Vocabularies
+    larger than SmolLM2's 49,152 tokens are padded with tokens no merge
+    reaches, so the tokenizer loads and every id has an embedding row."""
     import gguf
 
     sys.path.insert(0, str(HERE.parent))
@@ -84,17 +121,17 @@ def write_model(path: Path) -> None:
     q4, q6 = gguf.GGMLQuantizationType.Q4_K, gguf.GGMLQuantizationType.Q6_K
     tmp = path.with_suffix(".tmp")
     w = gguf.GGUFWriter(str(tmp), "llama")
-    w.add_name("synthetic SmolLM2-1.7B, Q4_K_M layout, random weights")
+    w.add_name(f"synthetic {shape.name}, Q4_K_M layout, random weights")
     w.add_context_length(8192)
-    w.add_embedding_length(N_EMBD)
-    w.add_block_count(N_LAYER)
-    w.add_feed_forward_length(N_FF)
-    w.add_head_count(N_HEAD)
-    w.add_head_count_kv(N_HEAD_KV)
-    w.add_rope_freq_base(130000.0)
+    w.add_embedding_length(shape.n_embd)
+    w.add_block_count(shape.n_layer)
+    w.add_feed_forward_length(shape.n_ff)
+    w.add_head_count(shape.n_head)
+    w.add_head_count_kv(shape.n_head_kv)
+    w.add_rope_freq_base(shape.rope_base)
     w.add_layer_norm_rms_eps(1e-5)
-    w.add_rope_dimension_count(N_EMBD // N_HEAD)
-    w.add_vocab_size(N_VOCAB)
+    w.add_rope_dimension_count(shape.n_embd // shape.n_head)
+    w.add_vocab_size(shape.n_vocab)
     w.add_file_type(gguf.LlamaFileType.MOSTLY_Q4_K_M)
     for key, value in meta.items():
         if key.startswith("tokenizer.") and key != "tokenizer.chat_template":
@@ -103,29 +140,30 @@ def write_model(path: Path) -> None:
             elif key == "tokenizer.ggml.pre":
                 w.add_tokenizer_pre(value)
             elif key == "tokenizer.ggml.tokens":
-                w.add_token_list(value)
+                pad = shape.n_vocab - len(value)
+                w.add_token_list(list(value) + [f"<|synthetic_{i}|>" for i in range(pad)])
             elif key == "tokenizer.ggml.token_type":
-                w.add_token_types(value)
+                w.add_token_types(list(value) + [1] * (shape.n_vocab - len(value)))
             elif key == "tokenizer.ggml.merges":
                 w.add_token_merges(value)
             elif key.endswith("_token_id"):
                 w.add_uint32(key, int(value))
             elif isinstance(value, bool):
                 w.add_bool(key, value)
-    norm = np.ones(N_EMBD, dtype=np.float32)
-    w.add_tensor("token_embd.weight", _q4_k(rng, N_VOCAB, N_EMBD), raw_dtype=q4)
+    norm = np.ones(shape.n_embd, dtype=np.float32)
+    w.add_tensor("token_embd.weight", _q4_k(rng, shape.n_vocab, shape.n_embd), raw_dtype=q4)
     w.add_tensor("output_norm.weight", norm)
-    w.add_tensor("output.weight", _q6_k(rng, N_VOCAB, N_EMBD), raw_dtype=q6)
-    for i in range(N_LAYER):
-        more = _more_bits(i, N_LAYER)
+    w.add_tensor("output.weight", _q6_k(rng, shape.n_vocab, shape.n_embd), raw_dtype=q6)
+    for i in range(shape.n_layer):
+        more = _more_bits(i, shape.n_layer)
         for name, rows, cols, six in (
-            ("attn_q", N_EMBD, N_EMBD, False),
-            ("attn_k", N_EMBD * N_HEAD_KV // N_HEAD, N_EMBD, False),
-            ("attn_v", N_EMBD * N_HEAD_KV // N_HEAD, N_EMBD, more),
-            ("attn_output", N_EMBD, N_EMBD, False),
-            ("ffn_gate", N_FF, N_EMBD, False),
-            ("ffn_up", N_FF, N_EMBD, False),
-            ("ffn_down", N_EMBD, N_FF, more),
+            ("attn_q", shape.n_embd, shape.n_embd, False),
+            ("attn_k", shape.n_embd * shape.n_head_kv // shape.n_head, shape.n_embd, False),
+            ("attn_v", shape.n_embd * shape.n_head_kv // shape.n_head, shape.n_embd, more),
+            ("attn_output", shape.n_embd, shape.n_embd, False),
+            ("ffn_gate", shape.n_ff, shape.n_embd, False),
+            ("ffn_up", shape.n_ff, shape.n_embd, False),
+            ("ffn_down", shape.n_embd, shape.n_ff, more),
         ):
             data = _q6_k(rng, rows, cols) if six else _q4_k(rng, rows, cols)
             w.add_tensor(f"blk.{i}.{name}.weight", data, raw_dtype=q6 if six else q4)
@@ -174,16 +212,32 @@ def main() -> None:
     ap = argparse.ArgumentParser(
         description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter
     )
-    ap.add_argument("--model", type=Path, default=DEFAULT, help=f"written if missing ({DEFAULT})")
+    ap.add_argument(
+        "--shape",
+        choices=sorted(SHAPES),
+        default="smollm2-1.7b",
+        help="the synthetic model's widths (default: smollm2-1.7b)",
+    )
+    ap.add_argument("--model", type=Path, help="written if missing (default: by --shape)")
+    ap.add_argument(
+        "--write-only",
+        action="store_true",
+        help="write the model (if missing), print its path and stop: for llama-bench and "
+        "benches/bench_llamabench.py",
+    )
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--reps", type=int, default=3)
     ap.add_argument("--pp", type=int, default=128)
     ap.add_argument("--tg", type=int, default=32)
     a = ap.parse_args()
+    a.model = a.model or model_path(a.shape)
     if not a.model.is_file():
         a.model.parent.mkdir(parents=True, exist_ok=True)
         print(f"writing {a.model} ...", flush=True)
-        write_model(a.model)
+        write_model(a.model, SHAPES[a.shape])
+    if a.write_only:
+        print(a.model)
+        return
     per_token = bytes_per_token(a.model)
     print(f"cpu: {describe_cpu()}")
     print(
