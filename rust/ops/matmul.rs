@@ -99,6 +99,11 @@ impl ActScratch {
     }
 }
 
+thread_local! {
+    /// Each thread's tile output of the batched (tile) path.
+    static TILE_OUT: std::cell::RefCell<Vec<f32>> = const { std::cell::RefCell::new(Vec::new()) };
+}
+
 /// Rows per chunk are a multiple of this: the AVX-512 VNNI tile takes
 /// sixteen rows at a time (the AVX2 tile four).
 const ROW_TILE: usize = 16;
@@ -240,6 +245,21 @@ pub fn matmul_multi(
     }
     let shared: Vec<SharedMut<f32>> = outs.iter_mut().map(|o| SharedMut::new(o)).collect();
 
+    let act_formats: Vec<GgmlType> = done;
+    let act_index = |ty: GgmlType| {
+        act_formats
+            .iter()
+            .position(|&t| t == ty)
+            .expect("every activation format in use was quantized above")
+    };
+    let act_tables: Vec<Vec<&[u8]>> = act_formats
+        .iter()
+        .map(|&ty| {
+            let rows = &scratch.get(ty).expect("quantized above").rows;
+            rows.chunks_exact(rows.len() / n_tok.max(1)).take(n_tok).collect()
+        })
+        .collect();
+
     pool.run(chunks.len(), |c| {
         let (j, r0, r1) = chunks[c];
         let (w, k) = (&ws[j], ks[j]);
@@ -250,8 +270,15 @@ pub fn matmul_multi(
         let arb = acts.len() / n_tok;
         let rows = w.rows;
         let rb = w.row_bytes();
-        let w_rows: Vec<&[u8]> = w.data[r0 * rb..r1 * rb].chunks_exact(rb).collect();
-        let act_rows: Vec<&[u8]> = acts.chunks_exact(arb).take(n_tok).collect();
+        // A decode step runs about a thousand chunks: their row tables
+        // live on the stack (chunks have at most 256 rows) and the
+        // activation table is built once per format, not per chunk.
+        let mut table: [&[u8]; 256] = [&[]; 256];
+        for (t, row) in table.iter_mut().zip(w.data[r0 * rb..r1 * rb].chunks_exact(rb)) {
+            *t = row;
+        }
+        let w_rows = &table[..r1 - r0];
+        let act_rows = &act_tables[act_index(k.act)][..n_tok];
         match k.gemm.filter(|_| use_gemm(k)) {
             Some(gemm) => {
                 let (qb, sb) = panel_sizes(k.act, w.cols);
@@ -279,7 +306,7 @@ pub fn matmul_multi(
                         (&[], &[])
                     };
                     let out = &mut out[..groups * nr * GEMM_COLS];
-                    gemm(w.cols, &w_rows, toks, q, s, out);
+                    gemm(w.cols, w_rows, toks, q, s, out);
                     for (g, group) in toks.chunks(GEMM_COLS).enumerate() {
                         let tile = &out[g * nr * GEMM_COLS..(g + 1) * nr * GEMM_COLS];
                         let t0 = (g0 + g) * GEMM_COLS;
@@ -290,13 +317,16 @@ pub fn matmul_multi(
             None if n_tok == 1 => {
                 // SAFETY: chunk c alone owns rows r0..r1 of matrix j.
                 let o = unsafe { shared[j].slice(r0, r1 - r0) };
-                (k.vec_dot_tile)(w.cols, &w_rows, &act_rows, o);
+                (k.vec_dot_tile)(w.cols, w_rows, act_rows, o);
             }
-            None => {
-                let mut out = vec![0f32; (r1 - r0) * n_tok];
-                (k.vec_dot_tile)(w.cols, &w_rows, &act_rows, &mut out);
+            None => TILE_OUT.with(|cell| {
+                // Reused per thread: a batched decode step runs about a
+                // thousand of these.
+                let mut out = cell.borrow_mut();
+                out.resize((r1 - r0) * n_tok, 0.0);
+                (k.vec_dot_tile)(w.cols, w_rows, act_rows, &mut out);
                 scatter(&shared[j], &out, n_tok, n_tok, 0, rows, r0, r1);
-            }
+            }),
         }
     });
 }
