@@ -256,7 +256,9 @@ pub fn matmul_multi(
         .iter()
         .map(|&ty| {
             let rows = &scratch.get(ty).expect("quantized above").rows;
-            rows.chunks_exact(rows.len() / n_tok.max(1)).take(n_tok).collect()
+            rows.chunks_exact((rows.len() / n_tok.max(1)).max(1))
+                .take(n_tok)
+                .collect()
         })
         .collect();
 
@@ -274,7 +276,10 @@ pub fn matmul_multi(
         // live on the stack (chunks have at most 256 rows) and the
         // activation table is built once per format, not per chunk.
         let mut table: [&[u8]; 256] = [&[]; 256];
-        for (t, row) in table.iter_mut().zip(w.data[r0 * rb..r1 * rb].chunks_exact(rb)) {
+        for (t, row) in table
+            .iter_mut()
+            .zip(w.data[r0 * rb..r1 * rb].chunks_exact(rb))
+        {
             *t = row;
         }
         let w_rows = &table[..r1 - r0];
