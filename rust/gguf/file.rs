@@ -3,6 +3,8 @@
 
 use std::collections::HashMap;
 use std::path::Path;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::OnceLock;
 
 use super::cursor::Cursor;
 use super::value::{read_value, Value};
@@ -44,6 +46,12 @@ pub struct GgufFile {
     meta_index: HashMap<String, usize>,
     tensors: Vec<TensorInfo>,
     tensor_index: HashMap<String, usize>,
+    /// Derived layouts of some tensors (by data offset), made once by the
+    /// model (see `ensure_packed`) and kept as long as the file.
+    packed: OnceLock<HashMap<usize, Box<[u8]>>>,
+    /// Whether views hand out the packed layouts (off under an offload
+    /// budget, whose pager must see every weight read).
+    packed_on: AtomicBool,
 }
 
 impl GgufFile {
@@ -214,6 +222,8 @@ impl GgufFile {
             tensors,
             tensor_index,
             source,
+            packed: OnceLock::new(),
+            packed_on: AtomicBool::new(true),
         })
     }
 
@@ -249,6 +259,25 @@ impl GgufFile {
     /// The bytes of a tensor; its range was validated at parse time.
     pub fn tensor_data(&self, t: &TensorInfo) -> &[u8] {
         &self.source.bytes()[t.offset..t.offset + t.nbytes]
+    }
+
+    /// Makes the derived layouts (once; later calls return at once).
+    pub fn ensure_packed(&self, build: impl FnOnce(&GgufFile) -> HashMap<usize, Box<[u8]>>) {
+        self.packed.get_or_init(|| build(self));
+    }
+
+    /// The derived layout of the tensor whose data starts at `offset`, if
+    /// one was made and they are on.
+    pub fn packed(&self, offset: usize) -> Option<&[u8]> {
+        if !self.packed_on.load(Ordering::Relaxed) {
+            return None;
+        }
+        self.packed.get()?.get(&offset).map(|b| &**b)
+    }
+
+    /// Turns the derived layouts on or off for later views.
+    pub fn set_packed_on(&self, on: bool) {
+        self.packed_on.store(on, Ordering::Relaxed);
     }
 
     /// The whole underlying buffer (for fingerprints and kernels that keep

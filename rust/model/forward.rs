@@ -183,6 +183,8 @@ impl Model {
             None => None,
         };
         let plain = pager.is_none();
+        // Under a budget every weight is read through the pager's mapping.
+        self.file.set_packed_on(plain);
         *self.pager.write().unwrap_or_else(|e| e.into_inner()) = pager;
         if plain && self.file.is_mapped() {
             // The pager turned fault read-around off; a plain mapping wants
@@ -229,6 +231,7 @@ impl Model {
                 rows: r1 - r0,
                 cols: w.cols,
                 data: &w.data[r0 * rb..r1 * rb],
+                packed: None,
             };
             let out = fit(&mut tmp, rows * (r1 - r0));
             matmul(pool, slice, h, rows, out, acts);
@@ -431,6 +434,9 @@ impl Model {
         let c = &self.cfg;
         let n = tokens.len();
         let pager = self.current_pager();
+        if pager.is_none() {
+            self.file.ensure_packed(|f| pack_weights(pool, f));
+        }
         let mut pass = pager.as_deref().map(LayerPager::begin);
         self.embed(&tokens, (vk, segs, &starts), s, pass.as_mut())?;
         if let Some(enc) = &self.encoder {
@@ -547,4 +553,29 @@ impl Model {
             }
         }
     }
+}
+
+/// The decode layouts of every matrix the kernels repack on this CPU
+/// (`quant::pack_matrix`), by data offset, made in parallel on the pool.
+/// Made on the first pass that runs without an offload budget, so a model
+/// that always runs under one never holds them.
+fn pack_weights(pool: &ThreadPool, f: &GgufFile) -> std::collections::HashMap<usize, Box<[u8]>> {
+    let todo: Vec<&crate::gguf::TensorInfo> = f
+        .tensors()
+        .iter()
+        .filter(|t| t.dims.len() == 2 && crate::quant::packs(t.ty))
+        .collect();
+    let done: Vec<std::sync::Mutex<Option<Box<[u8]>>>> =
+        todo.iter().map(|_| std::sync::Mutex::new(None)).collect();
+    pool.run(todo.len(), |i| {
+        let t = todo[i];
+        let (cols, rows) = (t.dims[0] as usize, t.n_rows());
+        if let Some(p) = crate::quant::pack_matrix(t.ty, rows, cols, f.tensor_data(t)) {
+            *done[i].lock().unwrap_or_else(|e| e.into_inner()) = Some(p.into_boxed_slice());
+        }
+    });
+    todo.iter()
+        .zip(done)
+        .filter_map(|(t, p)| Some((t.offset, p.into_inner().unwrap_or_else(|e| e.into_inner())?)))
+        .collect()
 }

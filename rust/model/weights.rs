@@ -23,6 +23,7 @@ impl MatRef {
             rows: self.rows,
             cols: self.cols,
             data: &f.bytes()[self.offset..self.offset + self.nbytes],
+            packed: f.packed(self.offset),
         }
     }
 }

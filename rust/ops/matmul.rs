@@ -8,8 +8,8 @@
 //! same input (q/k/v, gate/up) go in a single dispatch.
 
 use crate::quant::{
-    gemm_reads_rows, has_panels, kernels, pack_panel, panel_sizes, tile_tokens, GgmlType,
-    QuantKernels, GEMM_COLS,
+    gemm_reads_rows, has_panels, kernels, pack_panel, packed_tile, panel_sizes, tile_tokens,
+    GgmlType, QuantKernels, GEMM_COLS, PACKED_GROUP_ROWS, PACKED_TOKENS,
 };
 use crate::threadpool::{SharedMut, ThreadPool};
 use crate::{Error, Result};
@@ -21,6 +21,9 @@ pub struct QMatrix<'a> {
     pub rows: usize,
     pub cols: usize,
     pub data: &'a [u8],
+    /// The decode layout of the same matrix, where the kernels repacked it
+    /// (`quant::pack_matrix`).
+    pub packed: Option<&'a [u8]>,
 }
 
 impl<'a> QMatrix<'a> {
@@ -47,6 +50,7 @@ impl<'a> QMatrix<'a> {
             rows,
             cols,
             data,
+            packed: None,
         })
     }
 
@@ -107,6 +111,7 @@ thread_local! {
 /// Rows per chunk are a multiple of this: the AVX-512 VNNI tile takes
 /// sixteen rows at a time (the AVX2 tile four).
 const ROW_TILE: usize = 16;
+const _: () = assert!(ROW_TILE % PACKED_GROUP_ROWS == 0);
 
 /// Panel bytes handed to one GEMM call (see `matmul_multi`): a quarter
 /// of the smallest L2 among the CPUs this runs on (512 KiB).
@@ -284,6 +289,29 @@ pub fn matmul_multi(
         }
         let w_rows = &table[..r1 - r0];
         let act_rows = &act_tables[act_index(k.act)][..n_tok];
+        if let Some(packed) = w.packed.filter(|_| n_tok <= PACKED_TOKENS) {
+            // Chunks are whole groups of rows (ROW_TILE is a multiple of
+            // them, and a packed matrix has whole groups).
+            let groups = (r0 / PACKED_GROUP_ROWS, r1.div_ceil(PACKED_GROUP_ROWS));
+            let mut outs: [&mut [f32]; PACKED_TOKENS] = std::array::from_fn(|t| {
+                if t < n_tok {
+                    // SAFETY: chunk c alone owns rows r0..r1 of matrix j,
+                    // and each token's rows are a distinct range.
+                    unsafe { shared[j].slice(t * rows + r0, r1 - r0) }
+                } else {
+                    &mut []
+                }
+            });
+            packed_tile(
+                k.weight,
+                w.cols,
+                packed,
+                groups,
+                act_rows,
+                &mut outs[..n_tok],
+            );
+            return;
+        }
         match k.gemm.filter(|_| use_gemm(k)) {
             Some(gemm) => {
                 let (qb, sb) = panel_sizes(k.act, w.cols);
@@ -427,6 +455,38 @@ mod tests {
                         );
                     }
                 }
+            }
+        }
+    }
+
+    #[test]
+    fn packed_matrices_give_the_bits_of_the_file_layout() {
+        // A repacked Q4_K matrix (where this CPU repacks) gives every token
+        // the bits the file's layout gives, through the packed kernel (up
+        // to PACKED_TOKENS tokens) and the GEMM beyond.
+        let pool = ThreadPool::new(2);
+        let (rows, cols) = (96, 512);
+        let ty = GgmlType::Q4K;
+        let data = weight_bytes(rows * ty.row_bytes(cols).unwrap(), 0x51_7cc1_b727_220a);
+        let Some(packed) = crate::quant::pack_matrix(ty, rows, cols, &data) else {
+            eprintln!("Q4_K is not repacked on this CPU");
+            return;
+        };
+        let plain = QMatrix::new(ty, rows, cols, &data).unwrap();
+        let fast = QMatrix {
+            packed: Some(&packed),
+            ..plain
+        };
+        for n_tok in [1, 2, 3, 5, 8, 9] {
+            let x: Vec<f32> = (0..n_tok * cols)
+                .map(|i| ((i * 53 % 97) as f32 - 48.0) / 20.0)
+                .collect();
+            let mut scratch = ActScratch::default();
+            let (mut a, mut b) = (vec![f32::NAN; rows * n_tok], vec![f32::NAN; rows * n_tok]);
+            matmul(&pool, plain, &x, n_tok, &mut a, &mut scratch);
+            matmul(&pool, fast, &x, n_tok, &mut b, &mut scratch);
+            for (i, (p, q)) in a.iter().zip(&b).enumerate() {
+                assert_eq!(p.to_bits(), q.to_bits(), "n_tok={n_tok} at {i}");
             }
         }
     }

@@ -444,6 +444,57 @@ pub fn gemm_reads_rows(ty: GgmlType) -> bool {
     false
 }
 
+/// Rows per group of a packed matrix (see `pack_matrix`).
+pub const PACKED_GROUP_ROWS: usize = 16;
+
+/// Most tokens of one product that take the packed decode kernel (more go
+/// through the GEMM, which reads the file's layout).
+pub const PACKED_TOKENS: usize = 8;
+
+/// Whether matrices of `ty` are repacked for decode on this CPU: Q4_K
+/// where AVX-512 VNNI is available, unless `OXILLAMA_REPACK=0`. Decided
+/// once per process.
+pub fn packs(ty: GgmlType) -> bool {
+    static ON: OnceLock<bool> = OnceLock::new();
+    let on = *ON.get_or_init(|| {
+        #[cfg(target_arch = "x86_64")]
+        if simd_level() != "scalar" && avx2::q4k_packed::available() {
+            return std::env::var_os("OXILLAMA_REPACK").is_none_or(|v| v != "0");
+        }
+        false
+    });
+    on && ty == GgmlType::Q4K
+}
+
+/// The decode layout of a `rows x cols` matrix of `ty` (the file's bytes in
+/// `data`), when `packs(ty)` and its rows come in whole groups.
+pub fn pack_matrix(ty: GgmlType, rows: usize, cols: usize, data: &[u8]) -> Option<Vec<u8>> {
+    if !packs(ty) || rows % PACKED_GROUP_ROWS != 0 || ty.row_bytes(cols)? * rows != data.len() {
+        return None;
+    }
+    #[cfg(target_arch = "x86_64")]
+    return Some(avx2::q4k_packed::pack(rows, cols, data));
+    #[cfg(not(target_arch = "x86_64"))]
+    None
+}
+
+/// Row groups `g0..g1` of a packed matrix against each activation row (in
+/// `ty`'s activation format): `outs[t][(g - g0) * 16 + r]` for row
+/// `16g + r`. Same bits as `vec_dot`. Call only for matrices
+/// `pack_matrix` packed.
+pub fn packed_tile(
+    ty: GgmlType,
+    n: usize,
+    packed: &[u8],
+    groups: (usize, usize),
+    acts: &[&[u8]],
+    outs: &mut [&mut [f32]],
+) {
+    assert!(packs(ty), "{} matrices are not packed here", ty.name());
+    #[cfg(target_arch = "x86_64")]
+    avx2::q4k_packed::tile(n, packed, groups, acts, outs);
+}
+
 /// The portable reference implementation for weight type `ty`.
 pub fn scalar_kernels(ty: GgmlType) -> Option<&'static QuantKernels> {
     SCALAR.iter().find(|k| k.weight == ty)

@@ -1,0 +1,217 @@
+//! Q4_K weights repacked at load time for decode on AVX-512 VNNI: sixteen
+//! rows interleaved so that one 64-byte load holds the same four quant
+//! bytes of each of them.
+//!
+//! Why: decode reads every weight once per token, and the row-by-row
+//! kernel (`q4_k.rs`) spends about a hundred instructions per super-block
+//! on a single row (unpacking its scales, horizontal sums, a scalar tail),
+//! which on two cores holds decode to about half the memory's bandwidth.
+//! With the rows in the lanes, a 64-byte load, two masks and two
+//! `vpdpbusd`s advance sixteen rows by eight products each, the scales
+//! are vectors, and nothing is summed across lanes. The GEMM (prefill)
+//! keeps reading the file's own layout.
+//!
+//! Layout, per group of sixteen rows and super-block (`PACKED_BLOCK`
+//! bytes, groups one after another, a group's super-blocks in order):
+//! - `64 * w + 4 * r`: bytes `16 + 4w .. 20 + 4w` of row r's block (word
+//!   `w = 8j + l` holds, in its low nibbles, elements `64j + 4l ..` of
+//!   sub-block `2j`, in its high nibbles those of sub-block `2j + 1`);
+//! - `SC + 16 * p + r`, `MN + 16 * p + r`: row r's scale and min of
+//!   sub-block p;
+//! - `D + 2 * r`, `DM + 2 * r`: row r's `d` and `dmin` (f16).
+//!
+//! Bits: each super-block's integer sums are exact and its value is the
+//! scalar reference's `(d_w * d_a) * isum - (dmin_w * d_a) * summ`, added
+//! in block order from +0.0, lane by lane: the same bits as every other
+//! Q4_K path.
+
+use std::arch::x86_64::*;
+
+use super::{read_f32, read_u32};
+use crate::quant::kquant_scales::scales_mins;
+use crate::quant::{q4_k, q8_k, QK_K};
+
+/// Rows per group: the sixteen i32 lanes.
+pub const GROUP_ROWS: usize = 16;
+const SC: usize = 32 * 64;
+const MN: usize = SC + 8 * 16;
+const D: usize = MN + 8 * 16;
+const DM: usize = D + 2 * GROUP_ROWS;
+/// Bytes per group and super-block (the file's sixteen blocks take 2,304).
+pub const PACKED_BLOCK: usize = DM + 2 * GROUP_ROWS;
+
+/// Tokens per kernel pass (their sums stay in registers).
+const TOKENS: usize = 4;
+
+/// Whether the CPU has what the kernel uses.
+pub fn available() -> bool {
+    super::available()
+        && is_x86_feature_detected!("avx512f")
+        && is_x86_feature_detected!("avx512bw")
+        && is_x86_feature_detected!("avx512vl")
+        && is_x86_feature_detected!("avx512vnni")
+}
+
+/// The packed form of a Q4_K matrix of `rows` (a multiple of 16) rows of
+/// `cols` elements held in `data` (the file's layout).
+pub fn pack(rows: usize, cols: usize, data: &[u8]) -> Vec<u8> {
+    let nb = cols / QK_K;
+    let rb = nb * q4_k::BLOCK;
+    assert!(
+        rows % GROUP_ROWS == 0 && data.len() == rows * rb,
+        "q4_k pack shape"
+    );
+    let mut out = vec![0u8; rows / GROUP_ROWS * nb * PACKED_BLOCK];
+    for (gi, dst) in out.chunks_exact_mut(PACKED_BLOCK).enumerate() {
+        let (g, i) = (gi / nb, gi % nb);
+        for r in 0..GROUP_ROWS {
+            let at = (g * GROUP_ROWS + r) * rb + i * q4_k::BLOCK;
+            let b = &data[at..at + q4_k::BLOCK];
+            for w in 0..32 {
+                dst[64 * w + 4 * r..64 * w + 4 * r + 4].copy_from_slice(&b[16 + 4 * w..20 + 4 * w]);
+            }
+            let (sc, mn) = scales_mins(&b[4..16]);
+            for p in 0..8 {
+                dst[SC + 16 * p + r] = (sc >> (8 * p)) as u8;
+                dst[MN + 16 * p + r] = (mn >> (8 * p)) as u8;
+            }
+            dst[D + 2 * r..D + 2 * r + 2].copy_from_slice(&b[0..2]);
+            dst[DM + 2 * r..DM + 2 * r + 2].copy_from_slice(&b[2..4]);
+        }
+    }
+    out
+}
+
+/// The sixteen rows of one group (`grp`: its `nb` packed super-blocks)
+/// against `N` Q8_K activation rows; each token's sixteen values.
+///
+/// # Safety
+/// AVX2, FMA, F16C, AVX-512 F/BW/VL and VNNI are available; `grp` holds
+/// `nb * PACKED_BLOCK` bytes and every `a[t]` `nb` Q8_K blocks.
+// `t` indexes several arrays (tokens' sums, pointers) at once.
+#[allow(clippy::needless_range_loop)]
+#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
+unsafe fn pass<const N: usize>(nb: usize, grp: *const u8, a: [*const u8; N]) -> [__m512; N] {
+    let m4 = _mm512_set1_epi8(0x0f);
+    let zero = _mm512_setzero_si512();
+    let mut acc = [_mm512_setzero_ps(); N];
+    for i in 0..nb {
+        let blk = grp.wrapping_add(i * PACKED_BLOCK);
+        let ab: [*const u8; N] = std::array::from_fn(|t| a[t].wrapping_add(i * q8_k::BLOCK));
+        let bytes16 = |o: usize| {
+            // SAFETY: 16 bytes of this packed block (o < PACKED_BLOCK - 16).
+            _mm512_cvtepu8_epi32(unsafe { _mm_loadu_si128(blk.add(o) as *const __m128i) })
+        };
+        let mut isum = [zero; N];
+        for j in 0..4 {
+            let (mut dlo, mut dhi) = ([zero; N], [zero; N]);
+            for l in 0..8 {
+                // SAFETY: word 8j + l of this packed block.
+                let q = unsafe { _mm512_loadu_si512(blk.add(64 * (8 * j + l)) as *const __m512i) };
+                let lo = _mm512_and_si512(q, m4);
+                let hi = _mm512_and_si512(_mm512_srli_epi16::<4>(q), m4);
+                for t in 0..N {
+                    // SAFETY: quants 64j + 4l.. and 64j + 32 + 4l.. of
+                    // token t's block i.
+                    let (xl, xh) = unsafe {
+                        (
+                            read_u32(ab[t].add(4 + 64 * j + 4 * l)),
+                            read_u32(ab[t].add(36 + 64 * j + 4 * l)),
+                        )
+                    };
+                    dlo[t] = _mm512_dpbusd_epi32(dlo[t], lo, _mm512_set1_epi32(xl as i32));
+                    dhi[t] = _mm512_dpbusd_epi32(dhi[t], hi, _mm512_set1_epi32(xh as i32));
+                }
+            }
+            let (sl, sh) = (bytes16(SC + 32 * j), bytes16(SC + 32 * j + 16));
+            for t in 0..N {
+                let s = _mm512_add_epi32(
+                    _mm512_mullo_epi32(dlo[t], sl),
+                    _mm512_mullo_epi32(dhi[t], sh),
+                );
+                isum[t] = _mm512_add_epi32(isum[t], s);
+            }
+        }
+        let mut summ = [zero; N];
+        for p in 0..8 {
+            let mv = bytes16(MN + 16 * p);
+            for t in 0..N {
+                // SAFETY: 16-sums 2p and 2p + 1 of token t's block i.
+                let bs = unsafe {
+                    let s = ab[t].add(260 + 4 * p);
+                    i16::from_le_bytes([*s, *s.add(1)]) as i32
+                        + i16::from_le_bytes([*s.add(2), *s.add(3)]) as i32
+                };
+                summ[t] = _mm512_add_epi32(summ[t], _mm512_mullo_epi32(mv, _mm512_set1_epi32(bs)));
+            }
+        }
+        // SAFETY: the sixteen d and dmin of this packed block.
+        let (dw, dmin) = unsafe {
+            (
+                _mm512_cvtph_ps(_mm256_loadu_si256(blk.add(D) as *const __m256i)),
+                _mm512_cvtph_ps(_mm256_loadu_si256(blk.add(DM) as *const __m256i)),
+            )
+        };
+        for t in 0..N {
+            // SAFETY: token t's block-i scale.
+            let da = _mm512_set1_ps(unsafe { read_f32(ab[t]) });
+            // The scalar reference's block value, lane by lane, to the bit.
+            let v = _mm512_sub_ps(
+                _mm512_mul_ps(_mm512_mul_ps(dw, da), _mm512_cvtepi32_ps(isum[t])),
+                _mm512_mul_ps(_mm512_mul_ps(dmin, da), _mm512_cvtepi32_ps(summ[t])),
+            );
+            acc[t] = _mm512_add_ps(acc[t], v);
+        }
+    }
+    acc
+}
+
+/// Groups `g0..g1` of a packed matrix of `n`-element rows against every
+/// activation row: `outs[t][(g - g0) * 16 + r]` is row `16g + r` against
+/// token t.
+pub fn tile(
+    n: usize,
+    packed: &[u8],
+    (g0, g1): (usize, usize),
+    acts: &[&[u8]],
+    outs: &mut [&mut [f32]],
+) {
+    assert!(available(), "packed Q4_K kernel without AVX-512 VNNI");
+    let nb = n / QK_K;
+    let span = (g1 - g0) * GROUP_ROWS;
+    assert!(
+        packed.len() >= g1 * nb * PACKED_BLOCK
+            && acts.len() == outs.len()
+            && acts.iter().all(|a| a.len() >= nb * q8_k::BLOCK)
+            && outs.iter().all(|o| o.len() >= span),
+        "packed tile operand too short"
+    );
+    for g in g0..g1 {
+        let grp = packed[g * nb * PACKED_BLOCK..].as_ptr();
+        let o = (g - g0) * GROUP_ROWS;
+        let mut t = 0;
+        while t < acts.len() {
+            let left = acts.len() - t;
+            let mut put = |v: &[__m512]| {
+                for (k, v) in v.iter().enumerate() {
+                    // SAFETY: sixteen floats at o of token t + k's output.
+                    unsafe { _mm512_storeu_ps(outs[t + k][o..o + GROUP_ROWS].as_mut_ptr(), *v) };
+                }
+            };
+            // SAFETY (each pass): features asserted; group g and the
+            // tokens' nb blocks are in bounds (asserted above).
+            if left >= TOKENS {
+                let a = std::array::from_fn(|k| acts[t + k].as_ptr());
+                put(&unsafe { pass::<TOKENS>(nb, grp, a) });
+                t += TOKENS;
+            } else if left >= 2 {
+                let a = std::array::from_fn(|k| acts[t + k].as_ptr());
+                put(&unsafe { pass::<2>(nb, grp, a) });
+                t += 2;
+            } else {
+                put(&unsafe { pass::<1>(nb, grp, [acts[t].as_ptr()]) });
+                t += 1;
+            }
+        }
+    }
+}
