@@ -48,7 +48,7 @@ pub struct GgufFile {
     tensor_index: HashMap<String, usize>,
     /// Derived layouts of some tensors (by data offset), made once by the
     /// model (see `ensure_packed`) and kept as long as the file.
-    packed: OnceLock<HashMap<usize, Box<[u8]>>>,
+    packed: OnceLock<HashMap<usize, memmap2::MmapMut>>,
     /// Whether views hand out the packed layouts (off under an offload
     /// budget, whose pager must see every weight read).
     packed_on: AtomicBool,
@@ -262,7 +262,7 @@ impl GgufFile {
     }
 
     /// Makes the derived layouts (once; later calls return at once).
-    pub fn ensure_packed(&self, build: impl FnOnce(&GgufFile) -> HashMap<usize, Box<[u8]>>) {
+    pub fn ensure_packed(&self, build: impl FnOnce(&GgufFile) -> HashMap<usize, memmap2::MmapMut>) {
         self.packed.get_or_init(|| build(self));
     }
 

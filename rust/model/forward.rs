@@ -556,26 +556,45 @@ impl Model {
 }
 
 /// The decode layouts of every matrix the kernels repack on this CPU
-/// (`quant::pack_matrix`), by data offset, made in parallel on the pool.
-/// Made on the first pass that runs without an offload budget, so a model
-/// that always runs under one never holds them.
-fn pack_weights(pool: &ThreadPool, f: &GgufFile) -> std::collections::HashMap<usize, Box<[u8]>> {
-    let todo: Vec<&crate::gguf::TensorInfo> = f
+/// (`quant::pack_matrix_into`), by data offset, made in parallel on the
+/// pool. Each lives in its own anonymous mapping advised to use huge pages:
+/// decode streams all of them once per token, and 4 KiB pages cost a page
+/// walk every 4 KiB. Made on the first pass that runs without an offload
+/// budget, so a model that always runs under one never holds them.
+fn pack_weights(
+    pool: &ThreadPool,
+    f: &GgufFile,
+) -> std::collections::HashMap<usize, memmap2::MmapMut> {
+    let todo: Vec<(&crate::gguf::TensorInfo, usize)> = f
         .tensors()
         .iter()
-        .filter(|t| t.dims.len() == 2 && crate::quant::packs(t.ty))
+        .filter(|t| t.dims.len() == 2)
+        .filter_map(|t| {
+            Some((
+                t,
+                crate::quant::packed_len(t.ty, t.n_rows(), t.dims[0] as usize)?,
+            ))
+        })
         .collect();
-    let done: Vec<std::sync::Mutex<Option<Box<[u8]>>>> =
+    let done: Vec<std::sync::Mutex<Option<memmap2::MmapMut>>> =
         todo.iter().map(|_| std::sync::Mutex::new(None)).collect();
     pool.run(todo.len(), |i| {
-        let t = todo[i];
+        let (t, len) = todo[i];
+        // A failed mapping only leaves this matrix in the file's layout.
+        let Ok(mut map) = memmap2::MmapMut::map_anon(len) else {
+            return;
+        };
+        // Advice only: without huge pages the layout is the same.
+        let _ = map.advise(memmap2::Advice::HugePage);
         let (cols, rows) = (t.dims[0] as usize, t.n_rows());
-        if let Some(p) = crate::quant::pack_matrix(t.ty, rows, cols, f.tensor_data(t)) {
-            *done[i].lock().unwrap_or_else(|e| e.into_inner()) = Some(p.into_boxed_slice());
+        if crate::quant::pack_matrix_into(t.ty, rows, cols, f.tensor_data(t), &mut map) {
+            *done[i].lock().unwrap_or_else(|e| e.into_inner()) = Some(map);
         }
     });
     todo.iter()
         .zip(done)
-        .filter_map(|(t, p)| Some((t.offset, p.into_inner().unwrap_or_else(|e| e.into_inner())?)))
+        .filter_map(|((t, _), p)| {
+            Some((t.offset, p.into_inner().unwrap_or_else(|e| e.into_inner())?))
+        })
         .collect()
 }

@@ -466,16 +466,41 @@ pub fn packs(ty: GgmlType) -> bool {
     on && ty == GgmlType::Q4K
 }
 
-/// The decode layout of a `rows x cols` matrix of `ty` (the file's bytes in
-/// `data`), when `packs(ty)` and its rows come in whole groups.
-pub fn pack_matrix(ty: GgmlType, rows: usize, cols: usize, data: &[u8]) -> Option<Vec<u8>> {
-    if !packs(ty) || rows % PACKED_GROUP_ROWS != 0 || ty.row_bytes(cols)? * rows != data.len() {
+/// Bytes of the decode layout of a `rows x cols` matrix of `ty`, when
+/// `packs(ty)` and its rows come in whole groups.
+pub fn packed_len(ty: GgmlType, rows: usize, cols: usize) -> Option<usize> {
+    if !packs(ty) || rows % PACKED_GROUP_ROWS != 0 || cols % QK_K != 0 {
         return None;
     }
     #[cfg(target_arch = "x86_64")]
-    return Some(avx2::q4k_packed::pack(rows, cols, data));
+    return Some(rows / PACKED_GROUP_ROWS * (cols / QK_K) * avx2::q4k_packed::PACKED_BLOCK);
     #[cfg(not(target_arch = "x86_64"))]
     None
+}
+
+/// Writes the decode layout of a `rows x cols` matrix of `ty` (the file's
+/// bytes in `data`) into `out` (`packed_len` bytes); false (and `out`
+/// untouched) where the matrix is not packed.
+pub fn pack_matrix_into(
+    ty: GgmlType,
+    rows: usize,
+    cols: usize,
+    data: &[u8],
+    out: &mut [u8],
+) -> bool {
+    let ok = packed_len(ty, rows, cols) == Some(out.len())
+        && ty.row_bytes(cols).and_then(|rb| rb.checked_mul(rows)) == Some(data.len());
+    #[cfg(target_arch = "x86_64")]
+    if ok {
+        avx2::q4k_packed::pack(rows, cols, data, out);
+    }
+    ok
+}
+
+/// `pack_matrix_into` into a new buffer.
+pub fn pack_matrix(ty: GgmlType, rows: usize, cols: usize, data: &[u8]) -> Option<Vec<u8>> {
+    let mut out = vec![0u8; packed_len(ty, rows, cols)?];
+    pack_matrix_into(ty, rows, cols, data, &mut out).then_some(out)
 }
 
 /// Row groups `g0..g1` of a packed matrix against each activation row (in

@@ -52,16 +52,21 @@ pub fn available() -> bool {
         && is_x86_feature_detected!("avx512vnni")
 }
 
-/// The packed form of a Q4_K matrix of `rows` (a multiple of 16) rows of
+/// Writes into `out` (`rows / 16 * cols / 256 * PACKED_BLOCK` bytes) the
+/// packed form of a Q4_K matrix of `rows` (a multiple of 16) rows of
 /// `cols` elements held in `data` (the file's layout).
-pub fn pack(rows: usize, cols: usize, data: &[u8]) -> Vec<u8> {
+pub fn pack(rows: usize, cols: usize, data: &[u8], out: &mut [u8]) {
     let nb = cols / QK_K;
     let rb = nb * q4_k::BLOCK;
     assert!(
         rows % GROUP_ROWS == 0 && data.len() == rows * rb,
         "q4_k pack shape"
     );
-    let mut out = vec![0u8; rows / GROUP_ROWS * nb * PACKED_BLOCK];
+    assert_eq!(
+        out.len(),
+        rows / GROUP_ROWS * nb * PACKED_BLOCK,
+        "q4_k packed size"
+    );
     for (gi, dst) in out.chunks_exact_mut(PACKED_BLOCK).enumerate() {
         let (g, i) = (gi / nb, gi % nb);
         for r in 0..GROUP_ROWS {
@@ -79,7 +84,6 @@ pub fn pack(rows: usize, cols: usize, data: &[u8]) -> Vec<u8> {
             dst[DM + 2 * r..DM + 2 * r + 2].copy_from_slice(&b[2..4]);
         }
     }
-    out
 }
 
 /// The sixteen rows of one group (`grp`: its `nb` packed super-blocks)
