@@ -111,7 +111,7 @@ thread_local! {
 /// Rows per chunk are a multiple of this: the AVX-512 VNNI tile takes
 /// sixteen rows at a time (the AVX2 tile four).
 const ROW_TILE: usize = 16;
-const _: () = assert!(ROW_TILE % PACKED_GROUP_ROWS == 0);
+const _: () = assert!(ROW_TILE.is_multiple_of(PACKED_GROUP_ROWS));
 
 /// Panel bytes handed to one GEMM call (see `matmul_multi`): a quarter
 /// of the smallest L2 among the CPUs this runs on (512 KiB).

@@ -469,7 +469,7 @@ pub fn packs(ty: GgmlType) -> bool {
 /// Bytes of the decode layout of a `rows x cols` matrix of `ty`, when
 /// `packs(ty)` and its rows come in whole groups.
 pub fn packed_len(ty: GgmlType, rows: usize, cols: usize) -> Option<usize> {
-    if !packs(ty) || rows % PACKED_GROUP_ROWS != 0 || cols % QK_K != 0 {
+    if !packs(ty) || !rows.is_multiple_of(PACKED_GROUP_ROWS) || !cols.is_multiple_of(QK_K) {
         return None;
     }
     #[cfg(target_arch = "x86_64")]

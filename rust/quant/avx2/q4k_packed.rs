@@ -59,7 +59,7 @@ pub fn pack(rows: usize, cols: usize, data: &[u8], out: &mut [u8]) {
     let nb = cols / QK_K;
     let rb = nb * q4_k::BLOCK;
     assert!(
-        rows % GROUP_ROWS == 0 && data.len() == rows * rb,
+        rows.is_multiple_of(GROUP_ROWS) && data.len() == rows * rb,
         "q4_k pack shape"
     );
     assert_eq!(
