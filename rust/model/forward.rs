@@ -565,10 +565,13 @@ fn pack_weights(
     pool: &ThreadPool,
     f: &GgufFile,
 ) -> std::collections::HashMap<usize, memmap2::MmapMut> {
+    // The embedding table is only read row by row, unless it is also the
+    // output head (no `output.weight`).
+    let tied = f.tensor("output.weight").is_none();
     let todo: Vec<(&crate::gguf::TensorInfo, usize)> = f
         .tensors()
         .iter()
-        .filter(|t| t.dims.len() == 2)
+        .filter(|t| t.dims.len() == 2 && (tied || t.name != "token_embd.weight"))
         .filter_map(|t| {
             Some((
                 t,
