@@ -26,19 +26,9 @@ import urllib.request
 from pathlib import Path
 
 from _cpu import describe as describe_cpu
+from bench_serving import PROMPTS
 
 HERE = Path(__file__).resolve().parent
-
-PROMPTS = [
-    "The capital of France is",
-    "Once upon a time",
-    "def fibonacci(n):",
-    "The three primary colors are",
-    "Water boils at",
-    "My favourite fruit is",
-    "In 1969, astronauts",
-    "The quick brown fox",
-]
 
 
 def free_port() -> int:
