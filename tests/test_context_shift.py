@@ -117,6 +117,26 @@ def test_teacher_forced_logits_match_llama_cpp_after_shifts(model_path: Path, na
     assert float(np.mean(diffs["after"])) < 0.35
 
 
+@pytest.mark.parametrize("kv", ["q8_0", "q4_0"])
+def test_rotated_quantized_caches_shift_as_llama_cpp(model_path: Path, kv: str) -> None:
+    """A quantized cache holds its keys Hadamard-rotated (after RoPE), and
+    the rotation does not commute with RoPE: the shift rotates each kept
+    key back, re-applies RoPE and rotates it again, as llama.cpp's K-shift
+    of a rotated cache does. Fed llama.cpp's tokens, the logits stay as
+    close to llama.cpp's (f16) after the shifts as before them; a shift
+    that re-rotated the stored rows directly would leave them about as far
+    as no re-rotation at all (the control above: more than 1.0)."""
+    for name, case in sorted(REF["cases"].items()):
+        e = shifted(model_path, case["n_ctx"], case["n_keep"], kv_dtype=kv)
+        assert e._session.kv_rot == (64, 64)
+        diffs = teacher_forced(e, case)
+        assert e.context_shifts == len(case["shifts"]) >= 3, name
+        before, after = float(np.mean(diffs["before"])), float(np.mean(diffs["after"]))
+        print(kv, name, {"before": before, "after": after})
+        # q8_0 as the f16 cache (0.35); q4_0 by its own noise before the shifts.
+        assert after < (0.35 if kv == "q8_0" else max(0.5, 1.5 * before)), (name, before, after)
+
+
 def test_a_shift_without_re_rotation_would_be_caught(model_path: Path) -> None:
     """The control: the same first shift, made without rotating the kept
     keys (rows moved as they are, through export/import), leaves the

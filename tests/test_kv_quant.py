@@ -133,9 +133,10 @@ def test_kv_and_snapshot_sizes_follow_the_type(model_path: Path) -> None:
     assert kv["q8_0"] / kv["f16"] <= 0.55 and kv["q4_0"] / kv["f16"] <= 0.30
     assert snap["q8_0"] / snap["f16"] <= 0.55 and snap["q4_0"] / snap["f16"] <= 0.30
     # Everything but the KV is the same size in all three (up to the
-    # type's name in the metadata).
+    # type's name in the metadata, and the quantized caches' record of
+    # their Hadamard rotation).
     rest = [snap[t] - kv[t] for t in ("f16", "q8_0", "q4_0")]
-    assert max(rest) - min(rest) <= 8, rest
+    assert max(rest) - min(rest) <= 8 + len(',"kv_rot":{"k":64,"v":64}'), rest
     print("kv bytes", kv, "snapshot bytes", snap)
 
 
@@ -185,11 +186,12 @@ def test_restore_into_another_type_converts_once(model_path: Path, tmp_path: Pat
         warnings.simplefilter("error")
         same = Engine.restore_bytes(blob)
     assert same._session.kv_dtype == "f16"
-    # An explicit type converts quietly: the KV is the f16 rows requantized.
+    # An explicit type converts quietly: the KV is the f16 rows requantized
+    # (Hadamard-rotated first, as a q8_0 cache stores them by default).
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         q = Engine.restore_bytes(blob, kv_dtype="q8_0")
-    assert q._session.kv_dtype == "q8_0"
+    assert q._session.kv_dtype == "q8_0" and q._session.kv_rot == (64, 64)
     c = e.model.config
     want = _native.convert_kv(
         e._session.export_kv(),
@@ -200,6 +202,8 @@ def test_restore_into_another_type_converts_once(model_path: Path, tmp_path: Pat
         e.n_past,
         "f16",
         "q8_0",
+        (0, 0),
+        (64, 64),
     )
     assert q._session.export_kv() == want
     assert q.n_past == e.n_past

@@ -10,8 +10,9 @@
 
 use std::sync::Arc;
 
-pub use super::kv_dtype::{KvDtype, KvTypes};
+pub use super::kv_dtype::{KvDtype, KvRot, KvTypes};
 use super::kv_pool::{KvPool, Rows, RowsMut, Side, PAGE};
+use crate::ops::hadamard;
 use crate::quant::kv as kvq;
 use crate::threadpool::{SharedMut, ThreadPool};
 use crate::{Error, Result};
@@ -153,6 +154,11 @@ impl KvCache {
 
     pub fn n_layer(&self) -> usize {
         self.pool.n_layer
+    }
+
+    /// The rotation this cache's rows are stored under (its pool's).
+    pub fn rot(&self) -> KvRot {
+        self.pool.rot
     }
 
     /// Pages this sequence holds.
@@ -301,8 +307,11 @@ impl KvCache {
     /// Every moved key row (one head, `dim_k` long) goes through
     /// `rotate(layer, row)`, which re-rotates it for its new position; the
     /// values move as they are. An f16 cache rounds the rotated keys to f16
-    /// again, as llama.cpp's K-shift does. Pages shared with other
-    /// sequences are copied first, so they never see the move.
+    /// again, as llama.cpp's K-shift does. Keys stored under a Hadamard
+    /// rotation (`KvRot`) are rotated back before RoPE and again after it
+    /// (RoPE does not commute with it), as llama.cpp's K-shift does for a
+    /// rotated cache. Pages shared with other sequences are copied first,
+    /// so they never see the move.
     pub fn shift(
         &mut self,
         keep: usize,
@@ -324,6 +333,7 @@ impl KvCache {
         self.reserve(keep, n)?;
         let (kv_pool, pages, n_head_kv) = (&*self.pool, &self.pages[..], self.n_head_kv);
         let dims = [(Side::K, self.dim_k), (Side::V, self.dim_v)];
+        let rot_k = self.pool.rot.k;
         // Layers are independent; each pool thread moves whole layers. Rows
         // move down in increasing order, so a source row is read before
         // anything is written over it.
@@ -356,7 +366,9 @@ impl KvCache {
                                 Rows::Q4_0(x) => kvq::dequantize_q4_0(x, &mut row),
                             }
                             if side == Side::K {
+                                hadamard::rotate(&mut row, rot_k);
                                 rotate(l, &mut row);
+                                hadamard::rotate(&mut row, rot_k);
                             }
                             kv_pool.write_row(l, side, pages[to / PAGE], h, to % PAGE, &row);
                         }
@@ -672,6 +684,76 @@ mod shift_tests {
                 }
                 assert!(c.shift(10, 30, m, &|_, _| {}, &t).is_err());
             }
+        }
+    }
+
+    /// A cache whose keys are stored Hadamard-rotated: after a shift each
+    /// kept key is the rotation of the raw key's RoPE at its new position
+    /// (f32: to rounding; q8_0: to its quantization), values move as
+    /// stored.
+    #[test]
+    fn shifted_rotated_keys_are_rotated_rope_at_the_new_position() {
+        let (n_head, dk, dv, n, keep, discard) = (2, 64, 64, 40, 3, 17);
+        let rot = KvRot { k: 64, v: 64 };
+        let rope = Rope::new(RopeOrder::Neox, 48, 10000.0, &RopeScaling::None);
+        let mut cs = vec![0f32; 48];
+        let stored = |tok: usize, pos: usize, cs: &mut [f32]| {
+            let mut k: Vec<f32> = (0..n_head).flat_map(|h| key(tok, h, dk)).collect();
+            rope.angles(pos, cs);
+            rope.apply(&mut k, dk, cs);
+            hadamard::rotate(&mut k, rot.k);
+            k
+        };
+        for (dtype, tol) in [(KvDtype::F32, 1e-4), (KvDtype::Q8_0, 0.05)] {
+            let pool = Arc::new(KvPool::with_rot(dtype, 1, 4, n_head, dk, dv, rot).unwrap());
+            let mut c = KvCache::with_pool(pool, 64);
+            assert_eq!(c.rot(), rot);
+            c.reserve(0, n).unwrap();
+            for pos in 0..n {
+                let v: Vec<f32> = (0..n_head * dv).map(|i| ((pos + i) % 9) as f32).collect();
+                c.store(0, pos, &stored(pos, pos, &mut cs), &v);
+            }
+            let t = ThreadPool::new(2);
+            let before = c.export(n, &t).unwrap();
+            let mut sh = vec![0f32; 48];
+            rope.shift_angles(-(discard as i64), &mut sh);
+            c.shift(keep, discard, n, &|_, row| rope.apply(row, dk, &sh), &t)
+                .unwrap();
+            let m = n - discard;
+            let after = c.export(m, &t).unwrap();
+            let (rk, rv) = (dtype.row_bytes(dk), dtype.row_bytes(dv));
+            let mut got = vec![0f32; dk];
+            for h in 0..n_head {
+                for pos in 0..m {
+                    let old = if pos < keep { pos } else { pos + discard };
+                    let want = stored(old, pos, &mut cs);
+                    let at = (h * m + pos) * rk;
+                    decode_row_for_test(dtype, &after[at..at + rk], &mut got);
+                    for (i, (g, w)) in got.iter().zip(&want[h * dk..]).enumerate() {
+                        assert!(
+                            (g - w).abs() <= tol,
+                            "{dtype:?} h{h} p{pos}[{i}]: {g} vs {w}"
+                        );
+                    }
+                    let (va, vb) = (
+                        n_head * m * rk + (h * m + pos) * rv,
+                        n_head * n * rk + (h * n + old) * rv,
+                    );
+                    assert_eq!(after[va..va + rv], before[vb..vb + rv], "V moved as stored");
+                }
+            }
+        }
+    }
+
+    fn decode_row_for_test(t: KvDtype, src: &[u8], dst: &mut [f32]) {
+        match t {
+            KvDtype::F32 => {
+                for (d, c) in dst.iter_mut().zip(src.chunks_exact(4)) {
+                    *d = f32::from_le_bytes(c.try_into().unwrap());
+                }
+            }
+            KvDtype::Q8_0 => kvq::dequantize_q8_0(src, dst),
+            other => unreachable!("this test stores f32 and q8_0 caches, not {other:?}"),
         }
     }
 

@@ -20,7 +20,7 @@ use std::sync::Mutex;
 
 use memmap2::MmapMut;
 
-use super::kv_dtype::{KvDtype, KvTypes};
+use super::kv_dtype::{KvDtype, KvRot, KvTypes};
 use crate::ops::vec::f32_to_f16_bits;
 use crate::quant::kv as kvq;
 use crate::{Error, Result};
@@ -97,6 +97,9 @@ struct Counts {
 
 pub struct KvPool {
     pub dtype: KvTypes,
+    /// The rotation the rows of each side are stored under (the forward
+    /// pass rotates before it stores; see `KvRot`).
+    pub rot: KvRot,
     pub n_layer: usize,
     pub n_head_kv: usize,
     pub dim_k: usize,
@@ -116,6 +119,9 @@ unsafe impl Sync for KvPool {}
 unsafe impl Send for KvPool {}
 
 impl KvPool {
+    /// A pool whose rows are rotated as llama.cpp's cache would be (its
+    /// default for these types and head sizes, unless
+    /// `OXILLAMA_ATTN_ROT_DISABLE` is set: `KvRot::from_env`).
     pub fn new(
         dtype: impl Into<KvTypes>,
         n_layer: usize,
@@ -123,6 +129,21 @@ impl KvPool {
         n_head_kv: usize,
         dim_k: usize,
         dim_v: usize,
+    ) -> Result<Self> {
+        let dtype: KvTypes = dtype.into();
+        let rot = KvRot::from_env(dtype, dim_k, dim_v);
+        Self::with_rot(dtype, n_layer, n_pages, n_head_kv, dim_k, dim_v, rot)
+    }
+
+    /// A pool whose rows are stored under rotation `rot`.
+    pub fn with_rot(
+        dtype: impl Into<KvTypes>,
+        n_layer: usize,
+        n_pages: usize,
+        n_head_kv: usize,
+        dim_k: usize,
+        dim_v: usize,
+        rot: KvRot,
     ) -> Result<Self> {
         if n_pages == 0 || n_pages > u32::MAX as usize {
             return Err(Error::invalid(format!(
@@ -133,6 +154,7 @@ impl KvPool {
         let dtype: KvTypes = dtype.into();
         dtype.k.check_dim(dim_k)?;
         dtype.v.check_dim(dim_v)?;
+        rot.check(dim_k, dim_v)?;
         let elems = |dim: usize| {
             n_pages
                 .checked_mul(n_head_kv)
@@ -156,6 +178,7 @@ impl KvPool {
             .collect::<Result<_>>()?;
         Ok(KvPool {
             dtype,
+            rot,
             n_layer,
             n_head_kv,
             dim_k,

@@ -13,7 +13,7 @@ use super::gguf::PyGgufFile;
 use super::lora::PyLoraAdapter;
 use super::model::PyModel;
 use crate::lora::ActiveLora;
-use crate::model::kv_dtype::{convert_export, KvShape, KvTypes};
+use crate::model::kv_dtype::{convert_export, convert_export_rot, KvRot, KvShape, KvTypes};
 use crate::model::kv_pool::{KvPool, PAGE};
 use crate::model::pager::{Evict, OffloadSpec};
 use crate::model::{Model, Session};
@@ -223,6 +223,12 @@ impl PyKvPool {
     #[getter]
     fn nbytes(&self) -> usize {
         self.inner.bytes()
+    }
+
+    /// Hadamard block sizes the keys and values are stored under (0: none).
+    #[getter]
+    fn kv_rot(&self) -> (usize, usize) {
+        (self.inner.rot.k, self.inner.rot.v)
     }
 }
 
@@ -501,11 +507,23 @@ impl PySession {
     fn kv_dtype(&self) -> String {
         self.inner.kv.dtype.name()
     }
+
+    /// Hadamard block sizes the cached keys and values are stored under
+    /// (0: none): llama.cpp's default for quantized sides, unless
+    /// `OXILLAMA_ATTN_ROT_DISABLE` was set when the cache was made.
+    #[getter]
+    fn kv_rot(&self) -> (usize, usize) {
+        let r = self.inner.kv.rot();
+        (r.k, r.v)
+    }
 }
 
 /// Exported KV data (`Session.export_kv`) of `n` positions in types
-/// `from_dtype`, re-encoded row by row into `to_dtype`.
+/// `from_dtype` with rows under rotation `from_rot` (Hadamard block sizes of
+/// keys and values, 0 for none), re-encoded row by row into `to_dtype`
+/// under `to_rot`.
 #[pyfunction]
+#[pyo3(signature = (data, n_layer, n_head_kv, dim_k, dim_v, n, from_dtype, to_dtype, from_rot=(0, 0), to_rot=(0, 0)))]
 #[allow(clippy::too_many_arguments)]
 fn convert_kv<'py>(
     py: Python<'py>,
@@ -517,6 +535,8 @@ fn convert_kv<'py>(
     n: usize,
     from_dtype: &str,
     to_dtype: &str,
+    from_rot: (usize, usize),
+    to_rot: (usize, usize),
 ) -> PyResult<Bound<'py, PyBytes>> {
     let (from, to) = (
         KvTypes::parse(from_dtype).py_err()?,
@@ -528,7 +548,12 @@ fn convert_kv<'py>(
         dim_k,
         dim_v,
     };
-    let out = with_bytes(data, |d| convert_export(d, shape, n, from, to))?.py_err()?;
+    let rot = |(k, v): (usize, usize)| KvRot { k, v };
+    let (ra, rb) = (rot(from_rot), rot(to_rot));
+    let out = with_bytes(data, |d| {
+        convert_export_rot(d, shape, n, (from, ra), (to, rb))
+    })?
+    .py_err()?;
     Ok(PyBytes::new(py, &out))
 }
 

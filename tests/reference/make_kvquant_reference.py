@@ -1,6 +1,6 @@
 """Writes llama.cpp's reference for quantized KV caches (``kv_quant.json``).
 
-    python tests/reference/make_kvquant_reference.py
+    python tests/reference/make_kvquant_reference.py [--rot on|off|both]
 
 For each cache type (f16 as the baseline, q8_0, q4_0; keys and values
 alike) with flash attention on, which llama.cpp needs for a quantized V
@@ -13,12 +13,16 @@ cache, llama.cpp (through llama-cpp-python) gives:
   Gemma-3, with the top-1/top-2 logit margin of every step (so a test can
   tell a near tie from a real disagreement).
 
-Rotation: this llama.cpp rotates Q, K and V by a Walsh-Hadamard matrix
-before a quantized cache stores them (``attn_rot_k``/``attn_rot_v``, for
-head sizes that are multiples of 64), so its cached blocks are those of
-the rotated rows. The reference is made with that rotation off
-(``LLAMA_ATTN_ROT_DISABLE=1``): the cache then holds ggml's blocks of the
-rows themselves, as ours does.
+Rotation: this llama.cpp rotates Q and K (and V, undoing it on the
+attention output) by an orthonormal Walsh-Hadamard matrix when the cache
+side is quantized and the head size a multiple of 64 (``attn_rot_k`` /
+``attn_rot_v``), so its cached blocks are those of the rotated rows. Both
+settings are recorded: ``types`` with the rotation off
+(``LLAMA_ATTN_ROT_DISABLE=1``; f16, and q8_0 and q4_0 teacher-forced, for
+our ``OXILLAMA_ATTN_ROT_DISABLE=1``) and ``types_rot`` with llama.cpp's
+default (on, as ours), for q8_0 and q4_0 (f16 is never rotated). ``--rot``
+rewrites the chosen setting's sections and keeps the other's from the
+existing file.
 
 Deterministic: fixed texts, thread count, greedy decoding. The file is
 rewritten after each section, so a partial run leaves what it made.
@@ -48,8 +52,16 @@ GREEDY_TOKENS = 32
 OUT = HERE / "kv_quant.json"
 # ggml type ids of the cache types.
 GGML_TYPES = {"q8_0": 8, "q4_0": 2, "f16": 1}
-# Read by llama.cpp when it creates a KV cache.
-os.environ["LLAMA_ATTN_ROT_DISABLE"] = "1"
+# Read by llama.cpp (getenv, through os.environ's putenv) whenever it
+# creates a KV cache: set before each run.
+ROT_ENV = "LLAMA_ATTN_ROT_DISABLE"
+
+
+def _set_rot(on: bool) -> None:
+    if on:
+        os.environ.pop(ROT_ENV, None)
+    else:
+        os.environ[ROT_ENV] = "1"
 
 
 def _llama(path: Path, kv: str, batch: int, logits_all: bool) -> Any:
@@ -117,36 +129,68 @@ def greedy(path: Path, kv: str, gemma: bool) -> list[dict[str, Any]]:
     return out
 
 
+def _rotation_off(data: dict[str, Any], save: Any) -> None:
+    """f16 (never rotated) in full; q8_0 and q4_0 unrotated, teacher-forced
+    (the opt-out's test, and the rotation's gain on q4_0)."""
+    _set_rot(False)
+    types: dict[str, dict[str, Any]] = data.setdefault("types", {})
+    for kv in ("q8_0", "q4_0"):
+        types[kv] = {"smollm2_paragraph": teacher_forced(smollm2_path(), kv)}
+        save()
+        print(kv, "smollm2 done", flush=True)
+    types["f16"] = {
+        "smollm2_paragraph": teacher_forced(smollm2_path(), "f16"),
+        "smollm2_greedy": greedy(smollm2_path(), "f16", False),
+        "gemma3_greedy": greedy(gemma3_path(), "f16", True),
+    }
+    save()
+    print("f16 done", flush=True)
+
+
+def _rotation_on(data: dict[str, Any], save: Any) -> None:
+    _set_rot(True)
+    types: dict[str, dict[str, Any]] = data.setdefault("types_rot", {})
+    for kv in ("q8_0", "q4_0"):
+        types[kv] = {
+            "smollm2_paragraph": teacher_forced(smollm2_path(), kv),
+            "smollm2_greedy": greedy(smollm2_path(), kv, False),
+        }
+        save()
+        print(kv, "smollm2 (rotated) done", flush=True)
+        types[kv]["gemma3_greedy"] = greedy(gemma3_path(), kv, True)
+        save()
+        print(kv, "gemma3 (rotated) done", flush=True)
+
+
 def main() -> None:
+    import argparse
+
     import llama_cpp
 
-    smol, gemma = smollm2_path(), gemma3_path()
-    data: dict[str, Any] = {
-        "llama_cpp_python": llama_cpp.__version__,
-        "flash_attn": True,
-        "threads": THREADS,
-        "n_ctx": N_CTX,
-        "types": {},
-    }
-    data["attn_rot"] = False
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--rot", choices=("on", "off", "both"), default="both")
+    rot = ap.parse_args().rot
+    data: dict[str, Any] = json.loads(OUT.read_text()) if OUT.is_file() else {}
+    data.update(
+        {
+            "llama_cpp_python": llama_cpp.__version__,
+            "flash_attn": True,
+            "threads": THREADS,
+            "n_ctx": N_CTX,
+            # What each group of sections was made with.
+            "attn_rot": {"types": False, "types_rot": True},
+        }
+    )
 
     def save() -> None:
         OUT.write_text(json.dumps(data, separators=(",", ":")) + "\n")
 
-    types: dict[str, dict[str, Any]] = data["types"]
-    for kv in ("q8_0", "q4_0"):
-        types.setdefault(kv, {})["smollm2_paragraph"] = teacher_forced(smol, kv)
-        types[kv]["smollm2_greedy"] = greedy(smol, kv, False)
-        save()
-        print(kv, "smollm2 done", flush=True)
-    for kv in GGML_TYPES:
-        types.setdefault(kv, {})["gemma3_greedy"] = greedy(gemma, kv, True)
-        save()
-        print(kv, "gemma3 done", flush=True)
-    types["f16"]["smollm2_paragraph"] = teacher_forced(smol, "f16")
-    types["f16"]["smollm2_greedy"] = greedy(smol, "f16", False)
-    save()
-    print("f16 smollm2 done", flush=True)
+    if rot in ("off", "both"):
+        data.pop("types", None)
+        _rotation_off(data, save)
+    if rot in ("on", "both"):
+        data.pop("types_rot", None)
+        _rotation_on(data, save)
 
 
 if __name__ == "__main__":

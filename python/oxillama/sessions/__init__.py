@@ -35,6 +35,7 @@ from oxillama.sessions.session import (
     capture_into,
     restore,
     snapshot_size,
+    snapshot_version,
     write_atomic,
     writers,
 )
@@ -75,7 +76,8 @@ def dump(
 ) -> None:
     """Writes the engine's session to ``path`` crash-safely (temp file,
     fsync unless ``durable=False``, rename; see :mod:`.atomic`)."""
-    write_atomic(path, writers(_state(engine)), durable=durable)
+    state = _state(engine)
+    write_atomic(path, writers(state), durable=durable, version=snapshot_version(state))
 
 
 def loads(
@@ -148,7 +150,7 @@ class _Codec:
     """OXISNAP1 for :class:`~oxillama.Engine` (see ``SnapshotCodec``)."""
 
     def dump(self, state: SessionState, path: str | os.PathLike[str], *, durable: bool) -> None:
-        write_atomic(path, writers(state), durable=durable)
+        write_atomic(path, writers(state), durable=durable, version=snapshot_version(state))
 
     def dumps(self, state: SessionState) -> bytes:
         return capture_bytes(state)

@@ -28,8 +28,13 @@ from oxillama.errors import ParameterError, SnapshotFormatError
 
 MAGIC = b"OXISNAP1"
 VERSION = 1
+#: The version of a snapshot whose KV rows are stored Hadamard-rotated
+#: (``meta.engine.kv_rot``): a reader that predates the rotation would take
+#: the rotated rows for plain ones, so it must refuse such a file, and its
+#: version check does. Snapshots without rotated rows stay version 1.
+VERSION_KV_ROT = 2
 #: Versions this reader accepts (every version it has shipped).
-SUPPORTED_VERSIONS = frozenset({1})
+SUPPORTED_VERSIONS = frozenset({1, VERSION_KV_ROT})
 HEADER = struct.Struct("<8sIQ32s")
 SECTION = struct.Struct("<IQ")
 

@@ -13,7 +13,7 @@ from oxillama.model.hub import HubRef
 from oxillama.sessions.atomic import refuse_temp
 from oxillama.sessions.format import MAGIC, read_header
 from oxillama.sessions.sections import LORA, decode_json
-from oxillama.sessions.session import lora_entries, parse
+from oxillama.sessions.session import lora_entries, parse, snap_rot_of
 
 
 @dataclass(frozen=True)
@@ -35,6 +35,9 @@ class SnapshotInfo:
     hub: HubRef | None = None
     #: Active LoRA adapters: ``name``, ``path``, ``fingerprint``, ``scale``.
     loras: tuple[dict[str, Any], ...] = ()
+    #: Hadamard block sizes the cached keys and values are stored under
+    #: (0: unrotated; see ``OXILLAMA_ATTN_ROT_DISABLE``).
+    kv_rot: tuple[int, int] = (0, 0)
 
 
 def info(source: str | os.PathLike[str] | bytes | bytearray | memoryview) -> SnapshotInfo:
@@ -68,4 +71,5 @@ def info(source: str | os.PathLike[str] | bytes | bytearray | memoryview) -> Sna
         library_version=str(meta.get("library_version", "")),
         hub=HubRef.from_dict(meta.get("hub")),
         loras=loras,
+        kv_rot=snap_rot_of(eng),
     )

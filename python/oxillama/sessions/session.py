@@ -41,6 +41,8 @@ from oxillama.sessions import sections as S
 from oxillama.sessions.atomic import replace_file
 from oxillama.sessions.format import (
     HEADER,
+    VERSION,
+    VERSION_KV_ROT,
     Writer,
     decode_verifying,
     encode_into,
@@ -63,8 +65,10 @@ def capture_bytes(state: SessionState) -> bytes:
     """The session as one OXISNAP1 blob (weights excluded), an immutable
     ``bytes`` written in place (one allocation, one pass; see
     ``_native.filled_bytes``)."""
-    secs = writers(state)
-    return _native.filled_bytes(encoded_size(secs), lambda view: encode_into(secs, view))
+    secs, version = writers(state), snapshot_version(state)
+    return _native.filled_bytes(
+        encoded_size(secs), lambda view: encode_into(secs, view, version=version)
+    )
 
 
 def capture_into(state: SessionState, buffer: Any) -> int:
@@ -84,13 +88,28 @@ def capture_into(state: SessionState, buffer: Any) -> int:
         with view.cast("B") as flat, flat[:n] as out:
             if out.nbytes < n:
                 raise ParameterError(f"the snapshot needs {n} bytes, the buffer has {flat.nbytes}")
-            encode_into(secs, out)
+            encode_into(secs, out, version=snapshot_version(state))
     return n
 
 
 def snapshot_size(state: SessionState) -> int:
     """Bytes :func:`capture_into` writes for the session as it is now."""
     return encoded_size(writers(state))
+
+
+def _kv_rot(state: SessionState) -> tuple[int, int]:
+    """The Hadamard block sizes the session's cached keys and values are
+    stored under (0: none; a recurrent model caches no rows)."""
+    if state.model.config.get("recurrent"):
+        return (0, 0)
+    k, v = state.kv.kv_rot
+    return (int(k), int(v))
+
+
+def snapshot_version(state: SessionState) -> int:
+    """The container version the session's snapshot is written as: the
+    first that can hold it (see ``format.VERSION_KV_ROT``)."""
+    return VERSION_KV_ROT if _kv_rot(state) != (0, 0) else VERSION
 
 
 def writers(state: SessionState) -> list[Writer]:
@@ -104,6 +123,7 @@ def writers(state: SessionState) -> list[Writer]:
         )
     cfg = model.config
     kv = state.kv
+    rot = _kv_rot(state)
     meta: dict[str, Any] = {
         "arch": model.arch,
         "model_path": str(model.model_path),
@@ -118,6 +138,8 @@ def writers(state: SessionState) -> list[Writer]:
             "threads": kv.threads,
             "prefill_chunk": kv.prefill_chunk,
             "kv_dtype": kv.kv_dtype,
+            # Only when rotated, so other snapshots read as before.
+            **({"kv_rot": dict(zip(("k", "v"), rot, strict=True))} if any(rot) else {}),
             "offload": OFFLOAD_NONE if model.offload is None else model.offload.to_dict(),
             # Only when on, so snapshots without it read as before.
             **(
@@ -346,6 +368,7 @@ def restore(
         sampler = build_sampler(config, m.tokenizer, vocab)
         snap_dtype = str(eng.get("kv_dtype", "f16"))
         kv_types(snap_dtype)  # an unknown type is a corrupt file
+        snap_rot = snap_rot_of(eng)
         prefill_chunk = _int(eng, "prefill_chunk", "meta.engine")
         if prefill_chunk < 1:
             raise ValueError("prefill_chunk must be at least 1")
@@ -386,8 +409,12 @@ def restore(
         raise SnapshotError(f"cannot re-apply the snapshot's offload policy: {e}") from e
     swapped = None
     kv_data: Any = secs[S.KV]
-    if kv.kv_dtype != snap_dtype and not m.config.get("recurrent"):
-        kv_data = _convert_kv(m, kv_data, n_past, snap_dtype, kv.kv_dtype, warn=kv_dtype is None)
+    if not m.config.get("recurrent"):
+        rot = (int(kv.kv_rot[0]), int(kv.kv_rot[1]))
+        if kv.kv_dtype != snap_dtype or rot != snap_rot:
+            src, dst = (snap_dtype, snap_rot), (kv.kv_dtype, rot)
+            warn = kv_dtype is None or _rotated_otherwise(src, dst)
+            kv_data = _convert_kv(m, kv_data, n_past, src, dst, warn=warn)
     try:
         if defer_kv:
             swapped = (n_past, bytes(kv_data))
@@ -502,13 +529,74 @@ def _kv_bytes(model: Model, kv_dtype: str, n: int) -> int:
     return n * per
 
 
-def _convert_kv(model: Model, data: Any, n: int, src: str, dst: str, *, warn: bool) -> bytes:
-    """A snapshot's KV section in types ``src`` re-encoded into ``dst``."""
+def snap_rot_of(eng: dict[str, Any]) -> tuple[int, int]:
+    """meta.engine.kv_rot: the Hadamard block sizes of the stored keys and
+    values (absent: none, as every snapshot before the rotation)."""
+    d = eng.get("kv_rot")
+    if d is None:
+        return (0, 0)
+    if not isinstance(d, dict):
+        raise SnapshotFormatError("meta.engine.kv_rot is not an object")
+    k, v = _int(d, "k", "meta.engine.kv_rot"), _int(d, "v", "meta.engine.kv_rot")
+    for n in (k, v):
+        if n & (n - 1):
+            raise SnapshotFormatError(f"meta.engine.kv_rot holds {n}, not a power of two")
+    return (k, v)
+
+
+def _rotated_otherwise(src: tuple[str, tuple[int, int]], dst: tuple[str, tuple[int, int]]) -> bool:
+    """Whether a side quantized in both caches is rotated differently: a
+    setting of the two processes (or builds) differs, which a requested
+    change of types does not explain (f16 and f32 are never rotated)."""
+    (src_t, src_rot), (dst_t, dst_rot) = src, dst
+
+    def sides(t: str) -> tuple[str, str]:
+        k, _, v = t.partition("/")
+        return k, v or k
+
+    pairs = zip(sides(src_t), src_rot, sides(dst_t), dst_rot, strict=True)
+    quantized = ("q8_0", "q4_0")
+    return any(a in quantized and b in quantized and ra != rb for a, ra, b, rb in pairs)
+
+
+def describe_rot(rot: tuple[int, int]) -> str:
+    """``"Hadamard-rotated (keys in blocks of 64, values in blocks of
+    64)"``, or ``"unrotated"``."""
+    if rot == (0, 0):
+        return "unrotated"
+    named = zip(("keys", "values"), rot, strict=True)
+    parts = [f"{name} in blocks of {n}" for name, n in named if n]
+    return f"Hadamard-rotated ({', '.join(parts)})"
+
+
+def _convert_kv(
+    model: Model,
+    data: Any,
+    n: int,
+    src: tuple[str, tuple[int, int]],
+    dst: tuple[str, tuple[int, int]],
+    *,
+    warn: bool,
+) -> bytes:
+    """A snapshot's KV section in types and rotation ``src`` re-encoded
+    into ``dst``."""
+    (src_t, src_rot), (dst_t, dst_rot) = src, dst
+    what_src, what_dst = src_t, dst_t
+    if src_rot != dst_rot:
+        what_src = f"{src_t} {describe_rot(src_rot)}"
+        what_dst = f"{dst_t} {describe_rot(dst_rot)}"
     if warn:
+        hint = (
+            "its rows are rotated back or forth (OXILLAMA_ATTN_ROT_DISABLE set in one process "
+            "and not the other, or another build); continuations can differ from the saved "
+            "session's"
+            if _rotated_otherwise(src, dst)
+            else "continuations can differ from the saved session's; pass kv_dtype= to ask for "
+            "the conversion"
+        )
         warnings.warn(
-            f"the snapshot's KV cache is {src}, this session's is {dst}: converting it "
-            "(continuations can differ from the saved session's; pass kv_dtype= to "
-            "ask for the conversion)",
+            f"the snapshot's KV cache is {what_src}, this session's is {what_dst}: "
+            f"converting it ({hint})",
             RuntimeWarning,
             stacklevel=3,
         )
@@ -521,11 +609,15 @@ def _convert_kv(model: Model, data: Any, n: int, src: str, dst: str, *, warn: bo
             int(c["dim_k"]),
             int(c["dim_v"]),
             n,
-            src,
-            dst,
+            src_t,
+            dst_t,
+            src_rot,
+            dst_rot,
         )
     except OxiLlamaError as e:
-        raise SnapshotError(f"cannot convert the snapshot's {src} KV cache to {dst}: {e}") from e
+        raise SnapshotError(
+            f"cannot convert the snapshot's {what_src} KV cache to {what_dst}: {e}"
+        ) from e
 
 
 def _grammar(model: Model, d: dict[str, Any]) -> tuple[Grammar, GrammarMatcher]:
@@ -542,7 +634,13 @@ def _grammar(model: Model, d: dict[str, Any]) -> tuple[Grammar, GrammarMatcher]:
     return grammar, matcher
 
 
-def write_atomic(path: str | os.PathLike[str], secs: list[Writer], *, durable: bool = True) -> None:
+def write_atomic(
+    path: str | os.PathLike[str],
+    secs: list[Writer],
+    *,
+    durable: bool = True,
+    version: int = VERSION,
+) -> None:
     """Writes the sections as one OXISNAP1 file, crash-safely (see
     :func:`~.atomic.replace_file`).
 
@@ -557,7 +655,7 @@ def write_atomic(path: str | os.PathLike[str], secs: list[Writer], *, durable: b
             fill_payload(secs, image)
             with image[HEADER.size :] as payload:
                 digest = _native.write_hashed(fd, payload, HEADER.size)
-            seal(image, digest)
+            seal(image, digest, version=version)
             with image[: HEADER.size] as header:
                 if os.pwrite(fd, header, 0) != HEADER.size:
                     raise OSError(errno.EIO, "short write of the snapshot header")

@@ -1,6 +1,11 @@
 //! The self-attention block: projections (separate or fused q/k/v, with
 //! optional biases), optional per-head q/k norms, RoPE, the KV write, the
 //! attention itself, and the output projection.
+//!
+//! A cache that stores its rows Hadamard-rotated (`KvRot`, on by default
+//! for quantized sides, as llama.cpp) gets them rotated here, after RoPE:
+//! keys with the queries that meet them, values before they are stored and
+//! the attention output back after (the rotation is its own inverse).
 
 use super::add::add_bias;
 use super::norm::Norm;
@@ -9,6 +14,7 @@ use crate::model::config::{ModelConfig, NormKind};
 use crate::model::pass::{fit, Pass, Scratch, Segment};
 use crate::model::weights::{MatRef, Tensors};
 use crate::ops::attention::{attention, decode_many, AttnParams, DecodeRow};
+use crate::ops::hadamard;
 use crate::ops::matmul::{matmul, matmul_multi};
 use crate::Result;
 
@@ -181,6 +187,7 @@ impl AttnWeights {
         let cs = if local { &s.cs_local } else { &s.cs };
         let rd = c.rope_dims;
         for (g, seg) in p.segs.iter_mut().enumerate() {
+            let rot = seg.kv.rot();
             for t in p.starts[g]..p.starts[g + 1] {
                 let a = &cs[t * rd..(t + 1) * rd];
                 p.rope.apply(&mut s.q[t * qd..(t + 1) * qd], c.dim_k, a);
@@ -191,6 +198,9 @@ impl AttnWeights {
                     let m = m as f32;
                     s.q[t * qd..(t + 1) * qd].iter_mut().for_each(|x| *x *= m);
                 }
+                hadamard::rotate(&mut s.q[t * qd..(t + 1) * qd], rot.k);
+                hadamard::rotate(&mut s.k[t * kd..(t + 1) * kd], rot.k);
+                hadamard::rotate(&mut s.v[t * vd..(t + 1) * vd], rot.v);
                 seg.kv.store(
                     il,
                     p.rows_pos[t],
@@ -211,6 +221,10 @@ impl AttnWeights {
         };
         fit(&mut s.att, n * od);
         attend(p, s, il, &params);
+        for (g, seg) in p.segs.iter().enumerate() {
+            let (a, b) = (p.starts[g], p.starts[g + 1]);
+            hadamard::rotate(&mut s.att[a * od..b * od], seg.kv.rot().v);
+        }
         matmul(
             p.pool,
             self.wo.view(f),
