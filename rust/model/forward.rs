@@ -594,10 +594,30 @@ fn pack_weights(
             *done[i].lock().unwrap_or_else(|e| e.into_inner()) = Some(map);
         }
     });
-    todo.iter()
+    let packed: std::collections::HashMap<usize, memmap2::MmapMut> = todo
+        .iter()
         .zip(done)
         .filter_map(|((t, _), p)| {
             Some((t.offset, p.into_inner().unwrap_or_else(|e| e.into_inner())?))
         })
-        .collect()
+        .collect();
+    // A tied table's file layout now serves only embedding lookups, a row
+    // per token: its pages leave this process (the page cache keeps them
+    // and a lookup faults its row back in), so the packed head does not
+    // double the resident size. Gemma-3-270M: 178 MB of its 246.
+    if let Some(t) = f
+        .tensor("token_embd.weight")
+        .filter(|t| tied && packed.contains_key(&t.offset))
+    {
+        let ps = crate::gguf::page_size();
+        let (a, b) = (
+            t.offset.next_multiple_of(ps),
+            (t.offset + t.nbytes) / ps * ps,
+        );
+        if b > a {
+            // Advice only: a file read into memory keeps its bytes.
+            let _ = f.page(a, b - a, Paging::Unmap);
+        }
+    }
+    packed
 }

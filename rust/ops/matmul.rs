@@ -461,32 +461,38 @@ mod tests {
 
     #[test]
     fn packed_matrices_give_the_bits_of_the_file_layout() {
-        // A repacked Q4_K matrix (where this CPU repacks) gives every token
-        // the bits the file's layout gives, through the packed kernel (up
-        // to PACKED_TOKENS tokens) and the GEMM beyond.
+        // A repacked matrix (where this CPU repacks) gives every token the
+        // bits the file's layout gives, through the packed kernel (up to
+        // PACKED_TOKENS tokens) and the GEMM beyond.
         let pool = ThreadPool::new(2);
         let (rows, cols) = (96, 512);
-        let ty = GgmlType::Q4K;
-        let data = weight_bytes(rows * ty.row_bytes(cols).unwrap(), 0x51_7cc1_b727_220a);
-        let Some(packed) = crate::quant::pack_matrix(ty, rows, cols, &data) else {
-            eprintln!("Q4_K is not repacked on this CPU");
-            return;
-        };
-        let plain = QMatrix::new(ty, rows, cols, &data).unwrap();
-        let fast = QMatrix {
-            packed: Some(&packed),
-            ..plain
-        };
-        for n_tok in [1, 2, 3, 5, 8, 9] {
-            let x: Vec<f32> = (0..n_tok * cols)
-                .map(|i| ((i * 53 % 97) as f32 - 48.0) / 20.0)
-                .collect();
-            let mut scratch = ActScratch::default();
-            let (mut a, mut b) = (vec![f32::NAN; rows * n_tok], vec![f32::NAN; rows * n_tok]);
-            matmul(&pool, plain, &x, n_tok, &mut a, &mut scratch);
-            matmul(&pool, fast, &x, n_tok, &mut b, &mut scratch);
-            for (i, (p, q)) in a.iter().zip(&b).enumerate() {
-                assert_eq!(p.to_bits(), q.to_bits(), "n_tok={n_tok} at {i}");
+        for ty in [GgmlType::Q4K, GgmlType::Q8_0] {
+            let data = weight_bytes(rows * ty.row_bytes(cols).unwrap(), 0x51_7cc1_b727_220a);
+            let Some(packed) = crate::quant::pack_matrix(ty, rows, cols, &data) else {
+                eprintln!("{} is not repacked on this CPU", ty.name());
+                continue;
+            };
+            let plain = QMatrix::new(ty, rows, cols, &data).unwrap();
+            let fast = QMatrix {
+                packed: Some(&packed),
+                ..plain
+            };
+            for n_tok in [1, 2, 3, 5, 8, 9] {
+                let x: Vec<f32> = (0..n_tok * cols)
+                    .map(|i| ((i * 53 % 97) as f32 - 48.0) / 20.0)
+                    .collect();
+                let mut scratch = ActScratch::default();
+                let (mut a, mut b) = (vec![f32::NAN; rows * n_tok], vec![f32::NAN; rows * n_tok]);
+                matmul(&pool, plain, &x, n_tok, &mut a, &mut scratch);
+                matmul(&pool, fast, &x, n_tok, &mut b, &mut scratch);
+                for (i, (p, q)) in a.iter().zip(&b).enumerate() {
+                    assert_eq!(
+                        p.to_bits(),
+                        q.to_bits(),
+                        "{} n_tok={n_tok} at {i}",
+                        ty.name()
+                    );
+                }
             }
         }
     }

@@ -451,9 +451,9 @@ pub const PACKED_GROUP_ROWS: usize = 16;
 /// through the GEMM, which reads the file's layout).
 pub const PACKED_TOKENS: usize = 8;
 
-/// Whether matrices of `ty` are repacked for decode on this CPU: Q4_K
-/// where AVX-512 VNNI is available, unless `OXILLAMA_REPACK=0`. Decided
-/// once per process.
+/// Whether matrices of `ty` are repacked for decode on this CPU: Q4_K and
+/// Q8_0 where AVX-512 VNNI is available, unless `OXILLAMA_REPACK=0`.
+/// Decided once per process.
 pub fn packs(ty: GgmlType) -> bool {
     static ON: OnceLock<bool> = OnceLock::new();
     let on = *ON.get_or_init(|| {
@@ -463,17 +463,25 @@ pub fn packs(ty: GgmlType) -> bool {
         }
         false
     });
-    on && ty == GgmlType::Q4K
+    on && matches!(ty, GgmlType::Q4K | GgmlType::Q8_0)
 }
 
 /// Bytes of the decode layout of a `rows x cols` matrix of `ty`, when
 /// `packs(ty)` and its rows come in whole groups.
 pub fn packed_len(ty: GgmlType, rows: usize, cols: usize) -> Option<usize> {
-    if !packs(ty) || !rows.is_multiple_of(PACKED_GROUP_ROWS) || !cols.is_multiple_of(QK_K) {
+    if !packs(ty) || !rows.is_multiple_of(PACKED_GROUP_ROWS) {
         return None;
     }
     #[cfg(target_arch = "x86_64")]
-    return Some(rows / PACKED_GROUP_ROWS * (cols / QK_K) * avx2::q4k_packed::PACKED_BLOCK);
+    return match ty {
+        GgmlType::Q4K if cols.is_multiple_of(QK_K) => {
+            Some(rows / PACKED_GROUP_ROWS * (cols / QK_K) * avx2::q4k_packed::PACKED_BLOCK)
+        }
+        GgmlType::Q8_0 if cols.is_multiple_of(32) => {
+            Some(rows / PACKED_GROUP_ROWS * (cols / 32) * avx2::q8_0_packed::PACKED_BLOCK)
+        }
+        _ => None,
+    };
     #[cfg(not(target_arch = "x86_64"))]
     None
 }
@@ -492,7 +500,10 @@ pub fn pack_matrix_into(
         && ty.row_bytes(cols).and_then(|rb| rb.checked_mul(rows)) == Some(data.len());
     #[cfg(target_arch = "x86_64")]
     if ok {
-        avx2::q4k_packed::pack(rows, cols, data, out);
+        match ty {
+            GgmlType::Q4K => avx2::q4k_packed::pack(rows, cols, data, out),
+            _ => avx2::q8_0_packed::pack(rows, cols, data, out),
+        }
     }
     ok
 }
@@ -517,7 +528,10 @@ pub fn packed_tile(
 ) {
     assert!(packs(ty), "{} matrices are not packed here", ty.name());
     #[cfg(target_arch = "x86_64")]
-    avx2::q4k_packed::tile(n, packed, groups, acts, outs);
+    match ty {
+        GgmlType::Q4K => avx2::q4k_packed::tile(n, packed, groups, acts, outs),
+        _ => avx2::q8_0_packed::tile(n, packed, groups, acts, outs),
+    }
 }
 
 /// The portable reference implementation for weight type `ty`.

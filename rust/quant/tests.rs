@@ -780,36 +780,63 @@ fn kquant_gemms_equal_scalar_reference_bit_for_bit() {
 
 #[cfg(target_arch = "x86_64")]
 #[test]
-fn packed_q4_k_rows_equal_scalar_reference_bit_for_bit() {
-    // The decode layout (sixteen rows interleaved) gives every (row,
-    // token) the scalar reference's bits, for every token count a decode
-    // step or a small batch uses, from the first group or a later one.
-    if !crate::quant::packs(T::Q4K) {
-        eprintln!("Q4_K is not repacked on this CPU: packed kernel not run");
-        return;
-    }
-    let mut rng = StdRng::seed_from_u64(37);
-    let (rows, n) = (48, 3 * QK_K);
-    let (s, k) = (scalar_kernels(T::Q4K).unwrap(), kernels(T::Q4K).unwrap());
-    let ws = twin_rows(T::Q4K, n, rows, &[(0, 0x00), (17, 0xFF)], &mut rng);
-    let data: Vec<u8> = ws.concat();
-    let packed = crate::quant::pack_matrix(T::Q4K, rows, n, &data).expect("packs");
-    for ntok in 1..=crate::quant::PACKED_TOKENS {
-        let acts = twin_acts(k, n, ntok, &mut rng);
-        let ar: Vec<&[u8]> = acts.iter().map(|v| v.as_slice()).collect();
-        for (g0, g1) in [(0, 3), (1, 3), (2, 3)] {
-            let mut bufs = vec![vec![f32::NAN; (g1 - g0) * 16]; ntok];
-            let mut outs: Vec<&mut [f32]> = bufs.iter_mut().map(|b| b.as_mut_slice()).collect();
-            crate::quant::packed_tile(T::Q4K, n, &packed, (g0, g1), &ar, &mut outs);
-            for (t, out) in bufs.iter().enumerate() {
-                for (i, v) in out.iter().enumerate() {
-                    let r = g0 * 16 + i;
-                    let want = (s.vec_dot)(n, &ws[r], ar[t]);
-                    assert_eq!(v.to_bits(), want.to_bits(), "row {r} token {t} of {ntok}");
+fn packed_rows_equal_the_file_layouts_bits() {
+    // The decode layouts (sixteen rows interleaved) give every (row,
+    // token) the bits of the file layout's kernels, for every token count
+    // a decode step or a small batch uses, from the first group or a
+    // later one: Q4_K's are the scalar reference's on every path; Q8_0's
+    // SIMD paths fuse the block's multiply-add (the row tile's bits).
+    for (ty, block_elems) in [(T::Q4K, QK_K), (T::Q8_0, 32)] {
+        if !crate::quant::packs(ty) {
+            eprintln!(
+                "{} is not repacked on this CPU: packed kernel not run",
+                ty.name()
+            );
+            continue;
+        }
+        let mut rng = StdRng::seed_from_u64(37);
+        let (rows, n) = (48, 3 * block_elems);
+        let (s, k) = (scalar_kernels(ty).unwrap(), kernels(ty).unwrap());
+        let ws = twin_rows(ty, n, rows, &[(0, 0x00), (17, 0xFF)], &mut rng);
+        let data: Vec<u8> = ws.concat();
+        let packed = crate::quant::pack_matrix(ty, rows, n, &data).expect("packs");
+        if ty == T::Q8_0 {
+            assert_eq!(
+                packed.len(),
+                data.len(),
+                "Q8_0's layout takes the file's bytes"
+            );
+        }
+        for ntok in 1..=crate::quant::PACKED_TOKENS {
+            let acts = twin_acts(k, n, ntok, &mut rng);
+            let ar: Vec<&[u8]> = acts.iter().map(|v| v.as_slice()).collect();
+            for (g0, g1) in [(0, 3), (1, 3), (2, 3)] {
+                let mut bufs = vec![vec![f32::NAN; (g1 - g0) * 16]; ntok];
+                let mut outs: Vec<&mut [f32]> = bufs.iter_mut().map(|b| b.as_mut_slice()).collect();
+                crate::quant::packed_tile(ty, n, &packed, (g0, g1), &ar, &mut outs);
+                let wr: Vec<&[u8]> = ws.iter().map(|v| v.as_slice()).collect();
+                let mut tiled = vec![f32::NAN; rows * ntok];
+                (k.vec_dot_tile)(n, &wr, &ar, &mut tiled);
+                for (t, out) in bufs.iter().enumerate() {
+                    for (i, v) in out.iter().enumerate() {
+                        let r = g0 * 16 + i;
+                        let want = if ty == T::Q4K {
+                            (s.vec_dot)(n, &ws[r], ar[t])
+                        } else {
+                            tiled[r * ntok + t]
+                        };
+                        assert_eq!(
+                            v.to_bits(),
+                            want.to_bits(),
+                            "{} row {r} token {t} of {ntok}",
+                            ty.name()
+                        );
+                    }
                 }
             }
         }
+        // Rows that are not whole groups are not packed.
+        let rb = ty.row_bytes(n).unwrap();
+        assert!(crate::quant::pack_matrix(ty, 40, n, &data[..40 * rb]).is_none());
     }
-    // Rows that are not whole groups are not packed.
-    assert!(crate::quant::pack_matrix(T::Q4K, 40, n, &data[..40 * (n / QK_K) * 144]).is_none());
 }

@@ -32,6 +32,7 @@ mod q5_1;
 mod q5_k;
 mod q6_k;
 mod q8_0;
+pub mod q8_0_packed;
 mod quantize;
 mod rows16_vnni;
 
