@@ -147,3 +147,44 @@ def test_help_teaches(capsys: pytest.CaptureFixture[str]) -> None:
     text = capsys.readouterr().out
     for word in ("llama-bench", "-p 512 -n 128", "@ dN", "warm-up", "-o json", "examples"):
         assert word in text
+
+
+def test_cache_types_reach_the_engine_and_the_records(
+    model_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """-ctk/-ctv as llama-bench's: the engine runs with those KV types and
+    each record names them; an unknown type fails before any test runs."""
+    from oxillama.engine import engine as engine_mod
+
+    seen: list[tuple[str | None, str | None]] = []
+    real = engine_mod.Engine.__init__
+
+    def spy(self: Any, *a: Any, **kw: Any) -> None:
+        seen.append((kw.get("kv_dtype_k"), kw.get("kv_dtype_v")))
+        real(self, *a, **kw)
+
+    monkeypatch.setattr(engine_mod.Engine, "__init__", spy)
+    out, _ = run(
+        capsys,
+        "-m",
+        str(model_path),
+        "-p",
+        "8",
+        "-n",
+        "2",
+        "-r",
+        "1",
+        "-t",
+        "1",
+        "-ctk",
+        "q8_0",
+        "-ctv",
+        "q4_0",
+        "-o",
+        "jsonl",
+    )
+    recs = [json.loads(line) for line in out.splitlines()]
+    assert [(r["type_k"], r["type_v"]) for r in recs] == [("q8_0", "q4_0")] * 2
+    assert seen == [("q8_0", "q4_0")] * 2
+    assert main(["bench", "-m", str(model_path), "-p", "8", "-n", "0", "-ctk", "q9"]) != 0
+    assert "unknown KV cache type 'q9'" in capsys.readouterr().err

@@ -24,6 +24,7 @@ from dataclasses import dataclass, field
 from typing import Any, TextIO
 
 import oxillama._native as _native
+from oxillama.engine.kv_types import kv_types
 from oxillama.errors import ParameterError
 from oxillama.model.summary import GgufSummary, format_params, format_size, summarize
 
@@ -181,6 +182,15 @@ def add_parser(sub: Any) -> None:
         default="md",
         help="format on standard output (default: md, llama-bench's markdown table)",
     )
+    for side, what in (("k", "keys"), ("v", "values")):
+        b.add_argument(
+            f"-ct{side}",
+            f"--cache-type-{side}",
+            default="f16",
+            metavar="TYPE",
+            help=f"KV cache type of the {what}, as llama-bench's (default: f16; also f32, "
+            "q8_0, q4_0)",
+        )
     b.add_argument("--no-warmup", action="store_true", help="skip the untimed warm-up runs")
     b.set_defaults(func=cmd_bench)
 
@@ -221,6 +231,8 @@ class Test:
     n_prompt: int
     n_gen: int
     n_depth: int
+    type_k: str = "f16"
+    type_v: str = "f16"
     test_time: str = ""
     samples_ns: list[int] = field(default_factory=list)
 
@@ -269,8 +281,8 @@ class Test:
             self.model.n_params,
             PREFILL_CHUNK,
             self.n_threads,
-            "f16",
-            "f16",
+            self.type_k,
+            self.type_v,
             self.n_prompt,
             self.n_gen,
             self.n_depth,
@@ -351,6 +363,8 @@ def run_test(
         context_size=max(1, test.n_prompt + test.n_gen + test.n_depth),
         threads=test.n_threads,
         prefill_chunk=PREFILL_CHUNK,
+        kv_dtype_k=test.type_k,
+        kv_dtype_v=test.type_v,
     )
     runner = _Runner(engine, rng)
     if warmup:
@@ -517,6 +531,9 @@ def cmd_bench(args: argparse.Namespace) -> int:
     )
     if not tests:
         raise ParameterError("nothing to run: every -p and -n is 0 and there is no -pg")
+    kv_types(k=args.cache_type_k, v=args.cache_type_v)  # an unknown type fails before any test
+    for t in tests:
+        t.type_k, t.type_v = args.cache_type_k, args.cache_type_v
 
     err = sys.stderr
     tty = err.isatty()
