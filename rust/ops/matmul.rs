@@ -466,7 +466,12 @@ mod tests {
         // PACKED_TOKENS tokens) and the GEMM beyond.
         let pool = ThreadPool::new(2);
         let (rows, cols) = (96, 512);
-        for ty in [GgmlType::Q4K, GgmlType::Q8_0] {
+        for ty in [
+            GgmlType::Q4K,
+            GgmlType::Q8_0,
+            GgmlType::Q4_0,
+            GgmlType::Q4_1,
+        ] {
             let data = weight_bytes(rows * ty.row_bytes(cols).unwrap(), 0x51_7cc1_b727_220a);
             let Some(packed) = crate::quant::pack_matrix(ty, rows, cols, &data) else {
                 eprintln!("{} is not repacked on this CPU", ty.name());

@@ -784,9 +784,10 @@ fn packed_rows_equal_the_file_layouts_bits() {
     // The decode layouts (sixteen rows interleaved) give every (row,
     // token) the bits of the file layout's kernels, for every token count
     // a decode step or a small batch uses, from the first group or a
-    // later one: Q4_K's are the scalar reference's on every path; Q8_0's
-    // SIMD paths fuse the block's multiply-add (the row tile's bits).
-    for (ty, block_elems) in [(T::Q4K, QK_K), (T::Q8_0, 32)] {
+    // later one: Q4_K's are the scalar reference's on every path; the
+    // 32-element formats' SIMD paths fuse the block's multiply-add (the
+    // row tile's bits).
+    for (ty, block_elems) in [(T::Q4K, QK_K), (T::Q8_0, 32), (T::Q4_0, 32), (T::Q4_1, 32)] {
         if !crate::quant::packs(ty) {
             eprintln!(
                 "{} is not repacked on this CPU: packed kernel not run",

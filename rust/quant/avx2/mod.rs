@@ -26,6 +26,7 @@ mod q3_k;
 mod q4_0;
 mod q4_1;
 mod q4_k;
+pub mod q4_packed;
 pub mod q4k_packed;
 mod q5_0;
 mod q5_1;

@@ -1,0 +1,257 @@
+//! Q4_0 and Q4_1 weights repacked at load time for decode on AVX-512
+//! VNNI: sixteen rows interleaved so that one 64-byte load holds the same
+//! four quant bytes of each of them.
+//!
+//! Why: the row tile (`rows16_vnni.rs`) gathers sixteen rows' blocks from
+//! sixteen places, expands their nibbles and transposes them with two
+//! dozen shuffles per block. Interleaved once at load, a block of sixteen
+//! rows is four 64-byte words, a mask and a shift each, eight `vpdpbusd`
+//! and the scales as vectors. The layout takes exactly the file's bytes.
+//!
+//! Layout, per group of sixteen rows and block of 32 elements
+//! (`F::PACKED` bytes, groups one after another, a group's blocks in
+//! order):
+//! - `64 * w + 4 * r`: quant bytes `4w .. 4w + 4` of row r (their low
+//!   nibbles are elements `4w ..`, their high ones elements `16 + 4w ..`);
+//! - `SC + 2 * r`: row r's scale `d` (f16);
+//! - `SC + 32 + 2 * r` (Q4_1): row r's minimum `m` (f16).
+//!
+//! Bits: per block, `fma(isum, d_w * d_a, acc)` and, for Q4_1, `mins +
+//! m_w * s_a`, from +0.0 in block order and `acc + mins` at the end, lane
+//! by lane: the row tile's arithmetic, so the same bits as every other
+//! Q4_0/Q4_1 path.
+
+use std::arch::x86_64::*;
+
+use super::{f16_at, read_u32, Block32};
+
+/// Rows per group: the sixteen i32 lanes.
+pub const GROUP_ROWS: usize = 16;
+const QK: usize = 32;
+const SC: usize = 4 * 64;
+
+/// Tokens per kernel pass (their sums stay in registers).
+const TOKENS: usize = 4;
+
+/// What the packed kernel needs of a format beyond `Block32`.
+pub(super) trait Nibbles: Block32 {
+    /// Where a block's sixteen quant bytes start.
+    const QS: usize;
+    /// Bytes per group and block: the file's sixteen blocks.
+    const PACKED: usize;
+}
+
+impl Nibbles for super::q4_0::Q4_0 {
+    const QS: usize = 2;
+    const PACKED: usize = SC + 2 * GROUP_ROWS;
+}
+
+impl Nibbles for super::q4_1::Q4_1 {
+    const QS: usize = 4;
+    const PACKED: usize = SC + 4 * GROUP_ROWS;
+}
+
+/// Whether the CPU has what the kernel uses.
+pub fn available() -> bool {
+    super::q4k_packed::available()
+}
+
+/// Writes into `out` (`rows / 16 * cols / 32 * F::PACKED` bytes) the
+/// packed form of a matrix of `rows` (a multiple of 16) rows of `cols`
+/// elements held in `data` (the file's layout).
+pub(super) fn pack<F: Nibbles>(rows: usize, cols: usize, data: &[u8], out: &mut [u8]) {
+    let nb = cols / QK;
+    let rb = nb * F::W;
+    assert!(
+        rows.is_multiple_of(GROUP_ROWS) && cols.is_multiple_of(QK) && data.len() == rows * rb,
+        "q4 pack shape"
+    );
+    assert_eq!(
+        out.len(),
+        rows / GROUP_ROWS * nb * F::PACKED,
+        "q4 packed size"
+    );
+    for (gi, dst) in out.chunks_exact_mut(F::PACKED).enumerate() {
+        let (g, i) = (gi / nb, gi % nb);
+        for r in 0..GROUP_ROWS {
+            let b = &data[(g * GROUP_ROWS + r) * rb + i * F::W..][..F::W];
+            for w in 0..4 {
+                let at = 64 * w + 4 * r;
+                dst[at..at + 4].copy_from_slice(&b[F::QS + 4 * w..F::QS + 4 * w + 4]);
+            }
+            dst[SC + 2 * r..SC + 2 * r + 2].copy_from_slice(&b[0..2]);
+            if F::MIN {
+                dst[SC + 32 + 2 * r..SC + 34 + 2 * r].copy_from_slice(&b[2..4]);
+            }
+        }
+    }
+}
+
+/// The sixteen rows of one group (`grp`: its `nb` packed blocks) against
+/// `N` activation rows (Q8_0 for Q4_0, Q8_1 for Q4_1) whose block quant
+/// sums are `asum[t]` (read for Q4_0 only); each token's sixteen values.
+///
+/// # Safety
+/// AVX2, FMA, F16C, AVX-512 F/BW/VL and VNNI are available; `grp` holds
+/// `nb * F::PACKED` bytes, every `a[t]` `nb` activation blocks and, for
+/// Q4_0, every `asum[t]` `nb` sums.
+#[allow(clippy::needless_range_loop)]
+#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
+unsafe fn pass<F: Nibbles, const N: usize>(
+    nb: usize,
+    grp: *const u8,
+    a: [*const u8; N],
+    asum: [*const i32; N],
+) -> [__m512; N] {
+    let m4 = _mm512_set1_epi8(0x0f);
+    let mut acc = [_mm512_setzero_ps(); N];
+    let mut mins = [_mm512_setzero_ps(); N];
+    for i in 0..nb {
+        let blk = grp.wrapping_add(i * F::PACKED);
+        let ab: [*const u8; N] = std::array::from_fn(|t| a[t].wrapping_add(i * F::A));
+        let q0 = F::A - QK;
+        // Low and high nibbles in separate sums: the chains interleave
+        // (integer sums, so the split cannot change them).
+        let mut s = [[_mm512_setzero_si512(); 2]; N];
+        for w in 0..4 {
+            // SAFETY: word w of this packed block.
+            let q = unsafe { _mm512_loadu_si512(blk.add(64 * w) as *const __m512i) };
+            let lo = _mm512_and_si512(q, m4);
+            let hi = _mm512_and_si512(_mm512_srli_epi16::<4>(q), m4);
+            for t in 0..N {
+                // SAFETY: quants 4w.. and 16 + 4w.. of token t's block i.
+                let (xl, xh) = unsafe {
+                    (
+                        read_u32(ab[t].add(q0 + 4 * w)),
+                        read_u32(ab[t].add(q0 + 16 + 4 * w)),
+                    )
+                };
+                s[t][0] = _mm512_dpbusd_epi32(s[t][0], lo, _mm512_set1_epi32(xl as i32));
+                s[t][1] = _mm512_dpbusd_epi32(s[t][1], hi, _mm512_set1_epi32(xh as i32));
+            }
+        }
+        // SAFETY: the sixteen scales (and minimums) of this packed block.
+        let dw = _mm512_cvtph_ps(unsafe { _mm256_loadu_si256(blk.add(SC) as *const __m256i) });
+        let mw = if F::MIN {
+            // SAFETY: as above.
+            _mm512_cvtph_ps(unsafe { _mm256_loadu_si256(blk.add(SC + 32) as *const __m256i) })
+        } else {
+            _mm512_setzero_ps()
+        };
+        for t in 0..N {
+            let mut isum = _mm512_add_epi32(s[t][0], s[t][1]);
+            if F::OFFSET != 0 {
+                // |sum| <= 32 * 128 and OFFSET <= 128: exact in i32.
+                // SAFETY: token t's block-i sum.
+                let sum = unsafe { *asum[t].add(i) };
+                isum = _mm512_sub_epi32(isum, _mm512_set1_epi32(sum * F::OFFSET));
+            }
+            // SAFETY: token t's block-i scale.
+            let da = unsafe { f16_at(ab[t]) };
+            let prod = _mm512_mul_ps(dw, _mm512_set1_ps(da));
+            acc[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(isum), prod, acc[t]);
+            if F::MIN {
+                // SAFETY: Q8_1's sum `s` is the f16 at byte 2.
+                let sa = unsafe { f16_at(ab[t].add(2)) };
+                mins[t] = _mm512_add_ps(mins[t], _mm512_mul_ps(mw, _mm512_set1_ps(sa)));
+            }
+        }
+    }
+    if F::MIN {
+        for t in 0..N {
+            acc[t] = _mm512_add_ps(acc[t], mins[t]);
+        }
+    }
+    acc
+}
+
+/// Groups `g0..g1` of a packed matrix of `n`-element rows against every
+/// activation row: `outs[t][(g - g0) * 16 + r]` is row `16g + r` against
+/// token t.
+pub(super) fn tile<F: Nibbles>(
+    n: usize,
+    packed: &[u8],
+    (g0, g1): (usize, usize),
+    acts: &[&[u8]],
+    outs: &mut [&mut [f32]],
+) {
+    assert!(available(), "packed Q4 kernel without AVX-512 VNNI");
+    let nb = n / QK;
+    let span = (g1 - g0) * GROUP_ROWS;
+    assert!(
+        n.is_multiple_of(QK)
+            && packed.len() >= g1 * nb * F::PACKED
+            && acts.len() == outs.len()
+            && acts.iter().all(|a| a.len() >= nb * F::A)
+            && outs.iter().all(|o| o.len() >= span),
+        "packed tile operand too short"
+    );
+    // Each token's block sums, for Q4_0's offset.
+    let asum: Vec<Vec<i32>> = acts
+        .iter()
+        .map(|a| {
+            if F::OFFSET == 0 {
+                return Vec::new();
+            }
+            a.chunks_exact(F::A)
+                .take(nb)
+                .map(|b| b[F::A - QK..].iter().map(|&q| q as i8 as i32).sum())
+                .collect()
+        })
+        .collect();
+    for g in g0..g1 {
+        let grp = packed[g * nb * F::PACKED..].as_ptr();
+        let o = (g - g0) * GROUP_ROWS;
+        let mut t = 0;
+        while t < acts.len() {
+            let left = acts.len() - t;
+            let mut put = |v: &[__m512]| {
+                for (k, v) in v.iter().enumerate() {
+                    // SAFETY: sixteen floats at o of token t + k's output.
+                    unsafe { _mm512_storeu_ps(outs[t + k][o..o + GROUP_ROWS].as_mut_ptr(), *v) };
+                }
+            };
+            // SAFETY (each pass): features asserted; group g, the tokens'
+            // nb blocks and (Q4_0) their nb sums are in bounds (asserted
+            // and built above).
+            if left >= TOKENS {
+                let a = std::array::from_fn(|k| acts[t + k].as_ptr());
+                let s = std::array::from_fn(|k| asum[t + k].as_ptr());
+                put(&unsafe { pass::<F, TOKENS>(nb, grp, a, s) });
+                t += TOKENS;
+            } else if left >= 2 {
+                let a = std::array::from_fn(|k| acts[t + k].as_ptr());
+                let s = std::array::from_fn(|k| asum[t + k].as_ptr());
+                put(&unsafe { pass::<F, 2>(nb, grp, a, s) });
+                t += 2;
+            } else {
+                put(&unsafe { pass::<F, 1>(nb, grp, [acts[t].as_ptr()], [asum[t].as_ptr()]) });
+                t += 1;
+            }
+        }
+    }
+}
+
+/// `pack` for Q4_0.
+pub fn pack_q4_0(rows: usize, cols: usize, data: &[u8], out: &mut [u8]) {
+    pack::<super::q4_0::Q4_0>(rows, cols, data, out)
+}
+
+/// `pack` for Q4_1.
+pub fn pack_q4_1(rows: usize, cols: usize, data: &[u8], out: &mut [u8]) {
+    pack::<super::q4_1::Q4_1>(rows, cols, data, out)
+}
+
+/// `tile` for Q4_0.
+pub fn tile_q4_0(n: usize, p: &[u8], g: (usize, usize), a: &[&[u8]], o: &mut [&mut [f32]]) {
+    tile::<super::q4_0::Q4_0>(n, p, g, a, o)
+}
+
+/// `tile` for Q4_1.
+pub fn tile_q4_1(n: usize, p: &[u8], g: (usize, usize), a: &[&[u8]], o: &mut [&mut [f32]]) {
+    tile::<super::q4_1::Q4_1>(n, p, g, a, o)
+}
+
+/// Bytes per group and block of Q4_0 and of Q4_1.
+pub const PACKED_Q4_0: usize = SC + 2 * GROUP_ROWS;
+pub const PACKED_Q4_1: usize = SC + 4 * GROUP_ROWS;
