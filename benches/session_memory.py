@@ -15,6 +15,21 @@ back to back to a session that never left memory. The bounds
   number of ids;
 - every hibernated session continues exactly (same text, token for token,
   greedy).
+
+With ``--budget SIZE`` it measures ``--max-session-memory`` instead: for
+each KV cache type of ``--kv-types`` (default f16, q8_0, q4_0; keys and
+values alike) a server with that budget (and no practical count bound) is
+sent ``--sessions`` fresh sessions of about ``--tokens`` tokens each (one
+turn: the prompt and one generated token), one after another; once the
+last turn's fit is done it reads how many sessions are live, the KV bytes
+they hold and the server's RSS (before the first session and at the end).
+It prints those and the ratios of live sessions against f16's:
+
+    python benches/session_memory.py --budget 256M [--tokens 1000] [--sessions 48]
+
+The best ratio the cache types allow is their bytes per element: f16 64
+bytes per 32 elements, q8_0 34, q4_0 18 (64/18 = 3.56x); the measured
+ratio of counts also carries the rounding down of budget / session size.
 """
 
 from __future__ import annotations
@@ -22,6 +37,7 @@ from __future__ import annotations
 import argparse
 import json
 import shutil
+import subprocess
 import sys
 import tempfile
 import threading
@@ -32,7 +48,7 @@ from typing import Any
 import httpx
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from soak import PROMPTS, _proc, cpu_model, start_server
+from soak import PROMPTS, _free_port, _metrics, _proc, cpu_model, start_server
 
 TURN2 = " And then, after that,"
 
@@ -132,6 +148,166 @@ def _session_worth(metrics: str) -> float:
     return 3 * page + vocab_row
 
 
+#: A paragraph repeated to the wanted prompt length (each session's prompt
+#: starts with its own number, so no two are the same).
+PARAGRAPH = (
+    " The harbour town woke before the sun: fishermen checked their nets, the baker "
+    "lit his oven, and gulls argued over the quay while the tide turned slowly."
+)
+
+
+def start_budget_server(
+    args: argparse.Namespace, kv: str, folder: Path
+) -> tuple[subprocess.Popen[bytes], str]:
+    port = _free_port()
+    pages_per_session = -(-(args.tokens + 16) // 16)
+    cmd = [
+        sys.executable,
+        "-m",
+        "oxillama",
+        "serve",
+        "--port",
+        str(port),
+        "--threads",
+        str(args.threads),
+        "--context-size",
+        str(max(2048, args.tokens + 64)),
+        "--max-batch",
+        "4",
+        # Room in the pool for every session at once: the budget, not the
+        # pool, decides who stays (the pool is mapped lazily, so unused
+        # pages cost no memory).
+        "--kv-pages",
+        str(pages_per_session * (args.sessions + 2)),
+        "--cache-type-k",
+        kv,
+        "--cache-type-v",
+        kv,
+        "--max-sessions",
+        str(args.sessions + 1000),
+        "--max-session-memory",
+        args.budget,
+        "--sessions-dir",
+        str(folder),
+    ]
+    log = open(folder.parent / "server.log", "wb")
+    proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT)
+    url = f"http://127.0.0.1:{port}"
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise RuntimeError(f"the server exited: {(folder.parent / 'server.log').read_text()}")
+        try:
+            if httpx.get(url + "/health", timeout=1).status_code == 200:
+                return proc, url
+        except httpx.HTTPError:
+            time.sleep(0.1)
+    proc.kill()
+    raise RuntimeError("the server did not answer /health in 120 s")
+
+
+def _settled(url: str) -> dict[str, float]:
+    """/metrics once the fit after the last turn is done: the live count
+    and the KV bytes held stay the same for a second, within the budget."""
+    last: tuple[float, float] | None = None
+    deadline = time.monotonic() + 120
+    while True:
+        m = _metrics(url)
+        now = (m["sessions_live"], m["sessions_kv_bytes"])
+        if now == last and now[1] <= m["sessions_max_kv_bytes"]:
+            return m
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"the sessions did not settle under the budget: {now}")
+        last = now
+        time.sleep(1.0)
+
+
+def run_budget(args: argparse.Namespace, kv: str) -> dict[str, Any]:
+    work = Path(tempfile.mkdtemp(prefix=f"oxillama-sessbudget-{kv}-"))
+    folder = work / "sessions"
+    folder.mkdir()
+    proc, url = start_budget_server(args, kv, folder)
+    try:
+        with httpx.Client(base_url=url, timeout=600) as c:
+            # One stateless request first (scratch buffers, the first pass),
+            # and the prompt length of one paragraph.
+            r = c.post("/v1/completions", json={"prompt": PARAGRAPH, "max_tokens": 1})
+            r.raise_for_status()
+            per_paragraph = int(r.json()["usage"]["prompt_tokens"])
+            repeats = max(1, round(args.tokens / per_paragraph))
+            time.sleep(0.3)
+            rss_start = _proc(proc.pid)["rss_kib"]
+            prompt_tokens = []
+            t0 = time.perf_counter()
+            for i in range(args.sessions):
+                body = {
+                    "prompt": f"Session {i}." + PARAGRAPH * repeats,
+                    "session": f"s{i}",
+                    "max_tokens": 1,
+                    "temperature": 0,
+                }
+                r = c.post("/v1/completions", json=body)
+                r.raise_for_status()
+                prompt_tokens.append(int(r.json()["usage"]["prompt_tokens"]))
+            seconds = time.perf_counter() - t0
+            m = _settled(url)
+            rss_end = _proc(proc.pid)["rss_kib"]
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(timeout=30)
+        except Exception:
+            proc.kill()
+        shutil.rmtree(work, ignore_errors=True)
+    live = int(m["sessions_live"])
+    held = int(m["sessions_kv_bytes"])
+    return {
+        "kv": kv,
+        "budget_bytes": int(m["sessions_max_kv_bytes"]),
+        "sessions": args.sessions,
+        "prompt_tokens": [min(prompt_tokens), max(prompt_tokens)],
+        "live": live,
+        "hibernated": int(m["sessions_hibernated"]),
+        "kv_bytes_held": held,
+        "kv_bytes_per_session": held / live if live else None,
+        "kv_page_bytes": int(m["kv_page_bytes"]),
+        "rss_start_kib": rss_start,
+        "rss_end_kib": rss_end,
+        "seconds": seconds,
+    }
+
+
+def budget_main(args: argparse.Namespace) -> int:
+    rows = [run_budget(args, kv) for kv in args.kv_types.split(",")]
+    base = next((r for r in rows if r["kv"] == "f16"), rows[0])
+    for r in rows:
+        r["live_ratio"] = r["live"] / base["live"] if base["live"] else None
+        per, base_per = r["kv_bytes_per_session"], base["kv_bytes_per_session"]
+        r["bytes_ratio"] = base_per / per if per and base_per else None
+    if args.json:
+        print(json.dumps({"cpu": cpu_model(), "rows": rows}))
+        return 0
+    lo, hi = rows[0]["prompt_tokens"]
+    print(
+        f"CPU: {cpu_model()}; --max-session-memory {args.budget} "
+        f"({rows[0]['budget_bytes']} bytes); {args.sessions} sessions of {lo}-{hi} prompt "
+        "tokens, one generated"
+    )
+    print(
+        f"{'kv':6s} {'live':>5s} {'hiber':>5s} {'KiB/session':>12s} {'KV held MiB':>12s} "
+        f"{'RSS start MiB':>14s} {'RSS end MiB':>12s} {'live/f16':>9s} {'f16 B/this B':>13s}"
+    )
+    for r in rows:
+        per = r["kv_bytes_per_session"]
+        print(
+            f"{r['kv']:6s} {r['live']:5d} {r['hibernated']:5d} "
+            f"{per / 1024 if per else float('nan'):12.1f} {r['kv_bytes_held'] / 2**20:12.1f} "
+            f"{r['rss_start_kib'] / 1024:14.1f} {r['rss_end_kib'] / 1024:12.1f} "
+            f"{r['live_ratio'] or float('nan'):9.2f} {r['bytes_ratio'] or float('nan'):13.2f}"
+        )
+    return 0
+
+
 def check(r: dict[str, Any]) -> list[str]:
     failed = []
     if r["rss_peak_kib"] > r["allowed_kib"]:
@@ -150,7 +326,18 @@ def main() -> int:
     ap.add_argument("--max-sessions", type=int, default=16)
     ap.add_argument("--json", action="store_true")
     ap.add_argument("--check", action="store_true")
+    ap.add_argument(
+        "--budget",
+        metavar="SIZE",
+        help="measure --max-session-memory SIZE instead (see above)",
+    )
+    ap.add_argument("--kv-types", default="f16,q8_0,q4_0", help="with --budget")
+    ap.add_argument("--tokens", type=int, default=1000, help="with --budget: per session")
+    ap.add_argument("--sessions", type=int, default=48, help="with --budget: sessions sent")
+    ap.add_argument("--threads", type=int, default=2, help="with --budget: server threads")
     args = ap.parse_args()
+    if args.budget is not None:
+        return budget_main(args)
     r = run(args)
     r["failed"] = check(r)
     if args.json:

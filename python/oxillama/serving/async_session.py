@@ -94,6 +94,21 @@ class AsyncSession:
     def closed(self) -> bool:
         return self._conv.closed
 
+    def _kv_bytes(self, page_bytes: int) -> int:
+        """Bytes of KV cache the session holds: its pages of the pool
+        (``page_bytes`` each), or, while its KV is copied out of the pool
+        (hibernated under pressure, or restored and not woken yet), that
+        copy; none once closed. Only on the scheduler's worker
+        (``Scheduler.call``): anywhere else the native session may be in a
+        forward pass, and a session in a turn is counted as it stands
+        between two steps."""
+        if self._conv.closed:
+            return 0
+        state = self._conv.state
+        if state.swapped is not None:
+            return len(state.swapped[1])
+        return int(state.kv.pages_held) * page_bytes
+
     # ------------------------------------------------------------ generation
 
     def _turn(

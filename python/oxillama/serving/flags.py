@@ -160,6 +160,7 @@ def app_spec(args: argparse.Namespace) -> Any:
         max_stop_chars=args.max_stop_chars,
         max_logit_bias=args.max_logit_bias,
         max_sessions=args.max_sessions,
+        max_session_memory=args.max_session_memory,
         persist_turns=args.persist_turns,
     )
     return AppSpec(
@@ -296,6 +297,22 @@ def _add_ray_args(sv: argparse.ArgumentParser) -> None:
     )
 
 
+def _size_arg() -> Callable[[str], int]:
+    """An argparse ``type`` reading a size (see :func:`parse_size`); its
+    error message is the one argparse prints after the flag's name."""
+
+    def parse(text: str) -> int:
+        # Here, not at the top: the parser is built without the server extra.
+        from oxillama.serving.http.limits import parse_size
+
+        try:
+            return parse_size(text)
+        except ParameterError as e:
+            raise argparse.ArgumentTypeError(str(e)) from None
+
+    return parse
+
+
 def _lora_args(items: list[str]) -> dict[str, str]:
     """``--lora name=path`` flags as ``{name: path}``."""
     out: dict[str, str] = {}
@@ -391,4 +408,14 @@ def _add_serve_safety_args(sv: argparse.ArgumentParser) -> None:
         help="live stateful sessions; past it the least recently used idle one is "
         "hibernated to --sessions-dir, or without one evicted (its next request gets a 404 "
         "saying why); 503 with Retry-After when all are in a turn (default: 64)",
+    )
+    lim.add_argument(
+        "--max-session-memory",
+        type=_size_arg(),
+        metavar="SIZE",
+        help="KV cache bytes live stateful sessions may hold together (512M, 2G, or bytes; "
+        "binary units); past it the least recently used idle sessions leave memory as past "
+        "--max-sessions, and both bounds hold. A smaller --cache-type-k/-v (q8_0, q4_0) fits "
+        "more sessions in the same size. A session in a turn stays live whatever its size "
+        "(default: no bound)",
     )

@@ -140,6 +140,7 @@ class Server:
             folder=sessions_dir,
             remembered_evictions=limits.remembered_evictions,
             persist_turns=limits.persist_turns,
+            max_kv_bytes=limits.max_session_memory,
         )
         #: Every /metrics family, in one registry per app.
         self.registry = CollectorRegistry(auto_describe=True)

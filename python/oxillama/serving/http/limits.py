@@ -3,6 +3,7 @@ middleware that refuses an oversized body before reading all of it."""
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
@@ -10,7 +11,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from oxillama.errors import ParameterError
 from oxillama.serving.http.api_error import ApiError
 
-__all__ = ["BodyLimitMiddleware", "Limits"]
+__all__ = ["BodyLimitMiddleware", "Limits", "format_size", "parse_size"]
 
 
 @dataclass(frozen=True)
@@ -34,6 +35,11 @@ class Limits:
     #: Live stateful sessions; past it the least recently used idle one is
     #: hibernated to the sessions folder, or evicted without one.
     max_sessions: int = 64
+    #: Bytes of KV cache the live sessions may hold together (None: no
+    #: bound). Past it the least recently used idle sessions leave memory
+    #: as past ``max_sessions``; both bounds hold. A quantized KV cache
+    #: makes each session smaller, so more of them stay live in it.
+    max_session_memory: int | None = None
     #: Ids of evicted sessions remembered (to answer 404 saying why).
     remembered_evictions: int = 10_000
     #: Every session turn ends with its snapshot in the sessions folder,
@@ -55,9 +61,42 @@ class Limits:
             v = getattr(self, name)
             if isinstance(v, bool) or not isinstance(v, int) or v < 1:
                 raise ParameterError(f"{name} must be a positive integer, got {v!r}")
-        m = self.max_prompt_chars
-        if m is not None and (isinstance(m, bool) or not isinstance(m, int) or m < 1):
-            raise ParameterError(f"max_prompt_chars must be a positive integer, got {m!r}")
+        for name in ("max_prompt_chars", "max_session_memory"):
+            m = getattr(self, name)
+            if m is not None and (isinstance(m, bool) or not isinstance(m, int) or m < 1):
+                raise ParameterError(f"{name} must be a positive integer, got {m!r}")
+
+
+#: Binary multiples, as memory is counted (512M is 512 MiB).
+_UNITS = {"": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30, "T": 1 << 40}
+_SIZE = re.compile(r"(\d+(?:\.\d+)?)\s*([KMGT]?)(?:I?B)?", re.IGNORECASE)
+
+
+def parse_size(text: str, what: str | None = None) -> int:
+    """Bytes from ``text``: a whole number of bytes, or a number with a K,
+    M, G or T suffix (binary multiples; ``512M``, ``2G``, ``1.5G``,
+    ``64KiB``, ``2gb``). Raises :class:`~oxillama.ParameterError` (its
+    message starting with ``what``, when given) for anything else, and for
+    a size under one byte."""
+    at = f"{what}: " if what else ""
+    m = _SIZE.fullmatch(text.strip())
+    if m is None or (not m.group(2) and "." in m.group(1)):
+        raise ParameterError(
+            f"{at}expected a number of bytes with an optional K, M, G or T suffix "
+            f"(binary: 512M is 512 MiB), got {text!r}"
+        )
+    n = int(float(m.group(1)) * _UNITS[m.group(2).upper()])
+    if n < 1:
+        raise ParameterError(f"{at}expected a size of at least one byte, got {text!r}")
+    return n
+
+
+def format_size(n: int) -> str:
+    """``n`` bytes in the largest binary unit that keeps it readable."""
+    for unit in ("T", "G", "M", "K"):
+        if n >= _UNITS[unit]:
+            return f"{n / _UNITS[unit]:.4g} {unit}iB"
+    return f"{n} bytes"
 
 
 def _too_large(limit: int) -> ApiError:

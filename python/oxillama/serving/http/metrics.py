@@ -239,6 +239,21 @@ class ServerCollector(Collector):
             t.n_on_disk,
         )
         yield _family("sessions_max", "gauge", "Bound on live sessions.", t.max_sessions)
+        if t.max_kv_bytes is not None:
+            # Measured only under the bound (after each turn, on the worker).
+            yield _family(
+                "sessions_kv_bytes",
+                "gauge",
+                "KV cache bytes the live server sessions hold, as last measured after a turn "
+                "or a restore (pool pages, or the copy of a session's KV out of the pool).",
+                t.kv_bytes,
+            )
+            yield _family(
+                "sessions_max_kv_bytes",
+                "gauge",
+                "Bound on the KV cache bytes of live sessions (--max-session-memory).",
+                t.max_kv_bytes,
+            )
         yield _family("sessions_created", "counter", "Server sessions started fresh.", c.created)
         yield _family(
             "session_evictions",

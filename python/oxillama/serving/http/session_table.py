@@ -1,7 +1,8 @@
-"""The server's stateful sessions, at most ``max_sessions`` of them live.
+"""The server's stateful sessions, at most ``max_sessions`` of them live,
+holding together at most ``max_kv_bytes`` of KV cache when that is set.
 
-Past the bound, the least recently used idle session (no turn running or
-waiting for it) leaves memory: with a sessions folder it is hibernated (its
+Past either bound, the least recently used idle session (no turn running
+or waiting for it) leaves memory: with a sessions folder it is hibernated (its
 snapshot written to ``<folder>/<id>.oxisnap``, the file the save route
 writes, then closed) and restored from that file on its next request;
 without one it is evicted, and its next request gets a 404 saying why. A
@@ -12,6 +13,16 @@ session saved before.
 Every use of a session holds its :class:`Lease`, one at a time per id, so
 two requests for one id never race and a session in a turn is never picked
 to leave.
+
+The count is held when a session is admitted. KV memory grows during
+turns, so it is measured (on the scheduler's worker, between steps: the
+pool pages each session holds, or the copy of its KV it keeps while out of
+the pool) after every turn, in the background, and when a session is
+restored; idle sessions then leave, least recently used first, until the
+live ones fit. Sessions in a turn are never picked, so they may take the
+total past the bound until their turns end. A session that alone holds
+more than the bound stays live for its turn and leaves once idle (its next
+turn restores it).
 """
 
 from __future__ import annotations
@@ -27,6 +38,7 @@ from oxillama.errors import OxiLlamaError
 from oxillama.serving.async_engine import AsyncEngine
 from oxillama.serving.async_session import AsyncSession
 from oxillama.serving.http.api_error import ApiError
+from oxillama.serving.http.limits import format_size
 from oxillama.sessions import SnapshotError
 
 __all__ = ["Lease", "SessionTable"]
@@ -60,6 +72,8 @@ class Lease:
         if self._held:
             self._held = False
             self.table._leave(self.sid)
+            # The turn may have grown the session's KV.
+            self.table._want_fit()
 
 
 #: Why a session's snapshot is written: the end of a turn (persist_turns),
@@ -89,8 +103,18 @@ class SessionTable:
         folder: Path | None,
         remembered_evictions: int,
         persist_turns: bool = False,
+        max_kv_bytes: int | None = None,
     ) -> None:
         self.engine = engine
+        self.max_kv_bytes = max_kv_bytes
+        #: Bytes of one page of the engine's KV pool.
+        self._page_bytes = int(engine.metrics()["kv_page_bytes"]) if max_kv_bytes else 0
+        #: KV bytes of each live session at its last measure.
+        self._kv: dict[str, int] = {}
+        #: The background task fitting the sessions in ``max_kv_bytes``, and
+        #: whether a turn ended since it last measured.
+        self._fitter: asyncio.Task[None] | None = None
+        self._fit_again = False
         self.persist_turns = persist_turns and folder is not None
         #: Per session, the (mtime_ns, size) of its file as this process
         #: last wrote or read it: another stamp means another server wrote it.
@@ -117,6 +141,12 @@ class SessionTable:
     @property
     def n_live(self) -> int:
         return len(self._live)
+
+    @property
+    def kv_bytes(self) -> int:
+        """KV bytes the live sessions hold, as last measured (measured only
+        under ``max_kv_bytes``)."""
+        return sum(self._kv.values())
 
     @property
     def n_on_disk(self) -> int:
@@ -169,10 +199,12 @@ class SessionTable:
                 del self._live[sid]
                 await sess.close()
             self._live.pop(sid, None)
+            self._kv.pop(sid, None)
             path = self.path(sid)
             if path is not None and path.is_file():
                 why = "stale" if stale else "wake" if sid in self._on_disk else "adopt"
                 sess = await self._admit(sid, lambda: self._restore(sid, path, why))
+                await self._fit_memory()
             elif sid in self._evicted:
                 raise self._evicted_error(sid)
             elif not create:
@@ -199,10 +231,13 @@ class SessionTable:
             if not path.is_file():
                 raise ApiError(404, f"no saved session '{sid}'", kind="not_found_error")
             old = self._live.pop(sid, None)
+            self._kv.pop(sid, None)
             if old is not None:
                 # Restoring replaces it; its slot is reused, not kept.
                 await old.close()
-            return await self._admit(sid, lambda: self._restore(sid, path, "explicit"))
+            sess = await self._admit(sid, lambda: self._restore(sid, path, "explicit"))
+            await self._fit_memory()
+            return sess
         finally:
             self._leave(sid)
 
@@ -223,13 +258,23 @@ class SessionTable:
             lease.release()
 
     def _evicted_error(self, sid: str) -> ApiError:
+        memory = (
+            ""
+            if self.max_kv_bytes is None
+            else f" holding at most {format_size(self.max_kv_bytes)} of KV cache together"
+        )
+        raise_ = (
+            "--max-sessions"
+            if self.max_kv_bytes is None
+            else "--max-sessions and --max-session-memory"
+        )
         return ApiError(
             404,
             f"session '{sid}' was evicted: this server keeps at most {self.max_sessions} "
-            "live sessions and, having no sessions folder, drops the least recently used "
-            "idle one past that. Start the server with --sessions-dir DIR to have idle sessions "
-            "hibernated to disk and restored on their next request instead, or raise "
-            "--max-sessions.",
+            f"live sessions{memory} and, having no sessions folder, drops the least recently "
+            "used idle one past that. Start the server with --sessions-dir DIR to have idle "
+            "sessions hibernated to disk and restored on their next request instead, or raise "
+            f"{raise_}.",
             kind="not_found_error",
             param="session",
             code="session_evicted",
@@ -326,9 +371,85 @@ class SessionTable:
                     self._evicted.popitem(last=False)
                 self.counts.evicted += 1
             del self._live[sid]
+            self._kv.pop(sid, None)
             await sess.close()
         finally:
             self._leave(sid)
+
+    # ------------------------------------------------------------- memory
+
+    def _want_fit(self) -> None:
+        """Fits the live sessions in ``max_kv_bytes`` soon, in a task of its
+        own: the turn's response is not held up by the hibernations, and
+        turns ending meanwhile are covered by one more pass."""
+        if self.max_kv_bytes is None:
+            return
+        self._fit_again = True
+        if self._fitter is not None and not self._fitter.done():
+            return
+        try:
+            loop = asyncio.get_running_loop()
+        except RuntimeError:
+            return  # no loop (the server is gone): nothing to fit
+        self._fitter = loop.create_task(self._fit_loop())
+
+    async def _fit_loop(self) -> None:
+        while self._fit_again:
+            self._fit_again = False
+            try:
+                await self._fit_memory()
+            except ApiError as e:
+                # Nobody waits for this task: the failure is logged, and
+                # the next turn's end tries again.
+                log.error("cannot fit the live sessions in --max-session-memory: %s", e.message)
+            except OxiLlamaError as e:
+                log.error("cannot measure the live sessions' KV: %s", e)
+                return
+
+    async def settled(self) -> None:
+        """Returns once the live sessions were fitted in ``max_kv_bytes``
+        after every turn that has ended (at once without a bound)."""
+        while self._fitter is not None and not self._fitter.done():
+            await asyncio.shield(self._fitter)
+
+    async def _fit_memory(self) -> None:
+        """Measures the live sessions' KV, then hibernates (or evicts) the
+        least recently used idle ones while it is over ``max_kv_bytes``.
+        Sessions in a turn stay: the end of their turn fits again."""
+        budget = self.max_kv_bytes
+        if budget is None:
+            return
+        async with self._room:
+            live = list(self._live.items())
+            sizes = await self._measure([sess for _, sess in live])
+            # A session replaced or retired while the worker measured is
+            # not counted; one admitted meanwhile is, at the next measure.
+            self._kv = {
+                sid: n
+                for (sid, sess), n in zip(live, sizes, strict=True)
+                if self._live.get(sid) is sess
+            }
+            while self.kv_bytes > budget:
+                victim = next((s for s in self._live if self._idle(s) and self._kv.get(s)), None)
+                if victim is None:
+                    return
+                if self._kv[victim] > budget:
+                    log.info(
+                        "session %s alone holds %s of KV, more than --max-session-memory "
+                        "(%s): it leaves memory whenever it is idle",
+                        victim,
+                        format_size(self._kv[victim]),
+                        format_size(budget),
+                    )
+                await self._retire(victim)
+
+    async def _measure(self, sessions: list[AsyncSession]) -> list[int]:
+        """Each session's KV bytes, read on the worker in one call between
+        two steps (the engine exposes what each holds: its pool pages, or
+        its KV's copy while out of the pool; nothing is estimated)."""
+        page = self._page_bytes
+        fut = self.engine.scheduler.call(lambda: [s._kv_bytes(page) for s in sessions])
+        return list(await asyncio.wrap_future(fut))
 
     async def save_all(self) -> int:
         """Saves every live session to the folder (none without one) and
@@ -358,6 +479,9 @@ class SessionTable:
         return saved
 
     async def close(self) -> None:
+        if self._fitter is not None and not self._fitter.done():
+            self._fitter.cancel()
         for sess in list(self._live.values()):
             await sess.close()
         self._live.clear()
+        self._kv.clear()
