@@ -452,7 +452,8 @@ pub const PACKED_GROUP_ROWS: usize = 16;
 pub const PACKED_TOKENS: usize = 8;
 
 /// Whether matrices of `ty` are repacked for decode on this CPU: Q4_K,
-/// Q8_0, Q4_0 and Q4_1 where AVX-512 VNNI is available, unless `OXILLAMA_REPACK=0`.
+/// Q8_0, Q4_0, Q4_1, Q5_0 and Q5_1 where AVX-512 VNNI (and, for the
+/// last four, VBMI) is available, unless `OXILLAMA_REPACK=0`.
 /// Decided once per process.
 pub fn packs(ty: GgmlType) -> bool {
     static ON: OnceLock<bool> = OnceLock::new();
@@ -463,10 +464,11 @@ pub fn packs(ty: GgmlType) -> bool {
         }
         false
     });
-    on && matches!(
-        ty,
-        GgmlType::Q4K | GgmlType::Q8_0 | GgmlType::Q4_0 | GgmlType::Q4_1
-    )
+    #[cfg(target_arch = "x86_64")]
+    if on && avx2::q4_packed::packed_block(ty).is_some() {
+        return avx2::q4_packed::available();
+    }
+    on && matches!(ty, GgmlType::Q4K | GgmlType::Q8_0)
 }
 
 /// Bytes of the decode layout of a `rows x cols` matrix of `ty`, when
@@ -483,11 +485,8 @@ pub fn packed_len(ty: GgmlType, rows: usize, cols: usize) -> Option<usize> {
         GgmlType::Q8_0 if cols.is_multiple_of(32) => {
             Some(rows / PACKED_GROUP_ROWS * (cols / 32) * avx2::q8_0_packed::PACKED_BLOCK)
         }
-        GgmlType::Q4_0 if cols.is_multiple_of(32) => {
-            Some(rows / PACKED_GROUP_ROWS * (cols / 32) * avx2::q4_packed::PACKED_Q4_0)
-        }
-        GgmlType::Q4_1 if cols.is_multiple_of(32) => {
-            Some(rows / PACKED_GROUP_ROWS * (cols / 32) * avx2::q4_packed::PACKED_Q4_1)
+        _ if cols.is_multiple_of(32) => {
+            avx2::q4_packed::packed_block(ty).map(|b| rows / PACKED_GROUP_ROWS * (cols / 32) * b)
         }
         _ => None,
     };
@@ -511,9 +510,8 @@ pub fn pack_matrix_into(
     if ok {
         match ty {
             GgmlType::Q4K => avx2::q4k_packed::pack(rows, cols, data, out),
-            GgmlType::Q4_0 => avx2::q4_packed::pack_q4_0(rows, cols, data, out),
-            GgmlType::Q4_1 => avx2::q4_packed::pack_q4_1(rows, cols, data, out),
-            _ => avx2::q8_0_packed::pack(rows, cols, data, out),
+            GgmlType::Q8_0 => avx2::q8_0_packed::pack(rows, cols, data, out),
+            _ => avx2::q4_packed::pack_for(ty, rows, cols, data, out),
         }
     }
     ok
@@ -541,9 +539,8 @@ pub fn packed_tile(
     #[cfg(target_arch = "x86_64")]
     match ty {
         GgmlType::Q4K => avx2::q4k_packed::tile(n, packed, groups, acts, outs),
-        GgmlType::Q4_0 => avx2::q4_packed::tile_q4_0(n, packed, groups, acts, outs),
-        GgmlType::Q4_1 => avx2::q4_packed::tile_q4_1(n, packed, groups, acts, outs),
-        _ => avx2::q8_0_packed::tile(n, packed, groups, acts, outs),
+        GgmlType::Q8_0 => avx2::q8_0_packed::tile(n, packed, groups, acts, outs),
+        _ => avx2::q4_packed::tile_for(ty, n, packed, groups, acts, outs),
     }
 }
 

@@ -787,7 +787,8 @@ fn packed_rows_equal_the_file_layouts_bits() {
     // later one: Q4_K's are the scalar reference's on every path; the
     // 32-element formats' SIMD paths fuse the block's multiply-add (the
     // row tile's bits).
-    for (ty, block_elems) in [(T::Q4K, QK_K), (T::Q8_0, 32), (T::Q4_0, 32), (T::Q4_1, 32)] {
+    let formats = [(T::Q4K, QK_K), (T::Q8_0, 32), (T::Q4_0, 32), (T::Q4_1, 32)];
+    for (ty, block_elems) in formats.into_iter().chain([(T::Q5_0, 32), (T::Q5_1, 32)]) {
         if !crate::quant::packs(ty) {
             eprintln!(
                 "{} is not repacked on this CPU: packed kernel not run",

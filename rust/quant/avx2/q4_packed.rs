@@ -1,6 +1,6 @@
-//! Q4_0 and Q4_1 weights repacked at load time for decode on AVX-512
-//! VNNI: sixteen rows interleaved so that one 64-byte load holds the same
-//! four quant bytes of each of them.
+//! Q4_0, Q4_1, Q5_0 and Q5_1 weights repacked at load time for decode on
+//! AVX-512 VNNI: sixteen rows interleaved so that one 64-byte load holds
+//! the same four quant bytes of each of them.
 //!
 //! Why: the row tile (`rows16_vnni.rs`) gathers sixteen rows' blocks from
 //! sixteen places, expands their nibbles and transposes them with two
@@ -13,13 +13,16 @@
 //! order):
 //! - `64 * w + 4 * r`: quant bytes `4w .. 4w + 4` of row r (their low
 //!   nibbles are elements `4w ..`, their high ones elements `16 + 4w ..`);
-//! - `SC + 2 * r`: row r's scale `d` (f16);
-//! - `SC + 32 + 2 * r` (Q4_1): row r's minimum `m` (f16).
+//! - `256 + 4 * r` (Q5_0, Q5_1): row r's 32 fifth bits (`qh`, bit k for
+//!   element k), which `vpmultishiftqb` moves under each byte's nibble;
+//! - `F::SC + 2 * r` (after the fifth bits, if any): row r's scale `d`
+//!   (f16);
+//! - `F::SC + 32 + 2 * r` (Q4_1, Q5_1): row r's minimum `m` (f16).
 //!
-//! Bits: per block, `fma(isum, d_w * d_a, acc)` and, for Q4_1, `mins +
+//! Bits: per block, `fma(isum, d_w * d_a, acc)` and, with a minimum, `mins +
 //! m_w * s_a`, from +0.0 in block order and `acc + mins` at the end, lane
 //! by lane: the row tile's arithmetic, so the same bits as every other
-//! Q4_0/Q4_1 path.
+//! path of these formats.
 
 use std::arch::x86_64::*;
 
@@ -28,7 +31,8 @@ use super::{f16_at, read_u32, Block32};
 /// Rows per group: the sixteen i32 lanes.
 pub const GROUP_ROWS: usize = 16;
 const QK: usize = 32;
-const SC: usize = 4 * 64;
+/// The sixteen rows' fifth bits, after the quant words.
+const QH_AT: usize = 4 * 64;
 
 /// Tokens per kernel pass (their sums stay in registers).
 const TOKENS: usize = 4;
@@ -37,23 +41,38 @@ const TOKENS: usize = 4;
 pub(super) trait Nibbles: Block32 {
     /// Where a block's sixteen quant bytes start.
     const QS: usize;
+    /// Where its 32 fifth bits start (the 5-bit formats).
+    const QH: Option<usize>;
+    /// Where the scales start in a packed block.
+    const SC: usize = QH_AT + if Self::QH.is_some() { 64 } else { 0 };
     /// Bytes per group and block: the file's sixteen blocks.
-    const PACKED: usize;
+    const PACKED: usize = Self::SC + if Self::MIN { 64 } else { 32 };
 }
 
 impl Nibbles for super::q4_0::Q4_0 {
     const QS: usize = 2;
-    const PACKED: usize = SC + 2 * GROUP_ROWS;
+    const QH: Option<usize> = None;
 }
 
 impl Nibbles for super::q4_1::Q4_1 {
     const QS: usize = 4;
-    const PACKED: usize = SC + 4 * GROUP_ROWS;
+    const QH: Option<usize> = None;
 }
 
-/// Whether the CPU has what the kernel uses.
+impl Nibbles for super::q5_0::Q5_0 {
+    const QS: usize = 6;
+    const QH: Option<usize> = Some(2);
+}
+
+impl Nibbles for super::q5_1::Q5_1 {
+    const QS: usize = 8;
+    const QH: Option<usize> = Some(4);
+}
+
+/// Whether the CPU has what the kernel uses (`vpmultishiftqb` is
+/// AVX-512 VBMI, for the 5-bit formats' fifth bits).
 pub fn available() -> bool {
-    super::q4k_packed::available()
+    super::q4k_packed::available() && is_x86_feature_detected!("avx512vbmi")
 }
 
 /// Writes into `out` (`rows / 16 * cols / 32 * F::PACKED` bytes) the
@@ -79,9 +98,13 @@ pub(super) fn pack<F: Nibbles>(rows: usize, cols: usize, data: &[u8], out: &mut 
                 let at = 64 * w + 4 * r;
                 dst[at..at + 4].copy_from_slice(&b[F::QS + 4 * w..F::QS + 4 * w + 4]);
             }
-            dst[SC + 2 * r..SC + 2 * r + 2].copy_from_slice(&b[0..2]);
+            if let Some(qh) = F::QH {
+                dst[QH_AT + 4 * r..QH_AT + 4 * r + 4].copy_from_slice(&b[qh..qh + 4]);
+            }
+            let sc = F::SC;
+            dst[sc + 2 * r..sc + 2 * r + 2].copy_from_slice(&b[0..2]);
             if F::MIN {
-                dst[SC + 32 + 2 * r..SC + 34 + 2 * r].copy_from_slice(&b[2..4]);
+                dst[sc + 32 + 2 * r..sc + 34 + 2 * r].copy_from_slice(&b[2..4]);
             }
         }
     }
@@ -96,7 +119,7 @@ pub(super) fn pack<F: Nibbles>(rows: usize, cols: usize, data: &[u8], out: &mut 
 /// `nb * F::PACKED` bytes, every `a[t]` `nb` activation blocks and, for
 /// Q4_0, every `asum[t]` `nb` sums.
 #[allow(clippy::needless_range_loop)]
-#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
+#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni,avx512vbmi")]
 unsafe fn pass<F: Nibbles, const N: usize>(
     nb: usize,
     grp: *const u8,
@@ -104,6 +127,21 @@ unsafe fn pass<F: Nibbles, const N: usize>(
     asum: [*const i32; N],
 ) -> [__m512; N] {
     let m4 = _mm512_set1_epi8(0x0f);
+    let b4 = _mm512_set1_epi8(0x10);
+    // `vpmultishiftqb` controls: byte b of each row's word w takes the 8
+    // bits of its qword that start 4 below its element's fifth bit (4w + b
+    // for the low nibbles, 16 + 4w + b for the high ones; the odd row of a
+    // qword 32 further on), so that bit lands on bit 4. Offsets wrap
+    // modulo 64, which makes -4 the 60 that reaches bit 0.
+    let ctl = |w: usize, base: usize| {
+        let c: [u8; 8] = std::array::from_fn(|j| {
+            let (row, b) = (j / 4, j % 4);
+            ((32 * row + base + 4 * w + b + 60) % 64) as u8
+        });
+        _mm512_set1_epi64(i64::from_le_bytes(c))
+    };
+    let ctl_lo: [__m512i; 4] = std::array::from_fn(|w| ctl(w, 0));
+    let ctl_hi: [__m512i; 4] = std::array::from_fn(|w| ctl(w, 16));
     let mut acc = [_mm512_setzero_ps(); N];
     let mut mins = [_mm512_setzero_ps(); N];
     for i in 0..nb {
@@ -113,11 +151,22 @@ unsafe fn pass<F: Nibbles, const N: usize>(
         // Low and high nibbles in separate sums: the chains interleave
         // (integer sums, so the split cannot change them).
         let mut s = [[_mm512_setzero_si512(); 2]; N];
+        // SAFETY: the fifth bits of this packed block (5-bit formats).
+        let qh = F::QH.map(|_| unsafe { _mm512_loadu_si512(blk.add(QH_AT) as *const __m512i) });
         for w in 0..4 {
             // SAFETY: word w of this packed block.
             let q = unsafe { _mm512_loadu_si512(blk.add(64 * w) as *const __m512i) };
-            let lo = _mm512_and_si512(q, m4);
-            let hi = _mm512_and_si512(_mm512_srli_epi16::<4>(q), m4);
+            let mut lo = _mm512_and_si512(q, m4);
+            let mut hi = _mm512_and_si512(_mm512_srli_epi16::<4>(q), m4);
+            if let Some(qh) = qh {
+                // lo | (bits & 0x10), one ternary-logic op each.
+                let (bl, bh) = (
+                    _mm512_multishift_epi64_epi8(ctl_lo[w], qh),
+                    _mm512_multishift_epi64_epi8(ctl_hi[w], qh),
+                );
+                lo = _mm512_ternarylogic_epi32::<0xF8>(lo, bl, b4);
+                hi = _mm512_ternarylogic_epi32::<0xF8>(hi, bh, b4);
+            }
             for t in 0..N {
                 // SAFETY: quants 4w.. and 16 + 4w.. of token t's block i.
                 let (xl, xh) = unsafe {
@@ -131,10 +180,10 @@ unsafe fn pass<F: Nibbles, const N: usize>(
             }
         }
         // SAFETY: the sixteen scales (and minimums) of this packed block.
-        let dw = _mm512_cvtph_ps(unsafe { _mm256_loadu_si256(blk.add(SC) as *const __m256i) });
+        let dw = _mm512_cvtph_ps(unsafe { _mm256_loadu_si256(blk.add(F::SC) as *const __m256i) });
         let mw = if F::MIN {
             // SAFETY: as above.
-            _mm512_cvtph_ps(unsafe { _mm256_loadu_si256(blk.add(SC + 32) as *const __m256i) })
+            _mm512_cvtph_ps(unsafe { _mm256_loadu_si256(blk.add(F::SC + 32) as *const __m256i) })
         } else {
             _mm512_setzero_ps()
         };
@@ -232,26 +281,45 @@ pub(super) fn tile<F: Nibbles>(
     }
 }
 
-/// `pack` for Q4_0.
-pub fn pack_q4_0(rows: usize, cols: usize, data: &[u8], out: &mut [u8]) {
-    pack::<super::q4_0::Q4_0>(rows, cols, data, out)
+/// `pack` for one of the four formats (`ty` names it).
+pub fn pack_for(ty: crate::quant::GgmlType, rows: usize, cols: usize, data: &[u8], out: &mut [u8]) {
+    use crate::quant::GgmlType as T;
+    match ty {
+        T::Q4_0 => pack::<super::q4_0::Q4_0>(rows, cols, data, out),
+        T::Q4_1 => pack::<super::q4_1::Q4_1>(rows, cols, data, out),
+        T::Q5_0 => pack::<super::q5_0::Q5_0>(rows, cols, data, out),
+        T::Q5_1 => pack::<super::q5_1::Q5_1>(rows, cols, data, out),
+        other => unreachable!("{} is not a packed 32-element format", other.name()),
+    }
 }
 
-/// `pack` for Q4_1.
-pub fn pack_q4_1(rows: usize, cols: usize, data: &[u8], out: &mut [u8]) {
-    pack::<super::q4_1::Q4_1>(rows, cols, data, out)
+/// `tile` for one of the four formats (`ty` names it).
+pub fn tile_for(
+    ty: crate::quant::GgmlType,
+    n: usize,
+    p: &[u8],
+    g: (usize, usize),
+    a: &[&[u8]],
+    o: &mut [&mut [f32]],
+) {
+    use crate::quant::GgmlType as T;
+    match ty {
+        T::Q4_0 => tile::<super::q4_0::Q4_0>(n, p, g, a, o),
+        T::Q4_1 => tile::<super::q4_1::Q4_1>(n, p, g, a, o),
+        T::Q5_0 => tile::<super::q5_0::Q5_0>(n, p, g, a, o),
+        T::Q5_1 => tile::<super::q5_1::Q5_1>(n, p, g, a, o),
+        other => unreachable!("{} is not a packed 32-element format", other.name()),
+    }
 }
 
-/// `tile` for Q4_0.
-pub fn tile_q4_0(n: usize, p: &[u8], g: (usize, usize), a: &[&[u8]], o: &mut [&mut [f32]]) {
-    tile::<super::q4_0::Q4_0>(n, p, g, a, o)
+/// Bytes per group and block of a format (the file's sixteen blocks).
+pub fn packed_block(ty: crate::quant::GgmlType) -> Option<usize> {
+    use crate::quant::GgmlType as T;
+    Some(match ty {
+        T::Q4_0 => <super::q4_0::Q4_0 as Nibbles>::PACKED,
+        T::Q4_1 => <super::q4_1::Q4_1 as Nibbles>::PACKED,
+        T::Q5_0 => <super::q5_0::Q5_0 as Nibbles>::PACKED,
+        T::Q5_1 => <super::q5_1::Q5_1 as Nibbles>::PACKED,
+        _ => return None,
+    })
 }
-
-/// `tile` for Q4_1.
-pub fn tile_q4_1(n: usize, p: &[u8], g: (usize, usize), a: &[&[u8]], o: &mut [&mut [f32]]) {
-    tile::<super::q4_1::Q4_1>(n, p, g, a, o)
-}
-
-/// Bytes per group and block of Q4_0 and of Q4_1.
-pub const PACKED_Q4_0: usize = SC + 2 * GROUP_ROWS;
-pub const PACKED_Q4_1: usize = SC + 4 * GROUP_ROWS;
