@@ -781,7 +781,10 @@ class Engine:
         have ended; otherwise it goes on while a live beam could still beat
         them. The engine's own context is not touched; its active LoRA
         adapters apply. Raises ``KvCacheFullError`` only if the search's own
-        page pool runs out (it is sized for every beam at full length)."""
+        page pool runs out (it is sized for every beam at full length).
+        Beams end at the context size; an engine with ``context_shift=True``
+        refuses (:class:`~oxillama.ParameterError`) a search that would
+        reach it, since beams do not shift."""
         search, pool = self._beam_start(
             prompt, beam_width, max_tokens, length_penalty, early_stopping
         )
@@ -807,6 +810,15 @@ class Engine:
         if not toks:
             raise GenerateError("beam search needs a prompt of at least one token")
         check_fits(len(toks), 0, self.n_ctx)
+        if self._state.context_shift is not None and len(toks) + max_tokens > self.n_ctx:
+            # Every beam would have to shift its own forked KV; rather than
+            # cut the search at the context size, say so.
+            raise ParameterError(
+                "context shift is not supported with beam search: a prompt of "
+                f"{len(toks)} tokens and max_tokens={max_tokens} exceed the context size "
+                f"of {self.n_ctx} (this engine has context_shift=True; use max_tokens <= "
+                f"{self.n_ctx - len(toks)})"
+            )
         max_tokens = min(max_tokens, self.n_ctx - len(toks))
         kv = self._session
         probe = _native.KvPool(self._model, 1, kv.kv_dtype)

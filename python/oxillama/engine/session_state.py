@@ -76,6 +76,11 @@ class ContextShift:
         keep = min(keep, n_past)
         return keep, (n_past - keep) // 2
 
+    def plan_for(self, tokens: list[int], n_past: int, tokenizer: Any) -> tuple[int, int]:
+        """:meth:`plan` for a context made with ``tokenizer``, whose BOS
+        is kept only when the model adds one."""
+        return self.plan(tokens, n_past, tokenizer.bos_id if tokenizer.add_bos else None)
+
 
 def matcher_for(
     live: Live | None, constraint: Grammar | None, tokenizer: Any, *, resume: bool
@@ -193,9 +198,7 @@ class SessionState:
         while self.n_past + n_new > self.n_ctx:
             if policy is None or self.swapped is not None:
                 return False
-            tok = self.model.tokenizer
-            bos = tok.bos_id if tok.add_bos else None
-            keep, discard = policy.plan(self.tokens, self.n_past, bos)
+            keep, discard = policy.plan_for(self.tokens, self.n_past, self.model.tokenizer)
             if discard < 1:
                 return False
             try:

@@ -178,7 +178,9 @@ class SpeculativeEngine:
     the OS, kept as ``self.seed`` and reported as ``Completion.seed``.
     ``draft_sampler`` is the config the draft proposes with (default: the
     target's, whichever is live); any config keeps the output distributed
-    as the target's, a closer one gets more drafts accepted.
+    as the target's, a closer one gets more drafts accepted. A full context
+    ends a generation with "length": engines made with
+    ``context_shift=True`` are refused (:class:`~oxillama.ParameterError`).
     """
 
     def __init__(
@@ -282,6 +284,15 @@ class SpeculativeEngine:
         async_draft: bool = False,
         draft_sampler: SamplerConfig | None = None,
     ) -> None:
+        for role, eng in (("target", target), ("draft", draft)):
+            if isinstance(eng, Engine) and eng.context_shift is not None:
+                # The two caches, the pending token, held-back tokens and
+                # look-aheads would all have to shift in step; a policy
+                # the rounds never applied would end at the context size.
+                raise ParameterError(
+                    "context shift is not supported with speculative decoding: the "
+                    f"{role} engine has context_shift=True (make it without one)"
+                )
         self.target, self.draft = target, draft
         #: The draft's own config; None follows the target's live one.
         self.draft_sampler = draft_sampler

@@ -125,6 +125,7 @@ class AsyncEngine:
             max_queue=max_queue,
             prefix_cache_bytes=prefix_cache_bytes,
             kv_pages=kv_pages,
+            context_shift=self._engine.context_shift,
         )
         if self._draft is not None and self._engine.config.get("recurrent"):
             self._scheduler.close()
@@ -187,8 +188,8 @@ class AsyncEngine:
         :class:`AsyncSession`)."""
         kv = self._scheduler.pool_kv(self.model, self._engine.n_ctx, None, self._kv_dtype)
         state = SessionState.fresh(self.model, kv, sampler or self._sampler)
-        # Sessions shift a full context as the engine was told to; one-shot
-        # requests end at the context size (their prompt and budget fit it).
+        # Sessions shift a full context as the engine was told to, as
+        # one-shot requests do.
         state.context_shift = self._engine.context_shift
         return AsyncSession(self, self._scheduler.open_session(state))
 

@@ -83,9 +83,10 @@ def _add_serve_args(sv: argparse.ArgumentParser) -> None:
     sv.add_argument(
         "--context-shift",
         action="store_true",
-        help="when a session turn fills its context, keep the first --keep tokens, drop half "
-        "of the rest and go on, as llama.cpp's --context-shift (default: off, the turn ends "
-        "with finish_reason 'length'); refused for recurrent models",
+        help="when a session turn or a one-shot request fills its context, keep the first "
+        "--keep tokens, drop half of the rest and go on, as llama.cpp's --context-shift "
+        "(default: off, the generation ends with finish_reason 'length'); refused for "
+        "recurrent models",
     )
     sv.add_argument(
         "--keep",

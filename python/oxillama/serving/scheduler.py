@@ -38,6 +38,14 @@ grammar see the same tokens in the same order as without speculation, so
 the output is the same token for token, seeded sampling too. Session
 turns decode without drafts.
 
+With a context shift (``AsyncEngine(context_shift=True, n_keep=N)``), a
+sequence whose context is full shifts it as a synchronous engine does (see
+``SessionState.shift_for``): a session turn through its session's state, a
+one-shot request through the tokens its KV holds. A one-shot request that
+shifted and is preempted is recomputed with the same shifts at the same
+points (its tokens row by row as they were first evaluated), so its KV
+comes back bit for bit.
+
 Results go back through callbacks, which :class:`~oxillama.AsyncEngine`
 turns into asyncio futures and queues. The forward passes release the GIL.
 Work that must see a session at rest (snapshots, adoption, closing) runs on
@@ -67,6 +75,7 @@ from oxillama.decoding.logprobs import check_logprobs, token_logprob
 from oxillama.decoding.ngram_draft import NgramDraft, NgramState
 from oxillama.decoding.sampling import SamplerConfig, build_sampler
 from oxillama.engine.session_state import (
+    ContextShift,
     SessionState,
     check_fits,
     cut_to_kept,
@@ -200,8 +209,12 @@ class Request:
     #: A turn's sampled token not yet evaluated when it was swapped out.
     pending: int | None = None
     #: Of this turn's evaluated tokens (``prompt[:fed] + generated``), how
-    #: many a context shift already moved into its session's tokens.
+    #: many a context shift already moved into its session's tokens (for a
+    #: one-shot request: into ``window``).
     absorbed: int = 0
+    #: A one-shot request that shifted its context: the tokens its KV holds
+    #: of its first ``absorbed`` evaluated tokens (None: it has not shifted).
+    window: list[int] | None = None
     #: The turn's state went back to its session (exactly once, whether it
     #: finished, failed or was cancelled, and whoever saw that first).
     handed_back: bool = False
@@ -301,6 +314,7 @@ class Scheduler:
         max_queue: int = 256,
         prefix_cache_bytes: int = 256 << 20,
         kv_pages: int | None = None,
+        context_shift: ContextShift | None = None,
     ) -> None:
         if max_batch < 1 or prefill_chunk < 1 or max_queue < 1:
             raise ParameterError("max_batch, prefill_chunk and max_queue must be at least 1")
@@ -320,6 +334,9 @@ class Scheduler:
         self._n_ctx = context_size
         self._threads = threads
         self._kv_dtype = kv_dtype
+        #: What a one-shot request does when its context is full (None: it
+        #: ends with "length"); sessions carry their own.
+        self._shift = context_shift
         self.max_batch = max_batch
         self.prefill_chunk = prefill_chunk
         self.max_queue = max_queue
@@ -375,7 +392,9 @@ class Scheduler:
         with n-gram drafts."""
         if not prompt:
             raise GenerateError("empty prompt: a request needs at least one token")
-        if len(prompt) >= self._n_ctx:
+        # With a context shift a prompt may fill the context (the shift
+        # makes room for the first token), as in a synchronous engine.
+        if len(prompt) > self._n_ctx or (len(prompt) == self._n_ctx and self._shift is None):
             raise GenerateError(
                 f"prompt of {len(prompt)} tokens does not fit in the context of "
                 f"{self._n_ctx} tokens (at least one must be left to generate)"
@@ -783,6 +802,10 @@ class Scheduler:
         tokens = s.prompt if s.replay is None else s.replay
         in_prompt = s.fed < len(s.prompt)
         end = min(s.fed + self.prefill_chunk, len(s.prompt) if in_prompt else len(tokens))
+        kv = s.session
+        if not in_prompt and kv is not None:
+            # A recomputation goes up to the next context shift, at most.
+            end = min(end, s.fed + max(0, int(kv.n_ctx) - int(kv.n_past)))
         return tokens[s.fed : end]
 
     def _need(self, kv: _native.Session | None, n: int) -> int:
@@ -841,7 +864,7 @@ class Scheduler:
     def _make_room(self, batch: list[Request], decoding: list[Request]) -> None:
         """Frees KV pages until every decoding sequence can take its next
         position: prefix-cache entries first, then the newest sequences."""
-        need = sum(self._need(s.session, 1) for s in decoding)
+        need = sum(self._step_need(s) for s in decoding)
         while need > self._pool.free_pages:
             if self.prefix is not None and self.prefix.evict_one():
                 continue
@@ -855,8 +878,18 @@ class Scheduler:
                 return
             victim = max(holders, key=lambda q: q.t_arrive)
             if victim.logits is not None:
-                need -= self._need(victim.session, 1)
+                need -= self._step_need(victim)
             self._preempt(victim)
+
+    def _step_need(self, s: Request) -> int:
+        """Pool pages a decoding sequence's next step takes. A full context
+        takes none: the sequence shifts it (which gives pages back) or ends.
+        Counting a page past the context for it would preempt others, or
+        itself, for a page nobody uses."""
+        kv = s.session
+        if kv is not None and kv.n_past >= kv.n_ctx and not s.drafts:
+            return 0
+        return self._need(kv, 1)
 
     def _hibernate_one(self, keep: Conversation | None = None) -> bool:
         """Hibernates the least recently used idle session holding pool
@@ -905,6 +938,7 @@ class Scheduler:
         s.rows, s.drafts = None, []
         s.fed = 0
         s.replay = s.prompt + s.generated if s.generated else None
+        s.window, s.absorbed = None, 0
         s.preempted += 1
         self._metrics.preempted += 1
 
@@ -937,8 +971,15 @@ class Scheduler:
                     self._feed_sampler(s, n)
                     s.fed = n
         # The prompt goes through the normal prefill; tokens generated before
-        # a preemption are evaluated row by row as they first were.
+        # a preemption are evaluated row by row as they first were, and the
+        # context shifted where it first was: before a token that found it full.
         in_prompt = s.fed < len(s.prompt)
+        if not in_prompt and self._shift is not None and s.session.n_past >= s.session.n_ctx:
+            if not self._shift_request(s):
+                if any(q is not s and self._holds_pages(q) for q in self._running):
+                    return False  # wait for the running sequences to free pages
+                self._finish(s, None, KvCacheFullError("the KV pool cannot hold this request"))
+                return True
         part = self._chunk(s)
         end = s.fed + len(part)
         while s.session.pages_needed(len(part)) > self._pool.free_pages:
@@ -1137,15 +1178,57 @@ class Scheduler:
             s.sampler.accept(tok)
         s.seen = max(s.seen, upto)
 
+    def _shifts(self, s: Request) -> bool:
+        """Whether ``s`` shifts a full context (else it ends with "length")."""
+        if s.conv is None:
+            return self._shift is not None
+        return s.conv.state.context_shift is not None
+
+    def _shift_full(self, s: Request) -> None:
+        """Shifts the full context of a decoding sequence that shifts one
+        (a one-shot request without pages for the shift is preempted: it
+        is recomputed, shifts and all, when pages are free)."""
+        if s.spec_extra or not self._shifts(s):
+            return  # drafts sit past the row being sampled: nothing is full
+        if s.conv is not None:
+            self._shift_turn(s)
+        elif not self._shift_request(s):
+            self._preempt(s)
+
+    def _shift_request(self, s: Request) -> bool:
+        """Shifts a one-shot request's full context as ``SessionState.
+        shift_for`` shifts a session's, on the tokens its KV holds
+        (``window``); nothing happens when nothing can be dropped (it ends
+        with "length"). Pages it shares (a cached prefix, sibling choices)
+        are copied first: False when even after evicting cache entries and
+        idle sessions there is no page for that (nothing changed then)."""
+        kv, policy = s.session, self._shift
+        assert kv is not None and policy is not None
+        done = s.replay[: s.fed] if s.replay is not None else s.prompt[: s.fed] + s.generated
+        if s.window is None:
+            s.window = []
+        s.window.extend(done[s.absorbed :])
+        s.absorbed = len(done)
+        keep, discard = policy.plan_for(s.window, int(kv.n_past), self._tokenizer)
+        if len(s.window) != kv.n_past or discard < 1:
+            return True
+        while True:
+            try:
+                kv.shift(keep, discard)
+                break
+            except KvCacheFullError:
+                if not (self.prefix is not None and self.prefix.evict_one()):
+                    if not self._hibernate_one():
+                        return False
+        del s.window[keep : keep + discard]
+        return True
+
     def _shift_turn(self, s: Request) -> None:
-        """A session turn that filled its context shifts it, when its
-        session has a context shift (see ``SessionState.shift_for``); it
-        ends with "length" otherwise, or while drafts sit past the row
-        being sampled. The turn's evaluated tokens join the session's
-        first, so the shift drops the right ones."""
+        """A session turn that filled its context shifts it (see
+        ``SessionState.shift_for``). The turn's evaluated tokens join the
+        session's first, so the shift drops the right ones."""
         conv = s.conv
-        if conv is None or conv.state.context_shift is None or s.spec_extra:
-            return
+        assert conv is not None
         st = conv.state
         done = s.prompt[: s.fed] + s.generated
         if len(st.tokens) + len(done) - s.absorbed != st.n_past:
@@ -1160,7 +1243,9 @@ class Scheduler:
         m = s.matcher
         finish: FinishReason | None = None
         if s.session.n_past >= s.session.n_ctx and not s.stop_next:
-            self._shift_turn(s)
+            self._shift_full(s)
+            if s.session is None:
+                return None  # preempted for want of pages: it shifts when back
         spent = (
             len(s.generated) >= s.max_tokens or s.session.n_past - s.spec_extra >= s.session.n_ctx
         )
@@ -1179,7 +1264,7 @@ class Scheduler:
                 tok = int(s.sampler.sample(s.logits, None))
             elif s.grammar_budget:
                 left = s.max_tokens - len(s.generated)
-                if s.conv is None or s.conv.state.context_shift is None:
+                if not self._shifts(s):
                     left = min(left, s.session.n_ctx - s.session.n_past)
                 allowed = allowed_bytes(m, self._vocab)
                 tok, by_budget = sample_within_budget(
