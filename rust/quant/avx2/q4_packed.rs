@@ -112,12 +112,14 @@ pub(super) fn pack<F: Nibbles>(rows: usize, cols: usize, data: &[u8], out: &mut 
 
 /// The sixteen rows of one group (`grp`: its `nb` packed blocks) against
 /// `N` activation rows (Q8_0 for Q4_0, Q8_1 for Q4_1) whose block quant
-/// sums are `asum[t]` (read for Q4_0 only); each token's sixteen values.
+/// sums are `asum[t]` (read for Q4_0 only); writes each token's sixteen
+/// values to `out[t]`.
 ///
 /// # Safety
 /// AVX2, FMA, F16C, AVX-512 F/BW/VL and VNNI are available; `grp` holds
 /// `nb * F::PACKED` bytes, every `a[t]` `nb` activation blocks and, for
 /// Q4_0, every `asum[t]` `nb` sums.
+/// Every `out[t]` has sixteen writable floats.
 #[allow(clippy::needless_range_loop)]
 #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni,avx512vbmi")]
 unsafe fn pass<F: Nibbles, const N: usize>(
@@ -125,7 +127,8 @@ unsafe fn pass<F: Nibbles, const N: usize>(
     grp: *const u8,
     a: [*const u8; N],
     asum: [*const i32; N],
-) -> [__m512; N] {
+    out: [*mut f32; N],
+) {
     let m4 = _mm512_set1_epi8(0x0f);
     let b4 = _mm512_set1_epi8(0x10);
     // `vpmultishiftqb` controls: byte b of each row's word w takes the 8
@@ -211,7 +214,10 @@ unsafe fn pass<F: Nibbles, const N: usize>(
             acc[t] = _mm512_add_ps(acc[t], mins[t]);
         }
     }
-    acc
+    for t in 0..N {
+        // SAFETY: sixteen floats at each `out[t]` (caller's contract).
+        unsafe { _mm512_storeu_ps(out[t], acc[t]) };
+    }
 }
 
 /// Groups `g0..g1` of a packed matrix of `n`-element rows against every
@@ -254,27 +260,32 @@ pub(super) fn tile<F: Nibbles>(
         let mut t = 0;
         while t < acts.len() {
             let left = acts.len() - t;
-            let mut put = |v: &[__m512]| {
-                for (k, v) in v.iter().enumerate() {
-                    // SAFETY: sixteen floats at o of token t + k's output.
-                    unsafe { _mm512_storeu_ps(outs[t + k][o..o + GROUP_ROWS].as_mut_ptr(), *v) };
-                }
-            };
+            // Sixteen floats at o of each token's output (bounds checked
+            // by the slicing).
+            let mut dst = |k: usize| outs[t + k][o..o + GROUP_ROWS].as_mut_ptr();
             // SAFETY (each pass): features asserted; group g, the tokens'
             // nb blocks and (Q4_0) their nb sums are in bounds (asserted
             // and built above).
             if left >= TOKENS {
                 let a = std::array::from_fn(|k| acts[t + k].as_ptr());
                 let s = std::array::from_fn(|k| asum[t + k].as_ptr());
-                put(&unsafe { pass::<F, TOKENS>(nb, grp, a, s) });
+                unsafe { pass::<F, TOKENS>(nb, grp, a, s, std::array::from_fn(&mut dst)) };
                 t += TOKENS;
             } else if left >= 2 {
                 let a = std::array::from_fn(|k| acts[t + k].as_ptr());
                 let s = std::array::from_fn(|k| asum[t + k].as_ptr());
-                put(&unsafe { pass::<F, 2>(nb, grp, a, s) });
+                unsafe { pass::<F, 2>(nb, grp, a, s, std::array::from_fn(&mut dst)) };
                 t += 2;
             } else {
-                put(&unsafe { pass::<F, 1>(nb, grp, [acts[t].as_ptr()], [asum[t].as_ptr()]) });
+                unsafe {
+                    pass::<F, 1>(
+                        nb,
+                        grp,
+                        [acts[t].as_ptr()],
+                        [asum[t].as_ptr()],
+                        std::array::from_fn(&mut dst),
+                    )
+                };
                 t += 1;
             }
         }

@@ -113,15 +113,17 @@ pub fn pack(rows: usize, cols: usize, data: &[u8], out: &mut [u8]) {
 }
 
 /// The sixteen rows of one group (`grp`: its `nb` packed super-blocks)
-/// against `N` Q8_K activation rows; each token's sixteen values.
+/// against `N` Q8_K activation rows; writes each token's sixteen values
+/// to `out[t]`.
 ///
 /// # Safety
 /// AVX2, FMA, F16C, AVX-512 F/BW/VL and VNNI are available; `grp` holds
 /// `nb * PACKED_BLOCK` bytes and every `a[t]` `nb` Q8_K blocks.
+/// Every `out[t]` has sixteen writable floats.
 // `t` indexes several arrays (tokens' sums, pointers) at once.
 #[allow(clippy::needless_range_loop)]
 #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
-unsafe fn pass<const N: usize>(nb: usize, grp: *const u8, a: [*const u8; N]) -> [__m512; N] {
+unsafe fn pass<const N: usize>(nb: usize, grp: *const u8, a: [*const u8; N], out: [*mut f32; N]) {
     let m4 = _mm512_set1_epi8(0x0f);
     let zero = _mm512_setzero_si512();
     let mut acc = [_mm512_setzero_ps(); N];
@@ -193,7 +195,10 @@ unsafe fn pass<const N: usize>(nb: usize, grp: *const u8, a: [*const u8; N]) -> 
             acc[t] = _mm512_add_ps(acc[t], v);
         }
     }
-    acc
+    for t in 0..N {
+        // SAFETY: sixteen floats at each `out[t]` (caller's contract).
+        unsafe { _mm512_storeu_ps(out[t], acc[t]) };
+    }
 }
 
 /// Groups `g0..g1` of a packed matrix of `n`-element rows against every
@@ -222,24 +227,21 @@ pub fn tile(
         let mut t = 0;
         while t < acts.len() {
             let left = acts.len() - t;
-            let mut put = |v: &[__m512]| {
-                for (k, v) in v.iter().enumerate() {
-                    // SAFETY: sixteen floats at o of token t + k's output.
-                    unsafe { _mm512_storeu_ps(outs[t + k][o..o + GROUP_ROWS].as_mut_ptr(), *v) };
-                }
-            };
+            // Sixteen floats at o of each token's output (bounds checked
+            // by the slicing).
+            let mut dst = |k: usize| outs[t + k][o..o + GROUP_ROWS].as_mut_ptr();
             // SAFETY (each pass): features asserted; group g and the
             // tokens' nb blocks are in bounds (asserted above).
             if left >= TOKENS {
                 let a = std::array::from_fn(|k| acts[t + k].as_ptr());
-                put(&unsafe { pass::<TOKENS>(nb, grp, a) });
+                unsafe { pass::<TOKENS>(nb, grp, a, std::array::from_fn(&mut dst)) };
                 t += TOKENS;
             } else if left >= 2 {
                 let a = std::array::from_fn(|k| acts[t + k].as_ptr());
-                put(&unsafe { pass::<2>(nb, grp, a) });
+                unsafe { pass::<2>(nb, grp, a, std::array::from_fn(&mut dst)) };
                 t += 2;
             } else {
-                put(&unsafe { pass::<1>(nb, grp, [acts[t].as_ptr()]) });
+                unsafe { pass::<1>(nb, grp, [acts[t].as_ptr()], std::array::from_fn(&mut dst)) };
                 t += 1;
             }
         }

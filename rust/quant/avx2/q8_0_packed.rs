@@ -91,13 +91,14 @@ unsafe fn transpose_block(blocks: &[&[u8]; GROUP_ROWS], dst: &mut [u8]) {
 }
 
 /// The sixteen rows of one group (`grp`: its `nb` packed blocks) against
-/// `N` Q8_0 activation rows whose block quant sums are `asum[t]`; each
-/// token's sixteen values.
+/// `N` Q8_0 activation rows whose block quant sums are `asum[t]`; writes each
+/// token's sixteen values to `out[t]`.
 ///
 /// # Safety
 /// AVX2, FMA, F16C, AVX-512 F/VL and VNNI are available; `grp` holds
 /// `nb * PACKED_BLOCK` bytes, every `a[t]` `nb` Q8_0 blocks and every
 /// `asum[t]` `nb` sums.
+/// Every `out[t]` has sixteen writable floats.
 #[allow(clippy::needless_range_loop)]
 #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512vl,avx512vnni")]
 unsafe fn pass<const N: usize>(
@@ -105,7 +106,8 @@ unsafe fn pass<const N: usize>(
     grp: *const u8,
     a: [*const u8; N],
     asum: [*const i32; N],
-) -> [__m512; N] {
+    out: [*mut f32; N],
+) {
     let mut acc = [_mm512_setzero_ps(); N];
     for i in 0..nb {
         let blk = grp.wrapping_add(i * PACKED_BLOCK);
@@ -136,7 +138,10 @@ unsafe fn pass<const N: usize>(
             acc[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(isum), prod, acc[t]);
         }
     }
-    acc
+    for t in 0..N {
+        // SAFETY: sixteen floats at each `out[t]` (caller's contract).
+        unsafe { _mm512_storeu_ps(out[t], acc[t]) };
+    }
 }
 
 /// Groups `g0..g1` of a packed matrix of `n`-element rows against every
@@ -176,26 +181,31 @@ pub fn tile(
         let mut t = 0;
         while t < acts.len() {
             let left = acts.len() - t;
-            let mut put = |v: &[__m512]| {
-                for (k, v) in v.iter().enumerate() {
-                    // SAFETY: sixteen floats at o of token t + k's output.
-                    unsafe { _mm512_storeu_ps(outs[t + k][o..o + GROUP_ROWS].as_mut_ptr(), *v) };
-                }
-            };
+            // Sixteen floats at o of each token's output (bounds checked
+            // by the slicing).
+            let mut dst = |k: usize| outs[t + k][o..o + GROUP_ROWS].as_mut_ptr();
             // SAFETY (each pass): features asserted; group g, the tokens'
             // nb blocks and their nb sums are in bounds (asserted above).
             if left >= TOKENS {
                 let a = std::array::from_fn(|k| acts[t + k].as_ptr());
                 let s = std::array::from_fn(|k| asum[t + k].as_ptr());
-                put(&unsafe { pass::<TOKENS>(nb, grp, a, s) });
+                unsafe { pass::<TOKENS>(nb, grp, a, s, std::array::from_fn(&mut dst)) };
                 t += TOKENS;
             } else if left >= 2 {
                 let a = std::array::from_fn(|k| acts[t + k].as_ptr());
                 let s = std::array::from_fn(|k| asum[t + k].as_ptr());
-                put(&unsafe { pass::<2>(nb, grp, a, s) });
+                unsafe { pass::<2>(nb, grp, a, s, std::array::from_fn(&mut dst)) };
                 t += 2;
             } else {
-                put(&unsafe { pass::<1>(nb, grp, [acts[t].as_ptr()], [asum[t].as_ptr()]) });
+                unsafe {
+                    pass::<1>(
+                        nb,
+                        grp,
+                        [acts[t].as_ptr()],
+                        [asum[t].as_ptr()],
+                        std::array::from_fn(&mut dst),
+                    )
+                };
                 t += 1;
             }
         }
