@@ -125,10 +125,15 @@ def test_resident_pages_follow_the_budget(model, model_path) -> None:
     assert stats["offload_evictions"] > 0
     # Cyclic access under LRU: every unpinned unit is read again each pass.
     assert stats["offload_bytes_read"] >= stats["offload_passes"] * w // 2
-    # Without the pager the same run maps the whole model.
+    # Without the pager the same run maps the whole model, less a tied
+    # embedding table: once its head is packed for decode (CPUs with the
+    # packed kernels), its file pages leave the process and only the rows
+    # looked up come back.
     model.set_offload(None)
     e.generate(PROMPT, 4)
-    assert mapped_rss(model_path) > w * 9 // 10
+    names = {t[0]: t[4] for t in GgufFile.open(str(model_path)).tensors()}
+    tied = names.get("token_embd.weight", 0) if "output.weight" not in names else 0
+    assert mapped_rss(model_path) > (w - tied) * 9 // 10
 
 
 def test_evicted_units_leave_the_page_cache(model_path, tmp_path) -> None:
