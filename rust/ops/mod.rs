@@ -2,6 +2,7 @@
 
 pub mod activation;
 pub mod attention;
+pub mod attn_tile;
 pub mod exp;
 pub mod hadamard;
 pub mod matmul;

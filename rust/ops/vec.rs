@@ -5,6 +5,11 @@
 use half::f16;
 use std::sync::OnceLock;
 
+/// `(queries, tile, score rows, their stride)`.
+pub type DotBlock = fn(&[&[f32]], &[f32], &mut [f32], usize);
+/// `(outputs, weight rows, their stride, tile)`.
+pub type AxpyBlock = fn(&mut [&mut [f32]], &[f32], usize, &[f32]);
+
 pub struct VecKernels {
     pub dot: fn(&[f32], &[f32]) -> f32,
     /// Dot of f32 query with an f16 key row stored as raw bits.
@@ -24,6 +29,13 @@ pub struct VecKernels {
     /// The same with `tile` as f16 bits: the bits of one `axpy_f16` per
     /// row, in row order (a LoRA adapter's B side adds every rank so).
     pub axpy_rows_f16: fn(&mut [f32], &[f32], &[u16]),
+    /// `out[r * stride + j] = qs[r] . tile[j]` for every query and every
+    /// row of `tile`: per pair the bits of `dot_rows`, register-blocked
+    /// (`ops::attn_tile`).
+    pub dot_block: DotBlock,
+    /// `ys[r] += sum_j w[r * stride + j] * tile[j]`: per output the bits of
+    /// `axpy_rows`, register-blocked (`ops::attn_tile`).
+    pub axpy_block: AxpyBlock,
     /// `x = exp(x - m)` with `ops::exp` (SIMD and scalar agree bit for bit).
     pub exp_shifted: fn(&mut [f32], f32),
     /// `x = f16(x * s)` as f32, rounding to nearest even (bit for bit in
@@ -42,6 +54,8 @@ pub fn scalar() -> &'static VecKernels {
         dot_rows: scalar_impl::dot_rows,
         axpy_rows: scalar_impl::axpy_rows,
         axpy_rows_f16: scalar_impl::axpy_rows_f16,
+        dot_block: crate::ops::attn_tile::scalar::dot_block,
+        axpy_block: crate::ops::attn_tile::scalar::axpy_block,
         exp_shifted: scalar_impl::exp_shifted,
         scale_round16: scalar_impl::scale_round16,
         name: "scalar",
@@ -55,11 +69,29 @@ pub fn best() -> &'static VecKernels {
         #[cfg(target_arch = "x86_64")]
         {
             if avx2::available() {
+                if avx2::has_avx512vl() {
+                    return &avx2::KERNELS_VL;
+                }
                 return &avx2::KERNELS;
             }
         }
         scalar()
     })
+}
+
+/// Every SIMD table this CPU can run, for tests that hold each to the
+/// scalar twin.
+#[cfg(test)]
+pub(crate) fn avx2_tables() -> Vec<&'static VecKernels> {
+    let mut t = Vec::new();
+    #[cfg(target_arch = "x86_64")]
+    if avx2::available() {
+        t.push(&avx2::KERNELS);
+        if avx2::has_avx512vl() {
+            t.push(&avx2::KERNELS_VL);
+        }
+    }
+    t
 }
 
 /// f32 -> f16 bits, rounding to nearest even (the KV cache's writes). F16C
@@ -164,7 +196,7 @@ mod avx2 {
 
     use crate::simd::x86::hsum;
 
-    pub static KERNELS: VecKernels = VecKernels {
+    const BASE: VecKernels = VecKernels {
         dot,
         dot_f16,
         axpy,
@@ -175,8 +207,23 @@ mod avx2 {
         axpy_rows_f16,
         exp_shifted,
         scale_round16,
+        dot_block: crate::ops::attn_tile::x86::dot_block,
+        axpy_block: crate::ops::attn_tile::x86::axpy_block,
         name: "avx2",
     };
+    pub static KERNELS: VecKernels = BASE;
+    /// The same arithmetic, with attention blocks sized for AVX-512VL's
+    /// thirty-two vector registers.
+    pub static KERNELS_VL: VecKernels = VecKernels {
+        dot_block: crate::ops::attn_tile::x86::dot_block_vl,
+        axpy_block: crate::ops::attn_tile::x86::axpy_block_vl,
+        name: "avx2+avx512vl",
+        ..BASE
+    };
+
+    pub fn has_avx512vl() -> bool {
+        is_x86_feature_detected!("avx512f") && is_x86_feature_detected!("avx512vl")
+    }
 
     pub fn available() -> bool {
         is_x86_feature_detected!("avx2")
