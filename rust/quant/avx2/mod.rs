@@ -21,6 +21,7 @@ mod float;
 mod gemm;
 mod gemm_vnni;
 mod kgemm;
+mod packed_groups;
 mod q2_k;
 mod q3_k;
 mod q4_0;

@@ -26,6 +26,7 @@
 
 use std::arch::x86_64::*;
 
+use super::packed_groups::{block_sums, run_groups, GroupPass};
 use super::{f16_at, read_u32, Block32};
 
 /// Rows per group: the sixteen i32 lanes.
@@ -33,9 +34,6 @@ pub const GROUP_ROWS: usize = 16;
 const QK: usize = 32;
 /// The sixteen rows' fifth bits, after the quant words.
 const QH_AT: usize = 4 * 64;
-
-/// Tokens per kernel pass (their sums stay in registers).
-const TOKENS: usize = 4;
 
 /// What the packed kernel needs of a format beyond `Block32`.
 pub(super) trait Nibbles: Block32 {
@@ -226,69 +224,40 @@ unsafe fn pass<F: Nibbles, const N: usize>(
 pub(super) fn tile<F: Nibbles>(
     n: usize,
     packed: &[u8],
-    (g0, g1): (usize, usize),
+    groups: (usize, usize),
     acts: &[&[u8]],
     outs: &mut [&mut [f32]],
 ) {
     assert!(available(), "packed Q4 kernel without AVX-512 VNNI");
     let nb = n / QK;
-    let span = (g1 - g0) * GROUP_ROWS;
     assert!(
-        n.is_multiple_of(QK)
-            && packed.len() >= g1 * nb * F::PACKED
-            && acts.len() == outs.len()
-            && acts.iter().all(|a| a.len() >= nb * F::A)
-            && outs.iter().all(|o| o.len() >= span),
+        n.is_multiple_of(QK) && acts.iter().all(|a| a.len() >= nb * F::A),
         "packed tile operand too short"
     );
-    // Each token's block sums, for Q4_0's offset.
-    let asum: Vec<Vec<i32>> = acts
-        .iter()
-        .map(|a| {
-            if F::OFFSET == 0 {
-                return Vec::new();
-            }
-            a.chunks_exact(F::A)
-                .take(nb)
-                .map(|b| b[F::A - QK..].iter().map(|&q| q as i8 as i32).sum())
-                .collect()
-        })
-        .collect();
-    for g in g0..g1 {
-        let grp = packed[g * nb * F::PACKED..].as_ptr();
-        let o = (g - g0) * GROUP_ROWS;
-        let mut t = 0;
-        while t < acts.len() {
-            let left = acts.len() - t;
-            // Sixteen floats at o of each token's output (bounds checked
-            // by the slicing).
-            let mut dst = |k: usize| outs[t + k][o..o + GROUP_ROWS].as_mut_ptr();
-            // SAFETY (each pass): features asserted; group g, the tokens'
-            // nb blocks and (Q4_0) their nb sums are in bounds (asserted
-            // and built above).
-            if left >= TOKENS {
-                let a = std::array::from_fn(|k| acts[t + k].as_ptr());
-                let s = std::array::from_fn(|k| asum[t + k].as_ptr());
-                unsafe { pass::<F, TOKENS>(nb, grp, a, s, std::array::from_fn(&mut dst)) };
-                t += TOKENS;
-            } else if left >= 2 {
-                let a = std::array::from_fn(|k| acts[t + k].as_ptr());
-                let s = std::array::from_fn(|k| asum[t + k].as_ptr());
-                unsafe { pass::<F, 2>(nb, grp, a, s, std::array::from_fn(&mut dst)) };
-                t += 2;
-            } else {
-                unsafe {
-                    pass::<F, 1>(
-                        nb,
-                        grp,
-                        [acts[t].as_ptr()],
-                        [asum[t].as_ptr()],
-                        std::array::from_fn(&mut dst),
-                    )
-                };
-                t += 1;
-            }
-        }
+    // Each token's block sums, for Q4_0's offset (the others read none).
+    let asum = if F::OFFSET == 0 {
+        Vec::new()
+    } else {
+        block_sums(acts, nb, F::A, QK)
+    };
+    // SAFETY: the features were asserted above.
+    unsafe { run_groups::<Packed<F>>(nb, packed, groups, acts, &asum, outs) }
+}
+
+/// A 32-element format's layout, for `run_groups`.
+struct Packed<F>(std::marker::PhantomData<F>);
+
+impl<F: Nibbles> GroupPass for Packed<F> {
+    const PACKED: usize = F::PACKED;
+    unsafe fn pass<const N: usize>(
+        nb: usize,
+        grp: *const u8,
+        a: [*const u8; N],
+        asum: [*const i32; N],
+        out: [*mut f32; N],
+    ) {
+        // SAFETY: the trait's contract is `pass`'s.
+        unsafe { pass::<F, N>(nb, grp, a, asum, out) }
     }
 }
 

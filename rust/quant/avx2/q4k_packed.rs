@@ -27,6 +27,7 @@
 
 use std::arch::x86_64::*;
 
+use super::packed_groups::{run_groups, GroupPass};
 use super::{read_f32, read_u32};
 use crate::quant::kquant_scales::scales_mins;
 use crate::quant::{q4_k, q8_k, QK_K};
@@ -39,9 +40,6 @@ const D: usize = MN + 8 * 16;
 const DM: usize = D + 2 * GROUP_ROWS;
 /// Bytes per group and super-block (the file's sixteen blocks take 2,304).
 pub const PACKED_BLOCK: usize = DM + 2 * GROUP_ROWS;
-
-/// Tokens per kernel pass (their sums stay in registers).
-const TOKENS: usize = 4;
 
 /// Whether the CPU has what the kernel uses.
 pub fn available() -> bool {
@@ -207,43 +205,33 @@ unsafe fn pass<const N: usize>(nb: usize, grp: *const u8, a: [*const u8; N], out
 pub fn tile(
     n: usize,
     packed: &[u8],
-    (g0, g1): (usize, usize),
+    groups: (usize, usize),
     acts: &[&[u8]],
     outs: &mut [&mut [f32]],
 ) {
     assert!(available(), "packed Q4_K kernel without AVX-512 VNNI");
     let nb = n / QK_K;
-    let span = (g1 - g0) * GROUP_ROWS;
     assert!(
-        packed.len() >= g1 * nb * PACKED_BLOCK
-            && acts.len() == outs.len()
-            && acts.iter().all(|a| a.len() >= nb * q8_k::BLOCK)
-            && outs.iter().all(|o| o.len() >= span),
+        acts.iter().all(|a| a.len() >= nb * q8_k::BLOCK),
         "packed tile operand too short"
     );
-    for g in g0..g1 {
-        let grp = packed[g * nb * PACKED_BLOCK..].as_ptr();
-        let o = (g - g0) * GROUP_ROWS;
-        let mut t = 0;
-        while t < acts.len() {
-            let left = acts.len() - t;
-            // Sixteen floats at o of each token's output (bounds checked
-            // by the slicing).
-            let mut dst = |k: usize| outs[t + k][o..o + GROUP_ROWS].as_mut_ptr();
-            // SAFETY (each pass): features asserted; group g and the
-            // tokens' nb blocks are in bounds (asserted above).
-            if left >= TOKENS {
-                let a = std::array::from_fn(|k| acts[t + k].as_ptr());
-                unsafe { pass::<TOKENS>(nb, grp, a, std::array::from_fn(&mut dst)) };
-                t += TOKENS;
-            } else if left >= 2 {
-                let a = std::array::from_fn(|k| acts[t + k].as_ptr());
-                unsafe { pass::<2>(nb, grp, a, std::array::from_fn(&mut dst)) };
-                t += 2;
-            } else {
-                unsafe { pass::<1>(nb, grp, [acts[t].as_ptr()], std::array::from_fn(&mut dst)) };
-                t += 1;
-            }
-        }
+    // SAFETY: the features were asserted above.
+    unsafe { run_groups::<Q4KPacked>(nb, packed, groups, acts, &[], outs) }
+}
+
+/// The Q4_K layout's pass, for `run_groups` (it reads Q8_K's own sums).
+struct Q4KPacked;
+
+impl GroupPass for Q4KPacked {
+    const PACKED: usize = PACKED_BLOCK;
+    unsafe fn pass<const N: usize>(
+        nb: usize,
+        grp: *const u8,
+        a: [*const u8; N],
+        _asum: [*const i32; N],
+        out: [*mut f32; N],
+    ) {
+        // SAFETY: the trait's contract is `pass`'s.
+        unsafe { pass::<N>(nb, grp, a, out) }
     }
 }

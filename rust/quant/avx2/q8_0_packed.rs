@@ -26,6 +26,7 @@
 
 use std::arch::x86_64::*;
 
+use super::packed_groups::{block_sums, run_groups, GroupPass};
 use super::{f16_at, read_u32, Block32};
 use crate::quant::q8_0;
 
@@ -35,9 +36,6 @@ const QK: usize = 32;
 const SC: usize = 8 * 64;
 /// Bytes per group and block: the file's sixteen blocks take the same.
 pub const PACKED_BLOCK: usize = SC + 2 * GROUP_ROWS;
-
-/// Tokens per kernel pass (their sums stay in registers).
-const TOKENS: usize = 4;
 
 /// Whether the CPU has what the kernel uses.
 pub fn available() -> bool {
@@ -150,64 +148,35 @@ unsafe fn pass<const N: usize>(
 pub fn tile(
     n: usize,
     packed: &[u8],
-    (g0, g1): (usize, usize),
+    groups: (usize, usize),
     acts: &[&[u8]],
     outs: &mut [&mut [f32]],
 ) {
     assert!(available(), "packed Q8_0 kernel without AVX-512 VNNI");
     let nb = n / QK;
-    let span = (g1 - g0) * GROUP_ROWS;
     assert!(
-        n.is_multiple_of(QK)
-            && packed.len() >= g1 * nb * PACKED_BLOCK
-            && acts.len() == outs.len()
-            && acts.iter().all(|a| a.len() >= nb * q8_0::BLOCK)
-            && outs.iter().all(|o| o.len() >= span),
+        n.is_multiple_of(QK) && acts.iter().all(|a| a.len() >= nb * q8_0::BLOCK),
         "packed tile operand too short"
     );
     // Each token's block sums, for the unsigned form's offset.
-    let asum: Vec<Vec<i32>> = acts
-        .iter()
-        .map(|a| {
-            a.chunks_exact(q8_0::BLOCK)
-                .take(nb)
-                .map(|b| b[2..].iter().map(|&q| q as i8 as i32).sum())
-                .collect()
-        })
-        .collect();
-    for g in g0..g1 {
-        let grp = packed[g * nb * PACKED_BLOCK..].as_ptr();
-        let o = (g - g0) * GROUP_ROWS;
-        let mut t = 0;
-        while t < acts.len() {
-            let left = acts.len() - t;
-            // Sixteen floats at o of each token's output (bounds checked
-            // by the slicing).
-            let mut dst = |k: usize| outs[t + k][o..o + GROUP_ROWS].as_mut_ptr();
-            // SAFETY (each pass): features asserted; group g, the tokens'
-            // nb blocks and their nb sums are in bounds (asserted above).
-            if left >= TOKENS {
-                let a = std::array::from_fn(|k| acts[t + k].as_ptr());
-                let s = std::array::from_fn(|k| asum[t + k].as_ptr());
-                unsafe { pass::<TOKENS>(nb, grp, a, s, std::array::from_fn(&mut dst)) };
-                t += TOKENS;
-            } else if left >= 2 {
-                let a = std::array::from_fn(|k| acts[t + k].as_ptr());
-                let s = std::array::from_fn(|k| asum[t + k].as_ptr());
-                unsafe { pass::<2>(nb, grp, a, s, std::array::from_fn(&mut dst)) };
-                t += 2;
-            } else {
-                unsafe {
-                    pass::<1>(
-                        nb,
-                        grp,
-                        [acts[t].as_ptr()],
-                        [asum[t].as_ptr()],
-                        std::array::from_fn(&mut dst),
-                    )
-                };
-                t += 1;
-            }
-        }
+    let asum = block_sums(acts, nb, q8_0::BLOCK, QK);
+    // SAFETY: the features were asserted above.
+    unsafe { run_groups::<Q8_0Packed>(nb, packed, groups, acts, &asum, outs) }
+}
+
+/// The Q8_0 layout's pass, for `run_groups`.
+struct Q8_0Packed;
+
+impl GroupPass for Q8_0Packed {
+    const PACKED: usize = PACKED_BLOCK;
+    unsafe fn pass<const N: usize>(
+        nb: usize,
+        grp: *const u8,
+        a: [*const u8; N],
+        asum: [*const i32; N],
+        out: [*mut f32; N],
+    ) {
+        // SAFETY: the trait's contract is `pass`'s.
+        unsafe { pass::<N>(nb, grp, a, asum, out) }
     }
 }

@@ -1,0 +1,107 @@
+//! The loop every packed decode layout shares (`q4k_packed`, `q8_0_packed`,
+//! `q4_packed`): for each group of sixteen rows, the activation rows go
+//! through the format's pass four at a time, then two, then one, and each
+//! pass writes sixteen floats per token. Only the pass differs by format.
+
+/// Tokens per pass: their sums stay in registers.
+pub(super) const TOKENS: usize = 4;
+
+/// One format's kernel over one group of sixteen packed rows.
+pub(super) trait GroupPass {
+    /// Bytes of one packed block of a group (all sixteen rows).
+    const PACKED: usize;
+
+    /// The group's `nb` packed blocks at `grp` against `N` activation rows
+    /// (`a[t]`, with block quant sums `asum[t]` where the format needs
+    /// them), writing each token's sixteen values to `out[t]`.
+    ///
+    /// # Safety
+    /// The format's CPU features are present; `grp` holds `nb * PACKED`
+    /// bytes, every `a[t]` `nb` activation blocks, every `asum[t]` `nb`
+    /// sums if the format reads them, and every `out[t]` sixteen floats.
+    unsafe fn pass<const N: usize>(
+        nb: usize,
+        grp: *const u8,
+        a: [*const u8; N],
+        asum: [*const i32; N],
+        out: [*mut f32; N],
+    );
+}
+
+/// Each token's per-block sums of its `i8` quants (the `quants` bytes that
+/// end each `block`-byte activation block), for the layouts that store
+/// their quants offset to unsigned and subtract the offset times this sum.
+pub(super) fn block_sums(acts: &[&[u8]], nb: usize, block: usize, quants: usize) -> Vec<Vec<i32>> {
+    acts.iter()
+        .map(|a| {
+            a.chunks_exact(block)
+                .take(nb)
+                .map(|b| b[block - quants..].iter().map(|&q| q as i8 as i32).sum())
+                .collect()
+        })
+        .collect()
+}
+
+/// Groups `g0..g1` (each `nb` packed blocks) against every activation row:
+/// `outs[t][(g - g0) * 16 + r]` is row `16g + r` against token t.
+/// `asum` is `block_sums`' result, or empty for a format that reads none.
+///
+/// # Safety
+/// `P`'s CPU features are present.
+pub(super) unsafe fn run_groups<P: GroupPass>(
+    nb: usize,
+    packed: &[u8],
+    (g0, g1): (usize, usize),
+    acts: &[&[u8]],
+    asum: &[Vec<i32>],
+    outs: &mut [&mut [f32]],
+) {
+    const ROWS: usize = 16;
+    assert!(
+        packed.len() >= g1 * nb * P::PACKED
+            && acts.len() == outs.len()
+            && (asum.is_empty() || asum.len() == acts.len() && asum.iter().all(|s| s.len() >= nb))
+            && outs.iter().all(|o| o.len() >= (g1 - g0) * ROWS),
+        "packed tile operand too short"
+    );
+    let sums = |t: usize| asum.get(t).map_or(std::ptr::null(), |s| s.as_ptr());
+    for g in g0..g1 {
+        let grp = packed[g * nb * P::PACKED..].as_ptr();
+        let o = (g - g0) * ROWS;
+        let mut t = 0;
+        while t < acts.len() {
+            let n = match acts.len() - t {
+                left if left >= TOKENS => TOKENS,
+                left if left >= 2 => 2,
+                _ => 1,
+            };
+            // Sixteen floats at o of each token's output (bounds checked by
+            // the slicing).
+            let mut dst = |k: usize| outs[t + k][o..o + ROWS].as_mut_ptr();
+            let a = |k: usize| acts[t + k].as_ptr();
+            // SAFETY (each pass): the features are the caller's; group g,
+            // the tokens' nb blocks (checked by the callers) and their nb
+            // sums (asserted) are in bounds, and each output was sliced.
+            unsafe {
+                match n {
+                    TOKENS => P::pass::<TOKENS>(
+                        nb,
+                        grp,
+                        std::array::from_fn(a),
+                        std::array::from_fn(|k| sums(t + k)),
+                        std::array::from_fn(&mut dst),
+                    ),
+                    2 => P::pass::<2>(
+                        nb,
+                        grp,
+                        std::array::from_fn(a),
+                        std::array::from_fn(|k| sums(t + k)),
+                        std::array::from_fn(&mut dst),
+                    ),
+                    _ => P::pass::<1>(nb, grp, [a(0)], [sums(t)], [dst(0)]),
+                }
+            }
+            t += n;
+        }
+    }
+}
