@@ -238,23 +238,22 @@ def test_a_prompt_may_fill_the_context_when_it_shifts(model_path: Path) -> None:
         asyncio.run(main(False))
 
 
-@pytest.fixture(scope="module")
-def client(model_path: Path) -> Iterator[openai.OpenAI]:
+def _served(model_path: Path, shift: bool) -> Iterator[openai.OpenAI]:
     from tests._serve import serving_app
 
-    spec, _ = serve_options_from_mapping(
-        {
-            "model": str(model_path),
-            "context_size": str(N_CTX),
-            "threads": "2",
-            "context_shift": "true",
-            "keep": str(KEEP),
-            "model_name": "m",
-        }
-    )
+    flags = {"model": str(model_path), "context_size": str(N_CTX), "threads": "2"}
+    flags["model_name"] = "m"
+    if shift:
+        flags |= {"context_shift": "true", "keep": str(KEEP)}
+    spec, _ = serve_options_from_mapping(flags)
     app = spec.build()
     with serving_app(app, app.state.server.engine) as url:
         yield openai.OpenAI(base_url=url + "/v1", api_key="unused", max_retries=0)
+
+
+@pytest.fixture(scope="module")
+def client(model_path: Path) -> Iterator[openai.OpenAI]:
+    yield from _served(model_path, shift=True)
 
 
 def test_served_completions_shift_as_the_engine(model_path: Path, client: openai.OpenAI) -> None:
@@ -343,3 +342,67 @@ def test_beam_search_refuses_to_reach_the_context_under_a_shift(
                 await a.beam_search(ids, beam_width=2, max_tokens=room + 1)
 
     asyncio.run(main())
+
+
+@pytest.fixture(scope="module")
+def unshifted_client(model_path: Path) -> Iterator[openai.OpenAI]:
+    yield from _served(model_path, shift=False)
+
+
+def test_a_served_prompt_may_fill_the_context_when_it_shifts(
+    model_path: Path, client: openai.OpenAI, unshifted_client: openai.OpenAI
+) -> None:
+    """As ``Engine``: under ``--context-shift`` a prompt of exactly the
+    context size is served (the first generated token shifts), one token
+    longer is refused by name; without the shift the full prompt is
+    refused as before."""
+    e = shifted(model_path)
+    ids = (e.tokenize(PROMPTS[1], add_special=True) * 4)[:N_CTX]
+    ref = e.generate(ids, 30, ignore_eos=True)
+    assert e.context_shifts >= 1
+    out = client.completions.create(
+        model="m", prompt=ids, max_tokens=30, temperature=0, extra_body={"ignore_eos": True}
+    )
+    assert out.choices[0].text == ref.text
+    assert out.usage is not None
+    assert (out.usage.prompt_tokens, out.usage.completion_tokens) == (N_CTX, 30)
+    # Token ids beyond what may be served fail the request schema, a text
+    # that tokenizes beyond it the context check; both name the prompt.
+    long_text = " ".join([PROMPTS[1]] * 5)
+    assert len(e.tokenize(long_text, add_special=True)) > N_CTX
+    for c, ask in ((client, ids + ids[1:2]), (unshifted_client, ids)):
+        with pytest.raises(openai.BadRequestError) as err:
+            c.completions.create(model="m", prompt=ask, max_tokens=4, temperature=0)
+        assert "'param': 'prompt'" in str(err.value)
+    for c in (client, unshifted_client):
+        with pytest.raises(openai.BadRequestError) as err:
+            c.completions.create(model="m", prompt=long_text, max_tokens=4, temperature=0)
+        assert "context_length_exceeded" in str(err.value)
+
+
+def test_a_served_generation_may_run_past_the_context_when_it_shifts(
+    model_path: Path,
+    client: openai.OpenAI,
+    unshifted_client: openai.OpenAI,
+    prompt_ids: list[list[int]],
+    want: list[list[int]],
+) -> None:
+    """``max_tokens`` above the context size: more than two contexts'
+    worth of tokens, the engine's own, streamed or not; without the
+    shift the same request is refused by the schema."""
+    text = Engine(model_path, context_size=N_CTX).detokenize(want[0])
+    extra = {"ignore_eos": True}
+    out = client.completions.create(
+        model="m", prompt=prompt_ids[0], max_tokens=N, temperature=0, extra_body=extra
+    )
+    assert out.choices[0].text == text
+    assert out.usage is not None and out.usage.completion_tokens == N
+    chunks = client.completions.create(
+        model="m", prompt=prompt_ids[0], max_tokens=N, temperature=0, stream=True, extra_body=extra
+    )
+    assert "".join(c.choices[0].text for c in chunks if c.choices) == text
+    with pytest.raises(openai.BadRequestError) as err:
+        unshifted_client.completions.create(
+            model="m", prompt=prompt_ids[0], max_tokens=N_CTX + 1, temperature=0
+        )
+    assert "max_tokens" in str(err.value)

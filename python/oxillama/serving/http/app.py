@@ -132,7 +132,9 @@ class Server:
         # No prompt longer than this could fit: every token covers at most
         # the characters of the longest token's text.
         chars = limits.max_prompt_chars or self.n_ctx * _longest_piece(engine)
-        self.schemas = RequestSchemas(self.n_ctx, self.vocab, limits, chars)
+        #: Under a context shift a prompt may fill the context.
+        self.shifts = engine.engine.context_shift is not None
+        self.schemas = RequestSchemas(self.n_ctx, self.vocab, limits, chars, self.shifts)
         self.defs = self.schemas.definitions(dim=int(engine.engine.config["n_embd"]))
         self.sessions = SessionTable(
             engine,
@@ -320,11 +322,21 @@ class Server:
         return [int(t) for t in prompt]
 
     def check_fits(self, n_prompt: int) -> None:
-        if n_prompt >= self.n_ctx:
+        if self.shifts and n_prompt > self.n_ctx:
             raise ApiError(
                 400,
                 f"the prompt has {n_prompt} tokens but the context size is {self.n_ctx} "
-                "tokens (at least one must be left to generate)",
+                "tokens (a context shift makes room for generated tokens, not for a "
+                "longer prompt)",
+                param="prompt",
+                code="context_length_exceeded",
+            )
+        if not self.shifts and n_prompt >= self.n_ctx:
+            raise ApiError(
+                400,
+                f"the prompt has {n_prompt} tokens but the context size is {self.n_ctx} "
+                "tokens (at least one must be left to generate; serve --context-shift "
+                "lets a prompt fill it)",
                 param="prompt",
                 code="context_length_exceeded",
             )

@@ -45,16 +45,38 @@ def _neutral(kind: str, value: Any, field: str) -> Schema:
     }
 
 
+#: The largest ``max_tokens`` a server with a context shift takes: a bound
+#: on one request's work, far beyond any context (llama.cpp's server has
+#: none).
+MAX_SHIFTED_TOKENS = 1 << 20
+
+
 @dataclass(frozen=True)
 class RequestSchemas:
     """The request schemas for one model (context size ``n_ctx``,
     ``vocab`` token ids) under ``limits``; ``prompt_chars`` is the resolved
-    character bound on prompts."""
+    character bound on prompts. Under a context shift (``serve
+    --context-shift``) a prompt may fill the context and a generation may
+    run past it, as with ``Engine(context_shift=True)``."""
 
     n_ctx: int
     vocab: int
     limits: Limits
     prompt_chars: int
+    context_shift: bool = False
+
+    @property
+    def max_tokens(self) -> int:
+        """The most tokens one request may ask for: the context size, or
+        under a shift as many as ``MAX_SHIFTED_TOKENS`` (the context
+        shifts as often as it fills)."""
+        return MAX_SHIFTED_TOKENS if self.context_shift else self.n_ctx
+
+    @property
+    def max_prompt_ids(self) -> int:
+        """Token ids a prompt may have: one must be left to generate,
+        unless the context shifts."""
+        return self.n_ctx if self.context_shift else self.n_ctx - 1
 
     def stop(self) -> Schema:
         n, chars = self.limits.max_stop, self.limits.max_stop_chars
@@ -112,9 +134,14 @@ class RequestSchemas:
         max_tokens = {
             "type": ["integer", "null"],
             "minimum": 0,
-            "maximum": self.n_ctx,
-            "description": f"Tokens to generate, at most the context size ({self.n_ctx}); "
-            f"default {min(256, self.n_ctx)}.",
+            "maximum": self.max_tokens,
+            "description": (
+                f"Tokens to generate, at most {self.max_tokens} (the context of {self.n_ctx} "
+                "shifts when it fills)"
+                if self.context_shift
+                else f"Tokens to generate, at most the context size ({self.n_ctx})"
+            )
+            + f"; default {min(256, self.n_ctx)}.",
         }
         return {
             "model": {
@@ -186,12 +213,12 @@ class RequestSchemas:
                 {
                     "type": "array",
                     "minItems": 1,
-                    "maxItems": self.n_ctx - 1,
+                    "maxItems": self.max_prompt_ids,
                     "items": {"type": "integer", "minimum": 0, "maximum": self.vocab - 1},
                 },
             ],
             "description": f"a string of at most {self.prompt_chars} characters, an array "
-            f"of one such string, or an array of 1 to {self.n_ctx - 1} token ids below "
+            f"of one such string, or an array of 1 to {self.max_prompt_ids} token ids below "
             f"{self.vocab}",
         }
         return {
