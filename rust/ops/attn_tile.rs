@@ -13,34 +13,8 @@
 //! arithmetic of `VecKernels::dot_rows` and `axpy_rows`: one 8-lane FMA
 //! chain over the chunks in the same order, the same horizontal sum, the
 //! same unfused tail. Blocking changes the speed and never a bit, so a
-//! token's logits stay the same alone, in a prefill or in a batch.
-
-/// Scalar twins: the one-query kernels of the scalar table, query by query.
-pub(crate) mod scalar {
-    use crate::ops::vec;
-
-    pub fn dot_block(qs: &[&[f32]], tile: &[f32], out: &mut [f32], stride: usize) {
-        for (r, q) in qs.iter().enumerate() {
-            let n = if q.is_empty() {
-                0
-            } else {
-                tile.len() / q.len()
-            };
-            (vec::scalar().dot_rows)(q, tile, &mut out[r * stride..r * stride + n]);
-        }
-    }
-
-    pub fn axpy_block(ys: &mut [&mut [f32]], w: &[f32], stride: usize, tile: &[f32]) {
-        for (r, y) in ys.iter_mut().enumerate() {
-            let n = if y.is_empty() {
-                0
-            } else {
-                tile.len() / y.len()
-            };
-            (vec::scalar().axpy_rows)(y, &w[r * stride..r * stride + n], tile);
-        }
-    }
-}
+//! token's logits stay the same alone, in a prefill or in a batch. The
+//! kernel tables, the scalar twins and the bit test live in `ops::vec`.
 
 #[cfg(target_arch = "x86_64")]
 pub(crate) mod x86 {
@@ -345,60 +319,5 @@ pub(crate) mod x86 {
     unsafe fn axpy_block_avx512vl(ys: &mut [&mut [f32]], w: &[f32], stride: usize, tile: &[f32]) {
         // SAFETY: the caller's contract.
         unsafe { axpy_block_body::<4, 4>(ys, w, stride, tile) }
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use crate::ops::vec::{self, VecKernels};
-    use rand::{Rng, SeedableRng};
-
-    fn tables() -> Vec<&'static VecKernels> {
-        let mut t = vec![vec::scalar(), vec::best()];
-        t.extend(vec::avx2_tables());
-        t
-    }
-
-    /// Each block kernel gives, pair by pair and element by element, the
-    /// bits of its table's one-query kernels, for every shape of remainder.
-    #[test]
-    fn blocks_equal_one_query_kernels_bit_for_bit() {
-        let mut rng = rand::rngs::StdRng::seed_from_u64(23);
-        let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
-        for k in tables() {
-            for d in [1usize, 8, 17, 64, 72, 256, 260] {
-                for m in [1usize, 2, 3, 4, 5, 7, 9, 12] {
-                    for n in [1usize, 2, 3, 5, 6, 7, 13, 32] {
-                        let q: Vec<f32> = (0..m * d).map(|_| rng.random_range(-2.0..2.0)).collect();
-                        let t: Vec<f32> = (0..n * d).map(|_| rng.random_range(-2.0..2.0)).collect();
-                        let qs: Vec<&[f32]> = q.chunks_exact(d).collect();
-                        let stride = n + 3;
-                        let mut got = vec![f32::NAN; m * stride];
-                        (k.dot_block)(&qs, &t, &mut got, stride);
-                        for (r, qr) in qs.iter().enumerate() {
-                            let mut want = vec![0f32; n];
-                            (k.dot_rows)(qr, &t, &mut want);
-                            let row = &got[r * stride..r * stride + n];
-                            assert_eq!(bits(row), bits(&want), "{} d={d} m={m} n={n}", k.name);
-                        }
-                        let w: Vec<f32> = (0..m * stride)
-                            .map(|_| rng.random_range(-1.0..1.0))
-                            .collect();
-                        let y0: Vec<f32> =
-                            (0..m * d).map(|_| rng.random_range(-1.0..1.0)).collect();
-                        let mut ys: Vec<Vec<f32>> =
-                            y0.chunks_exact(d).map(|c| c.to_vec()).collect();
-                        let mut refs: Vec<&mut [f32]> =
-                            ys.iter_mut().map(|y| y.as_mut_slice()).collect();
-                        (k.axpy_block)(&mut refs, &w, stride, &t);
-                        for (r, y) in ys.iter().enumerate() {
-                            let mut want = y0[r * d..(r + 1) * d].to_vec();
-                            (k.axpy_rows)(&mut want, &w[r * stride..r * stride + n], &t);
-                            assert_eq!(bits(y), bits(&want), "{} d={d} m={m} n={n}", k.name);
-                        }
-                    }
-                }
-            }
-        }
     }
 }

@@ -54,8 +54,8 @@ pub fn scalar() -> &'static VecKernels {
         dot_rows: scalar_impl::dot_rows,
         axpy_rows: scalar_impl::axpy_rows,
         axpy_rows_f16: scalar_impl::axpy_rows_f16,
-        dot_block: crate::ops::attn_tile::scalar::dot_block,
-        axpy_block: crate::ops::attn_tile::scalar::axpy_block,
+        dot_block: scalar_impl::dot_block,
+        axpy_block: scalar_impl::axpy_block,
         exp_shifted: scalar_impl::exp_shifted,
         scale_round16: scalar_impl::scale_round16,
         name: "scalar",
@@ -173,6 +173,29 @@ mod scalar_impl {
         let d = y.len();
         for (&wj, row) in w.iter().zip(tile.chunks_exact(d.max(1))) {
             axpy_f16(y, wj, row);
+        }
+    }
+
+    /// The block kernels' twins: the one-query kernels, query by query.
+    pub fn dot_block(qs: &[&[f32]], tile: &[f32], out: &mut [f32], stride: usize) {
+        for (r, q) in qs.iter().enumerate() {
+            let n = if q.is_empty() {
+                0
+            } else {
+                tile.len() / q.len()
+            };
+            dot_rows(q, tile, &mut out[r * stride..r * stride + n]);
+        }
+    }
+
+    pub fn axpy_block(ys: &mut [&mut [f32]], w: &[f32], stride: usize, tile: &[f32]) {
+        for (r, y) in ys.iter_mut().enumerate() {
+            let n = if y.is_empty() {
+                0
+            } else {
+                tile.len() / y.len()
+            };
+            axpy_rows(y, &w[r * stride..r * stride + n], tile);
         }
     }
 
@@ -708,6 +731,55 @@ mod tests {
                     (k.axpy_rows_f16)(&mut got, &w, &th);
                     let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
                     assert_eq!(bits(&got), bits(&want), "{} d={d} rows={rows}", k.name);
+                }
+            }
+        }
+    }
+
+    fn tables() -> Vec<&'static VecKernels> {
+        let mut t = vec![scalar(), best()];
+        t.extend(avx2_tables());
+        t
+    }
+
+    /// Each block kernel gives, pair by pair and element by element, the
+    /// bits of its table's one-query kernels, for every shape of remainder.
+    #[test]
+    fn blocks_equal_one_query_kernels_bit_for_bit() {
+        let mut rng = rand::rngs::StdRng::seed_from_u64(23);
+        let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
+        for k in tables() {
+            for d in [1usize, 8, 17, 64, 72, 256, 260] {
+                for m in [1usize, 2, 3, 4, 5, 7, 9, 12] {
+                    for n in [1usize, 2, 3, 5, 6, 7, 13, 32] {
+                        let q: Vec<f32> = (0..m * d).map(|_| rng.random_range(-2.0..2.0)).collect();
+                        let t: Vec<f32> = (0..n * d).map(|_| rng.random_range(-2.0..2.0)).collect();
+                        let qs: Vec<&[f32]> = q.chunks_exact(d).collect();
+                        let stride = n + 3;
+                        let mut got = vec![f32::NAN; m * stride];
+                        (k.dot_block)(&qs, &t, &mut got, stride);
+                        for (r, qr) in qs.iter().enumerate() {
+                            let mut want = vec![0f32; n];
+                            (k.dot_rows)(qr, &t, &mut want);
+                            let row = &got[r * stride..r * stride + n];
+                            assert_eq!(bits(row), bits(&want), "{} d={d} m={m} n={n}", k.name);
+                        }
+                        let w: Vec<f32> = (0..m * stride)
+                            .map(|_| rng.random_range(-1.0..1.0))
+                            .collect();
+                        let y0: Vec<f32> =
+                            (0..m * d).map(|_| rng.random_range(-1.0..1.0)).collect();
+                        let mut ys: Vec<Vec<f32>> =
+                            y0.chunks_exact(d).map(|c| c.to_vec()).collect();
+                        let mut refs: Vec<&mut [f32]> =
+                            ys.iter_mut().map(|y| y.as_mut_slice()).collect();
+                        (k.axpy_block)(&mut refs, &w, stride, &t);
+                        for (r, y) in ys.iter().enumerate() {
+                            let mut want = y0[r * d..(r + 1) * d].to_vec();
+                            (k.axpy_rows)(&mut want, &w[r * stride..r * stride + n], &t);
+                            assert_eq!(bits(y), bits(&want), "{} d={d} m={m} n={n}", k.name);
+                        }
+                    }
                 }
             }
         }
