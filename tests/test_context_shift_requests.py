@@ -234,8 +234,12 @@ def test_a_prompt_may_fill_the_context_when_it_shifts(model_path: Path) -> None:
             return await a.generate(ids, 30, ignore_eos=True)
 
     assert asyncio.run(main(True)).tokens == ref.tokens
-    with pytest.raises(GenerateError, match="does not fit"):
+    with pytest.raises(GenerateError, match="at least one must be left"):
         asyncio.run(main(False))
+    # One token more does not fit even with the shift, and says why.
+    ids = ids + ids[1:2]
+    with pytest.raises(GenerateError, match="makes room for generated tokens"):
+        asyncio.run(main(True))
 
 
 def _served(model_path: Path, shift: bool) -> Iterator[openai.OpenAI]:

@@ -395,9 +395,14 @@ class Scheduler:
         # With a context shift a prompt may fill the context (the shift
         # makes room for the first token), as in a synchronous engine.
         if len(prompt) > self._n_ctx or (len(prompt) == self._n_ctx and self._shift is None):
+            why = (
+                "a context shift makes room for generated tokens, not for a longer prompt"
+                if self._shift is not None
+                else "at least one must be left to generate"
+            )
             raise GenerateError(
                 f"prompt of {len(prompt)} tokens does not fit in the context of "
-                f"{self._n_ctx} tokens (at least one must be left to generate)"
+                f"{self._n_ctx} tokens ({why})"
             )
         if draft is not None and self._recurrent:
             # A batched pass keeps a recurrent state only where it starts,
