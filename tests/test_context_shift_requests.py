@@ -18,18 +18,15 @@ import openai
 import pytest
 
 from oxillama import (
-    AsyncEngine,
     Engine,
     GenerateError,
     NgramDraft,
     ParameterError,
-    SamplerConfig,
     SpeculativeEngine,
 )
-from oxillama.serving.flags import serve_options_from_mapping
 from oxillama.serving.scheduler import Request, Scheduler
+from tests._context_shift import N_CTX, served, shifted, shifted_async
 
-N_CTX, KEEP = 64, 4
 PROMPTS = [
     "1, 2, 3,",
     "The quick brown fox jumps over the lazy dog. Once upon a time there was a",
@@ -38,30 +35,6 @@ PROMPTS = [
 #: Generated tokens per request: more than two contexts' worth.
 N = 140
 GRAMMAR = 'root ::= ("one" | "two" | "three") (", " ("one" | "two" | "three"))* "."'
-
-
-def shifted(model_path: Path, **kw: Any) -> Engine:
-    return Engine(
-        model_path,
-        context_size=N_CTX,
-        threads=2,
-        sampler=SamplerConfig.greedy(),
-        context_shift=True,
-        n_keep=KEEP,
-        **kw,
-    )
-
-
-def shifted_async(model_path: Path, **kw: Any) -> AsyncEngine:
-    return AsyncEngine(
-        model_path,
-        context_size=N_CTX,
-        threads=2,
-        sampler=SamplerConfig.greedy(),
-        context_shift=True,
-        n_keep=KEEP,
-        **kw,
-    )
 
 
 @pytest.fixture(scope="module")
@@ -223,14 +196,7 @@ def test_a_prompt_may_fill_the_context_when_it_shifts(model_path: Path) -> None:
     ref = e.generate(ids, 30, ignore_eos=True)
 
     async def main(shift: bool) -> Any:
-        async with AsyncEngine(
-            model_path,
-            context_size=N_CTX,
-            threads=2,
-            sampler=SamplerConfig.greedy(),
-            context_shift=shift,
-            n_keep=KEEP,
-        ) as a:
+        async with shifted_async(model_path, shift) as a:
             return await a.generate(ids, 30, ignore_eos=True)
 
     assert asyncio.run(main(True)).tokens == ref.tokens
@@ -242,22 +208,9 @@ def test_a_prompt_may_fill_the_context_when_it_shifts(model_path: Path) -> None:
         asyncio.run(main(True))
 
 
-def _served(model_path: Path, shift: bool) -> Iterator[openai.OpenAI]:
-    from tests._serve import serving_app
-
-    flags = {"model": str(model_path), "context_size": str(N_CTX), "threads": "2"}
-    flags["model_name"] = "m"
-    if shift:
-        flags |= {"context_shift": "true", "keep": str(KEEP)}
-    spec, _ = serve_options_from_mapping(flags)
-    app = spec.build()
-    with serving_app(app, app.state.server.engine) as url:
-        yield openai.OpenAI(base_url=url + "/v1", api_key="unused", max_retries=0)
-
-
 @pytest.fixture(scope="module")
 def client(model_path: Path) -> Iterator[openai.OpenAI]:
-    yield from _served(model_path, shift=True)
+    yield from served(model_path, shift=True)
 
 
 def test_served_completions_shift_as_the_engine(model_path: Path, client: openai.OpenAI) -> None:
@@ -350,7 +303,7 @@ def test_beam_search_refuses_to_reach_the_context_under_a_shift(
 
 @pytest.fixture(scope="module")
 def unshifted_client(model_path: Path) -> Iterator[openai.OpenAI]:
-    yield from _served(model_path, shift=False)
+    yield from served(model_path, shift=False)
 
 
 def test_a_served_prompt_may_fill_the_context_when_it_shifts(

@@ -15,11 +15,10 @@ from typing import Any
 import openai
 import pytest
 
-from oxillama import AsyncEngine, Engine, GenerateError, SamplerConfig
-from oxillama.serving.flags import serve_options_from_mapping
-from tests._serve import serving_app
+from oxillama import Engine, GenerateError, SamplerConfig
+from tests._context_shift import N_CTX, served, shifted_async
+from tests._context_shift import shifted as shifted_engine
 
-N_CTX, KEEP = 64, 4
 #: Tokens generated per request: the first one shifts the full context,
 #: and another shift follows (4 kept + 30 left after the first).
 M = 40
@@ -73,29 +72,14 @@ def prompts(tokenizer: Engine) -> dict[str, Any]:
     }
 
 
-def _flags(model_path: Path, shift: bool) -> dict[str, str]:
-    flags = {"model": str(model_path), "context_size": str(N_CTX), "threads": "2"}
-    flags["model_name"] = "m"
-    if shift:
-        flags |= {"context_shift": "true", "keep": str(KEEP)}
-    return flags
-
-
-def _served(model_path: Path, shift: bool) -> Iterator[openai.OpenAI]:
-    spec, _ = serve_options_from_mapping(_flags(model_path, shift))
-    app = spec.build()
-    with serving_app(app, app.state.server.engine) as url:
-        yield openai.OpenAI(base_url=url + "/v1", api_key="unused", max_retries=0)
-
-
 @pytest.fixture(scope="module")
 def shifted(model_path: Path) -> Iterator[openai.OpenAI]:
-    yield from _served(model_path, shift=True)
+    yield from served(model_path, shift=True)
 
 
 @pytest.fixture(scope="module")
 def unshifted(model_path: Path) -> Iterator[openai.OpenAI]:
-    yield from _served(model_path, shift=False)
+    yield from served(model_path, shift=False)
 
 
 @pytest.fixture(scope="module")
@@ -105,14 +89,7 @@ def want(model_path: Path, prompts: dict[str, Any]) -> dict[str, list[int]]:
     synchronous ``Engine`` with the same shift."""
 
     async def main() -> dict[str, list[int]]:
-        async with AsyncEngine(
-            model_path,
-            context_size=N_CTX,
-            threads=2,
-            sampler=SamplerConfig.greedy(),
-            context_shift=True,
-            n_keep=KEEP,
-        ) as a:
+        async with shifted_async(model_path) as a:
             out = {}
             for key in ("text_ids", "chat_ids"):
                 c = await a.generate(prompts[key], M, ignore_eos=True)
@@ -125,14 +102,7 @@ def want(model_path: Path, prompts: dict[str, Any]) -> dict[str, list[int]]:
 
     got = asyncio.run(main())
     for key, tokens in got.items():
-        e = Engine(
-            model_path,
-            context_size=N_CTX,
-            threads=2,
-            sampler=SamplerConfig.greedy(),
-            context_shift=True,
-            n_keep=KEEP,
-        )
+        e = shifted_engine(model_path)
         assert e.generate(prompts[key], M, ignore_eos=True).tokens == tokens
         assert e.context_shifts >= 2
         with pytest.raises(GenerateError, match="does not fit"):
