@@ -5,16 +5,45 @@ the loop once per piece (``call_soon_threadsafe`` writes the loop's
 self-pipe every time) costs a loop iteration per stream per step, on a
 core the next forward pass wants. The mailbox queues the deliveries and
 wakes the loop only when it is not already due to run them.
+
+While the scheduler samples a step's tokens it holds the wake-ups
+(``wakeups_held``): a loop woken by the first of eight pieces would take the
+GIL while the other seven are still being sampled, and the sampling thread
+waited for it. Woken once the step's pieces are all posted, the loop runs
+while the forward pass, which releases the GIL, computes the next step.
 """
 
 from __future__ import annotations
 
 import asyncio
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from typing import Any
 
-__all__ = ["Mailbox"]
+__all__ = ["Mailbox", "wakeups_held"]
+
+# Per thread: the mailboxes whose wake-up waits for `wakeups_held` to end,
+# or None outside it.
+_held = threading.local()
+
+
+@contextmanager
+def wakeups_held() -> Iterator[None]:
+    """Within it, posts from this thread queue their items but wake no loop;
+    on leaving (however it is left), each mailbox posted to is woken once.
+    Nested uses wake at the outermost exit."""
+    if getattr(_held, "boxes", None) is not None:
+        yield
+        return
+    boxes: list[Mailbox] = []
+    _held.boxes = boxes
+    try:
+        yield
+    finally:
+        _held.boxes = None
+        for box in boxes:
+            box._wake()
 
 
 class Mailbox:
@@ -33,6 +62,13 @@ class Mailbox:
             if self._due:
                 return
             self._due = True
+        held: list[Mailbox] | None = getattr(_held, "boxes", None)
+        if held is not None:
+            held.append(self)
+            return
+        self._wake()
+
+    def _wake(self) -> None:
         try:
             self._loop.call_soon_threadsafe(self._drain)
         except RuntimeError:  # the loop is closed: nobody is listening

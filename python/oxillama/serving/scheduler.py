@@ -89,6 +89,7 @@ from oxillama.errors import (
     OxiLlamaError,
     ParameterError,
 )
+from oxillama.serving.mailbox import wakeups_held
 from oxillama.serving.prefix_cache import PrefixCache
 from oxillama.text.assembler import TextAssembler
 
@@ -676,10 +677,11 @@ class Scheduler:
         self._make_room(batch, decoding)
         decoding = [s for s in decoding if s.logits is not None and s.session is not None]
         advance: list[tuple[Request, int]] = []
-        for s in decoding:
-            tok = self._verify(s) if s.spec is not None else self._sample(s)
-            if tok is not None:
-                advance.append((s, tok))
+        with wakeups_held():  # the loops wake once, as the pass starts
+            for s in decoding:
+                tok = self._verify(s) if s.spec is not None else self._sample(s)
+                if tok is not None:
+                    advance.append((s, tok))
         if advance:
             # Pages every plain step needs come first (`_make_room` made
             # sure they are free); drafts take only what is left.
