@@ -26,7 +26,7 @@
 
 use std::arch::x86_64::*;
 
-use super::packed_groups::{block_sums, run_groups, GroupPass};
+use super::packed_groups::{block_sums, prefetch_ahead, run_groups, GroupPass};
 use super::{f16_at, read_u32, Block32};
 
 /// Rows per group: the sixteen i32 lanes.
@@ -147,10 +147,14 @@ unsafe fn pass<F: Nibbles, const N: usize>(
     let mut mins = [_mm512_setzero_ps(); N];
     for i in 0..nb {
         let blk = grp.wrapping_add(i * F::PACKED);
+        prefetch_ahead::<N>(blk, F::PACKED);
         let ab: [*const u8; N] = std::array::from_fn(|t| a[t].wrapping_add(i * F::A));
         let q0 = F::A - QK;
-        // Low and high nibbles in separate sums: the chains interleave
-        // (integer sums, so the split cannot change them).
+        // Up to four tokens, low and high nibbles in separate sums: the
+        // chains interleave. Eight tokens interleave eight chains already,
+        // and two sums each would not fit the registers. Integer sums: the
+        // split cannot change them.
+        let split = N <= 4;
         let mut s = [[_mm512_setzero_si512(); 2]; N];
         // SAFETY: the fifth bits of this packed block (5-bit formats).
         let qh = F::QH.map(|_| unsafe { _mm512_loadu_si512(blk.add(QH_AT) as *const __m512i) });
@@ -177,7 +181,8 @@ unsafe fn pass<F: Nibbles, const N: usize>(
                     )
                 };
                 s[t][0] = _mm512_dpbusd_epi32(s[t][0], lo, _mm512_set1_epi32(xl as i32));
-                s[t][1] = _mm512_dpbusd_epi32(s[t][1], hi, _mm512_set1_epi32(xh as i32));
+                s[t][split as usize] =
+                    _mm512_dpbusd_epi32(s[t][split as usize], hi, _mm512_set1_epi32(xh as i32));
             }
         }
         // SAFETY: the sixteen scales (and minimums) of this packed block.

@@ -27,7 +27,7 @@
 
 use std::arch::x86_64::*;
 
-use super::packed_groups::{run_groups, GroupPass};
+use super::packed_groups::{prefetch_ahead, run_groups, GroupPass};
 use super::{read_f32, read_u32};
 use crate::quant::kquant_scales::scales_mins;
 use crate::quant::{q4_k, q8_k, QK_K};
@@ -127,6 +127,7 @@ unsafe fn pass<const N: usize>(nb: usize, grp: *const u8, a: [*const u8; N], out
     let mut acc = [_mm512_setzero_ps(); N];
     for i in 0..nb {
         let blk = grp.wrapping_add(i * PACKED_BLOCK);
+        prefetch_ahead::<N>(blk, PACKED_BLOCK);
         let ab: [*const u8; N] = std::array::from_fn(|t| a[t].wrapping_add(i * q8_k::BLOCK));
         let bytes16 = |o: usize| {
             // SAFETY: 16 bytes of this packed block (o < PACKED_BLOCK - 16).

@@ -26,7 +26,7 @@
 
 use std::arch::x86_64::*;
 
-use super::packed_groups::{block_sums, run_groups, GroupPass};
+use super::packed_groups::{block_sums, prefetch_ahead, run_groups, GroupPass};
 use super::{f16_at, read_u32, Block32};
 use crate::quant::q8_0;
 
@@ -109,6 +109,7 @@ unsafe fn pass<const N: usize>(
     let mut acc = [_mm512_setzero_ps(); N];
     for i in 0..nb {
         let blk = grp.wrapping_add(i * PACKED_BLOCK);
+        prefetch_ahead::<N>(blk, PACKED_BLOCK);
         let ab: [*const u8; N] = std::array::from_fn(|t| a[t].wrapping_add(i * q8_0::BLOCK));
         // Two partial sums per token over even and odd words: the chains
         // interleave (integer sums, so the split cannot change them).
