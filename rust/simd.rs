@@ -1,5 +1,21 @@
 //! x86 SIMD helpers shared by the quantized and the float kernels.
 
+/// Asks for the `len` bytes at `p` to be brought into L1 ahead of their use.
+/// Only a hint: a prefetch never faults, so `p` may be dangling or past the
+/// end of a buffer; elsewhere than x86-64 it does nothing.
+#[inline(always)]
+pub fn prefetch_bytes(p: *const u8, len: usize) {
+    #[cfg(target_arch = "x86_64")]
+    for off in (0..len).step_by(64) {
+        let at = p.wrapping_add(off) as *const i8;
+        // SAFETY: SSE is part of every x86-64 CPU, and a prefetch
+        // dereferences nothing.
+        unsafe { std::arch::x86_64::_mm_prefetch::<{ std::arch::x86_64::_MM_HINT_T0 }>(at) };
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    let _ = (p, len);
+}
+
 #[cfg(target_arch = "x86_64")]
 pub mod x86 {
     use std::arch::x86_64::*;

@@ -90,6 +90,18 @@ pub enum Rows<'a> {
     Q4_0(&'a [u8]),
 }
 
+impl Rows<'_> {
+    /// Asks for these rows' bytes to be fetched ahead of their use.
+    pub fn prefetch(&self) {
+        let (p, len) = match self {
+            Rows::F16(x) => (x.as_ptr().cast::<u8>(), std::mem::size_of_val(*x)),
+            Rows::F32(x) => (x.as_ptr().cast::<u8>(), std::mem::size_of_val(*x)),
+            Rows::Q8_0(x) | Rows::Q4_0(x) => (x.as_ptr(), x.len()),
+        };
+        crate::simd::prefetch_bytes(p, len);
+    }
+}
+
 struct Counts {
     free: Vec<u32>,
     refs: Vec<u32>,

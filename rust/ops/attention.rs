@@ -106,6 +106,16 @@ fn tiles(
     let mut j0 = lo;
     while j0 < hi {
         let j1 = (j0 + TILE).min(hi);
+        // Each page is a short stream of its own (2 KB for one head of 64),
+        // too short for the hardware prefetcher to find before it ends, and
+        // a batched decode step walks the pages of eight sequences: the next
+        // tile is asked for while this one is converted and used.
+        let mut j = j1;
+        while j < (j1 + TILE).min(hi) {
+            let end = ((j1 + TILE).min(hi)).min(view.page_end(j));
+            view.rows(j, end).prefetch();
+            j = end;
+        }
         if view.dtype() != KvDtype::F32 {
             // Converted page by page into one tile (pages are 16 rows, as a
             // tile is, but a tile need not start on a page).

@@ -27,12 +27,7 @@ const AHEAD: usize = 2560;
 #[inline(always)]
 pub(super) fn prefetch_ahead<const N: usize>(blk: *const u8, bytes: usize) {
     if N >= 4 {
-        for off in (0..bytes).step_by(64) {
-            let p = blk.wrapping_add(AHEAD + off) as *const i8;
-            // SAFETY: SSE is part of every x86-64 CPU, and a prefetch never
-            // faults, so the address may lie past the matrix.
-            unsafe { std::arch::x86_64::_mm_prefetch::<{ std::arch::x86_64::_MM_HINT_T0 }>(p) };
-        }
+        crate::simd::prefetch_bytes(blk.wrapping_add(AHEAD), bytes);
     }
 }
 
