@@ -9,7 +9,9 @@ each produces exactly ``--tokens`` tokens. The rate of a run is its
 generated tokens over the time from the first streamed token to the last
 (decode only: prefill is excluded as llama-bench's tg excludes it).
 Prints each rep, the medians and the ratio (bar: 8 streams >= 3.5x one
-stream), with the CPU. Run it on a quiet machine.
+stream), with the CPU. Each rep also gives, from the server's /metrics, the
+forward pass and the scheduler's host-side work (sampling, detokenizing,
+queueing pieces) per decode step, in ms. Run it on a quiet machine.
 """
 
 from __future__ import annotations
@@ -96,6 +98,22 @@ async def run(url: str, streams: int, tokens: int) -> float:
     return produced / (end - start)
 
 
+def step_costs(url: str) -> tuple[float, float, float]:
+    """The server's decode steps, decode seconds and host seconds so far."""
+    want = {
+        "oxillama:decode_steps_total": 0,
+        "oxillama:decode_seconds_total": 1,
+        "oxillama:scheduler_host_seconds_total": 2,
+    }
+    got = [0.0, 0.0, 0.0]
+    with urllib.request.urlopen(url + "/metrics", timeout=10) as r:
+        for line in r.read().decode().splitlines():
+            name, _, value = line.partition(" ")
+            if name in want:
+                got[want[name]] = float(value)
+    return got[0], got[1], got[2]
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(
         description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter
@@ -125,9 +143,16 @@ def main() -> None:
         for rep in range(a.reps):
             order = [1, a.streams] if rep % 2 == 0 else [a.streams, 1]
             for n in order:
+                c0 = step_costs(url)
                 r = asyncio.run(run(url, n, a.tokens))
+                steps, fwd, host = (y - x for x, y in zip(c0, step_costs(url), strict=True))
                 (ones if n == 1 else manys).append(r)
-                print(f"rep {rep + 1}: {n} stream(s) {r:8.1f} tok/s", flush=True)
+                per = 1e3 / max(steps, 1)
+                print(
+                    f"rep {rep + 1}: {n} stream(s) {r:8.1f} tok/s"
+                    f"  (per step: forward {fwd * per:.2f} ms, host {host * per:.2f} ms)",
+                    flush=True,
+                )
         m1, mn = statistics.median(ones), statistics.median(manys)
         print(f"median: 1 stream {m1:.1f} tok/s, {a.streams} streams {mn:.1f} tok/s")
         print(f"ratio {mn / m1:.2f}x (bar >= 3.5x)")

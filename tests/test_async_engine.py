@@ -62,6 +62,10 @@ def test_concurrent_streams_match_a_lone_engine(aengine: AsyncEngine, model_path
     # Shared steps: far fewer forward passes than tokens.
     assert steps < generated / 4, (steps, generated)
     assert after["running"] == 0 and after["sequences_with_kv"] == 0
+    # The host-side work of those steps was counted, apart from the passes.
+    host = after["host_seconds"] - before["host_seconds"]
+    passes = sum(after[k] - before[k] for k in ("decode_seconds", "prefill_seconds"))
+    assert 0 < host and 0 < passes, (host, passes)
 
 
 def test_leaving_a_stream_early_cancels_it(aengine: AsyncEngine) -> None:

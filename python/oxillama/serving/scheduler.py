@@ -278,6 +278,11 @@ class Metrics:
     prefill_seconds: float = 0.0
     decode_seconds: float = 0.0
     decode_steps: int = 0
+    #: Seconds the scheduler thread spent in its steps outside forward
+    #: passes: sampling, grammar masks, detokenizing, queueing the pieces,
+    #: the KV bookkeeping. Against decode_seconds it says what the
+    #: host-side work costs each step.
+    host_seconds: float = 0.0
     finished: int = 0
     cancelled: int = 0
     preempted: int = 0
@@ -580,6 +585,7 @@ class Scheduler:
             if m.decode_seconds
             else 0.0,
             "decode_steps": m.decode_steps,
+            "host_seconds": m.host_seconds,
             "queue_length": queued,
             "running": running,
             "sequences_with_kv": kv_seqs,
@@ -666,11 +672,16 @@ class Scheduler:
                 if s.conv is not None:
                     self._end_turn(s)
                 s.session = None  # its KV memory is released here
+            m = self._metrics
+            passes = m.decode_seconds + m.prefill_seconds
+            t = time.perf_counter()
             try:
                 self._step(batch)
             except BaseException as e:  # a bug must not hang every caller
                 for s in batch:
                     self._finish(s, None, e)
+            spent = time.perf_counter() - t
+            m.host_seconds += max(0.0, spent - (m.decode_seconds + m.prefill_seconds - passes))
 
     def _step(self, batch: list[Request]) -> None:
         decoding = [s for s in batch if s.logits is not None and s.session is not None]

@@ -54,6 +54,12 @@ ENGINE_FAMILIES: dict[str, tuple[str, str, str]] = {
     "prefill_seconds": ("prefill_seconds", "counter", "Seconds spent in prefill passes."),
     "decode_seconds": ("decode_seconds", "counter", "Seconds spent in decode passes."),
     "decode_steps": ("decode_steps", "counter", "Batched decode forward passes."),
+    "host_seconds": (
+        "scheduler_host_seconds",
+        "counter",
+        "Seconds the scheduler spent in its steps outside forward passes (sampling, grammar "
+        "masks, detokenizing, queueing pieces).",
+    ),
     "mixed_decode_steps": (
         "mixed_decode_steps",
         "counter",
