@@ -105,33 +105,27 @@ pub(super) unsafe fn run_groups<P: GroupPass>(
             // the slicing).
             let mut dst = |k: usize| outs[t + k][o..o + ROWS].as_mut_ptr();
             let a = |k: usize| acts[t + k].as_ptr();
+            // One pass of n tokens, the arrays built for its width.
+            macro_rules! pass {
+                ($n:expr) => {
+                    P::pass::<{ $n }>(
+                        nb,
+                        grp,
+                        std::array::from_fn(a),
+                        std::array::from_fn(|k| sums(t + k)),
+                        std::array::from_fn(&mut dst),
+                    )
+                };
+            }
             // SAFETY (each pass): the features are the caller's; group g,
             // the tokens' nb blocks (checked by the callers) and their nb
             // sums (asserted) are in bounds, and each output was sliced.
             unsafe {
                 match n {
-                    TOKENS => P::pass::<TOKENS>(
-                        nb,
-                        grp,
-                        std::array::from_fn(a),
-                        std::array::from_fn(|k| sums(t + k)),
-                        std::array::from_fn(&mut dst),
-                    ),
-                    4 => P::pass::<4>(
-                        nb,
-                        grp,
-                        std::array::from_fn(a),
-                        std::array::from_fn(|k| sums(t + k)),
-                        std::array::from_fn(&mut dst),
-                    ),
-                    2 => P::pass::<2>(
-                        nb,
-                        grp,
-                        std::array::from_fn(a),
-                        std::array::from_fn(|k| sums(t + k)),
-                        std::array::from_fn(&mut dst),
-                    ),
-                    _ => P::pass::<1>(nb, grp, [a(0)], [sums(t)], [dst(0)]),
+                    TOKENS => pass!(TOKENS),
+                    4 => pass!(4),
+                    2 => pass!(2),
+                    _ => pass!(1),
                 }
             }
             t += n;
