@@ -110,9 +110,9 @@ fn tiles(
         // too short for the hardware prefetcher to find before it ends, and
         // a batched decode step walks the pages of eight sequences: the next
         // tile is asked for while this one is converted and used.
-        let mut j = j1;
-        while j < (j1 + TILE).min(hi) {
-            let end = ((j1 + TILE).min(hi)).min(view.page_end(j));
+        let (mut j, next_end) = (j1, (j1 + TILE).min(hi));
+        while j < next_end {
+            let end = next_end.min(view.page_end(j));
             view.rows(j, end).prefetch();
             j = end;
         }

@@ -123,7 +123,7 @@ unsafe fn compute<F: Block32, const P2: usize>(
     let mut mins = [_mm512_setzero_ps(); P2];
     for i in 0..nb {
         if !ahead.is_null() {
-            super::prefetch(ahead.wrapping_add(i * step), step + 64);
+            crate::simd::prefetch_bytes(ahead.wrapping_add(i * step), step + 64);
         }
         // Two partial sums per pair, over even and odd groups, so that
         // the `vpdpbusd` chains interleave (integer sums: exact either way).

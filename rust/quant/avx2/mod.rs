@@ -270,20 +270,6 @@ unsafe fn dot1<F: Block32>(nb: usize, w: *const u8, a: *const u8) -> f32 {
     }
 }
 
-/// Asks for the `bytes` at `p` (a weight block of the next row, which
-/// decode reaches after this one) to be fetched into L1 while this block's
-/// arithmetic runs. A prefetch never faults, so `p` may be past the end of
-/// the matrix.
-#[inline]
-#[target_feature(enable = "avx2,fma,f16c")]
-pub(super) fn prefetch(p: *const u8, bytes: usize) {
-    let mut off = 0;
-    while off < bytes {
-        _mm_prefetch::<_MM_HINT_T0>(p.wrapping_add(off) as *const i8);
-        off += 64;
-    }
-}
-
 /// Four weight rows against one activation column: the decode kernel, with
 /// the four rows in the lanes of one accumulator.
 ///

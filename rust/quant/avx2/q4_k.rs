@@ -38,7 +38,7 @@ unsafe fn dot<const C: usize>(nb: usize, w: *const u8, a: [*const u8; C]) -> [f3
         // SAFETY: the caller guarantees nb whole blocks on every row.
         let bw = unsafe { w.add(i * q4_k::BLOCK) };
         // Decode streams the rows from memory one after another.
-        super::prefetch(bw.wrapping_add(nb * q4_k::BLOCK), q4_k::BLOCK);
+        crate::simd::prefetch_bytes(bw.wrapping_add(nb * q4_k::BLOCK), q4_k::BLOCK);
         // SAFETY: d, dmin and the scales are the block's first 16 bytes.
         let (dm, (scales, mins)) = unsafe { (f16_pair(bw), unpack(bw.add(4))) };
         let mut sumi = [_mm256_setzero_si256(); C];

@@ -45,7 +45,7 @@ unsafe fn dot<const C: usize>(nb: usize, w: *const u8, a: [*const u8; C]) -> [f3
         // SAFETY: the caller guarantees nb whole blocks on every row.
         let bw = unsafe { w.add(i * q6_k::BLOCK) };
         // Decode streams the rows from memory one after another.
-        super::prefetch(bw.wrapping_add(nb * q6_k::BLOCK), q6_k::BLOCK);
+        crate::simd::prefetch_bytes(bw.wrapping_add(nb * q6_k::BLOCK), q6_k::BLOCK);
         // SAFETY: 16 scales at 192..208 and d at 208..210.
         let (scales8, d) = unsafe { (load128(bw.add(192)), f16_at(bw.add(208))) };
         let mut sumi = [_mm256_setzero_si256(); C];

@@ -100,7 +100,7 @@ unsafe fn pass<F: Block32, const NC: usize>(
     let mut mins = [_mm512_setzero_ps(); NC];
     for i in 0..nb {
         if !ahead.is_null() {
-            super::prefetch(ahead.wrapping_add(i * step), step + 64);
+            crate::simd::prefetch_bytes(ahead.wrapping_add(i * step), step + 64);
         }
         // SAFETY: block i of every row is in bounds (caller's contract).
         let (t, words) = unsafe {
