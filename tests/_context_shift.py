@@ -18,30 +18,26 @@ from tests._serve import serving_app
 N_CTX, KEEP = 64, 4
 
 
-def shifted(model_path: Path, **kw: Any) -> Engine:
-    """A greedy engine that shifts its context, keeping ``KEEP`` tokens."""
-    return Engine(
-        model_path,
-        context_size=N_CTX,
-        threads=2,
-        sampler=SamplerConfig.greedy(),
-        context_shift=True,
-        n_keep=KEEP,
-        **kw,
-    )
+def _greedy(n_ctx: int, n_keep: int, shift: bool) -> dict[str, Any]:
+    """The settings every context-shift engine of these tests shares."""
+    return {
+        "context_size": n_ctx,
+        "threads": 2,
+        "sampler": SamplerConfig.greedy(),
+        "context_shift": shift,
+        "n_keep": n_keep,
+    }
+
+
+def shifted(model_path: Path, n_ctx: int = N_CTX, n_keep: int = KEEP, **kw: Any) -> Engine:
+    """A greedy engine that shifts its context, keeping ``n_keep`` tokens."""
+    return Engine(model_path, **_greedy(n_ctx, n_keep, True), **kw)
 
 
 def shifted_async(model_path: Path, shift: bool = True, **kw: Any) -> AsyncEngine:
-    """The same as an ``AsyncEngine`` (``shift=False``: without the shift)."""
-    return AsyncEngine(
-        model_path,
-        context_size=N_CTX,
-        threads=2,
-        sampler=SamplerConfig.greedy(),
-        context_shift=shift,
-        n_keep=KEEP,
-        **kw,
-    )
+    """The same as an ``AsyncEngine`` at ``N_CTX``/``KEEP`` (``shift=False``:
+    without the shift)."""
+    return AsyncEngine(model_path, **_greedy(N_CTX, KEEP, shift), **kw)
 
 
 def served(model_path: Path, shift: bool) -> Iterator[openai.OpenAI]:

@@ -21,6 +21,7 @@ import oxillama._native as _native
 from oxillama import AsyncEngine, Engine, GenerateError, ParameterError, SamplerConfig
 from oxillama.serving.flags import serve_options_from_mapping
 from oxillama.sessions.session import parse
+from tests._context_shift import shifted
 
 #: llama.cpp's best two logits closer than this are a near-tie: numerics
 #: of the two implementations (not the shift) may order them either way.
@@ -28,18 +29,6 @@ NEAR_TIE = 0.01
 REF: dict[str, Any] = json.loads(
     (Path(__file__).parent / "reference" / "context_shift_smollm2.json").read_text()
 )
-
-
-def shifted(model_path: Path, n_ctx: int, n_keep: int, **kw: Any) -> Engine:
-    return Engine(
-        model_path,
-        context_size=n_ctx,
-        threads=2,
-        sampler=SamplerConfig.greedy(),
-        context_shift=True,
-        n_keep=n_keep,
-        **kw,
-    )
 
 
 def shift_steps(case: dict[str, Any], turn: int) -> list[int]:
