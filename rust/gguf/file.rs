@@ -8,7 +8,7 @@ use std::sync::OnceLock;
 
 use super::cursor::Cursor;
 use super::value::{read_value, Value};
-use super::{Source, DEFAULT_ALIGNMENT, MAGIC, MAX_DIMS};
+use super::{Held, Source, WeightArena, DEFAULT_ALIGNMENT, MAGIC, MAX_DIMS};
 use crate::quant::GgmlType;
 use crate::{Error, Result};
 
@@ -46,10 +46,11 @@ pub struct GgufFile {
     meta_index: HashMap<String, usize>,
     tensors: Vec<TensorInfo>,
     tensor_index: HashMap<String, usize>,
-    /// Derived layouts of some tensors (by data offset), made once by the
-    /// model (see `ensure_packed`) and kept as long as the file.
-    packed: OnceLock<HashMap<usize, memmap2::MmapMut>>,
-    /// Whether views hand out the packed layouts (off under an offload
+    /// The matrices decode streams, repacked or copied onto huge pages (by
+    /// data offset), made once by the model (see `ensure_packed`) and kept
+    /// as long as the file.
+    packed: OnceLock<WeightArena>,
+    /// Whether views hand out the arena's matrices (off under an offload
     /// budget, whose pager must see every weight read).
     packed_on: AtomicBool,
 }
@@ -262,7 +263,7 @@ impl GgufFile {
     }
 
     /// Makes the derived layouts (once; later calls return at once).
-    pub fn ensure_packed(&self, build: impl FnOnce(&GgufFile) -> HashMap<usize, memmap2::MmapMut>) {
+    pub fn ensure_packed(&self, build: impl FnOnce(&GgufFile) -> WeightArena) {
         self.packed.get_or_init(|| build(self));
     }
 
@@ -272,10 +273,22 @@ impl GgufFile {
         if !self.packed_on.load(Ordering::Relaxed) {
             return None;
         }
-        self.packed.get()?.get(&offset).map(|b| &**b)
+        self.packed.get()?.get(offset, Held::Packed)
     }
 
-    /// Turns the derived layouts on or off for later views.
+    /// The huge-page copy of the `len` bytes at `offset` (a tensor's data
+    /// start), if the arena holds one and it is on; else the file's bytes.
+    pub fn streamed(&self, offset: usize, len: usize) -> &[u8] {
+        let copy = self
+            .packed
+            .get()
+            .filter(|_| self.packed_on.load(Ordering::Relaxed))
+            .and_then(|a| a.get(offset, Held::Copy))
+            .filter(|c| c.len() == len);
+        copy.unwrap_or(&self.source.bytes()[offset..offset + len])
+    }
+
+    /// Turns the arena's matrices on or off for later views.
     pub fn set_packed_on(&self, on: bool) {
         self.packed_on.store(on, Ordering::Relaxed);
     }

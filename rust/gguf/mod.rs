@@ -2,11 +2,13 @@
 //! checked against the bytes actually present before it is used, so a
 //! truncated or hostile file yields `Error::Load`, never a panic.
 
+mod arena;
 mod cursor;
 mod file;
 mod source;
 mod value;
 
+pub use arena::{Held, WeightArena};
 pub use file::{GgufFile, TensorInfo};
 pub use source::{page_size, Paging, Source};
 pub use value::{Array, Value};

@@ -14,7 +14,7 @@ use super::kv_cache::KvCache;
 use super::pager::{LayerPager, OffloadSpec, PagerPass, PagerStats};
 use super::pass::{fit, Pass, Scratch, Segment};
 use super::weights::{matrix, opt_vector, vector, MatRef};
-use crate::gguf::{GgufFile, Paging};
+use crate::gguf::{GgufFile, Held, Paging, TensorInfo, WeightArena};
 use crate::lora::targets::BaseModel;
 use crate::lora::{self, ActiveLora};
 use crate::ops::matmul::{matmul, ActScratch, QMatrix};
@@ -555,69 +555,91 @@ impl Model {
     }
 }
 
-/// The decode layouts of every matrix the kernels repack on this CPU
-/// (`quant::pack_matrix_into`), by data offset, made in parallel on the
-/// pool. Each lives in its own anonymous mapping advised to use huge pages:
-/// decode streams all of them once per token, and 4 KiB pages cost a page
-/// walk every 4 KiB. Made on the first pass that runs without an offload
-/// budget, so a model that always runs under one never holds them.
-fn pack_weights(
-    pool: &ThreadPool,
-    f: &GgufFile,
-) -> std::collections::HashMap<usize, memmap2::MmapMut> {
+/// Every matrix a decode step streams, onto huge pages (see
+/// `gguf::WeightArena`): the decode layout of those the kernels repack on
+/// this CPU (`quant::pack_matrix_into`), a copy of the file's bytes for the
+/// rest, made in parallel on the pool. Made on the first pass that runs
+/// without an offload budget, so a model that always runs under one never
+/// holds them.
+fn pack_weights(pool: &ThreadPool, f: &GgufFile) -> WeightArena {
+    use std::sync::atomic::{AtomicBool, Ordering};
+    use std::sync::Mutex;
     // The embedding table is only read row by row, unless it is also the
     // output head (no `output.weight`).
     let tied = f.tensor("output.weight").is_none();
-    let todo: Vec<(&crate::gguf::TensorInfo, usize)> = f
+    // Copies only of a mapped file, whose pages then leave this process; a
+    // buffer the caller handed us would be held twice.
+    let copies = f.is_mapped();
+    let todo: Vec<(&TensorInfo, usize, Held)> = f
         .tensors()
         .iter()
         .filter(|t| t.dims.len() == 2 && (tied || t.name != "token_embd.weight"))
-        .filter_map(|t| {
-            Some((
-                t,
-                crate::quant::packed_len(t.ty, t.n_rows(), t.dims[0] as usize)?,
-            ))
-        })
+        .filter_map(
+            |t| match crate::quant::packed_len(t.ty, t.n_rows(), t.dims[0] as usize) {
+                Some(len) => Some((t, len, Held::Packed)),
+                None => copies.then_some((t, t.nbytes, Held::Copy)),
+            },
+        )
         .collect();
-    let done: Vec<std::sync::Mutex<Option<memmap2::MmapMut>>> =
-        todo.iter().map(|_| std::sync::Mutex::new(None)).collect();
-    pool.run(todo.len(), |i| {
-        let (t, len) = todo[i];
-        // A failed mapping only leaves this matrix in the file's layout.
-        let Ok(mut map) = memmap2::MmapMut::map_anon(len) else {
-            return;
+    let wanted: Vec<(usize, usize, Held)> =
+        todo.iter().map(|&(t, n, h)| (t.offset, n, h)).collect();
+    // A failed mapping only leaves every matrix where the file has it.
+    let Some(mut arena) = WeightArena::reserve(&wanted) else {
+        return WeightArena::default();
+    };
+    let by_offset: std::collections::HashMap<usize, (&TensorInfo, Held)> =
+        todo.iter().map(|&(t, _, h)| (t.offset, (t, h))).collect();
+    let parts: Vec<Mutex<(usize, &mut [u8])>> =
+        arena.parts_mut().into_iter().map(Mutex::new).collect();
+    let failed: Vec<AtomicBool> = parts.iter().map(|_| AtomicBool::new(false)).collect();
+    pool.run(parts.len(), |i| {
+        let mut part = parts[i].lock().unwrap_or_else(|e| e.into_inner());
+        let (offset, ref mut out) = *part;
+        let (t, held) = by_offset[&offset];
+        let data = f.tensor_data(t);
+        let ok = match held {
+            Held::Packed => {
+                let (cols, rows) = (t.dims[0] as usize, t.n_rows());
+                crate::quant::pack_matrix_into(t.ty, rows, cols, data, out)
+            }
+            Held::Copy => {
+                out.copy_from_slice(data);
+                true
+            }
         };
-        // Advice only: without huge pages the layout is the same.
-        let _ = map.advise(memmap2::Advice::HugePage);
-        let (cols, rows) = (t.dims[0] as usize, t.n_rows());
-        if crate::quant::pack_matrix_into(t.ty, rows, cols, f.tensor_data(t), &mut map) {
-            *done[i].lock().unwrap_or_else(|e| e.into_inner()) = Some(map);
+        if !ok {
+            failed[i].store(true, Ordering::Relaxed);
         }
     });
-    let packed: std::collections::HashMap<usize, memmap2::MmapMut> = todo
-        .iter()
-        .zip(done)
-        .filter_map(|((t, _), p)| {
-            Some((t.offset, p.into_inner().unwrap_or_else(|e| e.into_inner())?))
-        })
+    let failed: Vec<usize> = parts
+        .into_iter()
+        .zip(failed)
+        .filter(|(_, bad)| bad.load(Ordering::Relaxed))
+        .map(|(p, _)| p.into_inner().unwrap_or_else(|e| e.into_inner()).0)
         .collect();
-    // A tied table's file layout now serves only embedding lookups, a row
-    // per token: its pages leave this process (the page cache keeps them
-    // and a lookup faults its row back in), so the packed head does not
-    // double the resident size. Gemma-3-270M: 178 MB of its 246.
-    if let Some(t) = f
-        .tensor("token_embd.weight")
-        .filter(|t| tied && packed.contains_key(&t.offset))
-    {
-        let ps = crate::gguf::page_size();
-        let (a, b) = (
-            t.offset.next_multiple_of(ps),
-            (t.offset + t.nbytes) / ps * ps,
-        );
-        if b > a {
-            // Advice only: a file read into memory keeps its bytes.
-            let _ = f.page(a, b - a, Paging::Unmap);
+    for offset in failed {
+        arena.forget(offset);
+    }
+    // File pages that only the arena is read in place of leave this
+    // process (the page cache keeps them), so the resident size is not
+    // doubled: a copied matrix's, and a tied table's, whose file layout
+    // then serves only embedding lookups, a row per token (a lookup faults
+    // its row back in). Gemma-3-270M's table: 178 MB of its 246. A packed
+    // matrix keeps its file pages: prefill's GEMM reads them.
+    let embd = f.tensor("token_embd.weight").map(|t| t.offset);
+    for (offset, held) in arena.held() {
+        if held == Held::Copy || (tied && Some(offset) == embd) {
+            let (t, _) = by_offset[&offset];
+            let ps = crate::gguf::page_size();
+            let (a, b) = (
+                t.offset.next_multiple_of(ps),
+                (t.offset + t.nbytes) / ps * ps,
+            );
+            if b > a {
+                // Advice only: a file read into memory keeps its bytes.
+                let _ = f.page(a, b - a, Paging::Unmap);
+            }
         }
     }
-    packed
+    arena
 }

@@ -22,7 +22,7 @@ impl MatRef {
             ty: self.ty,
             rows: self.rows,
             cols: self.cols,
-            data: &f.bytes()[self.offset..self.offset + self.nbytes],
+            data: f.streamed(self.offset, self.nbytes),
             packed: f.packed(self.offset),
         }
     }
