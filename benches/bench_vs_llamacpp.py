@@ -154,8 +154,13 @@ def main() -> None:
                     text=True,
                     check=True,
                 )
-                rows.setdefault((t, eng), []).append(
-                    json.loads(out.stdout.strip().splitlines()[-1])
+                r = json.loads(out.stdout.strip().splitlines()[-1])
+                rows.setdefault((t, eng), []).append(r)
+                # Every repetition, so the spread behind each median shows.
+                print(
+                    f"rep {rep + 1}/{args.reps}, {t} threads, {eng}: "
+                    f"pp {r['pp']:.1f} tok/s, tg {r['tg']:.1f} tok/s",
+                    flush=True,
                 )
     print(header)
     med: dict[tuple[int, str], dict[str, float]] = {}

@@ -555,6 +555,21 @@ impl Model {
     }
 }
 
+/// Drops from this process the file pages wholly inside `t`'s data, which
+/// the arena is read in place of (the page cache keeps them; a later read
+/// faults them back in).
+fn release_file_pages(f: &GgufFile, t: &TensorInfo) {
+    let ps = crate::gguf::page_size();
+    let (a, b) = (
+        t.offset.next_multiple_of(ps),
+        (t.offset + t.nbytes) / ps * ps,
+    );
+    if b > a {
+        // Advice only: a file read into memory keeps its bytes.
+        let _ = f.page(a, b - a, Paging::Unmap);
+    }
+}
+
 /// Every matrix a decode step streams, onto huge pages (see
 /// `gguf::WeightArena`): the decode layout of those the kernels repack on
 /// this CPU (`quant::pack_matrix_into`), a copy of the file's bytes for the
@@ -604,6 +619,9 @@ fn pack_weights(pool: &ThreadPool, f: &GgufFile) -> WeightArena {
             }
             Held::Copy => {
                 out.copy_from_slice(data);
+                // Now, not after the last copy: the peak resident size
+                // then holds one matrix twice, not every copied one.
+                release_file_pages(f, t);
                 true
             }
         };
@@ -620,26 +638,16 @@ fn pack_weights(pool: &ThreadPool, f: &GgufFile) -> WeightArena {
     for offset in failed {
         arena.forget(offset);
     }
-    // File pages that only the arena is read in place of leave this
-    // process (the page cache keeps them), so the resident size is not
-    // doubled: a copied matrix's, and a tied table's, whose file layout
-    // then serves only embedding lookups, a row per token (a lookup faults
-    // its row back in). Gemma-3-270M's table: 178 MB of its 246. A packed
-    // matrix keeps its file pages: prefill's GEMM reads them.
-    let embd = f.tensor("token_embd.weight").map(|t| t.offset);
-    for (offset, held) in arena.held() {
-        if held == Held::Copy || (tied && Some(offset) == embd) {
-            let (t, _) = by_offset[&offset];
-            let ps = crate::gguf::page_size();
-            let (a, b) = (
-                t.offset.next_multiple_of(ps),
-                (t.offset + t.nbytes) / ps * ps,
-            );
-            if b > a {
-                // Advice only: a file read into memory keeps its bytes.
-                let _ = f.page(a, b - a, Paging::Unmap);
-            }
-        }
+    // A tied table's file layout now serves only embedding lookups, a row
+    // per token: its pages leave this process (the page cache keeps them
+    // and a lookup faults its row back in), so the packed head does not
+    // double the resident size. Gemma-3-270M: 178 MB of its 246. Other
+    // packed matrices keep their file pages: prefill's GEMM reads them.
+    if let Some(t) = f
+        .tensor("token_embd.weight")
+        .filter(|t| tied && arena.get(t.offset, Held::Packed).is_some())
+    {
+        release_file_pages(f, t);
     }
     arena
 }
