@@ -215,10 +215,14 @@ def main() -> None:
     ap.add_argument(
         "--shape",
         choices=sorted(SHAPES),
-        default="smollm2-1.7b",
         help="the synthetic model's widths (default: smollm2-1.7b)",
     )
-    ap.add_argument("--model", type=Path, help="written if missing (default: by --shape)")
+    ap.add_argument(
+        "--model",
+        type=Path,
+        help="a GGUF to measure (default: the synthetic model of --shape, written if missing); "
+        "written only when --shape is also given",
+    )
     ap.add_argument(
         "--write-only",
         action="store_true",
@@ -230,11 +234,14 @@ def main() -> None:
     ap.add_argument("--pp", type=int, default=128)
     ap.add_argument("--tg", type=int, default=32)
     a = ap.parse_args()
-    a.model = a.model or model_path(a.shape)
+    if a.model is not None and not a.model.is_file() and a.shape is None:
+        # A mistyped path must not quietly become a fresh 1.7B-shaped file.
+        raise SystemExit(f"{a.model} does not exist; add --shape to write a synthetic model there")
+    a.model = a.model or model_path(a.shape or "smollm2-1.7b")
     if not a.model.is_file():
         a.model.parent.mkdir(parents=True, exist_ok=True)
         print(f"writing {a.model} ...", flush=True)
-        write_model(a.model, SHAPES[a.shape])
+        write_model(a.model, SHAPES[a.shape or "smollm2-1.7b"])
     if a.write_only:
         print(a.model)
         return
