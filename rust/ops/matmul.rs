@@ -112,7 +112,7 @@ thread_local! {
 /// sixteen rows at a time (the AVX2 tile four).
 const ROW_TILE: usize = 16;
 /// The most rows one chunk of a product takes.
-const MAX_CHUNK_ROWS: usize = 512;
+const MAX_CHUNK_ROWS: usize = 1024;
 const _: () = assert!(ROW_TILE.is_multiple_of(PACKED_GROUP_ROWS));
 
 /// Panel bytes handed to one GEMM call (see `matmul_multi`): a quarter
@@ -236,13 +236,18 @@ pub fn matmul_multi(
 
     let total_rows: usize = ws.iter().map(|w| w.rows).sum();
     // A decode step's products stream their rows once, and every chunk
-    // starts a new stream the prefetchers must find again: four chunks a
-    // thread of up to 512 rows, not eight of up to 256, took 0.93x the time
-    // of SmolLM2's one-row step, 0.97x on eight rows and on the synthetic
-    // 1.7B. A GEMM (prefill) keeps the finer split: its chunks are
-    // compute, and SmolLM2's pp512 took 1.04x with the coarse one.
+    // starts a new stream the prefetchers must find again (threads claim
+    // chunks in turn, so one thread's chunks are not adjacent). Against
+    // eight chunks a thread of up to 256 rows, two of up to 1,024 took
+    // 0.86x the time of SmolLM2's one-row step, 0.94x of eight rows, 0.96x
+    // of Gemma-3's and of the synthetic 1.7B's one-row steps.
+    // One chunk a thread was faster still on a quiet machine but 1.05x
+    // slower on eight rows beside a busy process: with nothing left to
+    // claim, a preempted thread's share is waited for. A GEMM (prefill)
+    // keeps the finer split: its chunks are compute, and SmolLM2's pp512
+    // took 1.04x with a coarse one.
     let gemm = ks.iter().any(|k| use_gemm(k));
-    let (per_thread, most_rows) = if gemm { (8, 256) } else { (4, MAX_CHUNK_ROWS) };
+    let (per_thread, most_rows) = if gemm { (8, 256) } else { (2, MAX_CHUNK_ROWS) };
     let target_chunks = pool.n_threads() * per_thread;
     let chunk_rows = (total_rows / target_chunks).clamp(ROW_TILE, most_rows) / ROW_TILE * ROW_TILE;
     // (matrix, first row, last row) per chunk.
@@ -287,17 +292,7 @@ pub fn matmul_multi(
         let arb = acts.len() / n_tok;
         let rows = w.rows;
         let rb = w.row_bytes();
-        // A decode step runs hundreds of chunks: their row tables live on
-        // the stack (chunks have at most MAX_CHUNK_ROWS rows) and the
-        // activation table is built once per format, not per chunk.
-        let mut table: [&[u8]; MAX_CHUNK_ROWS] = [&[]; MAX_CHUNK_ROWS];
-        for (t, row) in table
-            .iter_mut()
-            .zip(w.data[r0 * rb..r1 * rb].chunks_exact(rb))
-        {
-            *t = row;
-        }
-        let w_rows = &table[..r1 - r0];
+        // The activation table is built once per format, not per chunk.
         let act_rows = &act_tables[act_index(k.act)][..n_tok];
         if let Some(packed) = w.packed.filter(|_| n_tok <= PACKED_TOKENS) {
             // Chunks are whole groups of rows (ROW_TILE is a multiple of
@@ -322,6 +317,12 @@ pub fn matmul_multi(
             );
             return;
         }
+        // Only the file-layout kernels take a table of rows, built for the
+        // chunk's rows alone: a stack table of the largest chunk, zeroed
+        // per chunk, was a 16 KiB memset in each of a decode step's
+        // hundreds of chunks.
+        let w_rows: Vec<&[u8]> = w.data[r0 * rb..r1 * rb].chunks_exact(rb).collect();
+        let w_rows = &w_rows[..];
         match k.gemm.filter(|_| use_gemm(k)) {
             Some(gemm) => {
                 let (qb, sb) = panel_sizes(k.act, w.cols);
