@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -68,6 +68,18 @@ def test_concurrent_streams_match_a_lone_engine(aengine: AsyncEngine, model_path
     assert 0 < host and 0 < passes, (host, passes)
 
 
+async def until_metrics(
+    engine: AsyncEngine, cond: Callable[[dict[str, float | int]], bool], timeout: float = 30.0
+) -> None:
+    """Polls the engine's metrics until ``cond`` holds: a fixed sleep before
+    cancelling raced the requests, which a fast enough machine finished
+    first (four 150-token requests took 0.66 s against a 0.8 s sleep)."""
+    deadline = time.monotonic() + timeout
+    while not cond(m := engine.metrics()):
+        assert time.monotonic() < deadline, m
+        await asyncio.sleep(0.005)
+
+
 def test_leaving_a_stream_early_cancels_it(aengine: AsyncEngine) -> None:
     async def main() -> None:
         n = 0
@@ -75,8 +87,9 @@ def test_leaving_a_stream_early_cancels_it(aengine: AsyncEngine) -> None:
             n += 1
             if n == 3:
                 break
+        before = aengine.metrics()["generated_tokens"]
         task = asyncio.create_task(aengine.generate("Tell me a story.", 300, ignore_eos=True))
-        await asyncio.sleep(0.5)
+        await until_metrics(aengine, lambda m: m["generated_tokens"] > before)
         task.cancel()
         with pytest.raises(asyncio.CancelledError):
             await task
@@ -100,9 +113,9 @@ def test_cancellation_returns_every_kv_page(model_path: Path) -> None:
         ) as e:
             total = e.metrics()["kv_pages_total"]
             tasks = [asyncio.create_task(e.generate(p, 150, ignore_eos=True)) for p in PROMPTS[:4]]
-            await asyncio.sleep(0.8)
-            busy = e.metrics()
-            assert busy["kv_pages_used"] > 0, busy
+            # Cancelled while all four decode, whatever the machine's speed.
+            await until_metrics(e, lambda m: m["running"] == 4 and m["generated_tokens"] >= 8)
+            assert e.metrics()["kv_pages_used"] > 0
             for t in tasks[:3]:
                 t.cancel()
             for t in tasks[:3]:
