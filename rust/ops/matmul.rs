@@ -318,9 +318,9 @@ pub fn matmul_multi(
             return;
         }
         // Only the file-layout kernels take a table of rows, built for the
-        // chunk's rows alone: a stack table of the largest chunk, zeroed
-        // per chunk, was a 16 KiB memset in each of a decode step's
-        // hundreds of chunks.
+        // chunk's rows alone: a stack table sized for the largest chunk,
+        // zeroed in full per chunk (4 KiB at 256 rows), was a memset in
+        // each of a decode step's hundreds of chunks, packed ones too.
         let w_rows: Vec<&[u8]> = w.data[r0 * rb..r1 * rb].chunks_exact(rb).collect();
         let w_rows = &w_rows[..];
         match k.gemm.filter(|_| use_gemm(k)) {
