@@ -103,10 +103,18 @@ impl WeightArena {
     }
 
     /// What the arena holds of the tensor whose data starts at `offset`,
+    /// and its bytes.
+    pub fn lookup(&self, offset: usize) -> Option<(Held, &[u8])> {
+        let (r, h) = self.spans.get(&offset)?;
+        Some((*h, &self.map.as_ref()?[r.clone()]))
+    }
+
+    /// What the arena holds of the tensor whose data starts at `offset`,
     /// if it is `held`.
     pub fn get(&self, offset: usize, held: Held) -> Option<&[u8]> {
-        let (r, h) = self.spans.get(&offset)?;
-        (*h == held).then(|| &self.map.as_ref().expect("spans imply a map")[r.clone()])
+        self.lookup(offset)
+            .filter(|(h, _)| *h == held)
+            .map(|(_, b)| b)
     }
 
     /// The tensors the arena holds, with what it holds of each.

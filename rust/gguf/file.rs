@@ -267,25 +267,24 @@ impl GgufFile {
         self.packed.get_or_init(|| build(self));
     }
 
-    /// The derived layout of the tensor whose data starts at `offset`, if
-    /// one was made and they are on.
-    pub fn packed(&self, offset: usize) -> Option<&[u8]> {
-        if !self.packed_on.load(Ordering::Relaxed) {
-            return None;
-        }
-        self.packed.get()?.get(offset, Held::Packed)
-    }
-
-    /// The huge-page copy of the `len` bytes at `offset` (a tensor's data
-    /// start), if the arena holds one and it is on; else the file's bytes.
-    pub fn streamed(&self, offset: usize, len: usize) -> &[u8] {
-        let copy = self
+    /// What a view of the `len` bytes at `offset` (a tensor's data start)
+    /// reads, from one arena lookup: the huge-page copy if the arena holds
+    /// one, else the file's bytes; and the derived decode layout, if one was
+    /// made. The arena is skipped while it is off.
+    pub fn matrix_bytes(&self, offset: usize, len: usize) -> (&[u8], Option<&[u8]>) {
+        let file = &self.source.bytes()[offset..offset + len];
+        let Some(arena) = self
             .packed
             .get()
             .filter(|_| self.packed_on.load(Ordering::Relaxed))
-            .and_then(|a| a.get(offset, Held::Copy))
-            .filter(|c| c.len() == len);
-        copy.unwrap_or(&self.source.bytes()[offset..offset + len])
+        else {
+            return (file, None);
+        };
+        match arena.lookup(offset) {
+            Some((Held::Packed, layout)) => (file, Some(layout)),
+            Some((Held::Copy, copy)) if copy.len() == len => (copy, None),
+            _ => (file, None),
+        }
     }
 
     /// Turns the arena's matrices on or off for later views.

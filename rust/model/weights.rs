@@ -18,12 +18,13 @@ pub struct MatRef {
 
 impl MatRef {
     pub fn view<'a>(&self, f: &'a GgufFile) -> QMatrix<'a> {
+        let (data, packed) = f.matrix_bytes(self.offset, self.nbytes);
         QMatrix {
             ty: self.ty,
             rows: self.rows,
             cols: self.cols,
-            data: f.streamed(self.offset, self.nbytes),
-            packed: f.packed(self.offset),
+            data,
+            packed,
         }
     }
 }
