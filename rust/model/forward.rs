@@ -583,8 +583,9 @@ fn pack_weights(pool: &ThreadPool, f: &GgufFile) -> WeightArena {
     // output head (no `output.weight`).
     let tied = f.tensor("output.weight").is_none();
     // Copies only of a mapped file, whose pages then leave this process; a
-    // buffer the caller handed us would be held twice.
-    let copies = f.is_mapped();
+    // buffer the caller handed us would be held twice. None either under
+    // `OXILLAMA_REPACK=0`, which asks for the file's shared pages.
+    let copies = f.is_mapped() && crate::quant::weights_may_move();
     let todo: Vec<(&TensorInfo, usize, Held)> = f
         .tensors()
         .iter()

@@ -451,6 +451,16 @@ pub const PACKED_GROUP_ROWS: usize = 16;
 /// through the GEMM, which reads the file's layout).
 pub const PACKED_TOKENS: usize = 8;
 
+/// Whether weights may leave the model file's pages for memory of our
+/// own (repacked layouts, copies on huge pages): yes unless
+/// `OXILLAMA_REPACK=0`, which keeps every matrix in the file's pages, the
+/// page cache that several processes on one model file share. Decided
+/// once per process.
+pub fn weights_may_move() -> bool {
+    static ON: OnceLock<bool> = OnceLock::new();
+    *ON.get_or_init(|| std::env::var_os("OXILLAMA_REPACK").is_none_or(|v| v != "0"))
+}
+
 /// Whether matrices of `ty` are repacked for decode on this CPU: Q4_K,
 /// Q8_0, Q4_0, Q4_1, Q5_0 and Q5_1 where AVX-512 VNNI (and, for the
 /// last four, VBMI) is available, unless `OXILLAMA_REPACK=0`.
@@ -460,7 +470,7 @@ pub fn packs(ty: GgmlType) -> bool {
     let on = *ON.get_or_init(|| {
         #[cfg(target_arch = "x86_64")]
         if simd_level() != "scalar" && avx2::q4k_packed::available() {
-            return std::env::var_os("OXILLAMA_REPACK").is_none_or(|v| v != "0");
+            return weights_may_move();
         }
         false
     });
