@@ -1,6 +1,7 @@
 //! Criterion micro-benchmarks of the quantized kernels: one row dot and one
 //! register-tiled block (the prefill GEMM's inner unit), SIMD against the
-//! scalar twin, for the formats of the two test models.
+//! scalar twin, and the packed decode layouts where this CPU repacks, for
+//! the formats of the two test models and Q6_K.
 //!
 //!     cargo bench --bench kernels            # all
 //!     cargo bench --bench kernels -- q4_1    # one format
@@ -9,7 +10,8 @@ use std::hint::black_box;
 
 use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion, Throughput};
 use oxillama::quant::{
-    kernels, pack_panel, panel_sizes, scalar_kernels, GgmlType, QuantKernels, GEMM_COLS,
+    kernels, pack_matrix, pack_panel, packed_tile, panel_sizes, scalar_kernels, GgmlType,
+    QuantKernels, GEMM_COLS,
 };
 
 /// Deterministic bytes, each masked with 0x3b so that every f16 scale field
@@ -92,6 +94,27 @@ fn bench(c: &mut Criterion) {
                             &quants,
                             &scales,
                             &mut out,
+                        )
+                    })
+                });
+            }
+        }
+        // The decode layout: sixteen rows against one token and eight.
+        if let Some(packed) = pack_matrix(ty, rows, n, &w) {
+            for (name, t) in [("packed16x1", 1), ("packed16x8", cols)] {
+                let mut bufs = vec![vec![0f32; rows]; t];
+                g.throughput(Throughput::Elements((n * rows * t) as u64));
+                g.bench_function(BenchmarkId::new(name, "simd"), |b| {
+                    b.iter(|| {
+                        let mut outs: Vec<&mut [f32]> =
+                            bufs.iter_mut().map(|v| v.as_mut_slice()).collect();
+                        packed_tile(
+                            ty,
+                            n,
+                            black_box(&packed),
+                            (0, rows / 16),
+                            &a_rows[..t],
+                            &mut outs,
                         )
                     })
                 });

@@ -616,7 +616,14 @@ fn pack_weights(pool: &ThreadPool, f: &GgufFile) -> WeightArena {
         let ok = match held {
             Held::Packed => {
                 let (cols, rows) = (t.dims[0] as usize, t.n_rows());
-                crate::quant::pack_matrix_into(t.ty, rows, cols, data, out)
+                let ok = crate::quant::pack_matrix_into(t.ty, rows, cols, data, out);
+                // Where the prefill GEMM reads the packed copy too, nothing
+                // reads these file pages again (but the embedding table's
+                // rows, looked up one by one).
+                if ok && crate::quant::gemm_reads_packed(t.ty) && t.name != "token_embd.weight" {
+                    release_file_pages(f, t);
+                }
+                ok
             }
             Held::Copy => {
                 out.copy_from_slice(data);

@@ -8,8 +8,8 @@
 //! same input (q/k/v, gate/up) go in a single dispatch.
 
 use crate::quant::{
-    gemm_reads_rows, has_panels, kernels, pack_panel, packed_tile, panel_sizes, tile_tokens,
-    GgmlType, QuantKernels, GEMM_COLS, PACKED_GROUP_ROWS, PACKED_TOKENS,
+    gemm_reads_packed, gemm_reads_rows, has_panels, kernels, pack_panel, packed_tile, panel_sizes,
+    tile_tokens, unpack_rows, GgmlType, QuantKernels, GEMM_COLS, PACKED_GROUP_ROWS, PACKED_TOKENS,
 };
 use crate::threadpool::{SharedMut, ThreadPool};
 use crate::{Error, Result};
@@ -106,6 +106,9 @@ impl ActScratch {
 thread_local! {
     /// Each thread's tile output of the batched (tile) path.
     static TILE_OUT: std::cell::RefCell<Vec<f32>> = const { std::cell::RefCell::new(Vec::new()) };
+    /// Each thread's rows of a packed matrix back in the file's layout, for
+    /// the GEMM (`gemm_reads_packed`).
+    static UNPACKED: std::cell::RefCell<Vec<u8>> = const { std::cell::RefCell::new(Vec::new()) };
 }
 
 /// Rows per chunk are a multiple of this: the AVX-512 VNNI tile takes
@@ -294,6 +297,60 @@ pub fn matmul_multi(
         let rb = w.row_bytes();
         // The activation table is built once per format, not per chunk.
         let act_rows = &act_tables[act_index(k.act)][..n_tok];
+        // The file-layout kernels over the chunk's rows (a GEMM, or the
+        // row tiles), wherever the rows are read from.
+        let rows_kernels = |w_rows: &[&[u8]]| {
+            match k.gemm.filter(|_| use_gemm(k)) {
+                Some(gemm) => {
+                    let (qb, sb) = panel_sizes(k.act, w.cols);
+                    let rows_only = gemm_reads_rows(k.weight);
+                    let packed = has_panels(k.act) && !rows_only;
+                    // Several panels per call, so each weight row is decoded
+                    // once for all of them, but few enough that they stay in
+                    // L2 while the rows go by.
+                    let per_call = if rows_only {
+                        let (lo, hi) = ROWS_PER_CALL_TOKENS;
+                        (ROWS_PER_CALL_BYTES / arb.max(1)).clamp(lo, hi) / GEMM_COLS * GEMM_COLS
+                    } else {
+                        (PANELS_PER_CALL_BYTES / qb.max(1)).max(1) * GEMM_COLS
+                    };
+                    let nr = r1 - r0;
+                    let mut out = vec![0f32; per_call.div_ceil(GEMM_COLS) * nr * GEMM_COLS];
+                    for (c, toks) in act_rows.chunks(per_call).enumerate() {
+                        let (g0, groups) =
+                            (c * per_call / GEMM_COLS, toks.len().div_ceil(GEMM_COLS));
+                        let (q, s): (&[u8], &[f32]) = if packed {
+                            (
+                                &buf.panels[g0 * qb..(g0 + groups) * qb],
+                                &buf.panel_scales[g0 * sb..(g0 + groups) * sb],
+                            )
+                        } else {
+                            (&[], &[])
+                        };
+                        let out = &mut out[..groups * nr * GEMM_COLS];
+                        gemm(w.cols, w_rows, toks, q, s, out);
+                        for (g, group) in toks.chunks(GEMM_COLS).enumerate() {
+                            let tile = &out[g * nr * GEMM_COLS..(g + 1) * nr * GEMM_COLS];
+                            let t0 = (g0 + g) * GEMM_COLS;
+                            scatter(&shared[j], tile, GEMM_COLS, group.len(), t0, rows, r0, r1);
+                        }
+                    }
+                }
+                None if n_tok == 1 => {
+                    // SAFETY: chunk c alone owns rows r0..r1 of matrix j.
+                    let o = unsafe { shared[j].slice(r0, r1 - r0) };
+                    (k.vec_dot_tile)(w.cols, w_rows, act_rows, o);
+                }
+                None => TILE_OUT.with(|cell| {
+                    // Reused per thread: a batched decode step runs about a
+                    // thousand of these.
+                    let mut out = cell.borrow_mut();
+                    out.resize((r1 - r0) * n_tok, 0.0);
+                    (k.vec_dot_tile)(w.cols, w_rows, act_rows, &mut out);
+                    scatter(&shared[j], &out, n_tok, n_tok, 0, rows, r0, r1);
+                }),
+            }
+        };
         if let Some(packed) = w.packed.filter(|_| n_tok <= PACKED_TOKENS) {
             // Chunks are whole groups of rows (ROW_TILE is a multiple of
             // them, and a packed matrix has whole groups).
@@ -317,61 +374,25 @@ pub fn matmul_multi(
             );
             return;
         }
+        // A packed matrix whose file pages left the process: its rows come
+        // back from the packed copy (chunks are whole groups of rows).
+        if let Some(packed) = w.packed.filter(|_| gemm_reads_packed(w.ty)) {
+            UNPACKED.with(|cell| {
+                let mut buf = cell.borrow_mut();
+                buf.resize((r1 - r0) * rb, 0);
+                let groups = (r0 / PACKED_GROUP_ROWS, r1 / PACKED_GROUP_ROWS);
+                unpack_rows(w.ty, w.cols, packed, groups, &mut buf);
+                let rows: Vec<&[u8]> = buf.chunks_exact(rb).collect();
+                rows_kernels(&rows);
+            });
+            return;
+        }
         // Only the file-layout kernels take a table of rows, built for the
         // chunk's rows alone: a stack table sized for the largest chunk,
         // zeroed in full per chunk (4 KiB at 256 rows), was a memset in
         // each of a decode step's hundreds of chunks, packed ones too.
         let w_rows: Vec<&[u8]> = w.data[r0 * rb..r1 * rb].chunks_exact(rb).collect();
-        let w_rows = &w_rows[..];
-        match k.gemm.filter(|_| use_gemm(k)) {
-            Some(gemm) => {
-                let (qb, sb) = panel_sizes(k.act, w.cols);
-                let rows_only = gemm_reads_rows(k.weight);
-                let packed = has_panels(k.act) && !rows_only;
-                // Several panels per call, so each weight row is decoded
-                // once for all of them, but few enough that they stay in
-                // L2 while the rows go by.
-                let per_call = if rows_only {
-                    let (lo, hi) = ROWS_PER_CALL_TOKENS;
-                    (ROWS_PER_CALL_BYTES / arb.max(1)).clamp(lo, hi) / GEMM_COLS * GEMM_COLS
-                } else {
-                    (PANELS_PER_CALL_BYTES / qb.max(1)).max(1) * GEMM_COLS
-                };
-                let nr = r1 - r0;
-                let mut out = vec![0f32; per_call.div_ceil(GEMM_COLS) * nr * GEMM_COLS];
-                for (c, toks) in act_rows.chunks(per_call).enumerate() {
-                    let (g0, groups) = (c * per_call / GEMM_COLS, toks.len().div_ceil(GEMM_COLS));
-                    let (q, s): (&[u8], &[f32]) = if packed {
-                        (
-                            &buf.panels[g0 * qb..(g0 + groups) * qb],
-                            &buf.panel_scales[g0 * sb..(g0 + groups) * sb],
-                        )
-                    } else {
-                        (&[], &[])
-                    };
-                    let out = &mut out[..groups * nr * GEMM_COLS];
-                    gemm(w.cols, w_rows, toks, q, s, out);
-                    for (g, group) in toks.chunks(GEMM_COLS).enumerate() {
-                        let tile = &out[g * nr * GEMM_COLS..(g + 1) * nr * GEMM_COLS];
-                        let t0 = (g0 + g) * GEMM_COLS;
-                        scatter(&shared[j], tile, GEMM_COLS, group.len(), t0, rows, r0, r1);
-                    }
-                }
-            }
-            None if n_tok == 1 => {
-                // SAFETY: chunk c alone owns rows r0..r1 of matrix j.
-                let o = unsafe { shared[j].slice(r0, r1 - r0) };
-                (k.vec_dot_tile)(w.cols, w_rows, act_rows, o);
-            }
-            None => TILE_OUT.with(|cell| {
-                // Reused per thread: a batched decode step runs about a
-                // thousand of these.
-                let mut out = cell.borrow_mut();
-                out.resize((r1 - r0) * n_tok, 0.0);
-                (k.vec_dot_tile)(w.cols, w_rows, act_rows, &mut out);
-                scatter(&shared[j], &out, n_tok, n_tok, 0, rows, r0, r1);
-            }),
-        }
+        rows_kernels(&w_rows);
     });
 }
 
@@ -479,6 +500,7 @@ mod tests {
         let (rows, cols) = (96, 512);
         for ty in [
             GgmlType::Q4K,
+            GgmlType::Q6K,
             GgmlType::Q8_0,
             GgmlType::Q4_0,
             GgmlType::Q4_1,
@@ -493,7 +515,9 @@ mod tests {
                 packed: Some(&packed),
                 ..plain
             };
-            for n_tok in [1, 2, 3, 5, 8, 9] {
+            // 9 and 40 go through the GEMM, which reads a packed Q6_K
+            // matrix from its packed form.
+            for n_tok in [1, 2, 3, 5, 8, 9, 40] {
                 let x: Vec<f32> = (0..n_tok * cols)
                     .map(|i| ((i * 53 % 97) as f32 - 48.0) / 20.0)
                     .collect();

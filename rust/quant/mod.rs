@@ -462,8 +462,8 @@ pub fn weights_may_move() -> bool {
 }
 
 /// Whether matrices of `ty` are repacked for decode on this CPU: Q4_K,
-/// Q8_0, Q4_0, Q4_1, Q5_0 and Q5_1 where AVX-512 VNNI (and, for the
-/// last four, VBMI) is available, unless `OXILLAMA_REPACK=0`.
+/// Q6_K, Q8_0, Q4_0, Q4_1, Q5_0 and Q5_1 where AVX-512 VNNI (and, for
+/// the last four, VBMI) is available, unless `OXILLAMA_REPACK=0`.
 /// Decided once per process.
 pub fn packs(ty: GgmlType) -> bool {
     static ON: OnceLock<bool> = OnceLock::new();
@@ -478,7 +478,7 @@ pub fn packs(ty: GgmlType) -> bool {
     if on && avx2::q4_packed::packed_block(ty).is_some() {
         return avx2::q4_packed::available();
     }
-    on && matches!(ty, GgmlType::Q4K | GgmlType::Q8_0)
+    on && matches!(ty, GgmlType::Q4K | GgmlType::Q6K | GgmlType::Q8_0)
 }
 
 /// Bytes of the decode layout of a `rows x cols` matrix of `ty`, when
@@ -491,6 +491,9 @@ pub fn packed_len(ty: GgmlType, rows: usize, cols: usize) -> Option<usize> {
     return match ty {
         GgmlType::Q4K if cols.is_multiple_of(QK_K) => {
             Some(rows / PACKED_GROUP_ROWS * (cols / QK_K) * avx2::q4k_packed::PACKED_BLOCK)
+        }
+        GgmlType::Q6K if cols.is_multiple_of(QK_K) => {
+            Some(rows / PACKED_GROUP_ROWS * (cols / QK_K) * avx2::q6k_packed::PACKED_BLOCK)
         }
         GgmlType::Q8_0 if cols.is_multiple_of(32) => {
             Some(rows / PACKED_GROUP_ROWS * (cols / 32) * avx2::q8_0_packed::PACKED_BLOCK)
@@ -520,6 +523,7 @@ pub fn pack_matrix_into(
     if ok {
         match ty {
             GgmlType::Q4K => avx2::q4k_packed::pack(rows, cols, data, out),
+            GgmlType::Q6K => avx2::q6k_packed::pack(rows, cols, data, out),
             GgmlType::Q8_0 => avx2::q8_0_packed::pack(rows, cols, data, out),
             _ => avx2::q4_packed::pack_for(ty, rows, cols, data, out),
         }
@@ -531,6 +535,28 @@ pub fn pack_matrix_into(
 pub fn pack_matrix(ty: GgmlType, rows: usize, cols: usize, data: &[u8]) -> Option<Vec<u8>> {
     let mut out = vec![0u8; packed_len(ty, rows, cols)?];
     pack_matrix_into(ty, rows, cols, data, &mut out).then_some(out)
+}
+
+/// Whether a prefill's GEMM reads a packed matrix of `ty` from its packed
+/// form (`unpack_rows`), so the file's pages are not needed after packing.
+pub fn gemm_reads_packed(ty: GgmlType) -> bool {
+    packs(ty) && ty == GgmlType::Q6K
+}
+
+/// Rows `16 * g0 .. 16 * g1` of a packed matrix of `ty` (`gemm_reads_packed`)
+/// back in the file's layout, into `out` (their bytes).
+pub fn unpack_rows(
+    ty: GgmlType,
+    cols: usize,
+    packed: &[u8],
+    groups: (usize, usize),
+    out: &mut [u8],
+) {
+    assert!(gemm_reads_packed(ty), "{} is not unpacked", ty.name());
+    #[cfg(target_arch = "x86_64")]
+    avx2::q6k_packed::unpack(cols / QK_K, packed, groups, out);
+    #[cfg(not(target_arch = "x86_64"))]
+    let _ = (cols, packed, groups, out);
 }
 
 /// Row groups `g0..g1` of a packed matrix against each activation row (in
@@ -549,6 +575,7 @@ pub fn packed_tile(
     #[cfg(target_arch = "x86_64")]
     match ty {
         GgmlType::Q4K => avx2::q4k_packed::tile(n, packed, groups, acts, outs),
+        GgmlType::Q6K => avx2::q6k_packed::tile(n, packed, groups, acts, outs),
         GgmlType::Q8_0 => avx2::q8_0_packed::tile(n, packed, groups, acts, outs),
         _ => avx2::q4_packed::tile_for(ty, n, packed, groups, acts, outs),
     }

@@ -787,8 +787,12 @@ fn packed_rows_equal_the_file_layouts_bits() {
     // later one: Q4_K's are the scalar reference's on every path; the
     // 32-element formats' SIMD paths fuse the block's multiply-add (the
     // row tile's bits).
-    let formats = [(T::Q4K, QK_K), (T::Q8_0, 32), (T::Q4_0, 32), (T::Q4_1, 32)];
-    for (ty, block_elems) in formats.into_iter().chain([(T::Q5_0, 32), (T::Q5_1, 32)]) {
+    let formats = [(T::Q4K, QK_K), (T::Q6K, QK_K), (T::Q8_0, 32), (T::Q4_0, 32)];
+    for (ty, block_elems) in
+        formats
+            .into_iter()
+            .chain([(T::Q4_1, 32), (T::Q5_0, 32), (T::Q5_1, 32)])
+    {
         if !crate::quant::packs(ty) {
             eprintln!(
                 "{} is not repacked on this CPU: packed kernel not run",
@@ -802,11 +806,12 @@ fn packed_rows_equal_the_file_layouts_bits() {
         let ws = twin_rows(ty, n, rows, &[(0, 0x00), (17, 0xFF)], &mut rng);
         let data: Vec<u8> = ws.concat();
         let packed = crate::quant::pack_matrix(ty, rows, n, &data).expect("packs");
-        if ty == T::Q8_0 {
+        if matches!(ty, T::Q8_0 | T::Q6K) {
             assert_eq!(
                 packed.len(),
                 data.len(),
-                "Q8_0's layout takes the file's bytes"
+                "{}'s layout takes the file's bytes",
+                ty.name()
             );
         }
         for ntok in 1..=crate::quant::PACKED_TOKENS {
@@ -822,7 +827,7 @@ fn packed_rows_equal_the_file_layouts_bits() {
                 for (t, out) in bufs.iter().enumerate() {
                     for (i, v) in out.iter().enumerate() {
                         let r = g0 * 16 + i;
-                        let want = if ty == T::Q4K {
+                        let want = if matches!(ty, T::Q4K | T::Q6K) {
                             (s.vec_dot)(n, &ws[r], ar[t])
                         } else {
                             tiled[r * ntok + t]

@@ -33,6 +33,7 @@ mod q5_0;
 mod q5_1;
 mod q5_k;
 mod q6_k;
+pub mod q6k_packed;
 mod q8_0;
 pub mod q8_0_packed;
 mod quantize;
