@@ -42,10 +42,9 @@ const SC: usize = WORDS + 48 * 64;
 const D: usize = SC + 16 * GROUP_ROWS;
 /// Bytes per group and super-block (the file's sixteen blocks take 3,360).
 pub const PACKED_BLOCK: usize = D + 2 * GROUP_ROWS;
-/// How far ahead of the block in use a pass asks for the weights: its
-/// reads are in stored order only within a quarter of a half, and the
-/// hardware prefetcher alone held a 49,152-row head to half the row
-/// kernel's speed from memory.
+/// How far ahead of the block in use a pass asks for the weights, into
+/// L2. Single-threaded from memory the pass read 25-34 GB/s with it and
+/// 19-24 without (the row kernel: 17-18).
 const AHEAD: usize = 4 * PACKED_BLOCK;
 const _: () = assert!(PACKED_BLOCK == GROUP_ROWS * q6_k::BLOCK);
 
@@ -205,9 +204,7 @@ unsafe fn pass<const N: usize>(nb: usize, grp: *const u8, a: [*const u8; N], out
         // byte).
         macro_rules! group {
             ($h:expr, $gl:expr, $o:expr) => {{
-                // A sixteenth of the block AHEAD on, spread over the groups,
-                // into L2: single-threaded from memory, 25-34 GB/s with it
-                // and 19-24 without.
+                // A sixteenth of the block AHEAD on, spread over the groups.
                 for line in 0..4 {
                     let at = blk.wrapping_add(AHEAD + $o * PACKED_BLOCK / 16 + 64 * line);
                     _mm_prefetch::<_MM_HINT_T1>(at as *const i8);
