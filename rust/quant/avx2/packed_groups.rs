@@ -67,6 +67,66 @@ pub(super) fn block_sums(acts: &[&[u8]], nb: usize, block: usize, quants: usize)
         .collect()
 }
 
+/// Rows per group of every packed layout: the sixteen i32 lanes.
+const GROUP_ROWS: usize = 16;
+
+/// The walk every layout's `pack` shares: checks the shapes (`rows` a
+/// multiple of 16, `cols` of `qk`, `data` the file's `block`-byte blocks,
+/// `out` `packed` bytes per group and block) and calls `each(blocks, dst)`
+/// for each group of sixteen rows and block, in packed order, with the
+/// group's sixteen file blocks at that place and their `packed` bytes of
+/// `out`. `what` names the format in the messages.
+#[allow(clippy::too_many_arguments)]
+pub(super) fn pack_groups(
+    what: &str,
+    (qk, block, packed): (usize, usize, usize),
+    rows: usize,
+    cols: usize,
+    data: &[u8],
+    out: &mut [u8],
+    mut each: impl FnMut(&[&[u8]; GROUP_ROWS], &mut [u8]),
+) {
+    let nb = cols / qk;
+    let rb = nb * block;
+    assert!(
+        rows.is_multiple_of(GROUP_ROWS) && cols.is_multiple_of(qk) && data.len() == rows * rb,
+        "{what} pack shape"
+    );
+    assert_eq!(
+        out.len(),
+        rows / GROUP_ROWS * nb * packed,
+        "{what} packed size"
+    );
+    for (gi, dst) in out.chunks_exact_mut(packed).enumerate() {
+        let (g, i) = (gi / nb, gi % nb);
+        let at = |r: usize| (g * GROUP_ROWS + r) * rb + i * block;
+        let blocks: [&[u8]; GROUP_ROWS] = std::array::from_fn(|r| &data[at(r)..at(r) + block]);
+        each(&blocks, dst);
+    }
+}
+
+/// `tile` of a layout of 256-element super-blocks read against Q8_K rows,
+/// which carry their own sums (Q4_K, Q6_K).
+///
+/// # Safety
+/// `P`'s CPU features are present.
+pub(super) unsafe fn q8k_tile<P: GroupPass>(
+    n: usize,
+    packed: &[u8],
+    groups: (usize, usize),
+    acts: &[&[u8]],
+    outs: &mut [&mut [f32]],
+) {
+    use crate::quant::{q8_k, QK_K};
+    let nb = n / QK_K;
+    assert!(
+        acts.iter().all(|a| a.len() >= nb * q8_k::BLOCK),
+        "packed tile operand too short"
+    );
+    // SAFETY: the features are the caller's; the operands were checked.
+    unsafe { run_groups::<P>(nb, packed, groups, acts, &[], outs) }
+}
+
 /// Groups `g0..g1` (each `nb` packed blocks) against every activation row:
 /// `outs[t][(g - g0) * 16 + r]` is row `16g + r` against token t.
 /// `asum` is `block_sums`' result, or empty for a format that reads none.

@@ -27,7 +27,7 @@
 
 use std::arch::x86_64::*;
 
-use super::packed_groups::{prefetch_ahead, run_groups, GroupPass};
+use super::packed_groups::{pack_groups, prefetch_ahead, q8k_tile, GroupPass};
 use super::{read_f32, read_u32};
 use crate::quant::kquant_scales::scales_mins;
 use crate::quant::{q4_k, q8_k, QK_K};
@@ -78,26 +78,12 @@ unsafe fn transpose_quants(blocks: &[&[u8]; GROUP_ROWS], dst: &mut [u8]) {
 /// packed form of a Q4_K matrix of `rows` (a multiple of 16) rows of
 /// `cols` elements held in `data` (the file's layout).
 pub fn pack(rows: usize, cols: usize, data: &[u8], out: &mut [u8]) {
-    let nb = cols / QK_K;
-    let rb = nb * q4_k::BLOCK;
-    assert!(
-        rows.is_multiple_of(GROUP_ROWS) && data.len() == rows * rb,
-        "q4_k pack shape"
-    );
-    assert_eq!(
-        out.len(),
-        rows / GROUP_ROWS * nb * PACKED_BLOCK,
-        "q4_k packed size"
-    );
     assert!(available(), "q4_k packing without AVX-512");
-    for (gi, dst) in out.chunks_exact_mut(PACKED_BLOCK).enumerate() {
-        let (g, i) = (gi / nb, gi % nb);
-        let at = |r: usize| (g * GROUP_ROWS + r) * rb + i * q4_k::BLOCK;
-        let blocks: [&[u8]; GROUP_ROWS] =
-            std::array::from_fn(|r| &data[at(r)..at(r) + q4_k::BLOCK]);
+    let sizes = (QK_K, q4_k::BLOCK, PACKED_BLOCK);
+    pack_groups("q4_k", sizes, rows, cols, data, out, |blocks, dst| {
         // SAFETY: AVX-512 F was checked above; every block holds
         // q4_k::BLOCK bytes and `dst` PACKED_BLOCK.
-        unsafe { transpose_quants(&blocks, dst) };
+        unsafe { transpose_quants(blocks, dst) };
         for (r, b) in blocks.iter().enumerate() {
             let (sc, mn) = scales_mins(&b[4..16]);
             for p in 0..8 {
@@ -107,7 +93,7 @@ pub fn pack(rows: usize, cols: usize, data: &[u8], out: &mut [u8]) {
             dst[D + 2 * r..D + 2 * r + 2].copy_from_slice(&b[0..2]);
             dst[DM + 2 * r..DM + 2 * r + 2].copy_from_slice(&b[2..4]);
         }
-    }
+    });
 }
 
 /// The sixteen rows of one group (`grp`: its `nb` packed super-blocks)
@@ -211,13 +197,8 @@ pub fn tile(
     outs: &mut [&mut [f32]],
 ) {
     assert!(available(), "packed Q4_K kernel without AVX-512 VNNI");
-    let nb = n / QK_K;
-    assert!(
-        acts.iter().all(|a| a.len() >= nb * q8_k::BLOCK),
-        "packed tile operand too short"
-    );
     // SAFETY: the features were asserted above.
-    unsafe { run_groups::<Q4KPacked>(nb, packed, groups, acts, &[], outs) }
+    unsafe { q8k_tile::<Q4KPacked>(n, packed, groups, acts, outs) }
 }
 
 /// The Q4_K layout's pass, for `run_groups` (it reads Q8_K's own sums).

@@ -30,7 +30,7 @@
 
 use std::arch::x86_64::*;
 
-use super::packed_groups::{run_groups, GroupPass};
+use super::packed_groups::{pack_groups, q8k_tile, GroupPass};
 use super::read_u32;
 use crate::quant::{q6_k, q8_k, QK_K};
 
@@ -101,33 +101,19 @@ unsafe fn transpose_quants(blocks: &[&[u8]; GROUP_ROWS], dst: &mut [u8]) {
 /// packed form of a Q6_K matrix of `rows` (a multiple of 16) rows of
 /// `cols` elements held in `data` (the file's layout).
 pub fn pack(rows: usize, cols: usize, data: &[u8], out: &mut [u8]) {
-    let nb = cols / QK_K;
-    let rb = nb * q6_k::BLOCK;
-    assert!(
-        rows.is_multiple_of(GROUP_ROWS) && cols.is_multiple_of(QK_K) && data.len() == rows * rb,
-        "q6_k pack shape"
-    );
-    assert_eq!(
-        out.len(),
-        rows / GROUP_ROWS * nb * PACKED_BLOCK,
-        "q6_k packed size"
-    );
     assert!(available(), "q6_k packing without AVX-512");
-    for (gi, dst) in out.chunks_exact_mut(PACKED_BLOCK).enumerate() {
-        let (g, i) = (gi / nb, gi % nb);
-        let at = |r: usize| (g * GROUP_ROWS + r) * rb + i * q6_k::BLOCK;
-        let blocks: [&[u8]; GROUP_ROWS] =
-            std::array::from_fn(|r| &data[at(r)..at(r) + q6_k::BLOCK]);
+    let sizes = (QK_K, q6_k::BLOCK, PACKED_BLOCK);
+    pack_groups("q6_k", sizes, rows, cols, data, out, |blocks, dst| {
         // SAFETY: AVX-512 F was checked above; every block holds
         // q6_k::BLOCK bytes and `dst` PACKED_BLOCK.
-        unsafe { transpose_quants(&blocks, dst) };
+        unsafe { transpose_quants(blocks, dst) };
         for (r, b) in blocks.iter().enumerate() {
             for k in 0..16 {
                 dst[SC + 16 * k + r] = b[192 + k];
             }
             dst[D + 2 * r..D + 2 * r + 2].copy_from_slice(&b[208..210]);
         }
-    }
+    });
 }
 
 /// The file's layout back from packed groups `g0..g1` (`nb` super-blocks a
@@ -332,13 +318,8 @@ pub fn tile(
     outs: &mut [&mut [f32]],
 ) {
     assert!(available(), "packed Q6_K kernel without AVX-512 VNNI");
-    let nb = n / QK_K;
-    assert!(
-        acts.iter().all(|a| a.len() >= nb * q8_k::BLOCK),
-        "packed tile operand too short"
-    );
     // SAFETY: the features were asserted above.
-    unsafe { run_groups::<Q6KPacked>(nb, packed, groups, acts, &[], outs) }
+    unsafe { q8k_tile::<Q6KPacked>(n, packed, groups, acts, outs) }
 }
 
 /// The Q6_K layout's pass, for `run_groups` (it reads Q8_K's own sums).

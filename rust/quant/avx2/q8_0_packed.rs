@@ -26,7 +26,7 @@
 
 use std::arch::x86_64::*;
 
-use super::packed_groups::{block_sums, prefetch_ahead, run_groups, GroupPass};
+use super::packed_groups::{block_sums, pack_groups, prefetch_ahead, run_groups, GroupPass};
 use super::{f16_at, read_u32, Block32};
 use crate::quant::q8_0;
 
@@ -46,30 +46,16 @@ pub fn available() -> bool {
 /// packed form of a Q8_0 matrix of `rows` (a multiple of 16) rows of
 /// `cols` elements held in `data` (the file's layout).
 pub fn pack(rows: usize, cols: usize, data: &[u8], out: &mut [u8]) {
-    let nb = cols / QK;
-    let rb = nb * q8_0::BLOCK;
-    assert!(
-        rows.is_multiple_of(GROUP_ROWS) && cols.is_multiple_of(QK) && data.len() == rows * rb,
-        "q8_0 pack shape"
-    );
-    assert_eq!(
-        out.len(),
-        rows / GROUP_ROWS * nb * PACKED_BLOCK,
-        "q8_0 packed size"
-    );
     assert!(available(), "q8_0 packing without AVX-512");
-    for (gi, dst) in out.chunks_exact_mut(PACKED_BLOCK).enumerate() {
-        let (g, i) = (gi / nb, gi % nb);
-        let at = |r: usize| (g * GROUP_ROWS + r) * rb + i * q8_0::BLOCK;
-        let blocks: [&[u8]; GROUP_ROWS] =
-            std::array::from_fn(|r| &data[at(r)..at(r) + q8_0::BLOCK]);
+    let sizes = (QK, q8_0::BLOCK, PACKED_BLOCK);
+    pack_groups("q8_0", sizes, rows, cols, data, out, |blocks, dst| {
         // SAFETY: AVX-512 F was checked above; every block holds
         // q8_0::BLOCK bytes and `dst` PACKED_BLOCK.
-        unsafe { transpose_block(&blocks, dst) };
+        unsafe { transpose_block(blocks, dst) };
         for (r, b) in blocks.iter().enumerate() {
             dst[SC + 2 * r..SC + 2 * r + 2].copy_from_slice(&b[0..2]);
         }
-    }
+    });
 }
 
 /// The sixteen blocks' unsigned quants, transposed into words 0..8.
