@@ -56,7 +56,12 @@ def run_tool(cmd: list[str]) -> list[dict[str, Any]]:
     """Runs one tool with ``-o jsonl`` and returns its records."""
     print("$ " + " ".join(cmd), file=sys.stderr, flush=True)
     out = subprocess.run(cmd, stdout=subprocess.PIPE, text=True, check=True).stdout
-    return [json.loads(line) for line in out.splitlines() if line.strip()]
+    records = [json.loads(line) for line in out.splitlines() if line.strip()]
+    # As it goes, so a run cut short still leaves every figure measured.
+    for r in records:
+        reps = " ".join(f"{float(x):.1f}" for x in r["samples_ts"])
+        print(f"  t={r['n_threads']} {test_name(r)}: {reps} tokens/s", file=sys.stderr, flush=True)
+    return records
 
 
 class Pool:
@@ -125,6 +130,19 @@ def ratio_table(ox: Pool, cpp: Pool) -> str:
             gm = math.exp(statistics.fmean(math.log(x) for x in ok))
             rows.append(f"geometric mean of the {kind} ratios: {gm:.2f} ({len(ok)} tests)\n")
     return "".join(rows)
+
+
+def repetitions(name: str, pool: Pool) -> str:
+    """Every repetition in the order it ran, and the farthest one from the
+    median: a steady engine keeps each within a few percent."""
+    rows = [f"{name}: each repetition, tokens/s, in the order they ran\n"]
+    for key, ts in pool.samples.items():
+        med = statistics.median(ts)
+        worst = max(abs(t / med - 1) for t in ts) if med > 0 else math.nan
+        reps = " ".join(f"{t:.1f}" for t in ts)
+        spread = f"(median {med:.1f}, farthest {worst:.0%})"
+        rows.append(f"  t={key[1]:<3} {key[2]:<10} {reps}  {spread}\n")
+    return "".join(rows) + "\n"
 
 
 def main() -> int:
@@ -199,6 +217,10 @@ def main() -> int:
     if len(cpps) > 1:
         print("ratios against the better llama-bench setting per test\n")
     print(ratio_table(ox, cpp))
+    print(repetitions("oxillama", ox), end="")
+    for fa, pool in cpps.items():
+        if fa not in refused:
+            print(repetitions(f"llama.cpp{f' -fa {fa}' if fa else ''}", pool), end="")
     return 0
 
 
