@@ -89,7 +89,7 @@ impl EncoderInput {
                 *a += p + ty;
             }
         }
-        self.norm.apply_inplace(x);
+        self.norm.inplace_serial(x);
         Ok(())
     }
 }

@@ -386,8 +386,9 @@ impl Model {
             if out.len() != p.n * e {
                 return Err(Error::internal("hidden-state buffer of the wrong size"));
             }
-            for (src, dst) in s.x.chunks_exact(e).zip(out.chunks_exact_mut(e)) {
-                self.final_norm(src, dst);
+            match &self.output_norm {
+                Some(n) => n.apply(p.pool, &s.x[..p.n * e], out),
+                None => out.copy_from_slice(&s.x[..p.n * e]),
             }
             Ok(())
         })
@@ -395,7 +396,7 @@ impl Model {
 
     fn final_norm(&self, x: &[f32], out: &mut [f32]) {
         match &self.output_norm {
-            Some(n) => n.apply(x, out),
+            Some(n) => n.apply_serial(x, out),
             None => out.copy_from_slice(x),
         }
     }

@@ -90,11 +90,11 @@ impl Arch for Bert {
         let l = &self.layers[il];
         s.h.clone_from(&s.x);
         l.attn.forward(p, s, il);
-        residual_add(&mut s.x, &s.o, 1.0);
-        l.attn_out_norm.apply_inplace(&mut s.x);
+        residual_add(p.pool, &mut s.x, &s.o, 1.0);
+        l.attn_out_norm.apply_inplace(p.pool, &mut s.x);
         s.h.clone_from(&s.x);
         l.ffn.forward(p, s);
-        residual_add(&mut s.x, &s.f, 1.0);
-        l.out_norm.apply_inplace(&mut s.x);
+        residual_add(p.pool, &mut s.x, &s.f, 1.0);
+        l.out_norm.apply_inplace(p.pool, &mut s.x);
     }
 }

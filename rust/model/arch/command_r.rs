@@ -57,12 +57,12 @@ impl Arch for CommandR {
     fn layer(&self, p: &mut Pass<'_, '_, '_>, s: &mut Scratch, il: usize) {
         let l = &self.layers[il];
         let (n, e) = (p.n, p.cfg.n_embd);
-        l.attn_norm.apply(&s.x, fit(&mut s.h, n * e));
+        l.attn_norm.apply(p.pool, &s.x, fit(&mut s.h, n * e));
         l.attn.forward(p, s, il);
         l.ffn.forward(p, s);
         // llama.cpp sums (ffn + residual) + attention; the same order keeps
         // the rounding alike.
-        residual_add(&mut s.x, &s.f, 1.0);
-        residual_add(&mut s.x, &s.o, 1.0);
+        residual_add(p.pool, &mut s.x, &s.f, 1.0);
+        residual_add(p.pool, &mut s.x, &s.o, 1.0);
     }
 }

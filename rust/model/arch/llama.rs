@@ -144,11 +144,11 @@ impl Arch for Llama {
     fn layer(&self, p: &mut Pass<'_, '_, '_>, s: &mut Scratch, il: usize) {
         let l = &self.layers[il];
         let (n, e, r) = (p.n, p.cfg.n_embd, p.cfg.residual_mul);
-        l.attn_norm.apply(&s.x, fit(&mut s.h, n * e));
+        l.attn_norm.apply(p.pool, &s.x, fit(&mut s.h, n * e));
         l.attn.forward(p, s, il);
-        residual_add(&mut s.x, &s.o, r);
-        l.ffn_norm.apply(&s.x, fit(&mut s.h, n * e));
+        residual_add(p.pool, &mut s.x, &s.o, r);
+        l.ffn_norm.apply(p.pool, &s.x, fit(&mut s.h, n * e));
         l.ffn.forward(p, s);
-        residual_add(&mut s.x, &s.f, r);
+        residual_add(p.pool, &mut s.x, &s.f, r);
     }
 }

@@ -93,7 +93,7 @@ impl Arch for Mamba2 {
         let (n, e, f) = (p.n, p.cfg.n_embd, p.file);
         let (di, cd, ng, ds) = (c.d_inner, c.conv_dim(), c.n_group, c.d_state);
         let width = 2 * di + 2 * ng * ds + c.n_head;
-        l.norm.apply(&s.x, fit(&mut s.h, n * e));
+        l.norm.apply(p.pool, &s.x, fit(&mut s.h, n * e));
         matmul(
             p.pool,
             l.ssm_in.view(f),
@@ -154,6 +154,6 @@ impl Arch for Mamba2 {
             &mut s.acts,
         );
         crate::lora::apply(p, &l.ssm_out, &s.att, &mut s.o);
-        residual_add(&mut s.x, &s.o, 1.0);
+        residual_add(p.pool, &mut s.x, &s.o, 1.0);
     }
 }

@@ -56,11 +56,11 @@ impl Arch for Olmo2 {
         let l = &self.layers[il];
         s.h.clone_from(&s.x);
         l.attn.forward(p, s, il);
-        l.post_attn_norm.apply_inplace(&mut s.o);
-        residual_add(&mut s.x, &s.o, 1.0);
+        l.post_attn_norm.apply_inplace(p.pool, &mut s.o);
+        residual_add(p.pool, &mut s.x, &s.o, 1.0);
         s.h.clone_from(&s.x);
         l.ffn.forward(p, s);
-        l.post_ffn_norm.apply_inplace(&mut s.f);
-        residual_add(&mut s.x, &s.f, 1.0);
+        l.post_ffn_norm.apply_inplace(p.pool, &mut s.f);
+        residual_add(p.pool, &mut s.x, &s.f, 1.0);
     }
 }

@@ -48,11 +48,11 @@ impl Arch for Starcoder2 {
     fn layer(&self, p: &mut Pass<'_, '_, '_>, s: &mut Scratch, il: usize) {
         let l = &self.layers[il];
         let (n, e) = (p.n, p.cfg.n_embd);
-        l.attn_norm.apply(&s.x, fit(&mut s.h, n * e));
+        l.attn_norm.apply(p.pool, &s.x, fit(&mut s.h, n * e));
         l.attn.forward(p, s, il);
-        residual_add(&mut s.x, &s.o, 1.0);
-        l.ffn_norm.apply(&s.x, fit(&mut s.h, n * e));
+        residual_add(p.pool, &mut s.x, &s.o, 1.0);
+        l.ffn_norm.apply(p.pool, &s.x, fit(&mut s.h, n * e));
         l.ffn.forward(p, s);
-        residual_add(&mut s.x, &s.f, 1.0);
+        residual_add(p.pool, &mut s.x, &s.f, 1.0);
     }
 }

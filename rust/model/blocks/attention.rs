@@ -179,27 +179,40 @@ impl AttnWeights {
         }
         for (w, buf) in [(&self.q_norm, &mut s.q), (&self.k_norm, &mut s.k)] {
             match w {
-                Some(w) if self.whole_qk_norm => w.apply_inplace(buf),
-                Some(w) => w.apply_heads(buf, c.dim_k),
+                Some(w) if self.whole_qk_norm => w.apply_inplace(p.pool, buf),
+                Some(w) => w.apply_heads(p.pool, buf, c.dim_k),
                 None => {}
             }
         }
         let cs = if local { &s.cs_local } else { &s.cs };
         let rd = c.rope_dims;
+        let (rope, rows_pos) = (p.rope, &p.rows_pos);
+        for (g, seg) in p.segs.iter().enumerate() {
+            let (a, b, rot) = (p.starts[g], p.starts[g + 1], seg.kv.rot());
+            // Rows of a prefill spread over the pool; the bits do not
+            // depend on how they are split.
+            p.pool.for_rows(&mut s.q[a * qd..b * qd], qd, |r0, block| {
+                for (t, q) in (a + r0..).zip(block.chunks_exact_mut(qd)) {
+                    rope.apply(q, c.dim_k, &cs[t * rd..(t + 1) * rd]);
+                    if let Some((scale, floor)) = c.attn_temp {
+                        let pos = rows_pos[t] as f64;
+                        let m = ((pos / floor as f64).floor() + 1.0).ln() * scale as f64 + 1.0;
+                        let m = m as f32;
+                        q.iter_mut().for_each(|x| *x *= m);
+                    }
+                    hadamard::rotate(q, rot.k);
+                }
+            });
+            p.pool.for_rows(&mut s.k[a * kd..b * kd], kd, |r0, block| {
+                for (t, k) in (a + r0..).zip(block.chunks_exact_mut(kd)) {
+                    rope.apply(k, c.dim_k, &cs[t * rd..(t + 1) * rd]);
+                    hadamard::rotate(k, rot.k);
+                }
+            });
+        }
         for (g, seg) in p.segs.iter_mut().enumerate() {
             let rot = seg.kv.rot();
             for t in p.starts[g]..p.starts[g + 1] {
-                let a = &cs[t * rd..(t + 1) * rd];
-                p.rope.apply(&mut s.q[t * qd..(t + 1) * qd], c.dim_k, a);
-                p.rope.apply(&mut s.k[t * kd..(t + 1) * kd], c.dim_k, a);
-                if let Some((scale, floor)) = c.attn_temp {
-                    let pos = p.rows_pos[t] as f64;
-                    let m = ((pos / floor as f64).floor() + 1.0).ln() * scale as f64 + 1.0;
-                    let m = m as f32;
-                    s.q[t * qd..(t + 1) * qd].iter_mut().for_each(|x| *x *= m);
-                }
-                hadamard::rotate(&mut s.q[t * qd..(t + 1) * qd], rot.k);
-                hadamard::rotate(&mut s.k[t * kd..(t + 1) * kd], rot.k);
                 hadamard::rotate(&mut s.v[t * vd..(t + 1) * vd], rot.v);
                 seg.kv.store(
                     il,
