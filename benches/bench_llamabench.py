@@ -141,7 +141,8 @@ def repetitions(name: str, pool: Pool) -> str:
         worst = max(abs(t / med - 1) for t in ts) if med > 0 else math.nan
         reps = " ".join(f"{t:.1f}" for t in ts)
         spread = f"(median {med:.1f}, farthest {worst:.0%})"
-        rows.append(f"  t={key[1]:<3} {key[2]:<10} {reps}  {spread}\n")
+        model = Path(key[0]).name
+        rows.append(f"  {model} t={key[1]:<3} {key[2]:<10} {reps}  {spread}\n")
     return "".join(rows) + "\n"
 
 
