@@ -106,6 +106,11 @@ struct Shared {
     done_lock: Mutex<()>,
     done: Condvar,
     caller_asleep: AtomicBool,
+    /// Dispatches, their wall time on the caller, and the time every
+    /// thread spent running their chunks (see `PoolStats`).
+    dispatches: AtomicU64,
+    dispatch_ns: AtomicU64,
+    work_ns: AtomicU64,
     /// Test hook: a worker takes this lock between seeing a dispatch and
     /// trying to join it, so a test holding it plays a descheduled worker.
     #[cfg(test)]
@@ -123,6 +128,45 @@ struct Shared {
 unsafe impl Sync for Shared {}
 // SAFETY: the raw job pointer is only dereferenced under the protocol above.
 unsafe impl Send for Shared {}
+
+/// Whether pools count their dispatches and work (`set_counting`).
+static COUNTING: AtomicBool = AtomicBool::new(false);
+
+/// Turns the counters of every pool on or off (`oxillama bench
+/// --pool-stats`); they count only while on.
+pub fn set_counting(on: bool) {
+    COUNTING.store(on, Ordering::Relaxed);
+}
+
+/// What a pool has done while counting was on: `dispatches` calls of `run`
+/// (or of anything built on it), `dispatch_secs` of wall time inside them
+/// on the calling thread, and `work_secs` of chunks run, summed over every
+/// thread. `work_secs / (dispatch_secs * threads)` is how busy the threads
+/// were while a dispatch was open: below 1 by the chunks' imbalance and
+/// the time workers take to wake and join. A pass's time outside
+/// `dispatch_secs` is work the caller did alone.
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct PoolStats {
+    pub dispatches: u64,
+    pub dispatch_secs: f64,
+    pub work_secs: f64,
+    pub threads: usize,
+}
+
+impl Shared {
+    fn add_work(&self, d: Duration) {
+        self.work_ns
+            .fetch_add(d.as_nanos() as u64, Ordering::Relaxed);
+    }
+
+    /// One dispatch that began at `start`, `caller_work` of it the caller's chunks.
+    fn count_dispatch(&self, start: Instant, caller_work: Duration) {
+        self.dispatches.fetch_add(1, Ordering::Relaxed);
+        self.dispatch_ns
+            .fetch_add(start.elapsed().as_nanos() as u64, Ordering::Relaxed);
+        self.add_work(caller_work);
+    }
+}
 
 /// Below this many elements `for_rows` runs on the caller: waking the pool
 /// costs more than splitting saves.
@@ -157,6 +201,9 @@ impl ThreadPool {
             done_lock: Mutex::new(()),
             done: Condvar::new(),
             caller_asleep: AtomicBool::new(false),
+            dispatches: AtomicU64::new(0),
+            dispatch_ns: AtomicU64::new(0),
+            work_ns: AtomicU64::new(0),
             #[cfg(test)]
             join_gate: Mutex::new(()),
             #[cfg(test)]
@@ -181,6 +228,18 @@ impl ThreadPool {
 
     pub fn n_threads(&self) -> usize {
         self.n_threads
+    }
+
+    /// The counters so far (`PoolStats`); differences between two reads
+    /// describe the work in between, when no other engine shares the pool.
+    pub fn stats(&self) -> PoolStats {
+        let s = &*self.shared;
+        PoolStats {
+            dispatches: s.dispatches.load(Ordering::Relaxed),
+            dispatch_secs: s.dispatch_ns.load(Ordering::Relaxed) as f64 * 1e-9,
+            work_secs: s.work_ns.load(Ordering::Relaxed) as f64 * 1e-9,
+            threads: self.n_threads,
+        }
     }
 
     /// Calls `f(first_row, block)` on disjoint blocks of whole rows of `data`
@@ -223,12 +282,18 @@ impl ThreadPool {
         if n_chunks == 0 {
             return;
         }
+        let s = &*self.shared;
+        // Two clock reads and three atomic adds a dispatch cost a SmolLM2
+        // decode step 1.7% (batched: 2.5%), so only when asked for.
+        let start = COUNTING.load(Ordering::Relaxed).then(Instant::now);
         if self.workers.is_empty() || n_chunks == 1 {
             (0..n_chunks).for_each(f);
+            if let Some(t) = start {
+                s.count_dispatch(t, t.elapsed());
+            }
             return;
         }
         let _guard = self.dispatch.lock().unwrap_or_else(|p| p.into_inner());
-        let s = &*self.shared;
         let f_ref: &JobFn<'_> = &f;
         let before = s.state.load(Ordering::Acquire);
         debug_assert!(!is_open(before) && joined(before) == 0);
@@ -260,12 +325,16 @@ impl ThreadPool {
         }
 
         let caller = catch_unwind(AssertUnwindSafe(|| claim_chunks(s, f_ref, n_chunks)));
+        let caller_work = start.map(|t| t.elapsed());
 
         // No chunk is left to claim: close the dispatch so no further worker
         // joins, then wait for those inside.
         let closed = s.state.fetch_or(CLOSED, Ordering::AcqRel);
         if joined(closed) != 0 {
             wait_for_joined(s);
+        }
+        if let (Some(t), Some(w)) = (start, caller_work) {
+            s.count_dispatch(t, w);
         }
         if let Err(p) = caller {
             std::panic::resume_unwind(p);
@@ -399,7 +468,11 @@ fn worker_loop(s: &Shared) {
             {
                 panic!("test panic injected in a worker thread");
             }
-            claim_chunks(s, f, n_chunks)
+            let start = COUNTING.load(Ordering::Relaxed).then(Instant::now);
+            claim_chunks(s, f, n_chunks);
+            if let Some(t) = start {
+                s.add_work(t.elapsed());
+            }
         }));
         if let Err(payload) = ran {
             let what = crate::error::panic_text(&*payload);
@@ -655,6 +728,30 @@ impl<T> SharedMut<T> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn stats_count_dispatches_and_the_work_in_them() {
+        let pool = ThreadPool::new(2);
+        set_counting(true);
+        let before = pool.stats();
+        for _ in 0..3 {
+            pool.run(4, |_| std::thread::sleep(Duration::from_millis(2)));
+        }
+        let after = pool.stats();
+        assert_eq!(
+            (after.dispatches - before.dispatches, after.threads),
+            (3, 2)
+        );
+        // Twelve chunks of at least 2 ms each, on two threads.
+        let (inside, work) = (
+            after.dispatch_secs - before.dispatch_secs,
+            after.work_secs - before.work_secs,
+        );
+        assert!(
+            work >= 0.024 && work <= 2.0 * inside + 1e-3,
+            "{work} s in {inside} s"
+        );
+    }
 
     #[test]
     fn for_rows_hands_out_every_row_once_in_whole_rows() {

@@ -33,7 +33,7 @@ def run(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[str, str]:
 def test_markdown_is_llama_benchs_table(
     model_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    out, err = run(capsys, "-m", str(model_path), *TINY)
+    out, err = run(capsys, "-m", str(model_path), *TINY, "--pool-stats")
     lines = out.splitlines()
     assert lines[:2] == REF["md_header"]
     rows = [[c.strip() for c in line.strip("|").split("|")] for line in lines[2:6]]
@@ -50,6 +50,20 @@ def test_markdown_is_llama_benchs_table(
     # The CPU on standard error, and a progress line per step.
     assert "oxillama bench: CPU: " in err and "physical cores" in err
     assert "4/4 tg4, 2 threads: run 2/2" in err
+    # And, asked for, after each test how the pool spent its timed runs.
+    pools = re.findall(r"(\d)/4 \w+, (\d) threads: pool: (\d+)% of the time in (\d+) "
+                       r"dispatches, \d threads? busy (\d+)% of it", err)  # fmt: skip
+    assert [(int(i), int(t)) for i, t, *_ in pools] == [(1, 1), (2, 1), (3, 2), (4, 2)]
+    for _, _, inside, n, busy in pools:
+        assert 0 < int(inside) <= 100 and int(n) > 0 and 0 < int(busy) <= 100
+
+
+def test_pool_line_reads_the_counters_difference() -> None:
+    before, after = (10, 1.0, 1.5, 2), (30, 1.8, 3.1, 2)
+    assert bench.pool_line(before, after, 1.0) == (
+        "pool: 80% of the time in 20 dispatches, 2 threads busy 100% of it"
+    )
+    assert bench.pool_line(after, after, 1.0) == "pool: no dispatches"
 
 
 def _check_record(r: dict[str, Any], threads: int, pp: int, tg: int, reps: int) -> None:
@@ -72,7 +86,8 @@ def _check_record(r: dict[str, Any], threads: int, pp: int, tg: int, reps: int) 
 def test_json_carries_llama_benchs_fields(
     fmt: str, model_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    out, _ = run(capsys, "-m", str(model_path), *TINY, "-o", fmt)
+    out, err = run(capsys, "-m", str(model_path), *TINY, "-o", fmt)
+    assert "pool:" not in err  # counted only when asked for
     records = json.loads(out) if fmt == "json" else [json.loads(x) for x in out.splitlines()]
     assert len(records) == 4
     for r, (threads, pp, tg) in zip(records, EXPECTED, strict=True):

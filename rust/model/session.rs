@@ -140,6 +140,12 @@ impl Session {
         self.pool = shared_pool(threads);
     }
 
+    /// The counters of this session's thread pool (shared by the sessions
+    /// of the process that use as many threads).
+    pub fn pool_stats(&self) -> crate::threadpool::PoolStats {
+        self.pool.stats()
+    }
+
     /// Appends `tokens` to the context and returns the logits of the last
     /// one (`n_vocab`), or of each (`len x n_vocab`). On error the session
     /// is unchanged: everything is validated before any KV write.

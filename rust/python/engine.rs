@@ -450,6 +450,13 @@ impl PySession {
     fn threads(&self) -> usize {
         self.inner.threads()
     }
+    /// `(dispatches, dispatch_secs, work_secs, threads)` of this session's
+    /// thread pool, counted while `count_pool_work(True)` is in effect
+    /// (see `oxillama bench --pool-stats`).
+    fn pool_stats(&self) -> (u64, f64, f64, usize) {
+        let st = self.inner.pool_stats();
+        (st.dispatches, st.dispatch_secs, st.work_secs, st.threads)
+    }
     #[setter]
     fn set_threads(&mut self, n: usize) -> PyResult<()> {
         if n == 0 {
@@ -586,6 +593,13 @@ fn physical_core_count() -> usize {
     physical_cores()
 }
 
+/// Turns the thread pools' counters (`Session.pool_stats`) on or off; they
+/// cost a decode step about 2% while on.
+#[pyfunction]
+fn count_pool_work(on: bool) {
+    crate::threadpool::set_counting(on);
+}
+
 /// BLAKE3 digest (32 bytes) of a bytes-like object, computed without the GIL.
 #[pyfunction(name = "blake3")]
 fn blake3_digest<'py>(py: Python<'py>, data: &Bound<'py, PyAny>) -> PyResult<Bound<'py, PyBytes>> {
@@ -691,6 +705,7 @@ pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<PyKvPool>()?;
     m.add_class::<PyLoraAdapter>()?;
     m.add_function(wrap_pyfunction!(physical_core_count, m)?)?;
+    m.add_function(wrap_pyfunction!(count_pool_work, m)?)?;
     m.add_function(wrap_pyfunction!(convert_kv, m)?)?;
     m.add_function(wrap_pyfunction!(kv_encode_row, m)?)?;
     m.add_function(wrap_pyfunction!(blake3_digest, m)?)?;

@@ -51,7 +51,13 @@ tests:
   @ dN     the context first holds N tokens (filled untimed)
 Each test runs once untimed (warm-up; --no-warmup skips it), then -r times;
 t/s is (prompt + generated tokens) / seconds, mean ± standard deviation.
-The CPU and core count are printed on standard error."""
+The CPU and core count are printed on standard error.
+
+--pool-stats adds, per test, how the thread pool spent the timed runs: the
+share of the time inside parallel work and how busy the threads were in it.
+Where more threads stop paying, the first falls when the calling thread
+works alone, the second when threads wait for each other. Counting costs a
+decode step about 2%, so leave it off for figures you compare."""
 
 #: The engine's prompt chunk: llama-bench's n_ubatch (its default too).
 PREFILL_CHUNK = 512
@@ -192,6 +198,11 @@ def add_parser(sub: Any) -> None:
             "q8_0, q4_0)",
         )
     b.add_argument("--no-warmup", action="store_true", help="skip the untimed warm-up runs")
+    b.add_argument(
+        "--pool-stats",
+        action="store_true",
+        help="after each test, how the thread pool spent it (costs about 2%%)",
+    )
     b.set_defaults(func=cmd_bench)
 
 
@@ -352,9 +363,28 @@ class _Runner:
         return run
 
 
+def pool_line(
+    before: tuple[int, float, float, int], after: tuple[int, float, float, int], wall_s: float
+) -> str:
+    """How the thread pool spent the timed repetitions: the share of their
+    wall time inside parallel dispatches (the rest the calling thread ran
+    alone), and how busy the threads were inside them (the rest imbalance
+    and waking). Where more threads stop paying, this says which."""
+    n = after[0] - before[0]
+    inside, work, threads = after[1] - before[1], after[2] - before[2], after[3]
+    if n == 0 or wall_s <= 0 or inside <= 0:
+        return "pool: no dispatches"
+    return (
+        f"pool: {inside / wall_s:.0%} of the time in {n} dispatches, "
+        f"{threads} thread{'s' if threads > 1 else ''} busy {work / (inside * threads):.0%} of it"
+    )
+
+
 def run_test(
     test: Test, reps: int, warmup: bool, progress: Callable[[str], None], rng: random.Random
-) -> None:
+) -> str:
+    """Runs `test` (warm-up, then `reps` timed repetitions into its
+    samples) and returns `pool_line` for the timed part."""
     from oxillama.engine.engine import Engine
 
     test.test_time = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
@@ -377,6 +407,7 @@ def run_test(
     if test.n_depth:
         progress("filling the context")
         runner.prompt(test.n_depth)()
+    stats = engine._session.pool_stats()
     for rep in range(reps):
         # Back to the depth: the filled context stays, the last run goes.
         if test.n_depth:
@@ -389,6 +420,7 @@ def run_test(
         pp()
         tg()
         test.samples_ns.append(time.perf_counter_ns() - t0)
+    return pool_line(stats, engine._session.pool_stats(), sum(test.samples_ns) * 1e-9)
 
 
 # ------------------------------------------------------------------ output
@@ -542,6 +574,7 @@ def cmd_bench(args: argparse.Namespace) -> int:
     printer.header()
     rng = random.Random(TOKEN_SEED)
     width = 0
+    _native.count_pool_work(args.pool_stats)
     for i, t in enumerate(tests, 1):
         where = f"oxillama bench: {i}/{len(tests)} {t.name}, {t.n_threads} threads"
 
@@ -555,10 +588,12 @@ def cmd_bench(args: argparse.Namespace) -> int:
                 err.write(line + "\n")
             err.flush()
 
-        run_test(t, args.repetitions, not args.no_warmup, progress, rng)
+        pool = run_test(t, args.repetitions, not args.no_warmup, progress, rng)
         if tty:
             err.write("\r" + " " * width + "\r")
             width = 0
+        if args.pool_stats:
+            err.write(f"{where}: {pool}\n")
         printer.row(t)
     printer.footer()
     return 0
