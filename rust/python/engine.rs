@@ -594,7 +594,7 @@ fn physical_core_count() -> usize {
 }
 
 /// Turns the thread pools' counters (`Session.pool_stats`) on or off; they
-/// cost a decode step about 2% while on.
+/// cost a decode step up to 1% while on.
 #[pyfunction]
 fn count_pool_work(on: bool) {
     crate::threadpool::set_counting(on);

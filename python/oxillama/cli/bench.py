@@ -57,7 +57,7 @@ The CPU and core count are printed on standard error.
 share of the time inside parallel work and how busy the threads were in it.
 Where more threads stop paying, the first falls when the calling thread
 works alone, the second when threads wait for each other. Counting costs a
-decode step about 2%, so leave it off for figures you compare."""
+decode step up to 1%, so leave it off for figures you compare."""
 
 #: The engine's prompt chunk: llama-bench's n_ubatch (its default too).
 PREFILL_CHUNK = 512
@@ -201,7 +201,7 @@ def add_parser(sub: Any) -> None:
     b.add_argument(
         "--pool-stats",
         action="store_true",
-        help="after each test, how the thread pool spent it (costs about 2%%)",
+        help="after each test, how the thread pool spent it (costs up to 1%%)",
     )
     b.set_defaults(func=cmd_bench)
 
