@@ -4,6 +4,7 @@
 #
 #   THREADS=4,8,12,16 REPS=2 ROUNDS=2 bash benches/scaling_offline.sh .offline
 #
+# POOL_STATS=1 adds `oxillama bench --pool-stats` at the same thread counts.
 # Builds llama-bench from the staged source, writes the synthetic 1.7B
 # (SHAPE=llama3-8b-slice for the other), then runs bench_llamabench.py.
 # Everything printed also goes to $OUT/log.txt when OUT is set.
@@ -32,4 +33,10 @@ wait $build
 echo "model $MODEL; ready after $(( $(date +%s) - t0 )) s"
 python3 benches/bench_llamabench.py --llama-bench $BUILD/bin/llama-bench -m "$MODEL" \
   -p "${PP:-512}" -n "${TG:-128}" -t "${THREADS:-4,8,12,16}" -r "${REPS:-2}" --rounds "${ROUNDS:-2}"
+# Where the threads' time went (the counters cost up to 1%, so apart from
+# the comparison above).
+if [ -n "${POOL_STATS:-}" ]; then
+  python3 -m oxillama bench --pool-stats -m "$MODEL" -p "${PP:-512}" -n "${TG:-128}" \
+    -t "${THREADS:-4,8,12,16}" -r 1 2>&1 | grep -E "pool:|t/s|---|CPU"
+fi
 echo "done after $(( $(date +%s) - t0 )) s"
