@@ -738,6 +738,7 @@ mod tests {
             pool.run(4, |_| std::thread::sleep(Duration::from_millis(2)));
         }
         let after = pool.stats();
+        set_counting(false);
         assert_eq!(
             (after.dispatches - before.dispatches, after.threads),
             (3, 2)

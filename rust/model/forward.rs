@@ -352,7 +352,7 @@ impl Model {
             let (e, rows) = (c.n_embd, picked.len());
             fit(&mut s.h, rows * e);
             for (r, &t) in picked.iter().enumerate() {
-                self.final_norm(&s.x[t * e..(t + 1) * e], &mut s.h[r * e..(r + 1) * e]);
+                self.final_norm(pool, &s.x[t * e..(t + 1) * e], &mut s.h[r * e..(r + 1) * e]);
             }
             logits.resize(rows * c.n_vocab, 0.0);
             self.head_matmul(pool, &s.h, rows, logits, &mut s.acts, pass)?;
@@ -386,17 +386,16 @@ impl Model {
             if out.len() != p.n * e {
                 return Err(Error::internal("hidden-state buffer of the wrong size"));
             }
-            match &self.output_norm {
-                Some(n) => n.apply(p.pool, &s.x[..p.n * e], out),
-                None => out.copy_from_slice(&s.x[..p.n * e]),
-            }
+            self.final_norm(p.pool, &s.x[..p.n * e], out);
             Ok(())
         })
     }
 
-    fn final_norm(&self, x: &[f32], out: &mut [f32]) {
+    /// The output norm of rows `x` into `out` (a copy without one); rows
+    /// spread over `pool` when there are many.
+    fn final_norm(&self, pool: &ThreadPool, x: &[f32], out: &mut [f32]) {
         match &self.output_norm {
-            Some(n) => n.apply_serial(x, out),
+            Some(n) => n.apply(pool, x, out),
             None => out.copy_from_slice(x),
         }
     }

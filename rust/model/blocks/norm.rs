@@ -56,8 +56,7 @@ impl Norm {
         });
     }
 
-    /// The same on this thread (a few rows).
-    pub fn apply_serial(&self, x: &[f32], out: &mut [f32]) {
+    fn apply_serial(&self, x: &[f32], out: &mut [f32]) {
         match self {
             Norm::Rms { w, eps } => rms_norm(x, w, *eps, 0.0, out),
             Norm::Layer { w, b, eps } => layer_norm(x, w, b.as_deref(), *eps, out),
