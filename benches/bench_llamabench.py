@@ -26,6 +26,7 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import os
 import statistics
 import subprocess
 import sys
@@ -168,7 +169,9 @@ def main() -> int:
     )
     args = ap.parse_args()
 
-    models = [m for a in args.model or [] for m in a.split(",") if m] or [str(default_model_path())]
+    models = [os.path.expanduser(m) for a in args.model or [] for m in a.split(",") if m] or [
+        str(default_model_path())
+    ]
     threads = [t for t in args.threads.split(",") if t]
     common = ["-p", args.n_prompt, "-n", args.n_gen, "-d", args.n_depth, "-r", args.repetitions]
     common += ["-ctk", args.cache_type_k, "-ctv", args.cache_type_v]

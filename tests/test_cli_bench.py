@@ -156,6 +156,18 @@ def test_lists_ranges_defaults_and_errors(
     assert exit_.value.code == 2 and "does not advance" in capsys.readouterr().err
 
 
+def test_home_in_a_comma_list_is_expanded(
+    model_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The shell expands only the first path of ``-m a,~/b``: the rest
+    reach the tool with their ``~``, and must find the same file."""
+    monkeypatch.setenv("HOME", str(model_path.parent))
+    out, _ = run(capsys, "-m", f"~/{model_path.name},~/{model_path.name}", "-p", "4",
+                 "-n", "0", "-r", "1", "-t", "1", "-o", "jsonl")  # fmt: skip
+    rows = [json.loads(x) for x in out.splitlines()]
+    assert [r["model_filename"] for r in rows] == [str(model_path)] * 2
+
+
 def test_help_teaches(capsys: pytest.CaptureFixture[str]) -> None:
     with pytest.raises(SystemExit):
         main(["bench", "--help"])

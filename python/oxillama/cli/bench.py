@@ -545,7 +545,9 @@ def _flat(lists: Sequence[Sequence[int]] | None, default: list[int]) -> list[int
 def cmd_bench(args: argparse.Namespace) -> int:
     from oxillama.model.paths import resolve_model_path
 
-    models = [m for arg in args.model or [] for m in arg.split(",") if m] or [
+    # The shell expands only a leading `~`: the later paths of a comma list
+    # reach us as typed.
+    models = [os.path.expanduser(m) for arg in args.model or [] for m in arg.split(",") if m] or [
         str(resolve_model_path(None))
     ]
     for m in models:
