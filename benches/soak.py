@@ -249,12 +249,24 @@ def cpu_model() -> str:
     return platform.machine()
 
 
-def _proc(pid: int) -> dict[str, int]:
+def _thread_names(pid: int) -> dict[str, int]:
+    """Live threads by name: a count that grew says which pool grew."""
+    names: Counter[str] = Counter()
+    for task in os.listdir(f"/proc/{pid}/task"):
+        try:
+            names[Path(f"/proc/{pid}/task/{task}/comm").read_text().strip()] += 1
+        except OSError:  # the thread ended between the listing and the read
+            pass
+    return dict(sorted(names.items()))
+
+
+def _proc(pid: int) -> dict[str, Any]:
     status = Path(f"/proc/{pid}/status").read_text()
     fields = dict(line.split(":", 1) for line in status.splitlines() if ":" in line)
     return {
         "rss_kib": int(fields["VmRSS"].split()[0]),
         "threads": int(fields["Threads"]),
+        "thread_names": _thread_names(pid),
         "fds": len(os.listdir(f"/proc/{pid}/fd")),
     }
 
@@ -417,6 +429,13 @@ def report(r: dict[str, Any]) -> None:
             f"{name:14s}{s['rss_kib'] / 1024:9.1f}{s.get('kv_pages_free', -1):15.0f}"
             f"{s['fds']:6d}{s['threads']:9d}"
         )
+    before, after = r["after_warmup"]["thread_names"], r["end"]["thread_names"]
+    changed = {
+        n: f"{before.get(n, 0)} -> {after.get(n, 0)}"
+        for n in sorted(set(before) | set(after))
+        if before.get(n, 0) != after.get(n, 0)
+    }
+    print(f"threads by name that changed: {changed or 'none'}")
     for name in ("first_quarter", "last_quarter"):
         s = r[name]
         print(f"{name:14s}p50 {s['p50'] * 1000:7.1f} ms   p99 {s['p99'] * 1000:7.1f} ms")
