@@ -1,14 +1,18 @@
 //! Criterion micro-benchmarks of the quantized kernels: one row dot and one
 //! register-tiled block (the prefill GEMM's inner unit), SIMD against the
 //! scalar twin, and the packed decode layouts where this CPU repacks, for
-//! the formats of the two test models and Q6_K.
+//! the formats of the two test models and Q6_K; and attention's block
+//! products (scores and weighted values) in every vector table this CPU
+//! runs.
 //!
 //!     cargo bench --bench kernels            # all
 //!     cargo bench --bench kernels -- q4_1    # one format
+//!     cargo bench --bench kernels -- attn    # attention's blocks
 
 use std::hint::black_box;
 
 use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion, Throughput};
+use oxillama::ops::vec::{avx2_tables, scalar as scalar_vec};
 use oxillama::quant::{
     kernels, pack_matrix, pack_panel, packed_tile, panel_sizes, scalar_kernels, GgmlType,
     QuantKernels, GEMM_COLS,
@@ -130,5 +134,46 @@ fn bench(c: &mut Criterion) {
     }
 }
 
-criterion_group!(benches, bench);
+/// Attention's block products on one 16-row tile: a prefill block (32
+/// queries) and a decode step's group of query heads (3, as SmolLM2's nine
+/// heads over three KV heads), at head widths 64 and 128.
+fn bench_attention(c: &mut Criterion) {
+    let mut x = 0x9e37_79b9_7f4a_7c15u64;
+    let mut next = move || {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        (x >> 40) as f32 / (1u64 << 24) as f32 - 0.5
+    };
+    let rows = 16;
+    let mut tables = vec![scalar_vec()];
+    tables.extend(avx2_tables());
+    for d in [64usize, 128] {
+        let mut g = c.benchmark_group(format!("attn_d{d}"));
+        let tile: Vec<f32> = (0..rows * d).map(|_| next()).collect();
+        for m in [3usize, 32] {
+            let q: Vec<f32> = (0..m * d).map(|_| next()).collect();
+            let qs: Vec<&[f32]> = q.chunks_exact(d).collect();
+            let w: Vec<f32> = (0..m * rows).map(|_| next()).collect();
+            g.throughput(Throughput::Elements((m * rows * d) as u64));
+            for k in &tables {
+                let mut out = vec![0f32; m * rows];
+                g.bench_function(BenchmarkId::new(format!("scores_q{m}"), k.name), |b| {
+                    b.iter(|| (k.dot_block)(black_box(&qs), black_box(&tile), &mut out, rows))
+                });
+                let mut ys = vec![vec![0f32; d]; m];
+                g.bench_function(BenchmarkId::new(format!("values_q{m}"), k.name), |b| {
+                    b.iter(|| {
+                        let mut refs: Vec<&mut [f32]> =
+                            ys.iter_mut().map(|y| y.as_mut_slice()).collect();
+                        (k.axpy_block)(&mut refs, black_box(&w), rows, black_box(&tile))
+                    })
+                });
+            }
+        }
+        g.finish();
+    }
+}
+
+criterion_group!(benches, bench, bench_attention);
 criterion_main!(benches);

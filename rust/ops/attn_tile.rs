@@ -64,6 +64,13 @@ pub(crate) mod x86 {
                 }
                 return;
             }
+            if N == 2 && d8 == d {
+                for (r, row) in acc.iter().enumerate() {
+                    let s = hsum2(row[0], row[1]);
+                    _mm_store_sd(out.add(r * stride) as *mut f64, _mm_castps_pd(s));
+                }
+                return;
+            }
             for (r, row) in acc.iter().enumerate() {
                 for (c, a) in row.iter().enumerate() {
                     let mut s = hsum(*a);
@@ -74,6 +81,29 @@ pub(crate) mod x86 {
                 }
             }
         }
+    }
+
+    /// `[hsum(a), hsum(b), ..]` in the low two lanes, as `hsum4` does it.
+    ///
+    /// # Safety
+    /// AVX, inlined into a function enabling it.
+    #[inline(always)]
+    unsafe fn hsum2(a: __m256, b: __m256) -> __m128 {
+        let ab = _mm256_add_ps(
+            _mm256_permute2f128_ps::<0x20>(a, b),
+            _mm256_permute2f128_ps::<0x31>(a, b),
+        );
+        let (lo, hi) = (_mm256_castps256_ps128(ab), _mm256_extractf128_ps::<1>(ab));
+        // [A0 A1 B0 B1], where A0 = lo[0] + lo[2] and A1 = lo[1] + lo[3].
+        let z = _mm_add_ps(
+            _mm_shuffle_ps::<0b01_00_01_00>(lo, hi),
+            _mm_shuffle_ps::<0b11_10_11_10>(lo, hi),
+        );
+        // [A0 + A1, B0 + B1, ..].
+        _mm_add_ps(
+            _mm_shuffle_ps::<0b10_00_10_00>(z, z),
+            _mm_shuffle_ps::<0b11_01_11_01>(z, z),
+        )
     }
 
     /// `[hsum(a), hsum(b), hsum(c), hsum(d)]`, each by `hsum`'s own tree

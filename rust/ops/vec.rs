@@ -79,10 +79,9 @@ pub fn best() -> &'static VecKernels {
     })
 }
 
-/// Every SIMD table this CPU can run, for tests that hold each to the
-/// scalar twin.
-#[cfg(test)]
-pub(crate) fn avx2_tables() -> Vec<&'static VecKernels> {
+/// Every SIMD table this CPU can run, for the tests that hold each to the
+/// scalar twin and the benches that time each against it.
+pub fn avx2_tables() -> Vec<&'static VecKernels> {
     let mut t = Vec::new();
     #[cfg(target_arch = "x86_64")]
     if avx2::available() {
