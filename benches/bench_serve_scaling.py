@@ -12,6 +12,12 @@ Prints each rep, the medians and the ratio (bar: 8 streams >= 3.5x one
 stream), with the CPU. Each rep also gives, from the server's /metrics, the
 forward pass and the scheduler's host-side work (sampling, detokenizing,
 queueing pieces) per decode step, in ms. Run it on a quiet machine.
+
+On SmolLM2 one stream is already bound by arithmetic, so the ratio stays
+near the engine's own ceiling (``bench_batch_ceiling.py``). The bar is
+about the models users serve: for a 1-8B shape, write the synthetic 1.7B
+with ``python benches/bench_bandwidth.py --write-only`` and pass
+``--model ~/.cache/oxillama/synthetic-smollm2-1.7b-q4_k_m.gguf``.
 """
 
 from __future__ import annotations
