@@ -5,14 +5,24 @@ one prompt that evaluate it once."""
 from __future__ import annotations
 
 import asyncio
+import time
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from oxillama import AsyncEngine, Engine, ParameterError, Piece, SamplerConfig, _native
+from oxillama import (
+    AsyncEngine,
+    Engine,
+    OverloadedError,
+    ParameterError,
+    Piece,
+    SamplerConfig,
+    _native,
+)
 from tests.oracle.llama_f64 import log_softmax
 
 PROMPT = "The three primary colors are"
@@ -112,6 +122,54 @@ def test_n_choices_share_the_prompt_and_greedy_choices_agree(model_path: Path) -
     # only the leaders' prompts (and the lone request's) were evaluated.
     assert m["shared_prompt_tokens"] == 2 * 2 * n
     assert m["prompt_tokens"] <= 3 * n
+
+
+def test_n_choices_share_a_prompt_the_worker_finished_before_they_queued(
+    model_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``generate_n`` queues its choices one event-loop step apart; on a
+    busy machine the worker can finish the leader's prompt in between. The
+    followers still start from its KV, and the fork goes back to the pool
+    after the call; choices that never queue release it too."""
+    from oxillama.serving.scheduler import PromptShare, Scheduler
+
+    prompt = "Write a haiku about the sea. " * 6
+    shares: list[PromptShare] = []
+    submit = Scheduler.submit
+
+    def late_followers(self: Scheduler, *a: Any, **kw: Any) -> Any:
+        sh = kw.get("share")
+        if sh is not None and sh.leader is not None:  # a follower
+            if sh not in shares:
+                shares.append(sh)
+            deadline = time.monotonic() + 30
+            while not sh.ready() and time.monotonic() < deadline:
+                time.sleep(0.001)  # blocks the loop: only the worker runs
+            assert sh.kv is not None, "the leader dropped the prompt it was promised"
+            if a[1] == 7:
+                raise OverloadedError("this follower never queues")
+        return submit(self, *a, **kw)
+
+    monkeypatch.setattr(Scheduler, "submit", late_followers)
+
+    async def run() -> tuple[list[list[int]], dict[str, float | int], int, int]:
+        async with AsyncEngine(model_path, context_size=512, threads=2, max_batch=8) as ai:
+            await ai.generate(prompt, 1)  # the prefix cache keeps its pages from here on
+            free = int(ai.metrics()["kv_pages_free"])
+            outs = await ai.generate_n(prompt, 3, 8, sampler=SamplerConfig.greedy())
+            with pytest.raises(OverloadedError):
+                await ai.generate_n(prompt, 2, 7, sampler=SamplerConfig.greedy())
+            for _ in range(3000):  # the failed call's leader runs on
+                if int(ai.metrics()["kv_pages_free"]) == free:
+                    break
+                await asyncio.sleep(0.01)
+            return [o.tokens for o in outs], ai.metrics(), len(ai.tokenize(prompt)), free
+
+    tokens, m, n, free = asyncio.run(run())
+    assert tokens[0] == tokens[1] == tokens[2]
+    assert m["shared_prompt_tokens"] == 2 * n
+    assert len(shares) == 2 and all(sh.kv is None for sh in shares)
+    assert int(m["kv_pages_free"]) == free
 
 
 def test_n_must_be_positive(model_path: Path) -> None:

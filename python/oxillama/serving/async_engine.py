@@ -560,9 +560,11 @@ class AsyncEngine:
             return [base] * n
         return [replace(base, seed=(base.seed + i) % 2**64) for i in range(n)]
 
-    def _choice_submits(self, prompt: Prompt, n: int, ask: _Ask) -> list[Callable[[Emit], Request]]:
+    def _choice_submits(
+        self, prompt: Prompt, n: int, ask: _Ask, share: PromptShare | None = None
+    ) -> list[Callable[[Emit], Request]]:
         """One queuing function per choice, all sharing one prompt."""
-        share = PromptShare()
+        share = share or PromptShare()
         tokens = self._prompt(prompt)
 
         def submit_for(cfg: SamplerConfig) -> Callable[[Emit], Request]:
@@ -594,6 +596,10 @@ class AsyncEngine:
         same batched steps. The prompt is evaluated once: the other choices
         start from a fork of its KV (pages shared until written). With a
         seeded ``sampler``, choice ``i`` uses ``seed + i``."""
+        # Every choice is queued by the gather below, but one event-loop
+        # step apart: the share promises the followers up front, so the
+        # leader keeps its prompt for them however soon it is done.
+        share = PromptShare(expected=max(0, n - 1) if isinstance(n, int) else 0)
         submits = self._choice_submits(
             prompt,
             n,
@@ -610,8 +616,12 @@ class AsyncEngine:
                 grammar_trigger=grammar_trigger,
                 speculative=speculative,
             ),
+            share,
         )
-        return list(await asyncio.gather(*(self._complete(f) for f in submits)))
+        try:
+            return list(await asyncio.gather(*(self._complete(f) for f in submits)))
+        finally:
+            self._scheduler.release_share(share)
 
     def stream_n(
         self,

@@ -142,6 +142,11 @@ class PromptShare:
     leader: Request | None = None
     #: Followers that have not started yet.
     waiting: int = 0
+    #: Followers promised but not queued yet: ``generate_n`` queues its
+    #: choices one event-loop step apart, and the leader's prompt must not
+    #: end up unshared because the worker finished it in between.
+    #: ``Scheduler.release_share`` drops the promise of any never queued.
+    expected: int = 0
     #: A fork of the leader's prompt KV and the logits after it, once done.
     kv: _native.Session | None = None
     logits: npt.NDArray[np.float32] | None = None
@@ -451,6 +456,7 @@ class Scheduler:
                     share.leader = seq
                 else:
                     share.waiting += 1
+                    share.expected = max(0, share.expected - 1)
             self._waiting.append(seq)
             self._cv.notify()
         return seq
@@ -553,6 +559,15 @@ class Scheduler:
             self._jobs.append((fn, fut))
             self._cv.notify()
         return fut
+
+    def release_share(self, share: PromptShare) -> None:
+        """Drops the promise of followers that were never queued (their
+        request failed or was cancelled first); the leader's prompt KV goes
+        back to the pool once no queued follower waits for it."""
+        with self._cv:
+            share.expected = 0
+            if share.waiting == 0:
+                share.kv = share.logits = None
 
     def cancel(self, seq: Request) -> None:
         with self._cv:
@@ -1025,7 +1040,7 @@ class Scheduler:
             s.logits = out
             sh = s.share
             if sh is not None and sh.leader is s and not s.generated and sh.kv is None:
-                if sh.waiting > 0:
+                if sh.waiting > 0 or sh.expected > 0:
                     sh.kv, sh.logits = s.session.fork(len(s.prompt)), out.copy()
                 else:
                     sh.failed = True  # nobody left to share with
@@ -1050,9 +1065,10 @@ class Scheduler:
         s.fed = len(s.prompt)
         s.logits = sh.logits.copy()
         s.t_prefilled = time.perf_counter()
-        sh.waiting -= 1
-        if sh.waiting == 0:
-            sh.kv = sh.logits = None  # its pages go back with the last fork
+        with self._cv:
+            sh.waiting -= 1
+            if sh.waiting == 0 and sh.expected == 0:
+                sh.kv = sh.logits = None  # its pages go back with the last fork
         self._metrics.shared_prompt_tokens += len(s.prompt)
 
     # --------------------------------------------------------- session turns
@@ -1396,7 +1412,7 @@ class Scheduler:
                     sh.failed = True  # the followers evaluate the prompt themselves
                 elif s.follows():
                     sh.waiting -= 1
-                    if sh.waiting == 0:
+                    if sh.waiting == 0 and sh.expected == 0:
                         sh.kv = sh.logits = None
                 # Request and share refer to each other: break the cycle so
                 # a finished request (its sampler, matcher, buffers) is freed
