@@ -83,16 +83,26 @@ pub(crate) mod x86 {
         }
     }
 
+    /// `[a0+a4 .. a3+a7 | b0+b4 .. b3+b7]`: `hsum`'s first addition, of
+    /// two vectors at once.
+    ///
+    /// # Safety
+    /// AVX, inlined into a function enabling it.
+    #[inline(always)]
+    unsafe fn halves(a: __m256, b: __m256) -> __m256 {
+        _mm256_add_ps(
+            _mm256_permute2f128_ps::<0x20>(a, b),
+            _mm256_permute2f128_ps::<0x31>(a, b),
+        )
+    }
+
     /// `[hsum(a), hsum(b), ..]` in the low two lanes, as `hsum4` does it.
     ///
     /// # Safety
     /// AVX, inlined into a function enabling it.
     #[inline(always)]
     unsafe fn hsum2(a: __m256, b: __m256) -> __m128 {
-        let ab = _mm256_add_ps(
-            _mm256_permute2f128_ps::<0x20>(a, b),
-            _mm256_permute2f128_ps::<0x31>(a, b),
-        );
+        let ab = halves(a, b);
         let (lo, hi) = (_mm256_castps256_ps128(ab), _mm256_extractf128_ps::<1>(ab));
         // [A0 A1 B0 B1], where A0 = lo[0] + lo[2] and A1 = lo[1] + lo[3].
         let z = _mm_add_ps(
@@ -114,15 +124,7 @@ pub(crate) mod x86 {
     /// AVX, inlined into a function enabling it.
     #[inline(always)]
     unsafe fn hsum4(a: __m256, b: __m256, c: __m256, d: __m256) -> __m128 {
-        // [a0+a4 .. a3+a7 | b0+b4 .. b3+b7], and the same of c and d.
-        let ab = _mm256_add_ps(
-            _mm256_permute2f128_ps::<0x20>(a, b),
-            _mm256_permute2f128_ps::<0x31>(a, b),
-        );
-        let cd = _mm256_add_ps(
-            _mm256_permute2f128_ps::<0x20>(c, d),
-            _mm256_permute2f128_ps::<0x31>(c, d),
-        );
+        let (ab, cd) = (halves(a, b), halves(c, d));
         // [A0 A1 C0 C1 | B0 B1 D0 D1], where A0 = ab[0] + ab[2] and
         // A1 = ab[1] + ab[3].
         let z = _mm256_add_ps(

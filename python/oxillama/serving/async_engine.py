@@ -564,7 +564,7 @@ class AsyncEngine:
         self, prompt: Prompt, n: int, ask: _Ask, share: PromptShare | None = None
     ) -> list[Callable[[Emit], Request]]:
         """One queuing function per choice, all sharing one prompt."""
-        share = share or PromptShare()
+        share = share if share is not None else PromptShare()
         tokens = self._prompt(prompt)
 
         def submit_for(cfg: SamplerConfig) -> Callable[[Emit], Request]:
@@ -596,10 +596,7 @@ class AsyncEngine:
         same batched steps. The prompt is evaluated once: the other choices
         start from a fork of its KV (pages shared until written). With a
         seeded ``sampler``, choice ``i`` uses ``seed + i``."""
-        # Every choice is queued by the gather below, but one event-loop
-        # step apart: the share promises the followers up front, so the
-        # leader keeps its prompt for them however soon it is done.
-        share = PromptShare(expected=max(0, n - 1) if isinstance(n, int) else 0)
+        share = PromptShare()
         submits = self._choice_submits(
             prompt,
             n,
@@ -618,6 +615,10 @@ class AsyncEngine:
             ),
             share,
         )
+        # The gather below queues the choices one event-loop step apart: the
+        # followers are promised up front, so the leader keeps its prompt
+        # for them however soon it is done.
+        share.expected = len(submits) - 1
         try:
             return list(await asyncio.gather(*(self._complete(f) for f in submits)))
         finally:
