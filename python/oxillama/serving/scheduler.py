@@ -156,6 +156,16 @@ class PromptShare:
     def ready(self) -> bool:
         return self.kv is not None or self.failed
 
+    def wanted(self) -> bool:
+        """Whether a follower is queued or promised for the prompt KV."""
+        return self.waiting > 0 or self.expected > 0
+
+    def drop_if_unwanted(self) -> None:
+        """Lets the prompt KV go (its pages return with the last fork) once
+        no follower waits for it or is promised."""
+        if not self.wanted():
+            self.kv = self.logits = None
+
 
 @dataclass(frozen=True)
 class RequestTimes:
@@ -566,8 +576,7 @@ class Scheduler:
         back to the pool once no queued follower waits for it."""
         with self._cv:
             share.expected = 0
-            if share.waiting == 0:
-                share.kv = share.logits = None
+            share.drop_if_unwanted()
 
     def cancel(self, seq: Request) -> None:
         with self._cv:
@@ -1040,7 +1049,7 @@ class Scheduler:
             s.logits = out
             sh = s.share
             if sh is not None and sh.leader is s and not s.generated and sh.kv is None:
-                if sh.waiting > 0 or sh.expected > 0:
+                if sh.wanted():
                     sh.kv, sh.logits = s.session.fork(len(s.prompt)), out.copy()
                 else:
                     sh.failed = True  # nobody left to share with
@@ -1067,8 +1076,7 @@ class Scheduler:
         s.t_prefilled = time.perf_counter()
         with self._cv:
             sh.waiting -= 1
-            if sh.waiting == 0 and sh.expected == 0:
-                sh.kv = sh.logits = None  # its pages go back with the last fork
+            sh.drop_if_unwanted()
         self._metrics.shared_prompt_tokens += len(s.prompt)
 
     # --------------------------------------------------------- session turns
@@ -1412,8 +1420,7 @@ class Scheduler:
                     sh.failed = True  # the followers evaluate the prompt themselves
                 elif s.follows():
                     sh.waiting -= 1
-                    if sh.waiting == 0 and sh.expected == 0:
-                        sh.kv = sh.logits = None
+                    sh.drop_if_unwanted()
                 # Request and share refer to each other: break the cycle so
                 # a finished request (its sampler, matcher, buffers) is freed
                 # at once, not at the next full garbage collection.
