@@ -14,8 +14,8 @@ use std::hint::black_box;
 use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion, Throughput};
 use oxillama::ops::vec::{avx2_tables, scalar as scalar_vec};
 use oxillama::quant::{
-    kernels, pack_matrix, pack_panel, packed_tile, panel_sizes, scalar_kernels, GgmlType,
-    QuantKernels, GEMM_COLS,
+    kernels, pack_matrix, pack_panel, packed_side, packed_tile, panel_sizes, scalar_kernels,
+    GgmlType, QuantKernels, GEMM_COLS,
 };
 
 /// Deterministic bytes, each masked with 0x3b so that every f16 scale field
@@ -107,6 +107,9 @@ fn bench(c: &mut Criterion) {
         if let Some(packed) = pack_matrix(ty, rows, n, &w) {
             for (name, t) in [("packed16x1", 1), ("packed16x8", cols)] {
                 let mut bufs = vec![vec![0f32; rows]; t];
+                // Once per product, as `matmul_multi` does.
+                let mut side = Vec::new();
+                packed_side(ty, n, &a_rows[..t], &mut side);
                 g.throughput(Throughput::Elements((n * rows * t) as u64));
                 g.bench_function(BenchmarkId::new(name, "simd"), |b| {
                     b.iter(|| {
@@ -118,6 +121,7 @@ fn bench(c: &mut Criterion) {
                             black_box(&packed),
                             (0, rows / 16),
                             &a_rows[..t],
+                            &side,
                             &mut outs,
                         )
                     })

@@ -8,8 +8,9 @@
 //! same input (q/k/v, gate/up) go in a single dispatch.
 
 use crate::quant::{
-    gemm_reads_packed, gemm_reads_rows, has_panels, kernels, pack_panel, packed_tile, panel_sizes,
-    tile_tokens, unpack_rows, GgmlType, QuantKernels, GEMM_COLS, PACKED_GROUP_ROWS, PACKED_TOKENS,
+    gemm_reads_packed, gemm_reads_rows, has_panels, kernels, pack_panel, packed_side, packed_tile,
+    panel_sizes, tile_tokens, unpack_rows, BlockSide, GgmlType, QuantKernels, GEMM_COLS,
+    PACKED_GROUP_ROWS, PACKED_TOKENS,
 };
 use crate::threadpool::{SharedMut, ThreadPool};
 use crate::{Error, Result};
@@ -79,6 +80,9 @@ struct ActBuf {
 #[derive(Default)]
 pub struct ActScratch {
     bufs: Vec<ActBuf>,
+    /// The packed kernels' activation-block scalars of one product, per
+    /// weight format (`quant::packed_side`).
+    sides: Vec<(GgmlType, Vec<BlockSide>)>,
 }
 
 impl ActScratch {
@@ -100,6 +104,42 @@ impl ActScratch {
 
     fn get(&self, ty: GgmlType) -> Option<&ActBuf> {
         self.bufs.iter().find(|b| b.ty == ty)
+    }
+
+    /// Fills the side table of each packed weight format among `ws` from
+    /// the quantized rows of `n_tok` tokens (`bufs` filled already). Every
+    /// format that `side` is asked for in this product is refilled here:
+    /// a table left from an earlier product is never read.
+    fn fill_sides(&mut self, ws: &[QMatrix<'_>], ks: &[&QuantKernels], n_tok: usize) {
+        let mut filled: Vec<GgmlType> = Vec::new();
+        for (w, k) in ws.iter().zip(ks) {
+            if w.packed.is_none() || filled.contains(&w.ty) {
+                continue;
+            }
+            filled.push(w.ty);
+            let i = match self.sides.iter().position(|(t, _)| *t == w.ty) {
+                Some(i) => i,
+                None => {
+                    self.sides.push((w.ty, Vec::new()));
+                    self.sides.len() - 1
+                }
+            };
+            let rows = &self
+                .bufs
+                .iter()
+                .find(|b| b.ty == k.act)
+                .expect("quantized above")
+                .rows;
+            let acts: Vec<&[u8]> = rows.chunks_exact(rows.len() / n_tok).collect();
+            packed_side(w.ty, w.cols, &acts, &mut self.sides[i].1);
+        }
+    }
+
+    fn side(&self, ty: GgmlType) -> &[BlockSide] {
+        self.sides
+            .iter()
+            .find(|(t, _)| *t == ty)
+            .map_or(&[], |(_, v)| v.as_slice())
     }
 }
 
@@ -234,6 +274,9 @@ pub fn matmul_multi(
             }
             done.push(k.act);
         }
+    }
+    if (1..=PACKED_TOKENS).contains(&n_tok) {
+        scratch.fill_sides(ws, &ks, n_tok);
     }
     let scratch = &*scratch;
 
@@ -370,6 +413,7 @@ pub fn matmul_multi(
                 packed,
                 groups,
                 act_rows,
+                scratch.side(w.ty),
                 &mut outs[..n_tok],
             );
             return;

@@ -559,16 +559,47 @@ pub fn unpack_rows(
     let _ = (cols, packed, groups, out);
 }
 
+/// An activation block's scalars as the packed kernels of the 32-element
+/// formats read them: `d` and, for Q8_1, `s` as f32 (the f16 values of the
+/// block, converted), and `off` the block's quant sum times the weight
+/// format's unsigned offset (Q4_0, Q5_0, Q8_0). One table per product
+/// (`packed_side`) serves every group of rows.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct BlockSide {
+    pub d: f32,
+    pub s: f32,
+    pub off: i32,
+}
+
+/// Writes into `out` what `packed_tile` reads of the activation rows
+/// `acts` (rows of `n` elements) against packed `ty` weights: a
+/// `BlockSide` per block, token after token, or nothing for the formats
+/// whose activations carry f32 scalars of their own (Q4_K, Q6_K).
+pub fn packed_side(ty: GgmlType, n: usize, acts: &[&[u8]], out: &mut Vec<BlockSide>) {
+    out.clear();
+    assert!(packs(ty), "{} matrices are not packed here", ty.name());
+    #[cfg(target_arch = "x86_64")]
+    match ty {
+        GgmlType::Q4K | GgmlType::Q6K => {}
+        GgmlType::Q8_0 => avx2::q8_0_packed::side(n, acts, out),
+        _ => avx2::q4_packed::side_for(ty, n, acts, out),
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    let _ = (n, acts);
+}
+
 /// Row groups `g0..g1` of a packed matrix against each activation row (in
-/// `ty`'s activation format): `outs[t][(g - g0) * 16 + r]` for row
-/// `16g + r`. Same bits as `vec_dot`. Call only for matrices
-/// `pack_matrix` packed.
+/// `ty`'s activation format; `side` what `packed_side` wrote for them):
+/// `outs[t][(g - g0) * 16 + r]` for row `16g + r`. Same bits as
+/// `vec_dot`. Call only for matrices `pack_matrix` packed.
 pub fn packed_tile(
     ty: GgmlType,
     n: usize,
     packed: &[u8],
     groups: (usize, usize),
     acts: &[&[u8]],
+    side: &[BlockSide],
     outs: &mut [&mut [f32]],
 ) {
     assert!(packs(ty), "{} matrices are not packed here", ty.name());
@@ -576,9 +607,11 @@ pub fn packed_tile(
     match ty {
         GgmlType::Q4K => avx2::q4k_packed::tile(n, packed, groups, acts, outs),
         GgmlType::Q6K => avx2::q6k_packed::tile(n, packed, groups, acts, outs),
-        GgmlType::Q8_0 => avx2::q8_0_packed::tile(n, packed, groups, acts, outs),
-        _ => avx2::q4_packed::tile_for(ty, n, packed, groups, acts, outs),
+        GgmlType::Q8_0 => avx2::q8_0_packed::tile(n, packed, groups, acts, side, outs),
+        _ => avx2::q4_packed::tile_for(ty, n, packed, groups, acts, side, outs),
     }
+    #[cfg(not(target_arch = "x86_64"))]
+    let _ = (n, packed, groups, acts, side, outs);
 }
 
 /// The portable reference implementation for weight type `ty`.

@@ -820,7 +820,9 @@ fn packed_rows_equal_the_file_layouts_bits() {
             for (g0, g1) in [(0, 3), (1, 3), (2, 3)] {
                 let mut bufs = vec![vec![f32::NAN; (g1 - g0) * 16]; ntok];
                 let mut outs: Vec<&mut [f32]> = bufs.iter_mut().map(|b| b.as_mut_slice()).collect();
-                crate::quant::packed_tile(ty, n, &packed, (g0, g1), &ar, &mut outs);
+                let mut side = Vec::new();
+                crate::quant::packed_side(ty, n, &ar, &mut side);
+                crate::quant::packed_tile(ty, n, &packed, (g0, g1), &ar, &side, &mut outs);
                 let wr: Vec<&[u8]> = ws.iter().map(|v| v.as_slice()).collect();
                 let mut tiled = vec![f32::NAN; rows * ntok];
                 (k.vec_dot_tile)(n, &wr, &ar, &mut tiled);

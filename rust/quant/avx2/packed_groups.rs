@@ -16,6 +16,10 @@ pub(super) const TOKENS: usize = 8;
 /// (about eight Q4 blocks of a group).
 const AHEAD: usize = 2560;
 
+pub(crate) use crate::quant::BlockSide;
+
+use super::{f16_at, Block32};
+
 /// Called by a pass of `N` tokens at each packed block `blk` of `bytes`.
 ///
 /// The weights stream from memory once per step. With four tokens or more
@@ -37,34 +41,53 @@ pub(super) trait GroupPass {
     const PACKED: usize;
 
     /// The group's `nb` packed blocks at `grp` against `N` activation rows
-    /// (`a[t]`, with block quant sums `asum[t]` where the format needs
-    /// them), writing each token's sixteen values to `out[t]`.
+    /// (`a[t]`, with the scalars of its blocks at `side[t]` where the
+    /// format reads them), writing each token's sixteen values to `out[t]`.
     ///
     /// # Safety
     /// The format's CPU features are present; `grp` holds `nb * PACKED`
-    /// bytes, every `a[t]` `nb` activation blocks, every `asum[t]` `nb`
-    /// sums if the format reads them, and every `out[t]` sixteen floats.
+    /// bytes, every `a[t]` `nb` activation blocks, every `side[t]` `nb`
+    /// entries if the format reads them, and every `out[t]` sixteen floats.
     unsafe fn pass<const N: usize>(
         nb: usize,
         grp: *const u8,
         a: [*const u8; N],
-        asum: [*const i32; N],
+        side: [*const BlockSide; N],
         out: [*mut f32; N],
     );
 }
 
-/// Each token's per-block sums of its `i8` quants (the `quants` bytes that
-/// end each `block`-byte activation block), for the layouts that store
-/// their quants offset to unsigned and subtract the offset times this sum.
-pub(super) fn block_sums(acts: &[&[u8]], nb: usize, block: usize, quants: usize) -> Vec<Vec<i32>> {
-    acts.iter()
-        .map(|a| {
-            a.chunks_exact(block)
-                .take(nb)
-                .map(|b| b[block - quants..].iter().map(|&q| q as i8 as i32).sum())
-                .collect()
-        })
-        .collect()
+/// Writes into `out` each token's `BlockSide` per block (`nb` per token,
+/// one token after another) for the 32-element weight format `F` against
+/// its activation rows `acts` (`F::A`-byte blocks: the scale `d` at byte 0,
+/// Q8_1's `s` at byte 2, the 32 quants last).
+///
+/// Why a table: a pass runs every group of sixteen rows against the same
+/// activation blocks, and converting their f16 scalars and broadcasting
+/// them from general registers there took about as many vector
+/// instructions as the products of an eight-token pass. Read from here,
+/// each is a broadcast operand of the instruction that uses it.
+pub(super) fn sides<F: Block32>(acts: &[&[u8]], nb: usize, out: &mut Vec<BlockSide>) {
+    assert!(is_x86_feature_detected!("f16c"), "block sides without F16C");
+    out.clear();
+    out.reserve(acts.len() * nb);
+    for a in acts {
+        assert!(a.len() >= nb * F::A, "activation row too short");
+        for b in a.chunks_exact(F::A).take(nb) {
+            // SAFETY: F16C was asserted above; `b` holds a whole activation
+            // block, so its first four bytes are readable.
+            let (d, s) = unsafe { (f16_at(b.as_ptr()), f16_at(b.as_ptr().add(2))) };
+            let off = if F::OFFSET == 0 {
+                0
+            } else {
+                // |sum| <= 32 * 128 and OFFSET <= 128: exact in i32.
+                let sum: i32 = b[F::A - 32..].iter().map(|&q| q as i8 as i32).sum();
+                sum * F::OFFSET
+            };
+            let s = if F::MIN { s } else { 0.0 };
+            out.push(BlockSide { d, s, off });
+        }
+    }
 }
 
 /// Rows per group of every packed layout: the sixteen i32 lanes.
@@ -129,7 +152,8 @@ pub(super) unsafe fn q8k_tile<P: GroupPass>(
 
 /// Groups `g0..g1` (each `nb` packed blocks) against every activation row:
 /// `outs[t][(g - g0) * 16 + r]` is row `16g + r` against token t.
-/// `asum` is `block_sums`' result, or empty for a format that reads none.
+/// `side` is `sides`' table for these activation rows, or empty for a
+/// format that reads none.
 ///
 /// # Safety
 /// `P`'s CPU features are present.
@@ -138,18 +162,18 @@ pub(super) unsafe fn run_groups<P: GroupPass>(
     packed: &[u8],
     (g0, g1): (usize, usize),
     acts: &[&[u8]],
-    asum: &[Vec<i32>],
+    side: &[BlockSide],
     outs: &mut [&mut [f32]],
 ) {
     const ROWS: usize = 16;
     assert!(
         packed.len() >= g1 * nb * P::PACKED
             && acts.len() == outs.len()
-            && (asum.is_empty() || asum.len() == acts.len() && asum.iter().all(|s| s.len() >= nb))
+            && (side.is_empty() || side.len() == acts.len() * nb)
             && outs.iter().all(|o| o.len() >= (g1 - g0) * ROWS),
         "packed tile operand too short"
     );
-    let sums = |t: usize| asum.get(t).map_or(std::ptr::null(), |s| s.as_ptr());
+    let sides = |t: usize| side.get(t * nb..).map_or(std::ptr::null(), |s| s.as_ptr());
     for g in g0..g1 {
         let grp = packed[g * nb * P::PACKED..].as_ptr();
         let o = (g - g0) * ROWS;
@@ -172,14 +196,15 @@ pub(super) unsafe fn run_groups<P: GroupPass>(
                         nb,
                         grp,
                         std::array::from_fn(a),
-                        std::array::from_fn(|k| sums(t + k)),
+                        std::array::from_fn(|k| sides(t + k)),
                         std::array::from_fn(&mut dst),
                     )
                 };
             }
             // SAFETY (each pass): the features are the caller's; group g,
             // the tokens' nb blocks (checked by the callers) and their nb
-            // sums (asserted) are in bounds, and each output was sliced.
+            // side entries (asserted) are in bounds, and each output was
+            // sliced.
             unsafe {
                 match n {
                     TOKENS => pass!(TOKENS),

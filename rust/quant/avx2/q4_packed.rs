@@ -26,8 +26,8 @@
 
 use std::arch::x86_64::*;
 
-use super::packed_groups::{block_sums, prefetch_ahead, run_groups, GroupPass};
-use super::{f16_at, read_u32, Block32};
+use super::packed_groups::{prefetch_ahead, run_groups, sides, BlockSide, GroupPass};
+use super::{read_u32, Block32};
 
 /// Rows per group: the sixteen i32 lanes.
 pub const GROUP_ROWS: usize = 16;
@@ -109,14 +109,14 @@ pub(super) fn pack<F: Nibbles>(rows: usize, cols: usize, data: &[u8], out: &mut 
 }
 
 /// The sixteen rows of one group (`grp`: its `nb` packed blocks) against
-/// `N` activation rows (Q8_0 for Q4_0, Q8_1 for Q4_1) whose block quant
-/// sums are `asum[t]` (read for Q4_0 only); writes each token's sixteen
+/// `N` activation rows (Q8_0 for Q4_0, Q8_1 for Q4_1) whose blocks'
+/// scalars are `side[t]` (`sides::<F>`); writes each token's sixteen
 /// values to `out[t]`.
 ///
 /// # Safety
 /// AVX2, FMA, F16C, AVX-512 F/BW/VL and VNNI are available; `grp` holds
-/// `nb * F::PACKED` bytes, every `a[t]` `nb` activation blocks and, for
-/// Q4_0, every `asum[t]` `nb` sums.
+/// `nb * F::PACKED` bytes, every `a[t]` `nb` activation blocks and every
+/// `side[t]` `nb` entries.
 /// Every `out[t]` has sixteen writable floats.
 #[allow(clippy::needless_range_loop)]
 #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni,avx512vbmi")]
@@ -124,7 +124,7 @@ unsafe fn pass<F: Nibbles, const N: usize>(
     nb: usize,
     grp: *const u8,
     a: [*const u8; N],
-    asum: [*const i32; N],
+    side: [*const BlockSide; N],
     out: [*mut f32; N],
 ) {
     let m4 = _mm512_set1_epi8(0x0f);
@@ -194,21 +194,16 @@ unsafe fn pass<F: Nibbles, const N: usize>(
             _mm512_setzero_ps()
         };
         for t in 0..N {
+            // SAFETY: token t's block-i scalars.
+            let sd = unsafe { &*side[t].add(i) };
             let mut isum = _mm512_add_epi32(s[t][0], s[t][1]);
             if F::OFFSET != 0 {
-                // |sum| <= 32 * 128 and OFFSET <= 128: exact in i32.
-                // SAFETY: token t's block-i sum.
-                let sum = unsafe { *asum[t].add(i) };
-                isum = _mm512_sub_epi32(isum, _mm512_set1_epi32(sum * F::OFFSET));
+                isum = _mm512_sub_epi32(isum, _mm512_set1_epi32(sd.off));
             }
-            // SAFETY: token t's block-i scale.
-            let da = unsafe { f16_at(ab[t]) };
-            let prod = _mm512_mul_ps(dw, _mm512_set1_ps(da));
+            let prod = _mm512_mul_ps(dw, _mm512_set1_ps(sd.d));
             acc[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(isum), prod, acc[t]);
             if F::MIN {
-                // SAFETY: Q8_1's sum `s` is the f16 at byte 2.
-                let sa = unsafe { f16_at(ab[t].add(2)) };
-                mins[t] = _mm512_add_ps(mins[t], _mm512_mul_ps(mw, _mm512_set1_ps(sa)));
+                mins[t] = _mm512_add_ps(mins[t], _mm512_mul_ps(mw, _mm512_set1_ps(sd.s)));
             }
         }
     }
@@ -225,28 +220,25 @@ unsafe fn pass<F: Nibbles, const N: usize>(
 
 /// Groups `g0..g1` of a packed matrix of `n`-element rows against every
 /// activation row: `outs[t][(g - g0) * 16 + r]` is row `16g + r` against
-/// token t.
+/// token t. `side` is `side::<F>`'s table for `acts`.
 pub(super) fn tile<F: Nibbles>(
     n: usize,
     packed: &[u8],
     groups: (usize, usize),
     acts: &[&[u8]],
+    side: &[BlockSide],
     outs: &mut [&mut [f32]],
 ) {
     assert!(available(), "packed Q4 kernel without AVX-512 VNNI");
     let nb = n / QK;
     assert!(
-        n.is_multiple_of(QK) && acts.iter().all(|a| a.len() >= nb * F::A),
+        n.is_multiple_of(QK)
+            && acts.iter().all(|a| a.len() >= nb * F::A)
+            && side.len() == acts.len() * nb,
         "packed tile operand too short"
     );
-    // Each token's block sums, for Q4_0's offset (the others read none).
-    let asum = if F::OFFSET == 0 {
-        Vec::new()
-    } else {
-        block_sums(acts, nb, F::A, QK)
-    };
     // SAFETY: the features were asserted above.
-    unsafe { run_groups::<Packed<F>>(nb, packed, groups, acts, &asum, outs) }
+    unsafe { run_groups::<Packed<F>>(nb, packed, groups, acts, side, outs) }
 }
 
 /// A 32-element format's layout, for `run_groups`.
@@ -258,11 +250,11 @@ impl<F: Nibbles> GroupPass for Packed<F> {
         nb: usize,
         grp: *const u8,
         a: [*const u8; N],
-        asum: [*const i32; N],
+        side: [*const BlockSide; N],
         out: [*mut f32; N],
     ) {
         // SAFETY: the trait's contract is `pass`'s.
-        unsafe { pass::<F, N>(nb, grp, a, asum, out) }
+        unsafe { pass::<F, N>(nb, grp, a, side, out) }
     }
 }
 
@@ -278,6 +270,20 @@ pub fn pack_for(ty: crate::quant::GgmlType, rows: usize, cols: usize, data: &[u8
     }
 }
 
+/// The scalars `tile` reads of each activation block, for the weight
+/// format `ty` (one of the four) against rows of `n` elements.
+pub fn side_for(ty: crate::quant::GgmlType, n: usize, acts: &[&[u8]], out: &mut Vec<BlockSide>) {
+    use crate::quant::GgmlType as T;
+    let nb = n / QK;
+    match ty {
+        T::Q4_0 => sides::<super::q4_0::Q4_0>(acts, nb, out),
+        T::Q4_1 => sides::<super::q4_1::Q4_1>(acts, nb, out),
+        T::Q5_0 => sides::<super::q5_0::Q5_0>(acts, nb, out),
+        T::Q5_1 => sides::<super::q5_1::Q5_1>(acts, nb, out),
+        other => unreachable!("{} is not a packed 32-element format", other.name()),
+    }
+}
+
 /// `tile` for one of the four formats (`ty` names it).
 pub fn tile_for(
     ty: crate::quant::GgmlType,
@@ -285,14 +291,15 @@ pub fn tile_for(
     p: &[u8],
     g: (usize, usize),
     a: &[&[u8]],
+    sd: &[BlockSide],
     o: &mut [&mut [f32]],
 ) {
     use crate::quant::GgmlType as T;
     match ty {
-        T::Q4_0 => tile::<super::q4_0::Q4_0>(n, p, g, a, o),
-        T::Q4_1 => tile::<super::q4_1::Q4_1>(n, p, g, a, o),
-        T::Q5_0 => tile::<super::q5_0::Q5_0>(n, p, g, a, o),
-        T::Q5_1 => tile::<super::q5_1::Q5_1>(n, p, g, a, o),
+        T::Q4_0 => tile::<super::q4_0::Q4_0>(n, p, g, a, sd, o),
+        T::Q4_1 => tile::<super::q4_1::Q4_1>(n, p, g, a, sd, o),
+        T::Q5_0 => tile::<super::q5_0::Q5_0>(n, p, g, a, sd, o),
+        T::Q5_1 => tile::<super::q5_1::Q5_1>(n, p, g, a, sd, o),
         other => unreachable!("{} is not a packed 32-element format", other.name()),
     }
 }

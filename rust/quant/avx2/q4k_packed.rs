@@ -27,7 +27,7 @@
 
 use std::arch::x86_64::*;
 
-use super::packed_groups::{pack_groups, prefetch_ahead, q8k_tile, GroupPass};
+use super::packed_groups::{pack_groups, prefetch_ahead, q8k_tile, BlockSide, GroupPass};
 use super::{read_f32, read_u32};
 use crate::quant::kquant_scales::scales_mins;
 use crate::quant::{q4_k, q8_k, QK_K};
@@ -210,7 +210,7 @@ impl GroupPass for Q4KPacked {
         nb: usize,
         grp: *const u8,
         a: [*const u8; N],
-        _asum: [*const i32; N],
+        _side: [*const BlockSide; N],
         out: [*mut f32; N],
     ) {
         // SAFETY: the trait's contract is `pass`'s.

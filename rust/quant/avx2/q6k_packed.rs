@@ -30,7 +30,7 @@
 
 use std::arch::x86_64::*;
 
-use super::packed_groups::{pack_groups, q8k_tile, GroupPass};
+use super::packed_groups::{pack_groups, q8k_tile, BlockSide, GroupPass};
 use super::read_u32;
 use crate::quant::{q6_k, q8_k, QK_K};
 
@@ -331,7 +331,7 @@ impl GroupPass for Q6KPacked {
         nb: usize,
         grp: *const u8,
         a: [*const u8; N],
-        _asum: [*const i32; N],
+        _side: [*const BlockSide; N],
         out: [*mut f32; N],
     ) {
         // SAFETY: the trait's contract is `pass`'s.

@@ -26,8 +26,8 @@
 
 use std::arch::x86_64::*;
 
-use super::packed_groups::{block_sums, pack_groups, prefetch_ahead, run_groups, GroupPass};
-use super::{f16_at, read_u32, Block32};
+use super::packed_groups::{pack_groups, prefetch_ahead, run_groups, sides, BlockSide, GroupPass};
+use super::{read_u32, Block32};
 use crate::quant::q8_0;
 
 /// Rows per group: the sixteen i32 lanes.
@@ -75,13 +75,13 @@ unsafe fn transpose_block(blocks: &[&[u8]; GROUP_ROWS], dst: &mut [u8]) {
 }
 
 /// The sixteen rows of one group (`grp`: its `nb` packed blocks) against
-/// `N` Q8_0 activation rows whose block quant sums are `asum[t]`; writes each
+/// `N` Q8_0 activation rows whose blocks' scalars are `side[t]`; writes each
 /// token's sixteen values to `out[t]`.
 ///
 /// # Safety
 /// AVX2, FMA, F16C, AVX-512 F/VL and VNNI are available; `grp` holds
 /// `nb * PACKED_BLOCK` bytes, every `a[t]` `nb` Q8_0 blocks and every
-/// `asum[t]` `nb` sums.
+/// `side[t]` `nb` entries.
 /// Every `out[t]` has sixteen writable floats.
 #[allow(clippy::needless_range_loop)]
 #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512vl,avx512vnni")]
@@ -89,7 +89,7 @@ unsafe fn pass<const N: usize>(
     nb: usize,
     grp: *const u8,
     a: [*const u8; N],
-    asum: [*const i32; N],
+    side: [*const BlockSide; N],
     out: [*mut f32; N],
 ) {
     let mut acc = [_mm512_setzero_ps(); N];
@@ -112,14 +112,13 @@ unsafe fn pass<const N: usize>(
         // SAFETY: the sixteen scales of this packed block.
         let dw = _mm512_cvtph_ps(unsafe { _mm256_loadu_si256(blk.add(SC) as *const __m256i) });
         for t in 0..N {
-            // SAFETY: token t's block-i sum and scale.
-            let (sum, da) = unsafe { (*asum[t].add(i), f16_at(ab[t])) };
-            // |sum| <= 32 * 128: exact in i32, as in the row tile.
+            // SAFETY: token t's block-i scalars.
+            let sd = unsafe { &*side[t].add(i) };
             let isum = _mm512_sub_epi32(
                 _mm512_add_epi32(s[t][0], s[t][1]),
-                _mm512_set1_epi32(sum * super::q8_0::Q8_0::OFFSET),
+                _mm512_set1_epi32(sd.off),
             );
-            let prod = _mm512_mul_ps(dw, _mm512_set1_ps(da));
+            let prod = _mm512_mul_ps(dw, _mm512_set1_ps(sd.d));
             acc[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(isum), prod, acc[t]);
         }
     }
@@ -131,24 +130,31 @@ unsafe fn pass<const N: usize>(
 
 /// Groups `g0..g1` of a packed matrix of `n`-element rows against every
 /// Q8_0 activation row: `outs[t][(g - g0) * 16 + r]` is row `16g + r`
-/// against token t.
+/// against token t. `side` is `side`'s table for `acts`.
 pub fn tile(
     n: usize,
     packed: &[u8],
     groups: (usize, usize),
     acts: &[&[u8]],
+    side: &[BlockSide],
     outs: &mut [&mut [f32]],
 ) {
     assert!(available(), "packed Q8_0 kernel without AVX-512 VNNI");
     let nb = n / QK;
     assert!(
-        n.is_multiple_of(QK) && acts.iter().all(|a| a.len() >= nb * q8_0::BLOCK),
+        n.is_multiple_of(QK)
+            && acts.iter().all(|a| a.len() >= nb * q8_0::BLOCK)
+            && side.len() == acts.len() * nb,
         "packed tile operand too short"
     );
-    // Each token's block sums, for the unsigned form's offset.
-    let asum = block_sums(acts, nb, q8_0::BLOCK, QK);
     // SAFETY: the features were asserted above.
-    unsafe { run_groups::<Q8_0Packed>(nb, packed, groups, acts, &asum, outs) }
+    unsafe { run_groups::<Q8_0Packed>(nb, packed, groups, acts, side, outs) }
+}
+
+/// The scalars `tile` reads of each Q8_0 activation block (its scale, and
+/// its quant sum times the unsigned form's offset), rows of `n` elements.
+pub fn side(n: usize, acts: &[&[u8]], out: &mut Vec<BlockSide>) {
+    sides::<super::q8_0::Q8_0>(acts, n / QK, out)
 }
 
 /// The Q8_0 layout's pass, for `run_groups`.
@@ -160,10 +166,10 @@ impl GroupPass for Q8_0Packed {
         nb: usize,
         grp: *const u8,
         a: [*const u8; N],
-        asum: [*const i32; N],
+        side: [*const BlockSide; N],
         out: [*mut f32; N],
     ) {
         // SAFETY: the trait's contract is `pass`'s.
-        unsafe { pass::<N>(nb, grp, a, asum, out) }
+        unsafe { pass::<N>(nb, grp, a, side, out) }
     }
 }
