@@ -26,7 +26,7 @@
 
 use std::arch::x86_64::*;
 
-use super::packed_groups::{prefetch_ahead, run_groups, sides, BlockSide, GroupPass};
+use super::packed_groups::{ahead_bytes, prefetch_ahead, run_groups, sides, BlockSide, GroupPass};
 use super::{read_u32, Block32};
 
 /// Rows per group: the sixteen i32 lanes.
@@ -145,9 +145,10 @@ unsafe fn pass<F: Nibbles, const N: usize>(
     let ctl_hi: [__m512i; 4] = std::array::from_fn(|w| ctl(w, 16));
     let mut acc = [_mm512_setzero_ps(); N];
     let mut mins = [_mm512_setzero_ps(); N];
+    let ahead = ahead_bytes::<N>();
     for i in 0..nb {
         let blk = grp.wrapping_add(i * F::PACKED);
-        prefetch_ahead::<N>(blk, F::PACKED);
+        prefetch_ahead(blk, ahead, F::PACKED);
         let ab: [*const u8; N] = std::array::from_fn(|t| a[t].wrapping_add(i * F::A));
         let q0 = F::A - QK;
         // Up to four tokens, low and high nibbles in separate sums: the

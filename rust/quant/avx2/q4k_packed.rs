@@ -27,7 +27,9 @@
 
 use std::arch::x86_64::*;
 
-use super::packed_groups::{pack_groups, prefetch_ahead, q8k_tile, BlockSide, GroupPass};
+use super::packed_groups::{
+    ahead_bytes, pack_groups, prefetch_ahead, q8k_tile, BlockSide, GroupPass,
+};
 use super::{read_f32, read_u32};
 use crate::quant::kquant_scales::scales_mins;
 use crate::quant::{q4_k, q8_k, QK_K};
@@ -111,9 +113,10 @@ unsafe fn pass<const N: usize>(nb: usize, grp: *const u8, a: [*const u8; N], out
     let m4 = _mm512_set1_epi8(0x0f);
     let zero = _mm512_setzero_si512();
     let mut acc = [_mm512_setzero_ps(); N];
+    let ahead = ahead_bytes::<N>();
     for i in 0..nb {
         let blk = grp.wrapping_add(i * PACKED_BLOCK);
-        prefetch_ahead::<N>(blk, PACKED_BLOCK);
+        prefetch_ahead(blk, ahead, PACKED_BLOCK);
         let ab: [*const u8; N] = std::array::from_fn(|t| a[t].wrapping_add(i * q8_k::BLOCK));
         let bytes16 = |o: usize| {
             // SAFETY: 16 bytes of this packed block (o < PACKED_BLOCK - 16).

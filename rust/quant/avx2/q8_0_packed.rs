@@ -26,7 +26,9 @@
 
 use std::arch::x86_64::*;
 
-use super::packed_groups::{pack_groups, prefetch_ahead, run_groups, sides, BlockSide, GroupPass};
+use super::packed_groups::{
+    ahead_bytes, pack_groups, prefetch_ahead, run_groups, sides, BlockSide, GroupPass,
+};
 use super::{read_u32, Block32};
 use crate::quant::q8_0;
 
@@ -93,9 +95,10 @@ unsafe fn pass<const N: usize>(
     out: [*mut f32; N],
 ) {
     let mut acc = [_mm512_setzero_ps(); N];
+    let ahead = ahead_bytes::<N>();
     for i in 0..nb {
         let blk = grp.wrapping_add(i * PACKED_BLOCK);
-        prefetch_ahead::<N>(blk, PACKED_BLOCK);
+        prefetch_ahead(blk, ahead, PACKED_BLOCK);
         let ab: [*const u8; N] = std::array::from_fn(|t| a[t].wrapping_add(i * q8_0::BLOCK));
         // Two partial sums per token over even and odd words: the chains
         // interleave (integer sums, so the split cannot change them).
