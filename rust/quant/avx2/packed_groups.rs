@@ -28,12 +28,13 @@ use super::{f16_at, Block32};
 /// the products keep the core busy long enough that the hardware prefetcher
 /// falls behind: asking for the bytes AHEAD on (past a group's end, the next
 /// group, which follows it) keeps loads in flight meanwhile (SmolLM2, 8 rows
-/// about 8% faster at 2.5 KB ahead). With fewer tokens the core waits on
+/// about 8% faster at 2.5 KB ahead; 8 KB ahead was level with 2.5 KB or
+/// 2% faster on an Intel Xeon). With fewer tokens the core waits on
 /// the stream itself, and whether asking helps depends on the core. On an
-/// Intel Xeon (Sapphire Rapids class) one decode thread alone read SmolLM2
-/// at about 12 GB/s and prefetching 8 KB ahead made the step 20-25%
-/// shorter on one thread and 5% on two; a synthetic 1.7B Q4_K_M's step 20%
-/// shorter on both. On two AMD Zen 4 cores it made SmolLM2's two-thread
+/// Intel Xeon (CPUID family 6, model 207) one decode thread alone read SmolLM2
+/// at about 12 GB/s and prefetching 8 KB ahead made the step 12-25%
+/// shorter on one thread and 0-5% on two; a synthetic 1.7B Q4_K_M's step
+/// 20% shorter on both. On two AMD Zen 4 cores it made SmolLM2's two-thread
 /// step about 6% longer (2.5 KB ahead), so there it stays off.
 #[inline(always)]
 pub(super) fn ahead_bytes<const N: usize>() -> usize {

@@ -221,7 +221,8 @@ unsafe fn pass<F: Nibbles, const N: usize>(
 
 /// Groups `g0..g1` of a packed matrix of `n`-element rows against every
 /// activation row: `outs[t][(g - g0) * 16 + r]` is row `16g + r` against
-/// token t. `side` is `side::<F>`'s table for `acts`.
+/// token t. `side` is the table `side_for` (`sides::<F>`) filled for
+/// `acts`.
 pub(super) fn tile<F: Nibbles>(
     n: usize,
     packed: &[u8],

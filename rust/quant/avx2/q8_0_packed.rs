@@ -133,7 +133,7 @@ unsafe fn pass<const N: usize>(
 
 /// Groups `g0..g1` of a packed matrix of `n`-element rows against every
 /// Q8_0 activation row: `outs[t][(g - g0) * 16 + r]` is row `16g + r`
-/// against token t. `side` is `side`'s table for `acts`.
+/// against token t. `side` is the table `side` (below) filled for `acts`.
 pub fn tile(
     n: usize,
     packed: &[u8],
