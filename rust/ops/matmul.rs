@@ -80,9 +80,7 @@ struct ActBuf {
 #[derive(Default)]
 pub struct ActScratch {
     bufs: Vec<ActBuf>,
-    /// The packed kernels' activation-block scalars of one product, per
-    /// weight format (`quant::packed_side`).
-    sides: Vec<(GgmlType, Vec<BlockSide>)>,
+    sides: Sides,
 }
 
 impl ActScratch {
@@ -101,46 +99,45 @@ impl ActScratch {
         };
         &mut self.bufs[i]
     }
+}
 
-    fn get(&self, ty: GgmlType) -> Option<&ActBuf> {
-        self.bufs.iter().find(|b| b.ty == ty)
-    }
+/// The packed kernels' activation-block scalars of one product, per weight
+/// format (`quant::packed_side`).
+type Sides = Vec<(GgmlType, Vec<BlockSide>)>;
 
-    /// Fills the side table of each packed weight format among `ws` from
-    /// the quantized rows of `n_tok` tokens (`bufs` filled already). Every
-    /// format that `side` is asked for in this product is refilled here:
-    /// a table left from an earlier product is never read.
-    fn fill_sides(&mut self, ws: &[QMatrix<'_>], ks: &[&QuantKernels], n_tok: usize) {
-        let mut filled: Vec<GgmlType> = Vec::new();
-        for (w, k) in ws.iter().zip(ks) {
-            if w.packed.is_none() || filled.contains(&w.ty) {
-                continue;
-            }
-            filled.push(w.ty);
-            let i = match self.sides.iter().position(|(t, _)| *t == w.ty) {
-                Some(i) => i,
-                None => {
-                    self.sides.push((w.ty, Vec::new()));
-                    self.sides.len() - 1
-                }
-            };
-            let rows = &self
-                .bufs
-                .iter()
-                .find(|b| b.ty == k.act)
-                .expect("quantized above")
-                .rows;
-            let acts: Vec<&[u8]> = rows.chunks_exact(rows.len() / n_tok).collect();
-            packed_side(w.ty, w.cols, &acts, &mut self.sides[i].1);
+/// Fills the side table of each packed weight format among `ws` (`ks`
+/// their kernels) from `act_rows(ty)`, the quantized rows of activation
+/// format `ty`. Every format that `side` is asked for in this product is
+/// refilled here: a table left from an earlier product is never read.
+fn fill_sides<'r>(
+    sides: &mut Sides,
+    ws: &[QMatrix<'_>],
+    ks: &[&QuantKernels],
+    act_rows: impl Fn(GgmlType) -> &'r [&'r [u8]],
+) {
+    let mut filled: Vec<GgmlType> = Vec::new();
+    for (w, k) in ws.iter().zip(ks) {
+        if w.packed.is_none() || filled.contains(&w.ty) {
+            continue;
         }
+        filled.push(w.ty);
+        let i = match sides.iter().position(|(t, _)| *t == w.ty) {
+            Some(i) => i,
+            None => {
+                sides.push((w.ty, Vec::new()));
+                sides.len() - 1
+            }
+        };
+        packed_side(w.ty, w.cols, act_rows(k.act), &mut sides[i].1);
     }
+}
 
-    fn side(&self, ty: GgmlType) -> &[BlockSide] {
-        self.sides
-            .iter()
-            .find(|(t, _)| *t == ty)
-            .map_or(&[], |(_, v)| v.as_slice())
-    }
+/// The table `fill_sides` filled for weight format `ty`.
+fn side(sides: &Sides, ty: GgmlType) -> &[BlockSide] {
+    sides
+        .iter()
+        .find(|(t, _)| *t == ty)
+        .map_or(&[], |(_, v)| v.as_slice())
 }
 
 thread_local! {
@@ -275,10 +272,13 @@ pub fn matmul_multi(
             done.push(k.act);
         }
     }
-    if (1..=PACKED_TOKENS).contains(&n_tok) {
-        scratch.fill_sides(ws, &ks, n_tok);
-    }
-    let scratch = &*scratch;
+    // The fields apart: the side tables are filled from the rows' table.
+    let ActScratch { bufs, sides } = scratch;
+    let buf_of = |ty: GgmlType| {
+        bufs.iter()
+            .find(|b| b.ty == ty)
+            .expect("every activation format in use was quantized above")
+    };
 
     let total_rows: usize = ws.iter().map(|w| w.rows).sum();
     // A decode step's products stream their rows once, and every chunk
@@ -321,19 +321,21 @@ pub fn matmul_multi(
     let act_tables: Vec<Vec<&[u8]>> = act_formats
         .iter()
         .map(|&ty| {
-            let rows = &scratch.get(ty).expect("quantized above").rows;
+            let rows = &buf_of(ty).rows;
             rows.chunks_exact((rows.len() / n_tok.max(1)).max(1))
                 .take(n_tok)
                 .collect()
         })
         .collect();
+    if (1..=PACKED_TOKENS).contains(&n_tok) {
+        fill_sides(sides, ws, &ks, |ty| &act_tables[act_index(ty)]);
+    }
+    let sides = &*sides;
 
     pool.run(chunks.len(), |c| {
         let (j, r0, r1) = chunks[c];
         let (w, k) = (&ws[j], ks[j]);
-        let buf = scratch
-            .get(k.act)
-            .expect("every activation format in use was quantized above");
+        let buf = buf_of(k.act);
         let acts = &buf.rows;
         let arb = acts.len() / n_tok;
         let rows = w.rows;
@@ -413,7 +415,7 @@ pub fn matmul_multi(
                 packed,
                 groups,
                 act_rows,
-                scratch.side(w.ty),
+                side(sides, w.ty),
                 &mut outs[..n_tok],
             );
             return;
