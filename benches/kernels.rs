@@ -140,7 +140,8 @@ fn bench(c: &mut Criterion) {
 
 /// Attention's block products on one 16-row tile: a prefill block (32
 /// queries) and a decode step's group of query heads (3, as SmolLM2's nine
-/// heads over three KV heads), at head widths 64 and 128.
+/// heads over three KV heads), at head widths 64 and 128; for the group,
+/// also over an f16 tile, converted first or read as stored.
 fn bench_attention(c: &mut Criterion) {
     let mut x = 0x9e37_79b9_7f4a_7c15u64;
     let mut next = move || {
@@ -155,6 +156,10 @@ fn bench_attention(c: &mut Criterion) {
     for d in [64usize, 128] {
         let mut g = c.benchmark_group(format!("attn_d{d}"));
         let tile: Vec<f32> = (0..rows * d).map(|_| next()).collect();
+        let half_tile: Vec<u16> = tile
+            .iter()
+            .map(|&x| half::f16::from_f32(x).to_bits())
+            .collect();
         for m in [3usize, 32] {
             let q: Vec<f32> = (0..m * d).map(|_| next()).collect();
             let qs: Vec<&[f32]> = q.chunks_exact(d).collect();
@@ -171,6 +176,44 @@ fn bench_attention(c: &mut Criterion) {
                         let mut refs: Vec<&mut [f32]> =
                             ys.iter_mut().map(|y| y.as_mut_slice()).collect();
                         (k.axpy_block)(&mut refs, black_box(&w), rows, black_box(&tile))
+                    })
+                });
+                if m > 8 {
+                    continue;
+                }
+                // An f16 cache's tile: converted to f32 first (as a prefill
+                // block does) against read as stored (a decode step).
+                let mut buf = vec![0f32; rows * d];
+                g.bench_function(
+                    BenchmarkId::new(format!("scores_q{m}_f16_convert"), k.name),
+                    |b| {
+                        b.iter(|| {
+                            (k.f16_to_f32)(black_box(&half_tile), &mut buf);
+                            (k.dot_block)(black_box(&qs), &buf, &mut out, rows)
+                        })
+                    },
+                );
+                g.bench_function(BenchmarkId::new(format!("scores_q{m}_f16"), k.name), |b| {
+                    b.iter(|| {
+                        (k.dot_block_f16)(black_box(&qs), black_box(&half_tile), &mut out, rows)
+                    })
+                });
+                g.bench_function(
+                    BenchmarkId::new(format!("values_q{m}_f16_convert"), k.name),
+                    |b| {
+                        b.iter(|| {
+                            (k.f16_to_f32)(black_box(&half_tile), &mut buf);
+                            let mut refs: Vec<&mut [f32]> =
+                                ys.iter_mut().map(|y| y.as_mut_slice()).collect();
+                            (k.axpy_block)(&mut refs, black_box(&w), rows, &buf)
+                        })
+                    },
+                );
+                g.bench_function(BenchmarkId::new(format!("values_q{m}_f16"), k.name), |b| {
+                    b.iter(|| {
+                        let mut refs: Vec<&mut [f32]> =
+                            ys.iter_mut().map(|y| y.as_mut_slice()).collect();
+                        (k.axpy_block_f16)(&mut refs, black_box(&w), rows, black_box(&half_tile))
                     })
                 });
             }

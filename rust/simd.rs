@@ -49,6 +49,42 @@ pub mod x86 {
         let s = _mm_add_ss(s, _mm_shuffle_ps(s, s, 1));
         _mm_cvtss_f32(s)
     }
+
+    /// An element type of the rows the attention and LoRA kernels read: f32,
+    /// or f16 bits converted on the way into the registers (exactly, so a
+    /// kernel over f16 rows gives the bits it gives over their f32 copy).
+    pub trait TileElem: Copy {
+        /// Eight elements from `p` as f32.
+        ///
+        /// # Safety
+        /// Eight elements are readable at `p`; AVX (and F16C for f16).
+        unsafe fn load8(p: *const Self) -> __m256;
+        fn to_f32(self) -> f32;
+    }
+
+    impl TileElem for f32 {
+        #[inline(always)]
+        unsafe fn load8(p: *const f32) -> __m256 {
+            // SAFETY: the trait's contract.
+            unsafe { _mm256_loadu_ps(p) }
+        }
+        #[inline(always)]
+        fn to_f32(self) -> f32 {
+            self
+        }
+    }
+
+    impl TileElem for u16 {
+        #[inline(always)]
+        unsafe fn load8(p: *const u16) -> __m256 {
+            // SAFETY: the trait's contract.
+            unsafe { _mm256_cvtph_ps(_mm_loadu_si128(p as *const __m128i)) }
+        }
+        #[inline(always)]
+        fn to_f32(self) -> f32 {
+            half::f16::from_bits(self).to_f32()
+        }
+    }
 }
 
 #[cfg(all(test, target_os = "linux", target_arch = "x86_64"))]

@@ -83,11 +83,36 @@ fn rounds(vals: KvView<'_>) -> bool {
 /// about 630 against 665 tok/s).
 const TILE: usize = 16;
 
-/// Calls `f(j0, rows)` for consecutive tiles of rows `lo..hi` of a KV head,
-/// as f32 (f16 and quantized rows are converted into `buf` once per tile,
-/// so the cache is read as stored and never expanded as a whole). A tile never
-/// crosses a KV page. Scores are per key and values are summed in key
-/// order, so where tiles end changes no result.
+/// At most this many queries read an f16 cache's rows as stored, converting
+/// them in the registers (a decode step's group of heads); more (a prefill
+/// block) convert each tile to f32 once, since every query block would
+/// convert the rows again.
+const FUSED_QUERIES: usize = 8;
+
+/// A tile of key or value rows as the block kernels take it.
+#[derive(Clone, Copy)]
+enum Tile<'a> {
+    F32(&'a [f32]),
+    /// An f16 cache's rows as stored.
+    F16(&'a [u16]),
+}
+
+impl Tile<'_> {
+    fn len(&self) -> usize {
+        match self {
+            Tile::F32(t) => t.len(),
+            Tile::F16(t) => t.len(),
+        }
+    }
+}
+
+/// Calls `f(j0, rows)` for consecutive tiles of rows `lo..hi` of a KV head.
+/// Quantized rows, and f16 rows unless `raw_f16`, are converted into `buf`
+/// once per tile (so the cache is read as stored and never expanded as a
+/// whole); f32 rows, and f16 rows with `raw_f16`, are passed as stored, a
+/// page at most. A tile never crosses a KV page. Scores are per key and
+/// values are summed in key order, so where tiles end changes no result.
+#[allow(clippy::too_many_arguments)]
 fn tiles(
     vk: &VecKernels,
     view: KvView<'_>,
@@ -95,11 +120,21 @@ fn tiles(
     hi: usize,
     d: usize,
     buf: &mut Vec<f32>,
-    mut f: impl FnMut(usize, &[f32]),
+    raw_f16: bool,
+    mut f: impl FnMut(usize, Tile<'_>),
 ) {
+    let direct = match view.dtype() {
+        KvDtype::F32 => true,
+        KvDtype::F16 => raw_f16,
+        KvDtype::Q8_0 | KvDtype::Q4_0 => false,
+    };
     // Sized for the rows actually visited: a short decode range needs a
     // fraction of a tile, and zeroing a whole one per unit showed up.
-    let need = TILE.min(hi.saturating_sub(lo)) * d;
+    let need = if direct {
+        0
+    } else {
+        TILE.min(hi.saturating_sub(lo)) * d
+    };
     if buf.len() < need {
         buf.resize(need, 0.0);
     }
@@ -116,7 +151,16 @@ fn tiles(
             view.rows(j, end).prefetch();
             j = end;
         }
-        if view.dtype() != KvDtype::F32 {
+        if direct {
+            let end = j1.min(view.page_end(j0));
+            match view.rows(j0, end) {
+                Rows::F32(x) => f(j0, Tile::F32(x)),
+                Rows::F16(x) => f(j0, Tile::F16(x)),
+                // `direct` holds for f32 and f16 rows only.
+                Rows::Q8_0(_) | Rows::Q4_0(_) => {}
+            }
+            j0 = end;
+        } else {
             // Converted page by page into one tile (pages are 16 rows, as a
             // tile is, but a tile need not start on a page).
             // A quantized row is whole blocks, so a page's rows are too.
@@ -132,14 +176,8 @@ fn tiles(
                 }
                 j = end;
             }
-            f(j0, &buf[..(j1 - j0) * d]);
+            f(j0, Tile::F32(&buf[..(j1 - j0) * d]));
             j0 = j1;
-        } else {
-            let end = j1.min(view.page_end(j0));
-            if let Rows::F32(x) = view.rows(j0, end) {
-                f(j0, x);
-            }
-            j0 = end;
         }
     }
 }
@@ -200,10 +238,15 @@ fn scores(
     let lo = queries.iter().map(|q| q.lo).min().unwrap_or(0);
     let hi = queries.iter().map(|q| q.hi).max().unwrap_or(0);
     let qs: Vec<&[f32]> = queries.iter().map(|q| q.q).collect();
-    tiles(vk, keys, lo, hi, d, buf, |j0, tile| {
+    let raw_f16 = queries.len() <= FUSED_QUERIES;
+    tiles(vk, keys, lo, hi, d, buf, raw_f16, |j0, tile| {
         for_runs(queries, j0, tile.len() / d, |(i0, i1), (a, b)| {
             let out = &mut rows[i0 * stride + a - base..];
-            (vk.dot_block)(&qs[i0..i1], &tile[(a - j0) * d..(b - j0) * d], out, stride);
+            let (qs, ab) = (&qs[i0..i1], (a - j0) * d..(b - j0) * d);
+            match tile {
+                Tile::F32(t) => (vk.dot_block)(qs, &t[ab], out, stride),
+                Tile::F16(t) => (vk.dot_block_f16)(qs, &t[ab], out, stride),
+            }
         });
     });
     for (i, q) in queries.iter().enumerate() {
@@ -232,15 +275,18 @@ fn weighted_values(
 ) {
     let lo = queries.iter().map(|q| q.lo).min().unwrap_or(0);
     let hi = queries.iter().map(|q| q.hi).max().unwrap_or(0);
-    tiles(vk, vals, lo, hi, d, buf, |j0, tile| {
+    let raw_f16 = queries.len() <= FUSED_QUERIES;
+    tiles(vk, vals, lo, hi, d, buf, raw_f16, |j0, tile| {
         for_runs(queries, j0, tile.len() / d, |(i0, i1), (a, b)| {
-            let w = &weights[i0 * stride + a - base..];
-            (vk.axpy_block)(
+            let (w, ys, ab) = (
+                &weights[i0 * stride + a - base..],
                 &mut accs[i0..i1],
-                w,
-                stride,
-                &tile[(a - j0) * d..(b - j0) * d],
+                (a - j0) * d..(b - j0) * d,
             );
+            match tile {
+                Tile::F32(t) => (vk.axpy_block)(ys, w, stride, &t[ab]),
+                Tile::F16(t) => (vk.axpy_block_f16)(ys, w, stride, &t[ab]),
+            }
         });
     });
 }

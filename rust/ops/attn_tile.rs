@@ -15,23 +15,25 @@
 //! same unfused tail. Blocking changes the speed and never a bit, so a
 //! token's logits stay the same alone, in a prefill or in a batch. The
 //! kernel tables, the scalar twins and the bit test live in `ops::vec`.
+//! The rows may be f16 bits, converted exactly on their way into the
+//! registers (`simd::x86::TileElem`), so the same bits again.
 
 #[cfg(target_arch = "x86_64")]
 pub(crate) mod x86 {
-    use crate::simd::x86::hsum;
+    use crate::simd::x86::{hsum, TileElem};
     use std::arch::x86_64::*;
 
     /// `M` queries against `N` consecutive key rows at `k` (each `d` long):
     /// `out[r * stride + c] = q[r] . k[c]`.
     ///
     /// # Safety
-    /// AVX2 and FMA, inlined into a function enabling them; each `q[r]`
-    /// holds `d` floats, `k` holds `N * d`, and `out` is writable at
-    /// `r * stride + c` for every `r < M`, `c < N`.
+    /// AVX2 and FMA (and F16C for f16 rows), inlined into a function enabling
+    /// them; each `q[r]` holds `d` floats, `k` holds `N * d`, and `out` is
+    /// writable at `r * stride + c` for every `r < M`, `c < N`.
     #[inline(always)]
-    unsafe fn dot_mn<const M: usize, const N: usize>(
+    unsafe fn dot_mn<T: TileElem, const M: usize, const N: usize>(
         q: [*const f32; M],
-        k: *const f32,
+        k: *const T,
         d: usize,
         out: *mut f32,
         stride: usize,
@@ -43,7 +45,7 @@ pub(crate) mod x86 {
         // and key row; the outputs are the caller's.
         unsafe {
             while i < d8 {
-                let kv: [__m256; N] = std::array::from_fn(|c| _mm256_loadu_ps(k.add(c * d + i)));
+                let kv: [__m256; N] = std::array::from_fn(|c| T::load8(k.add(c * d + i)));
                 for (qr, row) in q.iter().zip(acc.iter_mut()) {
                     let qv = _mm256_loadu_ps(qr.add(i));
                     for (a, kc) in row.iter_mut().zip(&kv) {
@@ -75,7 +77,7 @@ pub(crate) mod x86 {
                 for (c, a) in row.iter().enumerate() {
                     let mut s = hsum(*a);
                     for e in d8..d {
-                        s += *q[r].add(e) * *k.add(c * d + e);
+                        s += *q[r].add(e) * (*k.add(c * d + e)).to_f32();
                     }
                     *out.add(r * stride + c) = s;
                 }
@@ -145,9 +147,9 @@ pub(crate) mod x86 {
     /// # Safety
     /// As `dot_mn`, for `n` rows.
     #[inline(always)]
-    unsafe fn dot_rows_m<const M: usize, const N: usize>(
+    unsafe fn dot_rows_m<T: TileElem, const M: usize, const N: usize>(
         q: [*const f32; M],
-        k: *const f32,
+        k: *const T,
         n: usize,
         d: usize,
         out: *mut f32,
@@ -157,11 +159,11 @@ pub(crate) mod x86 {
         // SAFETY: c + N <= n (or c < n) rows lie inside `k` and `out`.
         unsafe {
             while c + N <= n {
-                dot_mn::<M, N>(q, k.add(c * d), d, out.add(c), stride);
+                dot_mn::<T, M, N>(q, k.add(c * d), d, out.add(c), stride);
                 c += N;
             }
             while c < n {
-                dot_mn::<M, 1>(q, k.add(c * d), d, out.add(c), stride);
+                dot_mn::<T, M, 1>(q, k.add(c * d), d, out.add(c), stride);
                 c += 1;
             }
         }
@@ -171,12 +173,19 @@ pub(crate) mod x86 {
     /// queries takes blocks of `N3` keys, of two `N2`, of one eight.
     ///
     /// # Safety
-    /// AVX2 and FMA; `tile` holds whole rows of `d = qs[0].len()`, and
-    /// `out` holds `qs.len()` rows at `stride` of `tile.len() / d`.
+    /// AVX2 and FMA (and F16C for f16 rows); `tile` holds whole rows of
+    /// `d = qs[0].len()`, and `out` holds `qs.len()` rows at `stride` of
+    /// `tile.len() / d`.
     #[inline(always)]
-    unsafe fn dot_block_body<const M: usize, const N: usize, const N3: usize, const N2: usize>(
+    unsafe fn dot_block_body<
+        T: TileElem,
+        const M: usize,
+        const N: usize,
+        const N3: usize,
+        const N2: usize,
+    >(
         qs: &[&[f32]],
-        tile: &[f32],
+        tile: &[T],
         out: &mut [f32],
         stride: usize,
     ) {
@@ -196,7 +205,7 @@ pub(crate) mod x86 {
         unsafe {
             while r + M <= qs.len() {
                 let q: [*const f32; M] = std::array::from_fn(|i| qs[r + i].as_ptr());
-                dot_rows_m::<M, N>(q, k, n, d, o.add(r * stride), stride);
+                dot_rows_m::<T, M, N>(q, k, n, d, o.add(r * stride), stride);
                 r += M;
             }
             while r < qs.len() {
@@ -204,15 +213,15 @@ pub(crate) mod x86 {
                 let o = o.add(r * stride);
                 r += match qs.len() - r {
                     1 => {
-                        dot_rows_m::<1, 8>([q(0)], k, n, d, o, stride);
+                        dot_rows_m::<T, 1, 8>([q(0)], k, n, d, o, stride);
                         1
                     }
                     2 => {
-                        dot_rows_m::<2, N2>([q(0), q(1)], k, n, d, o, stride);
+                        dot_rows_m::<T, 2, N2>([q(0), q(1)], k, n, d, o, stride);
                         2
                     }
                     _ => {
-                        dot_rows_m::<3, N3>([q(0), q(1), q(2)], k, n, d, o, stride);
+                        dot_rows_m::<T, 3, N3>([q(0), q(1), q(2)], k, n, d, o, stride);
                         3
                     }
                 };
@@ -224,14 +233,15 @@ pub(crate) mod x86 {
     /// for `8 * E` elements from each `y[r]`, held in registers.
     ///
     /// # Safety
-    /// AVX2 and FMA; each `y[r]` holds `8 * E` floats, each `w[r]` holds
-    /// `n`, and `t` holds `n` rows of `d` with `8 * E` readable from each.
+    /// AVX2 and FMA (and F16C for f16 rows); each `y[r]` holds `8 * E` floats,
+    /// each `w[r]` holds `n`, and `t` holds `n` rows of `d` with `8 * E`
+    /// readable from each.
     #[inline(always)]
-    unsafe fn axpy_me<const M: usize, const E: usize>(
+    unsafe fn axpy_me<T: TileElem, const M: usize, const E: usize>(
         y: [*mut f32; M],
         w: [*const f32; M],
         n: usize,
-        t: *const f32,
+        t: *const T,
         d: usize,
     ) {
         // SAFETY (all loads and stores): the caller's contract.
@@ -239,7 +249,7 @@ pub(crate) mod x86 {
             let mut acc: [[__m256; E]; M] =
                 std::array::from_fn(|r| std::array::from_fn(|k| _mm256_loadu_ps(y[r].add(8 * k))));
             for j in 0..n {
-                let v: [__m256; E] = std::array::from_fn(|k| _mm256_loadu_ps(t.add(j * d + 8 * k)));
+                let v: [__m256; E] = std::array::from_fn(|k| T::load8(t.add(j * d + 8 * k)));
                 for (row, wr) in acc.iter_mut().zip(&w) {
                     let wv = _mm256_set1_ps(*wr.add(j));
                     for (a, vk) in row.iter_mut().zip(&v) {
@@ -259,14 +269,14 @@ pub(crate) mod x86 {
     /// time, then one at a time unfused in row order (`axpy_rows`' tail).
     ///
     /// # Safety
-    /// AVX2 and FMA; each `y[r]` holds `d` floats, each `w[r]` holds `n`,
-    /// and `t` holds `n` rows of `d`.
+    /// AVX2 and FMA (and F16C for f16 rows); each `y[r]` holds `d` floats, each
+    /// `w[r]` holds `n`, and `t` holds `n` rows of `d`.
     #[inline(always)]
-    unsafe fn axpy_m<const M: usize, const E: usize>(
+    unsafe fn axpy_m<T: TileElem, const M: usize, const E: usize>(
         y: [*mut f32; M],
         w: [*const f32; M],
         n: usize,
-        t: *const f32,
+        t: *const T,
         d: usize,
     ) {
         let mut e0 = 0;
@@ -274,17 +284,17 @@ pub(crate) mod x86 {
         // each output and of each row.
         unsafe {
             while e0 + 8 * E <= d {
-                axpy_me::<M, E>(y.map(|p| p.add(e0)), w, n, t.add(e0), d);
+                axpy_me::<T, M, E>(y.map(|p| p.add(e0)), w, n, t.add(e0), d);
                 e0 += 8 * E;
             }
             while e0 + 8 <= d {
-                axpy_me::<M, 1>(y.map(|p| p.add(e0)), w, n, t.add(e0), d);
+                axpy_me::<T, M, 1>(y.map(|p| p.add(e0)), w, n, t.add(e0), d);
                 e0 += 8;
             }
             for (yr, wr) in y.iter().zip(&w) {
                 for e in e0..d {
                     for j in 0..n {
-                        *yr.add(e) += *wr.add(j) * *t.add(j * d + e);
+                        *yr.add(e) += *wr.add(j) * (*t.add(j * d + e)).to_f32();
                     }
                 }
             }
@@ -295,15 +305,15 @@ pub(crate) mod x86 {
     /// block, of one eight vectors wide.
     ///
     /// # Safety
-    /// AVX2 and FMA; every output is `d = ys[0].len()` long, `tile` holds
-    /// whole rows of `d`, and `w` holds `ys.len()` rows at `stride` of
-    /// `tile.len() / d`.
+    /// AVX2 and FMA (and F16C for f16 rows); every output is `d = ys[0].len()`
+    /// long, `tile` holds whole rows of `d`, and `w` holds `ys.len()` rows at
+    /// `stride` of `tile.len() / d`.
     #[inline(always)]
-    unsafe fn axpy_block_body<const M: usize, const E: usize>(
+    unsafe fn axpy_block_body<T: TileElem, const M: usize, const E: usize>(
         ys: &mut [&mut [f32]],
         w: &[f32],
         stride: usize,
-        tile: &[f32],
+        tile: &[T],
     ) {
         let Some(d) = ys.first().map(|y| y.len()).filter(|&d| d > 0) else {
             return;
@@ -322,7 +332,7 @@ pub(crate) mod x86 {
             let wp = |i: usize| w.as_ptr().add(i * stride);
             while r + M <= ys.len() {
                 let y: [*mut f32; M] = std::array::from_fn(|i| ys[r + i].as_mut_ptr());
-                axpy_m::<M, E>(y, std::array::from_fn(|i| wp(r + i)), n, t, d);
+                axpy_m::<T, M, E>(y, std::array::from_fn(|i| wp(r + i)), n, t, d);
                 r += M;
             }
             while r < ys.len() {
@@ -330,16 +340,16 @@ pub(crate) mod x86 {
                 let mut y = |i: usize| ys[r + i].as_mut_ptr();
                 r += match rest {
                     1 => {
-                        axpy_m::<1, 8>([y(0)], [wp(r)], n, t, d);
+                        axpy_m::<T, 1, 8>([y(0)], [wp(r)], n, t, d);
                         1
                     }
                     2 => {
-                        axpy_m::<2, 4>([y(0), y(1)], [wp(r), wp(r + 1)], n, t, d);
+                        axpy_m::<T, 2, 4>([y(0), y(1)], [wp(r), wp(r + 1)], n, t, d);
                         2
                     }
                     _ => {
                         let y3 = [y(0), y(1), y(2)];
-                        axpy_m::<3, 4>(y3, [wp(r), wp(r + 1), wp(r + 2)], n, t, d);
+                        axpy_m::<T, 3, 4>(y3, [wp(r), wp(r + 1), wp(r + 2)], n, t, d);
                         3
                     }
                 };
@@ -358,7 +368,7 @@ pub(crate) mod x86 {
     #[target_feature(enable = "avx2,fma")]
     unsafe fn dot_block_avx2(qs: &[&[f32]], tile: &[f32], out: &mut [f32], stride: usize) {
         // SAFETY: the caller's contract.
-        unsafe { dot_block_body::<4, 2, 4, 4>(qs, tile, out, stride) }
+        unsafe { dot_block_body::<_, 4, 2, 4, 4>(qs, tile, out, stride) }
     }
 
     pub fn axpy_block(ys: &mut [&mut [f32]], w: &[f32], stride: usize, tile: &[f32]) {
@@ -369,7 +379,7 @@ pub(crate) mod x86 {
     #[target_feature(enable = "avx2,fma")]
     unsafe fn axpy_block_avx2(ys: &mut [&mut [f32]], w: &[f32], stride: usize, tile: &[f32]) {
         // SAFETY: the caller's contract.
-        unsafe { axpy_block_body::<2, 4>(ys, w, stride, tile) }
+        unsafe { axpy_block_body::<_, 2, 4>(ys, w, stride, tile) }
     }
 
     /// The same 8-lane arithmetic with AVX-512VL's thirty-two registers:
@@ -383,7 +393,7 @@ pub(crate) mod x86 {
     #[target_feature(enable = "avx2,fma,avx512f,avx512vl")]
     unsafe fn dot_block_avx512vl(qs: &[&[f32]], tile: &[f32], out: &mut [f32], stride: usize) {
         // SAFETY: the caller's contract.
-        unsafe { dot_block_body::<4, 4, 4, 8>(qs, tile, out, stride) }
+        unsafe { dot_block_body::<_, 4, 4, 4, 8>(qs, tile, out, stride) }
     }
 
     pub fn axpy_block_vl(ys: &mut [&mut [f32]], w: &[f32], stride: usize, tile: &[f32]) {
@@ -394,6 +404,48 @@ pub(crate) mod x86 {
     #[target_feature(enable = "avx2,fma,avx512f,avx512vl")]
     unsafe fn axpy_block_avx512vl(ys: &mut [&mut [f32]], w: &[f32], stride: usize, tile: &[f32]) {
         // SAFETY: the caller's contract.
-        unsafe { axpy_block_body::<4, 4>(ys, w, stride, tile) }
+        unsafe { axpy_block_body::<_, 4, 4>(ys, w, stride, tile) }
+    }
+
+    /// `dot_block` over a tile of f16 bits, converted in the registers: a
+    /// decode step's few queries read each key once, and converting the
+    /// tile to f32 first cost a store and a load of every element (4% of a
+    /// one-thread SmolLM2 step at depth 400, in `f16_to_f32` alone).
+    pub fn dot_block_f16(qs: &[&[f32]], tile: &[u16], out: &mut [f32], stride: usize) {
+        // SAFETY: installed only where AVX2, FMA and F16C are present; the
+        // body checks the shapes.
+        unsafe { dot_block_f16_avx2(qs, tile, out, stride) }
+    }
+    #[target_feature(enable = "avx2,fma,f16c")]
+    unsafe fn dot_block_f16_avx2(qs: &[&[f32]], tile: &[u16], out: &mut [f32], stride: usize) {
+        // SAFETY: the caller's contract.
+        unsafe { dot_block_body::<_, 4, 2, 4, 4>(qs, tile, out, stride) }
+    }
+
+    pub fn axpy_block_f16(ys: &mut [&mut [f32]], w: &[f32], stride: usize, tile: &[u16]) {
+        // SAFETY: installed only where AVX2, FMA and F16C are present; the
+        // body checks the shapes.
+        unsafe { axpy_block_f16_avx2(ys, w, stride, tile) }
+    }
+    #[target_feature(enable = "avx2,fma,f16c")]
+    unsafe fn axpy_block_f16_avx2(ys: &mut [&mut [f32]], w: &[f32], stride: usize, tile: &[u16]) {
+        // SAFETY: the caller's contract.
+        unsafe { axpy_block_body::<_, 2, 4>(ys, w, stride, tile) }
+    }
+
+    pub fn axpy_block_f16_vl(ys: &mut [&mut [f32]], w: &[f32], stride: usize, tile: &[u16]) {
+        // SAFETY: installed only where AVX2, FMA, F16C and AVX-512VL are
+        // present; the body checks the shapes.
+        unsafe { axpy_block_f16_avx512vl(ys, w, stride, tile) }
+    }
+    #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512vl")]
+    unsafe fn axpy_block_f16_avx512vl(
+        ys: &mut [&mut [f32]],
+        w: &[f32],
+        stride: usize,
+        tile: &[u16],
+    ) {
+        // SAFETY: the caller's contract.
+        unsafe { axpy_block_body::<_, 4, 4>(ys, w, stride, tile) }
     }
 }
