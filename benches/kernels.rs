@@ -153,14 +153,14 @@ fn bench_attention(c: &mut Criterion) {
     let rows = 16;
     let mut tables = vec![scalar_vec()];
     tables.extend(avx2_tables());
-    for d in [64usize, 128] {
+    for d in [64usize, 128, 256] {
         let mut g = c.benchmark_group(format!("attn_d{d}"));
         let tile: Vec<f32> = (0..rows * d).map(|_| next()).collect();
         let half_tile: Vec<u16> = tile
             .iter()
             .map(|&x| half::f16::from_f32(x).to_bits())
             .collect();
-        for m in [3usize, 32] {
+        for m in [3usize, 4, 32] {
             let q: Vec<f32> = (0..m * d).map(|_| next()).collect();
             let qs: Vec<&[f32]> = q.chunks_exact(d).collect();
             let w: Vec<f32> = (0..m * rows).map(|_| next()).collect();
