@@ -209,17 +209,34 @@ mod scalar_impl {
         }
     }
 
-    /// The f16 block kernels' twins: convert, then the f32 block kernel.
+    /// The f16 block kernels' twins: `dot_block` and `axpy_block` with each
+    /// element converted where it is used (exactly, so the same bits as
+    /// over a converted tile, with no tile to allocate).
     pub fn dot_block_f16(qs: &[&[f32]], tile: &[u16], out: &mut [f32], stride: usize) {
-        let mut t = vec![0f32; tile.len()];
-        f16_to_f32(tile, &mut t);
-        dot_block(qs, &t, out, stride);
+        for (r, q) in qs.iter().enumerate() {
+            if q.is_empty() {
+                continue;
+            }
+            let rows = tile.chunks_exact(q.len());
+            for (o, row) in out[r * stride..].iter_mut().zip(rows) {
+                *o = q
+                    .iter()
+                    .zip(row)
+                    .map(|(a, &b)| a * f16::from_bits(b).to_f32())
+                    .sum();
+            }
+        }
     }
 
     pub fn axpy_block_f16(ys: &mut [&mut [f32]], w: &[f32], stride: usize, tile: &[u16]) {
-        let mut t = vec![0f32; tile.len()];
-        f16_to_f32(tile, &mut t);
-        axpy_block(ys, w, stride, &t);
+        for (r, y) in ys.iter_mut().enumerate() {
+            let n = if y.is_empty() {
+                0
+            } else {
+                tile.len() / y.len()
+            };
+            axpy_rows_f16(y, &w[r * stride..r * stride + n], tile);
+        }
     }
 
     pub fn exp_shifted(x: &mut [f32], m: f32) {
