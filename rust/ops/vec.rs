@@ -219,11 +219,7 @@ mod scalar_impl {
             }
             let rows = tile.chunks_exact(q.len());
             for (o, row) in out[r * stride..].iter_mut().zip(rows) {
-                *o = q
-                    .iter()
-                    .zip(row)
-                    .map(|(a, &b)| a * f16::from_bits(b).to_f32())
-                    .sum();
+                *o = dot_f16(q, row);
             }
         }
     }
