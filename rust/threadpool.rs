@@ -29,6 +29,10 @@ use std::sync::{Arc, Condvar, Mutex, OnceLock};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
+mod owned;
+use owned::Claim;
+pub use owned::{ChunkWork, OwnedJob, Slot};
+
 /// How long an idle worker spins for the next job: long enough to cover the
 /// gap between the dispatches of one decode step on a quiet machine.
 const WORKER_SPIN: Duration = Duration::from_micros(50);
@@ -80,8 +84,10 @@ pub fn worker_panic_armed() -> bool {
 type JobFn<'a> = dyn Fn(usize) + Sync + 'a;
 
 struct Job {
-    /// Erased to 'static; see the SAFETY note in `run`.
+    /// Erased to 'static; see the SAFETY note in `dispatch`.
     f: Option<*const JobFn<'static>>,
+    /// Or a job a worker takes a share of (`run_owned`).
+    owned: Option<Arc<dyn Claim>>,
     n_chunks: usize,
 }
 
@@ -189,6 +195,7 @@ impl ThreadPool {
             state: AtomicU64::new(CLOSED),
             job: UnsafeCell::new(Job {
                 f: None,
+                owned: None,
                 n_chunks: 0,
             }),
             next_chunk: AtomicUsize::new(0),
@@ -282,33 +289,87 @@ impl ThreadPool {
         if n_chunks == 0 {
             return;
         }
-        let s = &*self.shared;
         // Clock reads and shared atomic adds on every dispatch cost a
         // SmolLM2 decode step up to 1%, so only when asked for.
         let start = COUNTING.load(Ordering::Relaxed).then(Instant::now);
         if self.workers.is_empty() || n_chunks == 1 {
             (0..n_chunks).for_each(f);
             if let Some(t) = start {
-                s.count_dispatch(t, t.elapsed());
+                self.shared.count_dispatch(t, t.elapsed());
             }
             return;
         }
-        let _guard = self.dispatch.lock().unwrap_or_else(|p| p.into_inner());
         let f_ref: &JobFn<'_> = &f;
+        // SAFETY (of the erasure): `dispatch` does not return before it has
+        // closed the dispatch and seen every worker that joined it leave,
+        // and a worker calls the closure only while joined, so the closure
+        // outlives every use of the pointer.
+        let f_static =
+            unsafe { std::mem::transmute::<*const JobFn<'_>, *const JobFn<'static>>(f_ref) };
+        let s = &*self.shared;
+        let caller_work = self.dispatch(
+            Job {
+                f: Some(f_static),
+                owned: None,
+                n_chunks,
+            },
+            || {
+                let t = start.map(|_| Instant::now());
+                claim_chunks(s, f_ref, n_chunks);
+                t.map(|t| t.elapsed())
+            },
+        );
+        if let (Some(t), Some(w)) = (start, caller_work) {
+            s.count_dispatch(t, w);
+        }
+    }
+
+    /// Runs every chunk of `job` over the pool and returns once each has
+    /// been computed, by a worker into the job or by this thread into its
+    /// output (`OwnedJob::slot` says which). Unlike `run`, it does not wait
+    /// for a worker that holds a chunk for long (preempted): this thread
+    /// redoes the chunk, and the worker finishes later into the job, whose
+    /// `Arc` it holds until then. A panic in a chunk is re-raised here.
+    pub fn run_owned<W: ChunkWork>(&self, job: &Arc<OwnedJob<W>>) {
+        let n_chunks = job.n_chunks();
+        if n_chunks == 0 {
+            return;
+        }
+        let s = &*self.shared;
+        let start = COUNTING.load(Ordering::Relaxed).then(Instant::now);
+        let (ran, took) = if self.workers.is_empty() || n_chunks == 1 {
+            job.caller_claims()
+        } else {
+            let owned: Arc<dyn Claim> = job.clone();
+            self.dispatch(
+                Job {
+                    f: None,
+                    owned: Some(owned),
+                    n_chunks,
+                },
+                || job.caller_claims(),
+            )
+        };
+        job.caller_finishes(OwnedJob::<W>::patience(ran, took));
+        if let Some(t) = start {
+            s.count_dispatch(t, took);
+        }
+    }
+
+    /// One dispatch: publishes `job`, runs `caller` (this thread's share),
+    /// closes the dispatch and waits for the workers that joined it, then
+    /// re-raises a panic of the caller's share or of a worker.
+    fn dispatch<R>(&self, job: Job, caller: impl FnOnce() -> R) -> R {
+        let s = &*self.shared;
+        let _guard = self.dispatch.lock().unwrap_or_else(|p| p.into_inner());
         let before = s.state.load(Ordering::Acquire);
         debug_assert!(!is_open(before) && joined(before) == 0);
-        // SAFETY: we erase the closure's lifetime to publish it to workers.
-        // No worker reads `job` now: the previous dispatch (if any) is closed
-        // and every worker that joined it has left (the previous `run` waited
-        // for that, and `dispatch` keeps us alone), and none can join before
-        // the store that opens this dispatch below. This call does not return
-        // before it has closed the dispatch and seen the joined count fall to
-        // zero, so the closure outlives every worker's use of the pointer.
+        // SAFETY: no worker reads `job` now: the previous dispatch (if any)
+        // is closed and every worker that joined it has left (the previous
+        // call waited for that, and `dispatch` keeps us alone), and none can
+        // join before the store that opens this dispatch below.
         unsafe {
-            *s.job.get() = Job {
-                f: Some(std::mem::transmute::<*const JobFn<'_>, *const JobFn<'static>>(f_ref)),
-                n_chunks,
-            };
+            *s.job.get() = job;
         }
         s.next_chunk.store(0, Ordering::Relaxed);
         // Open: the next generation, no one joined. Release publishes `job`
@@ -324,8 +385,7 @@ impl ThreadPool {
             s.wake.notify_all();
         }
 
-        let caller = catch_unwind(AssertUnwindSafe(|| claim_chunks(s, f_ref, n_chunks)));
-        let caller_work = start.map(|t| t.elapsed());
+        let ran = catch_unwind(AssertUnwindSafe(caller));
 
         // No chunk is left to claim: close the dispatch so no further worker
         // joins, then wait for those inside.
@@ -333,12 +393,20 @@ impl ThreadPool {
         if joined(closed) != 0 {
             wait_for_joined(s);
         }
-        if let (Some(t), Some(w)) = (start, caller_work) {
-            s.count_dispatch(t, w);
+        // SAFETY: closed with no worker joined, as above; dropping the
+        // owned job's `Arc` here lets its owner reuse it once late workers
+        // are done with it.
+        unsafe {
+            *s.job.get() = Job {
+                f: None,
+                owned: None,
+                n_chunks: 0,
+            };
         }
-        if let Err(p) = caller {
-            std::panic::resume_unwind(p);
-        }
+        let out = match ran {
+            Ok(out) => out,
+            Err(p) => std::panic::resume_unwind(p),
+        };
         if s.panicked.swap(false, Ordering::Acquire) {
             let what = s
                 .panic_message
@@ -348,6 +416,7 @@ impl ThreadPool {
                 .unwrap_or_default();
             panic!("an oxillama worker thread panicked: {what}");
         }
+        out
     }
 }
 
@@ -455,11 +524,11 @@ fn worker_loop(s: &Shared) {
         // opened it (our Acquire CAS read that store's value or a later
         // read-modify-write of it). The caller neither rewrites `job` nor
         // returns (so the closure lives) until our decrement below.
-        let (f, n_chunks) = unsafe {
+        let (f, owned, n_chunks) = unsafe {
             let job = &*s.job.get();
             match job.f {
-                Some(f) => (&*f, job.n_chunks),
-                None => (&(|_| {}) as &JobFn<'static>, 0),
+                Some(f) => (&*f, None, job.n_chunks),
+                None => (&(|_| {}) as &JobFn<'static>, job.owned.clone(), 0),
             }
         };
         let ran = catch_unwind(AssertUnwindSafe(|| {
@@ -474,13 +543,17 @@ fn worker_loop(s: &Shared) {
                 s.add_work(t.elapsed());
             }
         }));
-        if let Err(payload) = ran {
-            let what = crate::error::panic_text(&*payload);
-            let mut first = s.panic_message.lock().unwrap_or_else(|p| p.into_inner());
-            first.get_or_insert(what);
-            drop(first);
-            s.panicked.store(true, Ordering::Release);
-        }
+        let ran = match ran {
+            Ok(()) => true,
+            Err(payload) => {
+                let what = crate::error::panic_text(&*payload);
+                let mut first = s.panic_message.lock().unwrap_or_else(|p| p.into_inner());
+                first.get_or_insert(what);
+                drop(first);
+                s.panicked.store(true, Ordering::Release);
+                false
+            }
+        };
         // Leave: from here on we must not touch the job. Release publishes
         // our chunks' writes to the caller; SeqCst orders it against the
         // `caller_asleep` load (see `wait_for_joined`).
@@ -488,6 +561,16 @@ fn worker_loop(s: &Shared) {
         if joined(before) == 1 && s.caller_asleep.load(Ordering::SeqCst) {
             drop(s.done_lock.lock().unwrap_or_else(|p| p.into_inner()));
             s.done.notify_one();
+        }
+        // An owned job is ours through its `Arc`: we take our share after
+        // leaving, so the caller never waits for us (it redoes a chunk we
+        // hold too long), and the job lives until we are done with it.
+        if let Some(job) = owned.filter(|_| ran) {
+            let start = COUNTING.load(Ordering::Relaxed).then(Instant::now);
+            job.worker_claims();
+            if let Some(t) = start {
+                s.add_work(t.elapsed());
+            }
         }
     }
 }

@@ -117,10 +117,21 @@ impl WeightArena {
             .map(|(_, b)| b)
     }
 
+    /// Whether `bytes` lie inside the arena's memory.
+    pub fn holds(&self, bytes: &[u8]) -> bool {
+        self.map.as_ref().is_some_and(|m| within(m, bytes))
+    }
+
     /// The tensors the arena holds, with what it holds of each.
     pub fn held(&self) -> impl Iterator<Item = (usize, Held)> + '_ {
         self.spans.iter().map(|(&o, (_, h))| (o, *h))
     }
+}
+
+/// Whether `inner` lies inside `outer` (by address).
+pub(crate) fn within(outer: &[u8], inner: &[u8]) -> bool {
+    let (o, i) = (outer.as_ptr() as usize, inner.as_ptr() as usize);
+    i >= o && i.saturating_add(inner.len()) <= o + outer.len()
 }
 
 #[cfg(test)]

@@ -287,6 +287,14 @@ impl GgufFile {
         }
     }
 
+    /// Whether `bytes` lie in memory this file owns (its bytes or its
+    /// arena), which lives as long as the file: what lets a job that holds
+    /// the file's `Arc` keep reading a matrix after its caller has moved on.
+    pub fn holds(&self, bytes: &[u8]) -> bool {
+        super::arena::within(self.source.bytes(), bytes)
+            || self.packed.get().is_some_and(|a| a.holds(bytes))
+    }
+
     /// Turns the arena's matrices on or off for later views.
     pub fn set_packed_on(&self, on: bool) {
         self.packed_on.store(on, Ordering::Relaxed);

@@ -215,6 +215,7 @@ impl Model {
         pass: Option<&mut PagerPass<'_>>,
     ) -> Result<()> {
         let w = self.output.view(&self.file);
+        acts.set_file(&self.file);
         let Some(pass) = pass else {
             matmul(pool, w, h, rows, logits, acts);
             return Ok(());
@@ -438,6 +439,7 @@ impl Model {
             self.file.ensure_packed(|f| pack_weights(pool, f));
         }
         let mut pass = pager.as_deref().map(LayerPager::begin);
+        s.acts.set_file(&self.file);
         self.embed(&tokens, (vk, segs, &starts), s, pass.as_mut())?;
         if let Some(enc) = &self.encoder {
             enc.apply(&self.file, &rows_pos, &mut s.x)?;

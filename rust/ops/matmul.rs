@@ -12,8 +12,13 @@ use crate::quant::{
     panel_sizes, tile_tokens, unpack_rows, BlockSide, GgmlType, QuantKernels, GEMM_COLS,
     PACKED_GROUP_ROWS, PACKED_TOKENS,
 };
+use std::sync::Arc;
+
+use crate::gguf::GgufFile;
 use crate::threadpool::{SharedMut, ThreadPool};
 use crate::{Error, Result};
+
+mod owned;
 
 /// A row-major weight matrix inside the mapped model file.
 #[derive(Clone, Copy)]
@@ -81,9 +86,17 @@ struct ActBuf {
 pub struct ActScratch {
     bufs: Vec<ActBuf>,
     sides: Sides,
+    owned: owned::OwnedProducts,
 }
 
 impl ActScratch {
+    /// The matrices of later products lie in `file`: a decode step's
+    /// products may then run as owned jobs, which never wait for a
+    /// preempted worker (see `owned`).
+    pub fn set_file(&mut self, file: &Arc<GgufFile>) {
+        self.owned.set_file(file);
+    }
+
     fn buf(&mut self, ty: GgmlType) -> &mut ActBuf {
         let i = match self.bufs.iter().position(|b| b.ty == ty) {
             Some(i) => i,
@@ -273,7 +286,7 @@ pub fn matmul_multi(
         }
     }
     // The fields apart: the side tables are filled from the rows' table.
-    let ActScratch { bufs, sides } = scratch;
+    let ActScratch { bufs, sides, owned } = scratch;
     let buf_of = |ty: GgmlType| {
         bufs.iter()
             .find(|b| b.ty == ty)
@@ -309,7 +322,6 @@ pub fn matmul_multi(
     for (o, w) in outs.iter().zip(ws) {
         assert_eq!(o.len(), w.rows * n_tok);
     }
-    let shared: Vec<SharedMut<f32>> = outs.iter_mut().map(|o| SharedMut::new(o)).collect();
 
     let act_formats: Vec<GgmlType> = done;
     let act_index = |ty: GgmlType| {
@@ -331,7 +343,17 @@ pub fn matmul_multi(
         fill_sides(sides, ws, &ks, |ty| &act_tables[act_index(ty)]);
     }
     let sides = &*sides;
-
+    if (1..=PACKED_TOKENS).contains(&n_tok) {
+        let tables: Vec<(GgmlType, &[&[u8]])> = act_formats
+            .iter()
+            .zip(&act_tables)
+            .map(|(&ty, t)| (ty, &t[..n_tok]))
+            .collect();
+        if owned.run(pool, ws, &ks, &chunks, &tables, sides, outs) {
+            return;
+        }
+    }
+    let shared: Vec<SharedMut<f32>> = outs.iter_mut().map(|o| SharedMut::new(o)).collect();
     pool.run(chunks.len(), |c| {
         let (j, r0, r1) = chunks[c];
         let (w, k) = (&ws[j], ks[j]);
@@ -381,43 +403,11 @@ pub fn matmul_multi(
                         }
                     }
                 }
-                None if n_tok == 1 => {
-                    // SAFETY: chunk c alone owns rows r0..r1 of matrix j.
-                    let o = unsafe { shared[j].slice(r0, r1 - r0) };
-                    (k.vec_dot_tile)(w.cols, w_rows, act_rows, o);
-                }
-                None => TILE_OUT.with(|cell| {
-                    // Reused per thread: a batched decode step runs about a
-                    // thousand of these.
-                    let mut out = cell.borrow_mut();
-                    out.resize((r1 - r0) * n_tok, 0.0);
-                    (k.vec_dot_tile)(w.cols, w_rows, act_rows, &mut out);
-                    scatter(&shared[j], &out, n_tok, n_tok, 0, rows, r0, r1);
-                }),
+                None => row_tiles(w, k, w_rows, (r0, r1), act_rows, &shared[j]),
             }
         };
-        if let Some(packed) = w.packed.filter(|_| n_tok <= PACKED_TOKENS) {
-            // Chunks are whole groups of rows (ROW_TILE is a multiple of
-            // them, and a packed matrix has whole groups).
-            let groups = (r0 / PACKED_GROUP_ROWS, r1.div_ceil(PACKED_GROUP_ROWS));
-            let mut outs: [&mut [f32]; PACKED_TOKENS] = std::array::from_fn(|t| {
-                if t < n_tok {
-                    // SAFETY: chunk c alone owns rows r0..r1 of matrix j,
-                    // and each token's rows are a distinct range.
-                    unsafe { shared[j].slice(t * rows + r0, r1 - r0) }
-                } else {
-                    &mut []
-                }
-            });
-            packed_tile(
-                k.weight,
-                w.cols,
-                packed,
-                groups,
-                act_rows,
-                side(sides, w.ty),
-                &mut outs[..n_tok],
-            );
+        if w.packed.is_some() && n_tok <= PACKED_TOKENS {
+            tile_chunk(w, k, (r0, r1), act_rows, side(sides, w.ty), &shared[j]);
             return;
         }
         // A packed matrix whose file pages left the process: its rows come
@@ -440,6 +430,85 @@ pub fn matmul_multi(
         let w_rows: Vec<&[u8]> = w.data[r0 * rb..r1 * rb].chunks_exact(rb).collect();
         rows_kernels(&w_rows);
     });
+}
+
+/// Whether `tile_chunk` computes products of `w` for `n_tok` tokens (and
+/// so whether an owned job can take them).
+fn tiles_take(w: &QMatrix<'_>, k: &QuantKernels, n_tok: usize) -> bool {
+    n_tok <= PACKED_TOKENS
+        && (w.packed.is_some() || k.gemm.is_none() || n_tok <= tile_tokens(k.weight))
+}
+
+/// Rows `r0..r1` of `w` for the tokens `act_rows` through the decode
+/// kernels: the packed tile when the matrix has one, else the row tiles.
+/// Token t's results go to `out[t * w.rows + r0..]`, and nothing else of
+/// `out` is written. Only where `tiles_take` holds.
+fn tile_chunk(
+    w: &QMatrix<'_>,
+    k: &QuantKernels,
+    (r0, r1): (usize, usize),
+    act_rows: &[&[u8]],
+    side: &[BlockSide],
+    out: &SharedMut<f32>,
+) {
+    let n_tok = act_rows.len();
+    if let Some(packed) = w.packed.filter(|_| n_tok <= PACKED_TOKENS) {
+        // Chunks are whole groups of rows (ROW_TILE is a multiple of
+        // them, and a packed matrix has whole groups).
+        let groups = (r0 / PACKED_GROUP_ROWS, r1.div_ceil(PACKED_GROUP_ROWS));
+        let mut outs: [&mut [f32]; PACKED_TOKENS] = std::array::from_fn(|t| {
+            if t < n_tok {
+                // SAFETY: the chunk alone owns rows r0..r1 of this output,
+                // and each token's rows are a distinct range.
+                unsafe { out.slice(t * w.rows + r0, r1 - r0) }
+            } else {
+                &mut []
+            }
+        });
+        packed_tile(
+            k.weight,
+            w.cols,
+            packed,
+            groups,
+            act_rows,
+            side,
+            &mut outs[..n_tok],
+        );
+        return;
+    }
+    // A table of the chunk's rows alone: a stack table sized for the
+    // largest chunk, zeroed in full per chunk (4 KiB at 256 rows), was a
+    // memset in each of a decode step's hundreds of chunks.
+    let rb = w.row_bytes();
+    let w_rows: Vec<&[u8]> = w.data[r0 * rb..r1 * rb].chunks_exact(rb).collect();
+    row_tiles(w, k, &w_rows, (r0, r1), act_rows, out);
+}
+
+/// The file-layout row tiles over `w_rows` (rows `r0..r1` of `w`), token
+/// t's results into `out[t * w.rows + r0..]`.
+fn row_tiles(
+    w: &QMatrix<'_>,
+    k: &QuantKernels,
+    w_rows: &[&[u8]],
+    (r0, r1): (usize, usize),
+    act_rows: &[&[u8]],
+    out: &SharedMut<f32>,
+) {
+    let n_tok = act_rows.len();
+    if n_tok == 1 {
+        // SAFETY: the chunk alone owns rows r0..r1 of this output.
+        let o = unsafe { out.slice(r0, r1 - r0) };
+        (k.vec_dot_tile)(w.cols, w_rows, act_rows, o);
+        return;
+    }
+    TILE_OUT.with(|cell| {
+        // Reused per thread: a batched decode step runs about a thousand
+        // of these.
+        let mut tile = cell.borrow_mut();
+        tile.resize((r1 - r0) * n_tok, 0.0);
+        (k.vec_dot_tile)(w.cols, w_rows, act_rows, &mut tile);
+        scatter(out, &tile, n_tok, n_tok, 0, w.rows, r0, r1);
+    })
 }
 
 /// Writes the first `nt` columns of a `(r1 - r0) x stride` row-major tile

@@ -1,0 +1,203 @@
+//! A decode step's products as owned jobs (`threadpool::OwnedJob`): the
+//! job keeps the model file alive (every matrix it reads lies in memory
+//! the file owns, checked per product), owns a copy of the quantized
+//! activations and their side tables, and has an output buffer of its own
+//! for the chunks workers compute, copied into the caller's output after
+//! the dispatch. So a worker preempted mid-chunk never holds up the step:
+//! the caller redoes the chunk and moves on.
+
+use std::sync::Arc;
+
+use super::{side, tile_chunk, QMatrix, Sides};
+use crate::gguf::GgufFile;
+use crate::quant::{GgmlType, QuantKernels, PACKED_TOKENS};
+use crate::threadpool::{ChunkWork, OwnedJob, SharedMut, Slot, ThreadPool};
+
+#[derive(Default)]
+pub(super) struct DecodeProducts {
+    /// Owns the bytes of every matrix in `ws`.
+    file: Option<Arc<GgufFile>>,
+    /// Views into `file`'s memory, their lifetime erased (see `prepare`).
+    ws: Vec<QMatrix<'static>>,
+    ks: Vec<&'static QuantKernels>,
+    /// (matrix, first row, end row) per chunk.
+    chunks: Vec<(usize, usize, usize)>,
+    n_tok: usize,
+    /// Each matrix's activation format's quantized rows: (bytes a row, rows).
+    acts: Vec<(GgmlType, usize, Vec<u8>)>,
+    act_of: Vec<usize>,
+    sides: Sides,
+    /// The workers' results, laid out as the caller's outputs, and
+    /// pointers to them (taken while the job is exclusively ours).
+    job_out: Vec<Vec<f32>>,
+    job_ptrs: Vec<SharedMut<f32>>,
+    /// The caller's outputs for the current dispatch (`Slot::Out`).
+    out_ptrs: Vec<SharedMut<f32>>,
+}
+
+/// The owned job a scratch reuses from one product to the next.
+#[derive(Default)]
+pub(super) struct OwnedProducts {
+    file: Option<Arc<GgufFile>>,
+    job: Option<Arc<OwnedJob<DecodeProducts>>>,
+}
+
+impl OwnedProducts {
+    /// Products read matrices of `file` from now on.
+    pub(super) fn set_file(&mut self, file: &Arc<GgufFile>) {
+        if !self.file.as_ref().is_some_and(|f| Arc::ptr_eq(f, file)) {
+            self.file = Some(Arc::clone(file));
+        }
+    }
+
+    /// Runs the product of `ws` on `acts` (one row per token, per format)
+    /// into `outs` as an owned job, or returns false (nothing done) where
+    /// one does not apply: no file set, a matrix outside it, a product the
+    /// decode tiles do not take, or a single chunk.
+    #[allow(clippy::too_many_arguments)]
+    pub(super) fn run(
+        &mut self,
+        pool: &ThreadPool,
+        ws: &[QMatrix<'_>],
+        ks: &[&'static QuantKernels],
+        chunks: &[(usize, usize, usize)],
+        act_tables: &[(GgmlType, &[&[u8]])],
+        sides: &Sides,
+        outs: &mut [&mut [f32]],
+    ) -> bool {
+        let Some(file) = &self.file else {
+            return false;
+        };
+        let n_tok = act_tables.first().map_or(0, |(_, t)| t.len());
+        let held = |b: &[u8]| b.is_empty() || file.holds(b);
+        if pool.n_threads() < 2
+            || chunks.len() < 2
+            || n_tok == 0
+            || !ws.iter().zip(ks).all(|(w, k)| {
+                super::tiles_take(w, k, n_tok) && held(w.data) && w.packed.is_none_or(held)
+            })
+        {
+            return false;
+        }
+        // A job a late worker still holds is left to it; the next one is new.
+        if self.job.as_mut().is_none_or(|j| Arc::get_mut(j).is_none()) {
+            self.job = Some(Arc::new(OwnedJob::new(DecodeProducts::default())));
+        }
+        let job = self.job.as_mut().expect("set above");
+        {
+            let owned = Arc::get_mut(job).expect("no other holder of a fresh or idle job");
+            owned.reset(chunks.len());
+            owned
+                .work
+                .prepare(file, ws, ks, chunks, act_tables, sides, outs);
+        }
+        pool.run_owned(job);
+        job.work.gather(job, outs);
+        true
+    }
+}
+
+impl DecodeProducts {
+    #[allow(clippy::too_many_arguments)]
+    fn prepare(
+        &mut self,
+        file: &Arc<GgufFile>,
+        ws: &[QMatrix<'_>],
+        ks: &[&'static QuantKernels],
+        chunks: &[(usize, usize, usize)],
+        act_tables: &[(GgmlType, &[&[u8]])],
+        sides: &Sides,
+        outs: &mut [&mut [f32]],
+    ) {
+        self.file = Some(Arc::clone(file));
+        self.ws.clear();
+        // SAFETY: every matrix's bytes lie in memory `file` owns (checked
+        // by the caller with `GgufFile::holds`), and this job holds the
+        // file's `Arc` for as long as anyone can read `ws`: the caller
+        // during its dispatch, a late worker through the job's `Arc`.
+        self.ws.extend(
+            ws.iter()
+                .map(|w| unsafe { std::mem::transmute::<QMatrix<'_>, QMatrix<'static>>(*w) }),
+        );
+        self.ks.clear();
+        self.ks.extend_from_slice(ks);
+        self.chunks.clear();
+        self.chunks.extend_from_slice(chunks);
+        self.n_tok = act_tables[0].1.len();
+        self.acts
+            .resize_with(act_tables.len(), || (GgmlType::F32, 0, Vec::new()));
+        for ((ty, arb, bytes), (t, rows)) in self.acts.iter_mut().zip(act_tables) {
+            *ty = *t;
+            *arb = rows[0].len();
+            bytes.clear();
+            rows.iter().for_each(|r| bytes.extend_from_slice(r));
+        }
+        self.act_of.clear();
+        self.act_of.extend(ks.iter().map(|k| {
+            self.acts
+                .iter()
+                .position(|(t, _, _)| *t == k.act)
+                .expect("every matrix's activation format was quantized")
+        }));
+        self.sides
+            .resize_with(sides.len(), || (GgmlType::F32, Vec::new()));
+        for ((ty, v), (t, src)) in self.sides.iter_mut().zip(sides) {
+            *ty = *t;
+            v.clone_from(src);
+        }
+        self.job_out.resize_with(outs.len(), Vec::new);
+        for (buf, o) in self.job_out.iter_mut().zip(outs.iter()) {
+            buf.resize(o.len(), 0.0);
+        }
+        self.job_ptrs.clear();
+        self.job_ptrs
+            .extend(self.job_out.iter_mut().map(|b| SharedMut::new(b)));
+        self.out_ptrs.clear();
+        self.out_ptrs
+            .extend(outs.iter_mut().map(|o| SharedMut::new(o)));
+    }
+
+    /// Copies the chunks workers computed from the job's buffer into `outs`
+    /// (the caller's chunks are there already).
+    fn gather(&self, job: &OwnedJob<DecodeProducts>, outs: &mut [&mut [f32]]) {
+        for (i, &(j, r0, r1)) in self.chunks.iter().enumerate() {
+            if job.slot(i) != Slot::Job {
+                continue;
+            }
+            let rows = self.ws[j].rows;
+            for t in 0..self.n_tok {
+                let at = t * rows + r0;
+                // SAFETY: the worker that computed chunk i has published
+                // these rows (`slot` read its Release) and writes no more;
+                // a late worker may still write other chunks' rows of this
+                // buffer, never these, so only this range is borrowed.
+                let src = unsafe { self.job_ptrs[j].slice(at, r1 - r0) };
+                outs[j][at..at + r1 - r0].copy_from_slice(src);
+            }
+        }
+    }
+}
+
+impl ChunkWork for DecodeProducts {
+    fn compute(&self, i: usize, slot: Slot) {
+        let (j, r0, r1) = self.chunks[i];
+        let (w, k) = (&self.ws[j], self.ks[j]);
+        let (_, arb, bytes) = &self.acts[self.act_of[j]];
+        let mut rows: [&[u8]; PACKED_TOKENS] = [&[]; PACKED_TOKENS];
+        for (r, b) in rows.iter_mut().zip(bytes.chunks_exact(*arb)) {
+            *r = b;
+        }
+        let out = match slot {
+            Slot::Job => &self.job_ptrs[j],
+            Slot::Out => &self.out_ptrs[j],
+        };
+        tile_chunk(
+            w,
+            k,
+            (r0, r1),
+            &rows[..self.n_tok],
+            side(&self.sides, w.ty),
+            out,
+        );
+    }
+}
