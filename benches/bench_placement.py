@@ -15,6 +15,12 @@ depths 16-448 as in bench_contention.py, the cases alternating, medians
 of each run's median step (ms).
 
   python benches/bench_placement.py --reps 3
+  python benches/bench_placement.py --reps 3 --loop session
+
+``--loop session`` times the engine's native session called in a tight
+loop (a prebuilt token array, no Python between steps beyond the call), as
+a server's batch loop or another native caller drives it: between two
+steps the pool's worker then never waits long enough to yield its core.
 
 Linux only (per-thread affinity through os.sched_setaffinity). Measure on
 an otherwise quiet machine with two logical CPUs, 0 and 1.
@@ -30,6 +36,7 @@ import subprocess
 import sys
 import time
 
+import numpy as np
 from _cpu import describe as describe_cpu
 
 PROMPT = "The history of computing is a story of abstraction layered upon abstraction."
@@ -37,7 +44,7 @@ MAX_POS = 448
 CASES = {"quiet": None, "beside W": 1, "beside M": 0}
 
 
-def worker(case: str, model: str, window: float) -> None:
+def worker(case: str, model: str, window: float, loop: str) -> None:
     """Decodes for `window` seconds with the caller on CPU 0, the worker on
     CPU 1 and the neighbour where `case` puts it; prints the step times."""
     from oxillama import Engine
@@ -56,11 +63,19 @@ def worker(case: str, model: str, window: float) -> None:
         hog = subprocess.Popen(["taskset", "-c", str(cpu), "yes"], stdout=subprocess.DEVNULL)
         time.sleep(0.2)
     times: list[float] = []
+    session = e._session  # the native session under the engine
+    one = np.array([tok], dtype=np.uint32)
     try:
         end = time.perf_counter() + window
         while time.perf_counter() < end:
             e.reset()
             e.eval(prompt)
+            if loop == "session":
+                for _ in range(MAX_POS - len(prompt)):
+                    t0 = time.perf_counter()
+                    session.eval(one, False)
+                    times.append((time.perf_counter() - t0) * 1e3)
+                continue
             while e.n_past < MAX_POS:
                 t0 = time.perf_counter()
                 e.eval([tok])
@@ -72,6 +87,12 @@ def worker(case: str, model: str, window: float) -> None:
     print(json.dumps(times), flush=True)
 
 
+def oxillama_path() -> str:
+    import oxillama
+
+    return str(oxillama.__file__)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
@@ -79,6 +100,12 @@ def main() -> None:
     ap.add_argument("--model", help="GGUF file (default: SmolLM2-135M-Instruct Q4_1)")
     ap.add_argument("--reps", type=int, default=3)
     ap.add_argument("--window", type=float, default=3.0, help="seconds of decoding per run")
+    ap.add_argument(
+        "--loop",
+        choices=("engine", "session"),
+        default="engine",
+        help="time Engine.eval (default) or the native session in a tight loop",
+    )
     ap.add_argument("--worker", help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.model is None:
@@ -86,7 +113,7 @@ def main() -> None:
 
         args.model = str(default_model_path())
     if args.worker:
-        worker(args.worker, args.model, args.window)
+        worker(args.worker, args.model, args.window, args.loop)
         return
     if not hasattr(os, "sched_setaffinity") or not {0, 1} <= os.sched_getaffinity(0):
         sys.exit("bench_placement: needs Linux and CPUs 0 and 1")
@@ -96,12 +123,16 @@ def main() -> None:
         order = list(CASES) if rep % 2 == 0 else list(CASES)[::-1]
         for case in order:
             cmd = [sys.executable, __file__, "--worker", case, "--model", args.model]
-            cmd += ["--window", str(args.window)]
+            cmd += ["--window", str(args.window), "--loop", args.loop]
             out = subprocess.run(cmd, capture_output=True, text=True, check=True).stdout
             runs[case].append(statistics.median(json.loads(out)))
     print(f"CPU: {describe_cpu()}")
     print(f"model: {args.model}")
-    print(f"{args.reps} repetitions, {args.window:g} s windows; 2 threads; median decode step, ms")
+    print(f"oxillama: {oxillama_path()}")
+    print(
+        f"{args.reps} repetitions, {args.window:g} s windows; 2 threads; "
+        f"{args.loop} loop; median decode step, ms"
+    )
     print()
     for case, got in runs.items():
         each = " ".join(f"{x:.2f}" for x in got)
