@@ -408,13 +408,7 @@ impl ThreadPool {
             Err(p) => std::panic::resume_unwind(p),
         };
         if s.panicked.swap(false, Ordering::Acquire) {
-            let what = s
-                .panic_message
-                .lock()
-                .unwrap_or_else(|p| p.into_inner())
-                .take()
-                .unwrap_or_default();
-            panic!("an oxillama worker thread panicked: {what}");
+            owned::reraise_worker_panic(&s.panic_message);
         }
         out
     }

@@ -349,7 +349,14 @@ pub fn matmul_multi(
             .zip(&act_tables)
             .map(|(&ty, t)| (ty, &t[..n_tok]))
             .collect();
-        if owned.run(pool, ws, &ks, &chunks, &tables, sides, outs) {
+        let product = owned::Product {
+            ws,
+            ks: &ks,
+            chunks: &chunks,
+            act_tables: &tables,
+            sides,
+        };
+        if owned.run(pool, &product, outs) {
             return;
         }
     }

@@ -133,15 +133,7 @@ impl<W: ChunkWork> OwnedJob<W> {
             loop {
                 match st.load(Ordering::Acquire) {
                     DONE_JOB | DONE_OUT => break,
-                    FAILED => {
-                        let what = self
-                            .panic_message
-                            .lock()
-                            .unwrap_or_else(|p| p.into_inner())
-                            .take()
-                            .unwrap_or_default();
-                        panic!("an oxillama worker thread panicked: {what}");
-                    }
+                    FAILED => reraise_worker_panic(&self.panic_message),
                     s @ (FREE | CLAIMED) if s == FREE || start.elapsed() >= patience => {
                         if st
                             .compare_exchange(s, TAKEN, Ordering::Acquire, Ordering::Relaxed)
@@ -162,9 +154,9 @@ impl<W: ChunkWork> OwnedJob<W> {
             .panic_message
             .lock()
             .unwrap_or_else(|p| p.into_inner())
-            .take();
-        if let Some(what) = late {
-            panic!("an oxillama worker thread panicked: {what}");
+            .is_some();
+        if late {
+            reraise_worker_panic(&self.panic_message);
         }
     }
 
@@ -175,6 +167,17 @@ impl<W: ChunkWork> OwnedJob<W> {
         }
         (took / ran * PATIENCE_CHUNKS).max(PATIENCE_MIN)
     }
+}
+
+/// Panics on this thread with the worker panic's message kept in
+/// `message` (the first one, if several).
+pub(super) fn reraise_worker_panic(message: &Mutex<Option<String>>) -> ! {
+    let what = message
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .take()
+        .unwrap_or_default();
+    panic!("an oxillama worker thread panicked: {what}");
 }
 
 /// What a worker does with an owned job (object-safe, so the pool can

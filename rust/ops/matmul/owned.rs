@@ -35,6 +35,17 @@ pub(super) struct DecodeProducts {
     out_ptrs: Vec<SharedMut<f32>>,
 }
 
+/// One product as `matmul_multi` laid it out: the matrices and their
+/// kernels, the chunks (matrix, first row, end row), each activation
+/// format's quantized rows (one per token) and the side tables.
+pub(super) struct Product<'p, 'w> {
+    pub ws: &'p [QMatrix<'w>],
+    pub ks: &'p [&'static QuantKernels],
+    pub chunks: &'p [(usize, usize, usize)],
+    pub act_tables: &'p [(GgmlType, &'p [&'p [u8]])],
+    pub sides: &'p Sides,
+}
+
 /// The owned job a scratch reuses from one product to the next.
 #[derive(Default)]
 pub(super) struct OwnedProducts {
@@ -50,28 +61,24 @@ impl OwnedProducts {
         }
     }
 
-    /// Runs the product of `ws` on `acts` (one row per token, per format)
-    /// into `outs` as an owned job, or returns false (nothing done) where
-    /// one does not apply: no file set, a matrix outside it, a product the
-    /// decode tiles do not take, or a single chunk.
-    #[allow(clippy::too_many_arguments)]
+    /// Runs product `p` into `outs` as an owned job, or returns false
+    /// (nothing done) where one does not apply: no file set, a matrix
+    /// outside it, a product the decode tiles do not take, or a single
+    /// chunk.
     pub(super) fn run(
         &mut self,
         pool: &ThreadPool,
-        ws: &[QMatrix<'_>],
-        ks: &[&'static QuantKernels],
-        chunks: &[(usize, usize, usize)],
-        act_tables: &[(GgmlType, &[&[u8]])],
-        sides: &Sides,
+        p: &Product<'_, '_>,
         outs: &mut [&mut [f32]],
     ) -> bool {
         let Some(file) = &self.file else {
             return false;
         };
-        let n_tok = act_tables.first().map_or(0, |(_, t)| t.len());
+        let (ws, ks) = (p.ws, p.ks);
+        let n_tok = p.act_tables.first().map_or(0, |(_, t)| t.len());
         let held = |b: &[u8]| b.is_empty() || file.holds(b);
         if pool.n_threads() < 2
-            || chunks.len() < 2
+            || p.chunks.len() < 2
             || n_tok == 0
             || !ws.iter().zip(ks).all(|(w, k)| {
                 super::tiles_take(w, k, n_tok) && held(w.data) && w.packed.is_none_or(held)
@@ -86,10 +93,8 @@ impl OwnedProducts {
         let job = self.job.as_mut().expect("set above");
         {
             let owned = Arc::get_mut(job).expect("no other holder of a fresh or idle job");
-            owned.reset(chunks.len());
-            owned
-                .work
-                .prepare(file, ws, ks, chunks, act_tables, sides, outs);
+            owned.reset(p.chunks.len());
+            owned.work.prepare(file, p, outs);
         }
         pool.run_owned(job);
         job.work.gather(job, outs);
@@ -98,17 +103,14 @@ impl OwnedProducts {
 }
 
 impl DecodeProducts {
-    #[allow(clippy::too_many_arguments)]
-    fn prepare(
-        &mut self,
-        file: &Arc<GgufFile>,
-        ws: &[QMatrix<'_>],
-        ks: &[&'static QuantKernels],
-        chunks: &[(usize, usize, usize)],
-        act_tables: &[(GgmlType, &[&[u8]])],
-        sides: &Sides,
-        outs: &mut [&mut [f32]],
-    ) {
+    fn prepare(&mut self, file: &Arc<GgufFile>, p: &Product<'_, '_>, outs: &mut [&mut [f32]]) {
+        let Product {
+            ws,
+            ks,
+            chunks,
+            act_tables,
+            sides,
+        } = *p;
         self.file = Some(Arc::clone(file));
         self.ws.clear();
         // SAFETY: every matrix's bytes lie in memory `file` owns (checked
