@@ -23,7 +23,8 @@ pub(super) struct DecodeProducts {
     /// (matrix, first row, end row) per chunk.
     chunks: Vec<(usize, usize, usize)>,
     n_tok: usize,
-    /// Each matrix's activation format's quantized rows: (bytes a row, rows).
+    /// Each activation format's quantized rows: (format, bytes a row,
+    /// the rows), and which of them each matrix reads.
     acts: Vec<(GgmlType, usize, Vec<u8>)>,
     act_of: Vec<usize>,
     sides: Sides,
