@@ -87,12 +87,6 @@ def worker(case: str, model: str, window: float, loop: str) -> None:
     print(json.dumps(times), flush=True)
 
 
-def oxillama_path() -> str:
-    import oxillama
-
-    return str(oxillama.__file__)
-
-
 def main() -> None:
     ap = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
@@ -128,7 +122,9 @@ def main() -> None:
             runs[case].append(statistics.median(json.loads(out)))
     print(f"CPU: {describe_cpu()}")
     print(f"model: {args.model}")
-    print(f"oxillama: {oxillama_path()}")
+    import oxillama
+
+    print(f"oxillama: {oxillama.__file__}")
     print(
         f"{args.reps} repetitions, {args.window:g} s windows; 2 threads; "
         f"{args.loop} loop; median decode step, ms"

@@ -350,7 +350,7 @@ impl ThreadPool {
                 || job.caller_claims(),
             )
         };
-        job.caller_finishes(OwnedJob::<W>::patience(ran, took));
+        job.caller_finishes(owned::patience(ran, took));
         if let Some(t) = start {
             s.count_dispatch(t, took);
         }

@@ -268,11 +268,7 @@ pub fn matmul_multi(
         .iter()
         .map(|w| kernels(w.ty).expect("QMatrix::new checked the kernel exists"))
         .collect();
-    // Several tokens go through the GEMM microkernel (zero-padding the
-    // last group of GEMM_COLS is cheaper than a slower kernel for it); one
-    // to a few tokens (a decode step, a small batch, a speculative
-    // verification) through the tile kernel (see `quant::tile_tokens`).
-    let use_gemm = |k: &QuantKernels| k.gemm.is_some() && n_tok > tile_tokens(k.weight);
+    let use_gemm = |k: &QuantKernels| gemm_takes(k, n_tok);
     let mut done: Vec<GgmlType> = Vec::new();
     for k in &ks {
         if !done.contains(&k.act) {
@@ -413,7 +409,7 @@ pub fn matmul_multi(
                 None => row_tiles(w, k, w_rows, (r0, r1), act_rows, &shared[j]),
             }
         };
-        if w.packed.is_some() && n_tok <= PACKED_TOKENS {
+        if tiles_take(w, k, n_tok) {
             tile_chunk(w, k, (r0, r1), act_rows, side(sides, w.ty), &shared[j]);
             return;
         }
@@ -430,20 +426,26 @@ pub fn matmul_multi(
             });
             return;
         }
-        // Only the file-layout kernels take a table of rows, built for the
-        // chunk's rows alone: a stack table sized for the largest chunk,
-        // zeroed in full per chunk (4 KiB at 256 rows), was a memset in
-        // each of a decode step's hundreds of chunks, packed ones too.
+        // The rows of the chunk alone (see `tile_chunk`).
         let w_rows: Vec<&[u8]> = w.data[r0 * rb..r1 * rb].chunks_exact(rb).collect();
         rows_kernels(&w_rows);
     });
 }
 
-/// Whether `tile_chunk` computes products of `w` for `n_tok` tokens (and
-/// so whether an owned job can take them).
+/// Whether `n_tok` tokens of a matrix in the file's layout go through the
+/// GEMM microkernel: several do (zero-padding the last group of GEMM_COLS
+/// is cheaper than a slower kernel for it), one to a few (a decode step, a
+/// small batch, a speculative verification) the tile kernel (see
+/// `quant::tile_tokens`).
+fn gemm_takes(k: &QuantKernels, n_tok: usize) -> bool {
+    k.gemm.is_some() && n_tok > tile_tokens(k.weight)
+}
+
+/// Whether `tile_chunk` computes the products of `w` for `n_tok` tokens:
+/// every chunk of such a product goes through it, whether the caller's
+/// workers or an owned job (`owned`) compute it.
 fn tiles_take(w: &QMatrix<'_>, k: &QuantKernels, n_tok: usize) -> bool {
-    n_tok <= PACKED_TOKENS
-        && (w.packed.is_some() || k.gemm.is_none() || n_tok <= tile_tokens(k.weight))
+    n_tok <= PACKED_TOKENS && (w.packed.is_some() || !gemm_takes(k, n_tok))
 }
 
 /// Rows `r0..r1` of `w` for the tokens `act_rows` through the decode

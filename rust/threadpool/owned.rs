@@ -159,14 +159,15 @@ impl<W: ChunkWork> OwnedJob<W> {
             reraise_worker_panic(&self.panic_message);
         }
     }
+}
 
-    /// The patience `caller_finishes` gives, from the caller's own chunks.
-    pub(super) fn patience(ran: u32, took: Duration) -> Duration {
-        if ran == 0 {
-            return PATIENCE_MIN;
-        }
-        (took / ran * PATIENCE_CHUNKS).max(PATIENCE_MIN)
+/// The patience `caller_finishes` gives, from the `ran` chunks the caller
+/// computed in `took`.
+pub(super) fn patience(ran: u32, took: Duration) -> Duration {
+    if ran == 0 {
+        return PATIENCE_MIN;
     }
+    (took / ran * PATIENCE_CHUNKS).max(PATIENCE_MIN)
 }
 
 /// Panics on this thread with the worker panic's message kept in
