@@ -118,3 +118,43 @@ def test_write_hashed_reports_a_bad_descriptor() -> None:
         _native.write_hashed(10_000, b"x" * 100, 0)
     with pytest.raises(OxiLlamaError):
         _native.write_hashed(-1, b"x", 0)
+
+
+GOOD_FP = {
+    "size": 10,
+    "mtime_ns": 1,
+    "probe": 8,
+    "head_blake3": "ab",
+    "tail_blake3": "cd",
+}
+
+
+def test_a_stored_fingerprint_round_trips() -> None:
+    from oxillama.model.fingerprint import Fingerprint
+
+    assert Fingerprint.from_dict(GOOD_FP).to_dict() == GOOD_FP
+
+
+@pytest.mark.parametrize(
+    ("field", "value"),
+    [
+        ("mtime_ns", float("inf")),  # a fuzzer's find: OverflowError before
+        ("size", 10.0),
+        ("size", True),
+        ("probe", "8"),
+        ("head_blake3", 171),
+        ("tail_blake3", None),
+    ],
+)
+def test_a_fingerprint_field_of_the_wrong_type_is_a_format_error(field: str, value: object) -> None:
+    from oxillama.model.fingerprint import Fingerprint
+
+    with pytest.raises(SnapshotFormatError, match=field):
+        Fingerprint.from_dict({**GOOD_FP, field: value})
+
+
+def test_a_fingerprint_without_a_field_is_a_format_error() -> None:
+    from oxillama.model.fingerprint import Fingerprint
+
+    with pytest.raises(SnapshotFormatError, match="missing probe"):
+        Fingerprint.from_dict({k: v for k, v in GOOD_FP.items() if k != "probe"})

@@ -45,16 +45,18 @@ class Fingerprint:
     def from_dict(cls, d: object) -> Fingerprint:
         if not isinstance(d, dict):
             raise SnapshotFormatError("fingerprint is not an object")
-        try:
-            fp = cls(
-                size=int(d["size"]),
-                mtime_ns=int(d["mtime_ns"]),
-                probe=int(d["probe"]),
-                head_blake3=str(d["head_blake3"]),
-                tail_blake3=str(d["tail_blake3"]),
-            )
-        except (KeyError, TypeError, ValueError) as e:
-            raise SnapshotFormatError(f"bad fingerprint field: {e}") from None
+        missing = [k for k in _FIELDS if k not in d]
+        if missing:
+            raise SnapshotFormatError(f"bad fingerprint: missing {', '.join(missing)}")
+        # Exact types: a float (infinity included), a bool or a string in
+        # an integer field is a damaged snapshot, not a value to convert.
+        for k, want in _FIELDS.items():
+            v = d[k]
+            if type(v) is not want:
+                raise SnapshotFormatError(
+                    f"bad fingerprint field {k}: {type(v).__name__}, expected {want.__name__}"
+                )
+        fp = cls(**{k: d[k] for k in _FIELDS})
         if fp.size < 0 or fp.probe <= 0:
             raise SnapshotFormatError("bad fingerprint: negative size or probe")
         return fp
@@ -64,6 +66,16 @@ class Fingerprint:
             f"size={self.size} head={self.head_blake3[:16]} tail={self.tail_blake3[:16]} "
             f"(probe {self.probe} bytes)"
         )
+
+
+#: The fields of a stored fingerprint and their JSON types.
+_FIELDS: dict[str, type] = {
+    "size": int,
+    "mtime_ns": int,
+    "probe": int,
+    "head_blake3": str,
+    "tail_blake3": str,
+}
 
 
 def fingerprint(path: str | os.PathLike[str], probe: int = PROBE) -> Fingerprint:
