@@ -22,7 +22,8 @@ use super::{f16_at, Block32};
 
 /// How far ahead of its blocks a pass of `N` tokens asks for the weights
 /// (0: it leaves them to the hardware prefetcher); a pass reads it once
-/// and hands it to `prefetch_ahead` at each block.
+/// and hands it to `prefetch_ahead` at each block (Q4_K: to
+/// `prefetch_line` with each word it loads).
 ///
 /// The weights stream from memory once per step. With four tokens or more
 /// the products keep the core busy long enough that the hardware prefetcher
@@ -35,7 +36,9 @@ use super::{f16_at, Block32};
 /// at about 12 GB/s and prefetching 8 KB ahead made the step 12-25%
 /// shorter on one thread and 0-5% on two; a synthetic 1.7B Q4_K_M's step
 /// 20% shorter on both. On two AMD Zen 4 cores it made SmolLM2's two-thread
-/// step about 6% longer (2.5 KB ahead), so there it stays off.
+/// step about 6% longer (2.5 KB ahead, a block's bytes at once into L1),
+/// so there it stays off; the spread L2 requests `prefetch_line` makes now
+/// were measured on Intel only.
 #[inline(always)]
 pub(super) fn ahead_bytes<const N: usize>() -> usize {
     if N >= 4 || crate::simd::intel_cpu() {
@@ -46,11 +49,44 @@ pub(super) fn ahead_bytes<const N: usize>() -> usize {
 }
 
 /// Called by a pass at each packed block `blk` of `bytes`, with the
-/// distance `ahead_bytes` gave it.
+/// distance `ahead_bytes` gave it: the block's bytes that far on, into L1.
 #[inline(always)]
 pub(super) fn prefetch_ahead(blk: *const u8, ahead: usize, bytes: usize) {
     if ahead != 0 {
         crate::simd::prefetch_bytes(blk.wrapping_add(ahead), bytes);
+    }
+}
+
+/// Called by a pass as it loads word `off` (64 bytes) of the packed block
+/// at `blk`, and through `prefetch_tail` once per block for the bytes
+/// after its words, with the distance `ahead_bytes` gave it: asks for the
+/// line `ahead` bytes on, into L2.
+///
+/// Why, for Q4_K's super-blocks: asked for at once, a block's 36 lines
+/// came in bursts that filled the core's line-fill buffers and held up the
+/// products behind them, so the time reading the weights and the time
+/// computing on them added up instead of overlapping. Spread over the
+/// loads, one line each into L2 (synthetic 1.7B Q4_K_M, Intel Xeon, CPUID
+/// model 207, alternated): eight rows 92 -> 77 ms a step on two threads,
+/// 161 -> 131 on one; one row level on two threads, 104 -> 76 on one.
+/// Into L1 the same way was 1-3% slower. The 32-element formats' passes
+/// (blocks of 5-9 lines) measured level or up to 7% slower this way
+/// (SmolLM2, one row), so they keep `prefetch_ahead`.
+#[inline(always)]
+pub(super) fn prefetch_line(blk: *const u8, ahead: usize, off: usize) {
+    if ahead != 0 {
+        let at = blk.wrapping_add(ahead + off) as *const i8;
+        // SAFETY: a prefetch dereferences nothing and never faults; the
+        // packed kernels run only where AVX-512 (so SSE) is present.
+        unsafe { std::arch::x86_64::_mm_prefetch::<{ std::arch::x86_64::_MM_HINT_T1 }>(at) };
+    }
+}
+
+/// `prefetch_line` for bytes `from..to` of a block, a line at a time.
+#[inline(always)]
+pub(super) fn prefetch_tail(blk: *const u8, ahead: usize, from: usize, to: usize) {
+    for off in (from..to).step_by(64) {
+        prefetch_line(blk, ahead, off);
     }
 }
 
