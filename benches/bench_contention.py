@@ -16,10 +16,13 @@ asks for:
 
   busy t2/t1        our 2-thread step / our 1-thread step beside the busy
                     loop (target <= 1.0: a second thread must not hurt)
-  vs llama.cpp      how much more our step slows down under the busy loop
-                    than llama.cpp's does, best thread count each:
-                    (ours busy / ours alone) / (theirs busy / theirs alone) - 1
-                    (target <= 0.2)
+  vs llama.cpp      our step / llama.cpp's step beside the busy loop. The
+                    issue's bar (at most a fifth of llama.cpp's step under the
+                    same load) is read as the issue's own example measures it,
+                    2 threads each; the stricter reading, each engine at its
+                    best thread count under load, is printed beside it. Also
+                    printed: how much more our step slows down under the load
+                    than llama.cpp's, best thread count each.
   pair / alone      each of two concurrent 2-thread processes against one
                     alone (target <= 2.5; fair sharing of the cores is 2.0)
 
@@ -215,13 +218,13 @@ def main() -> None:
         )
     if "oxillama" in summary and "llama.cpp" in summary:
         excess = summary["oxillama"]["busy_slowdown"] / summary["llama.cpp"]["busy_slowdown"] - 1
-        ratio = min(med("busy", t, "oxillama") for t in (1, 2)) / min(
+        same = med("busy", 2, "oxillama") / med("busy", 2, "llama.cpp")
+        best = min(med("busy", t, "oxillama") for t in (1, 2)) / min(
             med("busy", t, "llama.cpp") for t in (1, 2)
         )
-        print(
-            f"under load: our slowdown exceeds llama.cpp's by {excess:+.2f} (target <= 0.2); "
-            f"our step / theirs {ratio:.2f}"
-        )
+        print(f"under load, 2 threads each: our step / theirs {same:.2f} (target <= 0.2)")
+        print(f"under load, best thread count each: our step / theirs {best:.2f}")
+        print(f"under load: our slowdown exceeds llama.cpp's by {excess:+.2f}")
 
 
 if __name__ == "__main__":

@@ -68,7 +68,7 @@ pub(super) fn prefetch_ahead(blk: *const u8, ahead: usize, bytes: usize) {
 /// computing on them added up instead of overlapping. Spread over the
 /// loads, one line each into L2 (synthetic 1.7B Q4_K_M, Intel Xeon, CPUID
 /// model 207, alternated): eight rows 92 -> 77 ms a step on two threads,
-/// 161 -> 131 on one; one row level on two threads, 104 -> 76 on one.
+/// 161 -> 131 on one; one row 44 -> 41-42 ms on two, 81-83 -> 74-78 on one.
 /// Into L1 the same way was 1-3% slower. The 32-element formats' passes
 /// (blocks of 5-9 lines) measured level or up to 7% slower this way
 /// (SmolLM2, one row), so they keep `prefetch_ahead`.
