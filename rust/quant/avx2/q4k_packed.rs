@@ -173,9 +173,9 @@ unsafe fn pass<const N: usize>(nb: usize, grp: *const u8, a: [*const u8; N], out
         // The mins against the activation's 16-sums: one `vpdpwssd` per
         // token and sub-block, row r's (m, m) as two i16 in its lane against
         // the token's two 16-sums of the sub-block as they lie in Q8_K (two
-        // i16 at 260 + 4p), where `mullo`, a broadcast of their scalar sum
-        // and an add took five times the instructions. Integer sums, no
-        // overflow (|m * 16-sum| <= 63 * 2048): the same value.
+        // i16 at 260 + 4p), where a `vpmulld` (two micro-ops, on one port),
+        // a broadcast of their scalar sum and an add took four. Integer
+        // sums, no overflow (|m * 16-sum| <= 63 * 2048): the same value.
         let mut summ = [zero; N];
         for p in 0..8 {
             // SAFETY: the sixteen mins of sub-block p of this packed block.
