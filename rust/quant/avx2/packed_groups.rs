@@ -58,9 +58,10 @@ pub(super) fn prefetch_ahead(blk: *const u8, ahead: usize, bytes: usize) {
 }
 
 /// Called by a pass as it loads word `off` (64 bytes) of the packed block
-/// at `blk`, and through `prefetch_tail` once per block for the bytes
-/// after its words, with the distance `ahead_bytes` gave it: asks for the
-/// line `ahead` bytes on, into L2.
+/// at `blk`, and through `prefetch_span` for other bytes of it (Q4_K's
+/// scales once a block, a sixteenth of Q6_K's block per group), with its
+/// distance (`ahead_bytes`'s; Q6_K's own): asks for the line `ahead` bytes
+/// on, into L2.
 ///
 /// Why, for Q4_K's super-blocks: asked for at once, a block's 36 lines
 /// came in bursts that filled the core's line-fill buffers and held up the
@@ -84,7 +85,7 @@ pub(super) fn prefetch_line(blk: *const u8, ahead: usize, off: usize) {
 
 /// `prefetch_line` for bytes `from..to` of a block, a line at a time.
 #[inline(always)]
-pub(super) fn prefetch_tail(blk: *const u8, ahead: usize, from: usize, to: usize) {
+pub(super) fn prefetch_span(blk: *const u8, ahead: usize, from: usize, to: usize) {
     for off in (from..to).step_by(64) {
         prefetch_line(blk, ahead, off);
     }

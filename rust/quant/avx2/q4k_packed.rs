@@ -28,7 +28,7 @@
 use std::arch::x86_64::*;
 
 use super::packed_groups::{
-    ahead_bytes, pack_groups, prefetch_line, prefetch_tail, q8k_tile, BlockSide, GroupPass,
+    ahead_bytes, pack_groups, prefetch_line, prefetch_span, q8k_tile, BlockSide, GroupPass,
 };
 use super::{read_f32, read_u32};
 use crate::quant::kquant_scales::scales_mins;
@@ -133,7 +133,7 @@ unsafe fn pass<const N: usize>(nb: usize, grp: *const u8, a: [*const u8; N], out
     let ahead = ahead_bytes::<N>();
     for i in 0..nb {
         let blk = grp.wrapping_add(i * PACKED_BLOCK);
-        prefetch_tail(blk, ahead, SC, PACKED_BLOCK);
+        prefetch_span(blk, ahead, SC, PACKED_BLOCK);
         let ab: [*const u8; N] = std::array::from_fn(|t| a[t].wrapping_add(i * q8_k::BLOCK));
         let bytes16 = |o: usize| {
             // SAFETY: 16 bytes of this packed block (o < PACKED_BLOCK - 16).

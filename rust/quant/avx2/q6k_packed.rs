@@ -30,7 +30,7 @@
 
 use std::arch::x86_64::*;
 
-use super::packed_groups::{pack_groups, q8k_tile, BlockSide, GroupPass};
+use super::packed_groups::{pack_groups, prefetch_span, q8k_tile, BlockSide, GroupPass};
 use super::read_u32;
 use crate::quant::{q6_k, q8_k, QK_K};
 
@@ -191,10 +191,12 @@ unsafe fn pass<const N: usize>(nb: usize, grp: *const u8, a: [*const u8; N], out
         macro_rules! group {
             ($h:expr, $gl:expr, $o:expr) => {{
                 // A sixteenth of the block AHEAD on, spread over the groups.
-                for line in 0..4 {
-                    let at = blk.wrapping_add(AHEAD + $o * PACKED_BLOCK / 16 + 64 * line);
-                    _mm_prefetch::<_MM_HINT_T1>(at as *const i8);
-                }
+                prefetch_span(
+                    blk,
+                    AHEAD,
+                    $o * PACKED_BLOCK / 16,
+                    $o * PACKED_BLOCK / 16 + 256,
+                );
                 // Group g of half h: the low nibbles of `ql` words
                 // 4(g % 4) .. + 4 for g % 8 < 4, their high nibbles after;
                 // the `qh` words are the same ones modulo 8, at bits 2k (k:
