@@ -11,7 +11,9 @@
 //! holds after a short patience into its own output, and returns; the
 //! late worker finishes into the job's buffer, sees the chunk taken, and
 //! its result is never read. Every chunk gives the same bits whoever
-//! computes it, so the outputs do not depend on who was preempted.
+//! computes it, so the outputs do not depend on who was preempted. The
+//! caller copies each chunk a worker finished into its output as soon as
+//! it sees it done, while it waits for the others.
 
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::atomic::{AtomicU8, AtomicUsize, Ordering};
@@ -38,13 +40,20 @@ pub enum Slot {
 /// until the job's last `Arc` is dropped). So it must read only what the
 /// job owns or keeps alive, write only chunk `i`'s region of the slot, and
 /// touch `Slot::Out` memory only when called with `Slot::Out`.
+///
+/// `collect(i)` copies chunk `i`'s result from the job's buffer to the
+/// caller's output. The dispatching thread calls it once per chunk a
+/// worker finished, during the dispatch, after that worker published
+/// the chunk and stopped writing it.
 pub trait ChunkWork: Send + Sync + 'static {
     fn compute(&self, chunk: usize, slot: Slot);
+    fn collect(&self, chunk: usize);
 }
 
-/// A chunk's state. FREE -> CLAIMED (a worker) -> DONE_JOB, unless the
-/// caller takes it first (FREE or CLAIMED -> TAKEN -> DONE_OUT); the
-/// caller's own claims go FREE -> TAKEN -> DONE_OUT.
+/// A chunk's state. FREE -> CLAIMED (a worker) -> DONE_JOB -> COLLECTED
+/// (the caller copied it out), unless the caller takes it first (FREE or
+/// CLAIMED -> TAKEN -> DONE_OUT); the caller's own claims go FREE -> TAKEN
+/// -> DONE_OUT.
 const FREE: u8 = 0;
 const CLAIMED: u8 = 1;
 const TAKEN: u8 = 2;
@@ -52,6 +61,7 @@ const DONE_JOB: u8 = 3;
 const DONE_OUT: u8 = 4;
 /// A worker's computation panicked; the caller re-raises it.
 const FAILED: u8 = 5;
+const COLLECTED: u8 = 6;
 
 /// The least time the caller gives a worker's claimed chunk before
 /// redoing it, and the multiple of its own chunks' mean time it gives
@@ -94,10 +104,12 @@ impl<W: ChunkWork> OwnedJob<W> {
         self.states.len()
     }
 
-    /// Where chunk `i`'s result is, once the dispatch has returned.
+    /// Where chunk `i` was computed, once the dispatch has returned: by a
+    /// worker into the job (and collected into the output since), or by
+    /// the caller into the output. Either way the output holds it.
     pub fn slot(&self, i: usize) -> Slot {
         match self.states[i].load(Ordering::Acquire) {
-            DONE_JOB => Slot::Job,
+            COLLECTED => Slot::Job,
             DONE_OUT => Slot::Out,
             s => unreachable!("chunk {i} in state {s} after its dispatch"),
         }
@@ -124,28 +136,52 @@ impl<W: ChunkWork> OwnedJob<W> {
         }
     }
 
-    /// After the claims: waits for each chunk a worker holds, redoing it
-    /// once `patience` has passed (or at once when its worker has not
-    /// begun it). Re-raises a worker's panic.
+    /// After the claims: copies each chunk a worker finished into the
+    /// output as soon as it sees it done (so the copies overlap the wait
+    /// for the rest), and waits for each chunk a worker still holds,
+    /// redoing it once `patience` has passed (or at once when its worker
+    /// has not begun it). Re-raises a worker's panic.
     pub(super) fn caller_finishes(&self, patience: Duration) {
         let start = Instant::now();
-        for (i, st) in self.states.iter().enumerate() {
-            loop {
-                match st.load(Ordering::Acquire) {
-                    DONE_JOB | DONE_OUT => break,
+        // Every chunk before `first` is in the output.
+        let mut first = 0;
+        while first < self.states.len() {
+            let mut unsettled = None;
+            for (i, st) in self.states.iter().enumerate().skip(first) {
+                let settled = match st.load(Ordering::Acquire) {
+                    DONE_OUT | COLLECTED => true,
+                    DONE_JOB => {
+                        // The worker published the chunk (our Acquire read
+                        // its Release) and never writes it again.
+                        self.work.collect(i);
+                        st.store(COLLECTED, Ordering::Relaxed);
+                        true
+                    }
                     FAILED => reraise_worker_panic(&self.panic_message),
                     s @ (FREE | CLAIMED) if s == FREE || start.elapsed() >= patience => {
-                        if st
+                        // Fails only if the worker settled it meanwhile: the
+                        // next pass sees how.
+                        let took = st
                             .compare_exchange(s, TAKEN, Ordering::Acquire, Ordering::Relaxed)
-                            .is_ok()
-                        {
+                            .is_ok();
+                        if took {
                             self.work.compute(i, Slot::Out);
                             st.store(DONE_OUT, Ordering::Relaxed);
-                            break;
                         }
+                        took
                     }
-                    _ => std::hint::spin_loop(),
+                    _ => false,
+                };
+                if !settled {
+                    unsettled.get_or_insert(i);
                 }
+            }
+            match unsettled {
+                Some(i) => {
+                    first = i;
+                    std::hint::spin_loop();
+                }
+                None => first = self.states.len(),
             }
         }
         // A worker that panicked in a chunk the caller then redid: the
@@ -285,14 +321,22 @@ mod tests {
             // SAFETY: one cell per chunk, one computation per chunk and slot.
             unsafe { cell.slice(i, 1)[0] = i as u64 * 10 + self.round };
         }
+
+        fn collect(&self, i: usize) {
+            // SAFETY: chunk i's worker is done with its cell; the caller
+            // alone writes the output, one chunk's cell at a time.
+            unsafe { self.out_ptr.slice(i, 1)[0] = self.job_ptr.slice(i, 1)[0] };
+        }
     }
 
+    /// Chunk i's result as the caller sees it: in the output, whoever
+    /// computed it (a worker's, collected, equals its job cell).
     fn result(job: &OwnedJob<Cells>, out: &[u64], i: usize) -> u64 {
-        match job.slot(i) {
+        if job.slot(i) == Slot::Job {
             // SAFETY: the chunk's worker has finished (its state said so).
-            Slot::Job => unsafe { job.work.job_ptr.slice(i, 1)[0] },
-            Slot::Out => out[i],
+            assert_eq!(unsafe { job.work.job_ptr.slice(i, 1)[0] }, out[i]);
         }
+        out[i]
     }
 
     #[test]

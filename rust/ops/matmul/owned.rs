@@ -2,9 +2,10 @@
 //! job keeps the model file alive (every matrix it reads lies in memory
 //! the file owns, checked per product), owns a copy of the quantized
 //! activations and their side tables, and has an output buffer of its own
-//! for the chunks workers compute, copied into the caller's output after
-//! the dispatch. So a worker preempted mid-chunk never holds up the step:
-//! the caller redoes the chunk and moves on.
+//! for the chunks workers compute, which the caller copies into its
+//! output as each is done (`ChunkWork::collect`). So a worker preempted
+//! mid-chunk never holds up the step: the caller redoes the chunk and
+//! moves on.
 
 use std::sync::Arc;
 
@@ -98,7 +99,6 @@ impl OwnedProducts {
             owned.work.prepare(file, p, outs);
         }
         pool.run_owned(job);
-        job.work.gather(job, outs);
         true
     }
 }
@@ -169,26 +169,6 @@ impl DecodeProducts {
         self.out_ptrs
             .extend(outs.iter_mut().map(|o| SharedMut::new(o)));
     }
-
-    /// Copies the chunks workers computed from the job's buffer into `outs`
-    /// (the caller's chunks are there already).
-    fn gather(&self, job: &OwnedJob<DecodeProducts>, outs: &mut [&mut [f32]]) {
-        for (i, &(j, r0, r1)) in self.chunks.iter().enumerate() {
-            if job.slot(i) != Slot::Job {
-                continue;
-            }
-            let rows = self.ws[j].rows;
-            for t in 0..self.n_tok {
-                let at = t * rows + r0;
-                // SAFETY: the worker that computed chunk i has published
-                // these rows (`slot` read its Release) and writes no more;
-                // a late worker may still write other chunks' rows of this
-                // buffer, never these, so only this range is borrowed.
-                let src = unsafe { self.job_ptrs[j].slice(at, r1 - r0) };
-                outs[j][at..at + r1 - r0].copy_from_slice(src);
-            }
-        }
-    }
 }
 
 impl ChunkWork for DecodeProducts {
@@ -212,5 +192,25 @@ impl ChunkWork for DecodeProducts {
             side(&self.sides, w.ty),
             out,
         );
+    }
+
+    fn collect(&self, i: usize) {
+        let (j, r0, r1) = self.chunks[i];
+        let rows = self.ws[j].rows;
+        for t in 0..self.n_tok {
+            let at = t * rows + r0;
+            // SAFETY: the worker that computed chunk i has published these
+            // rows and writes no more; a late worker may still write other
+            // chunks' rows of this buffer, never these. The output is the
+            // caller's for the dispatch, and only this thread writes it
+            // there, one chunk's rows at a time.
+            let (src, dst) = unsafe {
+                (
+                    self.job_ptrs[j].slice(at, r1 - r0),
+                    self.out_ptrs[j].slice(at, r1 - r0),
+                )
+            };
+            dst.copy_from_slice(src);
+        }
     }
 }
