@@ -102,6 +102,16 @@ unsafe fn f16_pair(p: *const u8) -> __m128 {
     _mm_cvtph_ps(_mm_cvtsi32_si128(bits as i32))
 }
 
+/// `v` as f16 (nearest even, as `half` and ggml round) at byte `i` of `b`,
+/// converted in a register where the quantizers run rather than by a call
+/// per block.
+#[inline]
+#[target_feature(enable = "avx2,f16c")]
+unsafe fn put_f16(b: &mut [u8], i: usize, v: f32) {
+    let h = _mm_cvtps_ph::<_MM_FROUND_TO_NEAREST_INT>(_mm_set_ss(v));
+    b[i..i + 2].copy_from_slice(&(_mm_extract_epi16::<0>(h) as u16).to_le_bytes());
+}
+
 /// The f16 at `p` as f32.
 #[inline]
 #[target_feature(enable = "avx2,f16c")]

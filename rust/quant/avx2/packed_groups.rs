@@ -124,13 +124,23 @@ pub(super) trait GroupPass {
 /// instructions as the products of an eight-token pass. Read from here,
 /// each is a broadcast operand of the instruction that uses it.
 pub(super) fn sides<F: Block32>(acts: &[&[u8]], nb: usize, out: &mut Vec<BlockSide>) {
-    assert!(is_x86_feature_detected!("f16c"), "block sides without F16C");
+    assert!(
+        is_x86_feature_detected!("avx2") && is_x86_feature_detected!("f16c"),
+        "block sides without AVX2 and F16C"
+    );
+    // SAFETY: both features were asserted above.
+    unsafe { sides_f16c::<F>(acts, nb, out) }
+}
+
+/// `sides`, where the f16 scalars convert inline.
+#[target_feature(enable = "avx2,f16c")]
+unsafe fn sides_f16c<F: Block32>(acts: &[&[u8]], nb: usize, out: &mut Vec<BlockSide>) {
     out.clear();
     out.reserve(acts.len() * nb);
     for a in acts {
         assert!(a.len() >= nb * F::A, "activation row too short");
         for b in a.chunks_exact(F::A).take(nb) {
-            // SAFETY: F16C was asserted above; `b` holds a whole activation
+            // SAFETY: F16C is enabled here; `b` holds a whole activation
             // block, so its first four bytes are readable.
             let (d, s) = unsafe { (f16_at(b.as_ptr()), f16_at(b.as_ptr().add(2))) };
             let off = if F::OFFSET == 0 {

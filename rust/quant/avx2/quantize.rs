@@ -3,8 +3,8 @@
 
 use std::arch::x86_64::*;
 
-use super::hsum_i32;
-use crate::quant::block::{put_f16, q8_scales};
+use super::{hsum_i32, put_f16};
+use crate::quant::block::q8_scales;
 use crate::quant::{q8_0, q8_1, q8_k, QK_K};
 
 /// Largest |x| over 32 floats.
@@ -59,9 +59,11 @@ unsafe fn q8_blocks<const SUM: bool>(src: &[f32], dst: &mut [u8], block: usize) 
         let q = round_pack(&v, id);
         // SAFETY: b holds 32 quant bytes from qoff.
         unsafe { _mm256_storeu_si256(b.as_mut_ptr().add(qoff) as *mut __m256i, q) };
-        put_f16(b, 0, d);
+        // SAFETY: F16C is enabled here.
+        unsafe { put_f16(b, 0, d) };
         if SUM {
-            put_f16(b, 2, sum_i8(q) as f32 * d);
+            // SAFETY: as above.
+            unsafe { put_f16(b, 2, sum_i8(q) as f32 * d) };
         }
     }
 }
