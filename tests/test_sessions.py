@@ -441,6 +441,37 @@ def test_a_batched_step_leaves_each_session_a_hidden_state_that_gives_its_logits
     assert s._conv.state.hidden is not None and s._conv.state.logits is None
 
 
+def test_a_batched_step_gives_each_row_its_lone_bits_at_any_depth(model: Model) -> None:
+    """Decode attention lays its units out by the batch: one unit per (row,
+    KV head) where those give every thread one, split units otherwise (a
+    lone SmolLM2 row, three KV heads, on four threads). Past 64 keys a row
+    is split either way, and each row's logits in a batch are the bits it
+    gets decoded alone."""
+    import numpy as np
+
+    from oxillama import _native
+
+    depths = (10, 100, 300)
+    for threads in (2, 4):
+        pool = _native.KvPool(model.native, 256)
+
+        def fresh(
+            depth: int, threads: int = threads, pool: _native.KvPool = pool
+        ) -> _native.Session:
+            s = _native.Session(model.native, 512, threads, "f16", pool=pool)
+            s.eval(np.arange(100, 100 + depth, dtype=np.uint32))
+            return s
+
+        batch = [fresh(d) for d in depths]
+        lone = [fresh(d) for d in depths]
+        for step in range(3):
+            toks = [[500 + 7 * step + i] for i in range(len(depths))]
+            logits = _native.eval_batch(batch, toks)
+            for i, s in enumerate(lone):
+                alone = s.eval(np.asarray(toks[i], dtype=np.uint32))
+                assert alone.tobytes() == logits[i].tobytes(), (threads, depths[i], step)
+
+
 _BLOB: list[bytes] = []
 
 

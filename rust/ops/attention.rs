@@ -548,7 +548,7 @@ impl Plan {
 /// Where the (row, KV head) pairs alone give every thread a unit, each
 /// split row's steps run in one unit per KV head instead, splits and all,
 /// in the one dispatch: the same arithmetic, without two more dispatches
-/// and a serial sum. On two threads that took eight SmolLM2 rows 0.91x
+/// and a serial sum. On two threads that took eight SmolLM2 rows 0.92x
 /// the step, and one row at depth 400 (three KV heads: one thread does
 /// two) 0.90x. Below that (SmolLM2 on 16 threads, Gemma-3's one KV head)
 /// the splits' own units keep the threads busy.
