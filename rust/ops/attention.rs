@@ -460,21 +460,8 @@ fn whole_split_row<'o>(
     partial.clear();
     partial.resize(pl.n_split * group * d, 0.0);
     for (s, part) in partial.chunks_exact_mut(group * d).enumerate() {
-        let (a, b) = pl.range(s);
-        if a >= b {
-            continue;
-        }
-        let queries: Vec<Query<'_>> = (0..group)
-            .map(|_| Query {
-                q: &[],
-                lo: a,
-                hi: b,
-            })
-            .collect();
         let mut accs: Vec<&mut [f32]> = part.chunks_exact_mut(d).collect();
-        weighted_values(
-            vk, &queries, vals, d, pl.lo, pl.span, scores, &mut accs, tile,
-        );
+        split_values(vk, pl, s, vals, d, scores, &mut accs, tile);
     }
     for gi in 0..group {
         let o = out(gi);
@@ -485,6 +472,35 @@ fn whole_split_row<'o>(
                 .for_each(|(x, y)| *x += y);
         }
     }
+}
+
+/// Split `s` of a row's values for the heads of one KV group: `accs[gi] +=`
+/// the split's keys weighted by head gi's row of `weights` (`group x
+/// span`, from the row's first key). The one computation of a split, for
+/// the split units and for `whole_split_row` alike, so both give its bits.
+#[allow(clippy::too_many_arguments)]
+fn split_values(
+    vk: &VecKernels,
+    pl: &Plan,
+    s: usize,
+    vals: KvView<'_>,
+    d: usize,
+    weights: &[f32],
+    accs: &mut [&mut [f32]],
+    tile: &mut Vec<f32>,
+) {
+    let (a, b) = pl.range(s);
+    if a >= b {
+        return;
+    }
+    let queries: Vec<Query<'_>> = (0..accs.len())
+        .map(|_| Query {
+            q: &[],
+            lo: a,
+            hi: b,
+        })
+        .collect();
+    weighted_values(vk, &queries, vals, d, pl.lo, pl.span, weights, accs, tile);
 }
 
 /// One single-token query: a sequence's cache, its query (`n_head x
@@ -771,35 +787,14 @@ fn decode_rows(
             let (i, u) = (split_rows[k], gu - firsts[k]);
             let (pl, r) = (&plans[i], &rows_ref[i]);
             let (g, s) = (u / pl.n_split, u % pl.n_split);
-            let (a, b) = pl.range(s);
-            if a >= b {
-                return;
-            }
             let vals = r.cache.values(layer, g, r.pos + 1);
-            let queries: Vec<Query<'_>> = (0..group)
-                .map(|_| Query {
-                    q: &[],
-                    lo: a,
-                    hi: b,
-                })
-                .collect();
             let mut accs: Vec<&mut [f32]> = (0..group)
                 // SAFETY: global unit gu owns its own slice of `partial`.
                 .map(|gi| unsafe { ps.slice((gu * group + gi) * p.dim_v, p.dim_v) })
                 .collect();
             let weights = &alls[i][g * group * pl.span..(g + 1) * group * pl.span];
             UNIT_BUFS.with_borrow_mut(|ub| {
-                weighted_values(
-                    vk,
-                    &queries,
-                    vals,
-                    p.dim_v,
-                    pl.lo,
-                    pl.span,
-                    weights,
-                    &mut accs,
-                    &mut ub.tile,
-                );
+                split_values(vk, pl, s, vals, p.dim_v, weights, &mut accs, &mut ub.tile);
             });
         });
     }
