@@ -30,8 +30,10 @@ use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 mod owned;
+mod share;
 use owned::Claim;
 pub use owned::{ChunkWork, OwnedJob, Slot};
+use share::Seat;
 
 /// How long an idle worker spins for the next job: long enough to cover the
 /// gap between the dispatches of one decode step on a quiet machine.
@@ -107,6 +109,12 @@ struct Shared {
     sleep_lock: Mutex<()>,
     wake: Condvar,
     sleepers: AtomicUsize,
+    /// Workers 1..=`allowed` take part in dispatches; the others, above the
+    /// pool's share of the cores while other processes use them too
+    /// (`share`), park here until the share grows again.
+    allowed: AtomicUsize,
+    park_lock: Mutex<()>,
+    unpark: Condvar,
     /// The caller sleeps here for joined workers; the last one out wakes it
     /// when `caller_asleep` says it may be sleeping.
     done_lock: Mutex<()>,
@@ -181,6 +189,9 @@ const PAR_ROWS_MIN_ELEMS: usize = 1 << 16;
 pub struct ThreadPool {
     shared: Arc<Shared>,
     workers: Vec<JoinHandle<()>>,
+    /// This pool's place on the board of the user's oxillama processes
+    /// (None: sharing is off, or the board could not be opened).
+    seat: Option<Seat>,
     /// Serializes dispatches from different callers (two engines on two
     /// Python threads may share one pool).
     dispatch: Mutex<()>,
@@ -188,8 +199,21 @@ pub struct ThreadPool {
 }
 
 impl ThreadPool {
-    /// A pool that runs jobs on `n_threads` threads, the caller included.
+    /// A pool that runs jobs on `n_threads` threads, the caller included,
+    /// or on its share of the cores while pools of the user's other
+    /// oxillama processes on the same CPUs are computing too (`share`).
     pub fn new(n_threads: usize) -> Self {
+        // Unit tests run many pools at once in one process; those that test
+        // sharing make their own board.
+        let board = if cfg!(test) {
+            None
+        } else {
+            share::process_board()
+        };
+        Self::with_board(n_threads, board)
+    }
+
+    fn with_board(n_threads: usize, board: Option<Arc<share::Board>>) -> Self {
         let n_threads = n_threads.max(1);
         let shared = Arc::new(Shared {
             state: AtomicU64::new(CLOSED),
@@ -205,6 +229,9 @@ impl ThreadPool {
             sleep_lock: Mutex::new(()),
             wake: Condvar::new(),
             sleepers: AtomicUsize::new(0),
+            allowed: AtomicUsize::new(n_threads - 1),
+            park_lock: Mutex::new(()),
+            unpark: Condvar::new(),
             done_lock: Mutex::new(()),
             done: Condvar::new(),
             caller_asleep: AtomicBool::new(false),
@@ -221,13 +248,14 @@ impl ThreadPool {
                 let s = Arc::clone(&shared);
                 std::thread::Builder::new()
                     .name(format!("oxillama-worker-{i}"))
-                    .spawn(move || worker_loop(&s))
+                    .spawn(move || worker_loop(&s, i))
                     .expect("cannot spawn oxillama worker thread")
             })
             .collect();
         ThreadPool {
             shared,
             workers,
+            seat: board.map(|b| Seat::new(b, n_threads)),
             dispatch: Mutex::new(()),
             n_threads,
         }
@@ -235,6 +263,31 @@ impl ThreadPool {
 
     pub fn n_threads(&self) -> usize {
         self.n_threads
+    }
+
+    /// The threads that took part in the last dispatch's share: `n_threads`,
+    /// or fewer while other processes' pools share the cores.
+    pub fn threads_in_use(&self) -> usize {
+        self.seat.as_ref().map_or(self.n_threads, Seat::last_share)
+    }
+
+    /// How many workers may help with the dispatch about to start (the
+    /// pool's share of the cores, less the caller); parks or wakes workers
+    /// when that changed since the last dispatch.
+    fn helpers(&self) -> usize {
+        let Some(seat) = &self.seat else {
+            return self.workers.len();
+        };
+        let n = seat.threads_now().min(self.n_threads) - 1;
+        let s = &*self.shared;
+        let was = s.allowed.swap(n, Ordering::SeqCst);
+        if n > was {
+            // Under the lock, so a worker between its check and its wait
+            // cannot miss this (see `wait_for_dispatch`).
+            drop(s.park_lock.lock().unwrap_or_else(|p| p.into_inner()));
+            s.unpark.notify_all();
+        }
+        n
     }
 
     /// The counters so far (`PoolStats`); differences between two reads
@@ -268,7 +321,7 @@ impl ThreadPool {
         let row_len = row_len.max(1);
         assert_eq!(data.len() % row_len, 0, "for_rows: a partial row");
         let n_rows = data.len() / row_len;
-        if self.workers.is_empty() || data.len() < PAR_ROWS_MIN_ELEMS || n_rows < 2 {
+        if data.len() < PAR_ROWS_MIN_ELEMS || n_rows < 2 || self.helpers() == 0 {
             return f(0, data);
         }
         // Two blocks a thread: a thread that is preempted leaves one block
@@ -292,7 +345,7 @@ impl ThreadPool {
         // Clock reads and shared atomic adds on every dispatch cost a
         // SmolLM2 decode step up to 1%, so only when asked for.
         let start = COUNTING.load(Ordering::Relaxed).then(Instant::now);
-        if self.workers.is_empty() || n_chunks == 1 {
+        if n_chunks == 1 || self.helpers() == 0 {
             (0..n_chunks).for_each(f);
             if let Some(t) = start {
                 self.shared.count_dispatch(t, t.elapsed());
@@ -337,7 +390,7 @@ impl ThreadPool {
         }
         let s = &*self.shared;
         let start = COUNTING.load(Ordering::Relaxed).then(Instant::now);
-        let (ran, took) = if self.workers.is_empty() || n_chunks == 1 {
+        let (ran, took) = if n_chunks == 1 || self.helpers() == 0 {
             job.caller_claims()
         } else {
             let owned: Arc<dyn Claim> = job.clone();
@@ -455,12 +508,24 @@ fn claim_chunks(s: &Shared, f: &JobFn<'_>, n_chunks: usize) {
 
 /// Waits (spin, then yield, then sleep) for an open dispatch whose
 /// generation differs from `seen`; returns its state, or None on shutdown.
-fn wait_for_dispatch(s: &Shared, seen: u64) -> Option<u64> {
+/// Worker `index` parks instead while the pool's share leaves it out.
+fn wait_for_dispatch(s: &Shared, seen: u64, index: usize) -> Option<u64> {
     let fresh = |st: u64| is_open(st) && generation(st) != seen;
-    let start = Instant::now();
+    let mut start = Instant::now();
     loop {
         if s.shutdown.load(Ordering::Relaxed) {
             return None;
+        }
+        if index > s.allowed.load(Ordering::Relaxed) {
+            let mut l = s.park_lock.lock().unwrap_or_else(|p| p.into_inner());
+            // Checked under the lock that `helpers` takes before it wakes
+            // us, so a growing share cannot slip between check and wait.
+            while index > s.allowed.load(Ordering::SeqCst) && !s.shutdown.load(Ordering::SeqCst) {
+                l = s.unpark.wait(l).unwrap_or_else(|p| p.into_inner());
+            }
+            drop(l);
+            start = Instant::now();
+            continue;
         }
         let st = s.state.load(Ordering::Acquire);
         if fresh(st) {
@@ -484,11 +549,11 @@ fn wait_for_dispatch(s: &Shared, seen: u64) -> Option<u64> {
     }
 }
 
-fn worker_loop(s: &Shared) {
+fn worker_loop(s: &Shared, index: usize) {
     // Pools start closed at generation 0; a worker that starts late still
     // joins the first dispatch if it is open.
     let mut seen = 0;
-    while let Some(st) = wait_for_dispatch(s, seen) {
+    while let Some(st) = wait_for_dispatch(s, seen, index) {
         seen = generation(st);
         #[cfg(test)]
         drop(s.join_gate.lock().unwrap_or_else(|p| p.into_inner()));
@@ -580,6 +645,13 @@ impl Drop for ThreadPool {
             self.shared.shutdown.store(true, Ordering::SeqCst);
         }
         self.shared.wake.notify_all();
+        drop(
+            self.shared
+                .park_lock
+                .lock()
+                .unwrap_or_else(|p| p.into_inner()),
+        );
+        self.shared.unpark.notify_all();
         for w in self.workers.drain(..) {
             let _ = w.join();
         }
@@ -880,6 +952,41 @@ mod tests {
             });
         }
         assert_eq!(total.load(Ordering::Relaxed), 10_000 * 6);
+    }
+
+    #[test]
+    fn pools_of_two_processes_split_the_cores_and_keep_every_chunk() {
+        let path =
+            std::env::temp_dir().join(format!("oxillama-pool-board-test-{}", std::process::id()));
+        let board = || Some(Arc::new(share::Board::open(&path, 2, 0b11).unwrap()));
+        // Two pools on one board play two processes on two cores.
+        let (a, b) = (
+            ThreadPool::with_board(2, board()),
+            ThreadPool::with_board(2, board()),
+        );
+        let joins = |p: &ThreadPool| p.shared.joins.load(Ordering::Relaxed);
+        let slow = |_: usize| std::thread::sleep(Duration::from_millis(2));
+        a.run(4, slow);
+        assert_eq!(a.threads_in_use(), 2, "alone, the whole width");
+        b.run(4, slow);
+        assert_eq!(b.threads_in_use(), 1, "a is active");
+        std::thread::sleep(Duration::from_millis(2));
+        let before = joins(&a);
+        let hits: Vec<AtomicUsize> = (0..8).map(|_| AtomicUsize::new(0)).collect();
+        a.run(8, |i| {
+            hits[i].fetch_add(1, Ordering::Relaxed);
+            slow(i);
+        });
+        assert_eq!(a.threads_in_use(), 1, "b is active");
+        assert_eq!(joins(&a), before, "a's worker is parked");
+        assert!(hits.iter().all(|h| h.load(Ordering::Relaxed) == 1));
+        // b goes idle: a takes both cores again, and its worker wakes.
+        std::thread::sleep(Duration::from_millis(60));
+        a.run(8, slow);
+        assert_eq!(a.threads_in_use(), 2);
+        assert!(joins(&a) > before, "a's worker took part again");
+        drop((a, b));
+        std::fs::remove_file(path).unwrap();
     }
 
     #[test]

@@ -136,6 +136,12 @@ impl Session {
         self.pool.n_threads()
     }
 
+    /// The threads this session's pool ran its last dispatch on: `threads`,
+    /// or its share of the cores while other oxillama processes use them.
+    pub fn threads_in_use(&self) -> usize {
+        self.pool.threads_in_use()
+    }
+
     pub fn set_threads(&mut self, threads: usize) {
         self.pool = shared_pool(threads);
     }

@@ -450,6 +450,10 @@ impl PySession {
     fn threads(&self) -> usize {
         self.inner.threads()
     }
+    #[getter]
+    fn threads_in_use(&self) -> usize {
+        self.inner.threads_in_use()
+    }
     /// `(dispatches, dispatch_secs, work_secs, threads)` of this session's
     /// thread pool, counted while `count_pool_work(True)` is in effect
     /// (see `oxillama bench --pool-stats`).

@@ -375,6 +375,14 @@ class Engine:
         self._session.threads = n
 
     @property
+    def threads_in_use(self) -> int:
+        """The threads the last forward pass ran on: `threads`, or this
+        process's share of the cores while other oxillama processes of the
+        same user decode on the same CPUs (see "Threads" in the docs;
+        ``OXILLAMA_SHARE_CORES=0`` turns the sharing off)."""
+        return int(self._session.threads_in_use)
+
+    @property
     def arch(self) -> str:
         return str(self._model.arch)
 
