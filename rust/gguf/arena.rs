@@ -11,11 +11,17 @@
 //! hold them in 2 MiB folios (it did for one of our files and not for
 //! another), so the matrices read as stored are copied too. One mapping,
 //! aligned to 2 MiB by hand, is huge-paged end to end.
+//!
+//! Once made, the arena moves into a file that the user's other processes
+//! running the same model map too (`shared_arena`); a process that finds
+//! that file maps it instead of making its own.
 
 use std::collections::HashMap;
 use std::ops::Range;
 
 use memmap2::MmapMut;
+
+use super::shared_arena::{self, SharedMap};
 
 /// The size of a transparent huge page on x86-64 and most arm64 kernels;
 /// only alignment and advice depend on it, never correctness.
@@ -36,8 +42,55 @@ pub enum Held {
 /// Matrices by the data offset of the tensor they come from.
 #[derive(Default)]
 pub struct WeightArena {
-    map: Option<MmapMut>,
+    memory: Memory,
+    /// Each matrix's bytes in `memory`.
     spans: HashMap<usize, (Range<usize>, Held)>,
+    /// Where the arena starts in `memory`, and its length (whole huge pages).
+    base: usize,
+    total: usize,
+}
+
+#[derive(Default)]
+enum Memory {
+    #[default]
+    None,
+    /// This process's own, being filled or kept.
+    Private(MmapMut),
+    /// A file the user's processes that run this model all map.
+    Shared(SharedMap),
+}
+
+impl Memory {
+    fn bytes(&self) -> Option<&[u8]> {
+        match self {
+            Memory::None => None,
+            Memory::Private(m) => Some(m),
+            Memory::Shared(s) => Some(s.bytes()),
+        }
+    }
+}
+
+/// Each matrix's span from the arena's start, and the arena's length
+/// (whole huge pages), for `wanted` in order; None on overflow.
+type Layout = (Vec<(usize, Range<usize>, Held)>, usize);
+
+fn layout(wanted: &[(usize, usize, Held)]) -> Option<Layout> {
+    let mut spans = Vec::with_capacity(wanted.len());
+    let mut end = 0usize;
+    for &(offset, len, held) in wanted {
+        let start = end.checked_next_multiple_of(START_ALIGN)?;
+        end = start.checked_add(len)?;
+        spans.push((offset, start..end, held));
+    }
+    Some((spans, end.checked_next_multiple_of(HUGE)?))
+}
+
+/// What the name of a shared arena depends on of `wanted`.
+fn layout_key(wanted: &[(usize, usize, Held)]) -> Vec<(usize, usize, u8)> {
+    wanted
+        .iter()
+        .map(|&(o, n, h)| (o, n, matches!(h, Held::Copy) as u8))
+        .collect()
 }
 
 impl WeightArena {
@@ -45,36 +98,78 @@ impl WeightArena {
     /// `wanted`, advised to use huge pages. None when the memory cannot be
     /// mapped (the matrices then stay where the file has them).
     pub fn reserve(wanted: &[(usize, usize, Held)]) -> Option<Self> {
-        let mut spans = HashMap::with_capacity(wanted.len());
-        let mut end = 0usize;
-        for &(offset, len, held) in wanted {
-            let start = end.checked_next_multiple_of(START_ALIGN)?;
-            end = start.checked_add(len)?;
-            spans.insert(offset, (start..end, held));
-        }
-        if end == 0 {
+        let (spans, total) = layout(wanted)?;
+        if total == 0 {
             return Some(Self::default());
         }
-        let total = end.checked_next_multiple_of(HUGE)?;
         // One huge page more than needed, so the arena can start on a
         // 2 MiB boundary wherever the kernel places the mapping.
         let map = MmapMut::map_anon(total.checked_add(HUGE)?).ok()?;
         let base = (map.as_ptr() as usize).next_multiple_of(HUGE) - map.as_ptr() as usize;
         // Advice only: without huge pages the layout is the same.
         let _ = map.advise_range(memmap2::Advice::HugePage, base, total);
-        for (span, _) in spans.values_mut() {
-            *span = span.start + base..span.end + base;
-        }
         Some(WeightArena {
-            map: Some(map),
-            spans,
+            memory: Memory::Private(map),
+            spans: spans
+                .into_iter()
+                .map(|(o, r, h)| (o, (r.start + base..r.end + base, h)))
+                .collect(),
+            base,
+            total,
         })
+    }
+
+    /// The arena for `wanted` that another process running the model in
+    /// `model` shares (`shared_arena`), if there is one; nothing to fill.
+    pub fn open_shared(model: &std::fs::File, wanted: &[(usize, usize, Held)]) -> Option<Self> {
+        let (spans, total) = layout(wanted)?;
+        let name = shared_arena::arena_name(model, &layout_key(wanted))?;
+        let map = shared_arena::open(&shared_arena::arena_dir()?, &name, total)?;
+        Some(WeightArena {
+            memory: Memory::Shared(map),
+            spans: spans.into_iter().map(|(o, r, h)| (o, (r, h))).collect(),
+            base: 0,
+            total,
+        })
+    }
+
+    /// Moves a filled arena for `wanted` (every matrix made: none
+    /// forgotten) into a file the user's other processes that run the
+    /// model in `model` can map; the arena stays private if that fails.
+    /// Returns whether it moved.
+    pub fn share(&mut self, model: &std::fs::File, wanted: &[(usize, usize, Held)]) -> bool {
+        let Memory::Private(map) = &self.memory else {
+            return false;
+        };
+        if self.spans.len() != wanted.len() || self.total == 0 {
+            return false;
+        }
+        let shared = (|| {
+            let name = shared_arena::arena_name(model, &layout_key(wanted))?;
+            let bytes = &map[self.base..self.base + self.total];
+            shared_arena::publish(&shared_arena::arena_dir()?, &name, bytes)
+        })();
+        let Some(shared) = shared else {
+            return false;
+        };
+        let base = self.base;
+        for (span, _) in self.spans.values_mut() {
+            *span = span.start - base..span.end - base;
+        }
+        self.base = 0;
+        self.memory = Memory::Shared(shared);
+        true
+    }
+
+    /// Whether the arena's memory is a file other processes may share.
+    pub fn is_shared(&self) -> bool {
+        matches!(self.memory, Memory::Shared(_))
     }
 
     /// Each reserved span's bytes, writable, by tensor offset; disjoint,
     /// so they can be filled in parallel.
     pub fn parts_mut(&mut self) -> Vec<(usize, &mut [u8])> {
-        let Some(map) = self.map.as_mut() else {
+        let Memory::Private(map) = &mut self.memory else {
             return Vec::new();
         };
         let mut order: Vec<(usize, Range<usize>)> = self
@@ -106,7 +201,7 @@ impl WeightArena {
     /// and its bytes.
     pub fn lookup(&self, offset: usize) -> Option<(Held, &[u8])> {
         let (r, h) = self.spans.get(&offset)?;
-        Some((*h, &self.map.as_ref()?[r.clone()]))
+        Some((*h, &self.memory.bytes()?[r.clone()]))
     }
 
     /// What the arena holds of the tensor whose data starts at `offset`,
@@ -119,7 +214,7 @@ impl WeightArena {
 
     /// Whether `bytes` lie inside the arena's memory.
     pub fn holds(&self, bytes: &[u8]) -> bool {
-        self.map.as_ref().is_some_and(|m| within(m, bytes))
+        self.memory.bytes().is_some_and(|m| within(m, bytes))
     }
 
     /// The tensors the arena holds, with what it holds of each.

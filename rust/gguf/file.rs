@@ -236,6 +236,17 @@ impl GgufFile {
         self.source.is_mapped()
     }
 
+    /// The model file, when the model is mapped from one.
+    pub fn mapped_file(&self) -> Option<&std::fs::File> {
+        self.source.file()
+    }
+
+    /// Whether the arena is a file the user's processes share (made and
+    /// shared, or found shared), once made.
+    pub fn arena_shared(&self) -> bool {
+        self.packed.get().is_some_and(WeightArena::is_shared)
+    }
+
     /// Paging advice for a byte range of a mapped file (the layer pager).
     pub fn page(&self, offset: usize, len: usize, what: super::Paging) -> std::io::Result<()> {
         self.source.page(offset, len, what)

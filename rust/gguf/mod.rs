@@ -5,11 +5,13 @@
 mod arena;
 mod cursor;
 mod file;
+mod shared_arena;
 mod source;
 mod value;
 
 pub use arena::{Held, WeightArena};
 pub use file::{GgufFile, TensorInfo};
+pub use shared_arena::sharing_enabled as weight_sharing_enabled;
 pub use source::{page_size, Paging, Source};
 pub use value::{Array, Value};
 

@@ -78,6 +78,14 @@ impl Source {
         matches!(self, Source::Mapped(..))
     }
 
+    /// The file a mapped source maps.
+    pub fn file(&self) -> Option<&File> {
+        match self {
+            Source::Mapped(_, f) => Some(f),
+            Source::Owned(_) => None,
+        }
+    }
+
     /// Applies `what` to bytes `offset..offset + len` of a mapped file
     /// (`offset` a multiple of the page size; the range inside the file).
     #[cfg(target_os = "linux")]

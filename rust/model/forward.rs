@@ -601,6 +601,16 @@ fn pack_weights(pool: &ThreadPool, f: &GgufFile) -> WeightArena {
         .collect();
     let wanted: Vec<(usize, usize, Held)> =
         todo.iter().map(|&(t, n, h)| (t.offset, n, h)).collect();
+    // Another process of the user that runs this model may have made the
+    // arena already (`gguf::shared_arena`): then it is only mapped.
+    let model = f.mapped_file().filter(|_| weights_shared());
+    if let Some(arena) = model.and_then(|m| WeightArena::open_shared(m, &wanted)) {
+        for &(t, _, held) in &todo {
+            release_replaced_pages(f, t, held);
+        }
+        release_tied_table(f, &arena, tied);
+        return arena;
+    }
     // A failed mapping only leaves every matrix where the file has it.
     let Some(mut arena) = WeightArena::reserve(&wanted) else {
         return WeightArena::default();
@@ -618,24 +628,18 @@ fn pack_weights(pool: &ThreadPool, f: &GgufFile) -> WeightArena {
         let ok = match held {
             Held::Packed => {
                 let (cols, rows) = (t.dims[0] as usize, t.n_rows());
-                let ok = crate::quant::pack_matrix_into(t.ty, rows, cols, data, out);
-                // Where the prefill GEMM reads the packed copy too, nothing
-                // reads these file pages again (but the embedding table's
-                // rows, looked up one by one).
-                if ok && crate::quant::gemm_reads_packed(t.ty) && t.name != "token_embd.weight" {
-                    release_file_pages(f, t);
-                }
-                ok
+                crate::quant::pack_matrix_into(t.ty, rows, cols, data, out)
             }
             Held::Copy => {
                 out.copy_from_slice(data);
-                // Now, not after the last copy: the peak resident size
-                // then holds one matrix twice, not every copied one.
-                release_file_pages(f, t);
                 true
             }
         };
-        if !ok {
+        if ok {
+            // Now, not after the last matrix: the peak resident size then
+            // holds one matrix twice, not every copied one.
+            release_replaced_pages(f, t, held);
+        } else {
             failed[i].store(true, Ordering::Relaxed);
         }
     });
@@ -645,19 +649,55 @@ fn pack_weights(pool: &ThreadPool, f: &GgufFile) -> WeightArena {
         .filter(|(_, bad)| bad.load(Ordering::Relaxed))
         .map(|(p, _)| p.into_inner().unwrap_or_else(|e| e.into_inner()).0)
         .collect();
+    let whole = failed.is_empty();
     for offset in failed {
         arena.forget(offset);
     }
-    // A tied table's file layout now serves only embedding lookups, a row
-    // per token: its pages leave this process (the page cache keeps them
-    // and a lookup faults its row back in), so the packed head does not
-    // double the resident size. Gemma-3-270M: 178 MB of its 246. Other
-    // packed matrices keep their file pages: prefill's GEMM reads them.
+    release_tied_table(f, &arena, tied);
+    if whole {
+        if let Some(m) = model {
+            // Best effort: on failure the arena stays this process's own.
+            arena.share(m, &wanted);
+        }
+    }
+    arena
+}
+
+/// Whether arenas go to a file the user's processes share
+/// (`OXILLAMA_SHARE_WEIGHTS=0` keeps each process's own).
+fn weights_shared() -> bool {
+    static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *ON.get_or_init(|| {
+        crate::gguf::weight_sharing_enabled(std::env::var("OXILLAMA_SHARE_WEIGHTS").ok().as_deref())
+    })
+}
+
+/// Drops the file pages of a matrix the arena holds in their place.
+fn release_replaced_pages(f: &GgufFile, t: &TensorInfo, held: Held) {
+    match held {
+        // Where the prefill GEMM reads the packed copy too, nothing reads
+        // these file pages again (but the embedding table's rows, looked up
+        // one by one).
+        Held::Packed => {
+            if crate::quant::gemm_reads_packed(t.ty) && t.name != "token_embd.weight" {
+                release_file_pages(f, t);
+            }
+        }
+        Held::Copy => release_file_pages(f, t),
+    }
+}
+
+/// A tied table's file layout serves only embedding lookups, a row per
+/// token, once the arena holds its packed head: its pages leave this
+/// process (the page cache keeps them and a lookup faults its row back in),
+/// so the packed head does not double the resident size. Gemma-3-270M: 178
+/// MB of its 246. Other packed matrices keep their file pages: prefill's
+/// GEMM reads them.
+fn release_tied_table(f: &GgufFile, arena: &WeightArena, tied: bool) {
     if let Some(t) = f
         .tensor("token_embd.weight")
         .filter(|t| tied && arena.get(t.offset, Held::Packed).is_some())
     {
         release_file_pages(f, t);
     }
-    arena
 }
