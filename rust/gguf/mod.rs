@@ -5,6 +5,12 @@
 mod arena;
 mod cursor;
 mod file;
+// O_TMPFILE, /proc/self/fd and the boot id: Linux only; elsewhere every
+// process keeps its own arena.
+#[cfg(target_os = "linux")]
+mod shared_arena;
+#[cfg(not(target_os = "linux"))]
+#[path = "shared_arena_none.rs"]
 mod shared_arena;
 mod source;
 mod value;

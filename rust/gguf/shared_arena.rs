@@ -263,9 +263,23 @@ impl Drop for SharedMap {
     }
 }
 
+/// Whether `dir` is ours alone (owned by this user, writable by no one
+/// else): a file another user could plant there would be mapped as our
+/// weights.
+fn private_dir(dir: &Path) -> bool {
+    use std::os::unix::fs::MetadataExt;
+    // SAFETY: getuid has no preconditions and cannot fail.
+    let uid = unsafe { libc::getuid() };
+    std::fs::symlink_metadata(dir)
+        .is_ok_and(|m| m.is_dir() && m.uid() == uid && m.mode() & 0o022 == 0)
+}
+
 /// Opens the arena file `name` in `dir` if a process made it this boot,
 /// holding it; clears unheld leftovers of other arenas on the way.
 pub fn open(dir: &Path, name: &str, len: usize) -> Option<SharedMap> {
+    if !private_dir(dir) {
+        return None;
+    }
     sweep(dir, name);
     let path = dir.join(name);
     let file = File::open(&path).ok()?;
@@ -285,6 +299,9 @@ pub fn publish(dir: &Path, name: &str, bytes: &[u8]) -> Option<SharedMap> {
         .mode(0o700)
         .create(dir)
         .ok()?;
+    if !private_dir(dir) {
+        return None;
+    }
     // Anonymous until complete: a crash leaves nothing behind.
     let mut file = std::fs::OpenOptions::new()
         .read(true)
@@ -389,6 +406,19 @@ mod tests {
         assert_ne!(arena_name(&m2, &l), Some(n.clone()));
         assert_ne!(arena_name(&m1, &l[..1]), Some(n.clone()));
         assert_ne!(arena_name(&m1, &[(0, 100, 1), (4096, 5, 1)]), Some(n));
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn a_folder_others_may_write_is_not_used() {
+        use std::os::unix::fs::PermissionsExt;
+        let dir = temp_dir("open");
+        std::fs::create_dir_all(&dir).unwrap();
+        std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o777)).unwrap();
+        assert!(publish(&dir, "y.arena", &[1, 2, 3]).is_none());
+        assert!(std::fs::read_dir(&dir).unwrap().next().is_none());
+        std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o700)).unwrap();
+        assert!(publish(&dir, "y.arena", &[1, 2, 3]).is_some());
         std::fs::remove_dir_all(&dir).unwrap();
     }
 

@@ -51,6 +51,7 @@ const MAX_THREADS: u64 = 4096;
 
 /// Microseconds of CLOCK_MONOTONIC, which every process of the machine
 /// reads alike (unlike `Instant`, which cannot be shared).
+#[cfg(unix)]
 pub(super) fn now_us() -> u64 {
     let mut ts = libc::timespec {
         tv_sec: 0,
@@ -62,6 +63,12 @@ pub(super) fn now_us() -> u64 {
     (ts.tv_sec as u64)
         .saturating_mul(1_000_000)
         .saturating_add(ts.tv_nsec as u64 / 1_000)
+}
+
+/// Elsewhere no board is opened (`process_board`), so no clock is shared.
+#[cfg(not(unix))]
+pub(super) fn now_us() -> u64 {
+    0
 }
 
 /// How many threads a pool made with `mine` may run while active pools of
@@ -88,14 +95,11 @@ pub struct Board {
 impl Board {
     /// Opens (creating it if needed) the board at `path`.
     pub fn open(path: &Path, cores: usize, cpus: u64) -> std::io::Result<Board> {
-        use std::os::unix::fs::OpenOptionsExt;
-        let file = OpenOptions::new()
-            .read(true)
-            .write(true)
-            .create(true)
-            .truncate(false)
-            .mode(0o600)
-            .open(path)?;
+        let mut options = OpenOptions::new();
+        options.read(true).write(true).create(true).truncate(false);
+        #[cfg(unix)]
+        std::os::unix::fs::OpenOptionsExt::mode(&mut options, 0o600);
+        let file = options.open(path)?;
         if file.metadata()?.len() < BOARD_BYTES as u64 {
             // Two processes racing here both set the same length; growing a
             // file zero-fills it, and zero is a free slot.
@@ -250,6 +254,7 @@ impl Drop for Seat {
 
 /// Where the board lives: shared memory when the machine has it, else the
 /// temporary directory; one per user.
+#[cfg(unix)]
 fn board_path() -> PathBuf {
     // SAFETY: getuid has no preconditions and cannot fail.
     let uid = unsafe { libc::getuid() };
@@ -288,7 +293,16 @@ fn cpu_bits() -> u64 {
 }
 
 /// The process's board, opened on first use; None when sharing is off
+/// (`OXILLAMA_SHARE_CORES=0`) or the board cannot be opened. Only on Unix,
+/// whose clocks and shared memory it relies on.
+#[cfg(not(unix))]
+pub fn process_board() -> Option<Arc<Board>> {
+    None
+}
+
+/// The process's board, opened on first use; None when sharing is off
 /// (`OXILLAMA_SHARE_CORES=0`) or the board cannot be opened.
+#[cfg(unix)]
 pub fn process_board() -> Option<Arc<Board>> {
     static BOARD: OnceLock<Option<Arc<Board>>> = OnceLock::new();
     BOARD
