@@ -2,6 +2,7 @@
 //! the KV cache and the sampler. Everything here is plain Rust; the PyO3
 //! wrappers live in `python/` and compile only with the `python` feature.
 
+mod env_switch;
 pub mod error;
 pub mod gguf;
 pub mod grammar;

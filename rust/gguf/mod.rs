@@ -17,7 +17,6 @@ mod value;
 
 pub use arena::{Held, WeightArena};
 pub use file::{GgufFile, TensorInfo};
-pub use shared_arena::sharing_enabled as weight_sharing_enabled;
 pub use source::{page_size, Paging, Source};
 pub use value::{Array, Value};
 

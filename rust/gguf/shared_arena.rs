@@ -39,14 +39,6 @@ use std::path::{Path, PathBuf};
 const HUGE: usize = 2 << 20;
 const SUFFIX: &str = ".arena";
 
-/// Whether `OXILLAMA_SHARE_WEIGHTS` (unset, or its value) leaves sharing on.
-pub fn sharing_enabled(value: Option<&str>) -> bool {
-    !matches!(
-        value.map(|v| v.trim().to_ascii_lowercase()).as_deref(),
-        Some("0" | "off" | "false" | "no")
-    )
-}
-
 /// Where arena files go: `$OXILLAMA_ARENA_DIR`, else the user's cache
 /// directory (`$XDG_CACHE_HOME` or `~/.cache`) under `oxillama/arenas`.
 pub fn arena_dir() -> Option<PathBuf> {
@@ -420,11 +412,5 @@ mod tests {
         std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o700)).unwrap();
         assert!(publish(&dir, "y.arena", &[1, 2, 3]).is_some());
         std::fs::remove_dir_all(&dir).unwrap();
-    }
-
-    #[test]
-    fn the_environment_switch_reads_the_usual_spellings_of_off() {
-        assert!(!sharing_enabled(Some("0")) && !sharing_enabled(Some("Off")));
-        assert!(sharing_enabled(None) && sharing_enabled(Some("1")));
     }
 }

@@ -4,10 +4,6 @@
 use std::fs::File;
 use std::path::{Path, PathBuf};
 
-pub fn sharing_enabled(_value: Option<&str>) -> bool {
-    false
-}
-
 pub fn arena_dir() -> Option<PathBuf> {
     None
 }

@@ -667,9 +667,7 @@ fn pack_weights(pool: &ThreadPool, f: &GgufFile) -> WeightArena {
 /// (`OXILLAMA_SHARE_WEIGHTS=0` keeps each process's own).
 fn weights_shared() -> bool {
     static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
-    *ON.get_or_init(|| {
-        crate::gguf::weight_sharing_enabled(std::env::var("OXILLAMA_SHARE_WEIGHTS").ok().as_deref())
-    })
+    *ON.get_or_init(|| crate::env_switch::on("OXILLAMA_SHARE_WEIGHTS"))
 }
 
 /// Drops the file pages of a matrix the arena holds in their place.

@@ -307,7 +307,7 @@ pub fn process_board() -> Option<Arc<Board>> {
     static BOARD: OnceLock<Option<Arc<Board>>> = OnceLock::new();
     BOARD
         .get_or_init(|| {
-            if !sharing_enabled(std::env::var("OXILLAMA_SHARE_CORES").ok().as_deref()) {
+            if !crate::env_switch::on("OXILLAMA_SHARE_CORES") {
                 return None;
             }
             Board::open(&board_path(), super::physical_cores(), cpu_bits())
@@ -315,14 +315,6 @@ pub fn process_board() -> Option<Arc<Board>> {
                 .map(Arc::new)
         })
         .clone()
-}
-
-/// Whether `OXILLAMA_SHARE_CORES` (unset, or its value) leaves sharing on.
-fn sharing_enabled(value: Option<&str>) -> bool {
-    !matches!(
-        value.map(|v| v.trim().to_ascii_lowercase()).as_deref(),
-        Some("0" | "off" | "false" | "no")
-    )
 }
 
 #[cfg(test)]
@@ -411,15 +403,5 @@ mod tests {
         assert_eq!(a.slot.load(Ordering::Relaxed), 0);
         drop(a);
         std::fs::remove_file(path).unwrap();
-    }
-
-    #[test]
-    fn the_environment_switch_reads_the_usual_spellings_of_off() {
-        for off in ["0", "off", "FALSE", " no "] {
-            assert!(!sharing_enabled(Some(off)), "{off}");
-        }
-        for on in [None, Some("1"), Some("on"), Some("")] {
-            assert!(sharing_enabled(on), "{on:?}");
-        }
     }
 }
