@@ -21,7 +21,7 @@ use std::ops::Range;
 
 use memmap2::MmapMut;
 
-use super::shared_arena::{self, SharedMap};
+use super::shared_arena::{self, Published, SharedMap};
 
 /// The size of a transparent huge page on x86-64 and most arm64 kernels;
 /// only alignment and advice depend on it, never correctness.
@@ -138,27 +138,36 @@ impl WeightArena {
     /// model in `model` can map; the arena stays private if that fails.
     /// Returns whether it moved.
     pub fn share(&mut self, model: &std::fs::File, wanted: &[(usize, usize, Held)]) -> bool {
-        let Memory::Private(map) = &self.memory else {
+        let Memory::Private(map) = &mut self.memory else {
             return false;
         };
         if self.spans.len() != wanted.len() || self.total == 0 {
             return false;
         }
-        let shared = (|| {
-            let name = shared_arena::arena_name(model, &layout_key(wanted))?;
-            let bytes = &map[self.base..self.base + self.total];
-            shared_arena::publish(&shared_arena::arena_dir()?, &name, bytes)
-        })();
-        let Some(shared) = shared else {
+        let (Some(name), Some(dir)) = (
+            shared_arena::arena_name(model, &layout_key(wanted)),
+            shared_arena::arena_dir(),
+        ) else {
             return false;
         };
-        let base = self.base;
-        for (span, _) in self.spans.values_mut() {
-            *span = span.start - base..span.end - base;
+        let bytes = &mut map[self.base..self.base + self.total];
+        match shared_arena::publish(&dir, &name, bytes) {
+            Published::Shared(shared) => {
+                let base = self.base;
+                for (span, _) in self.spans.values_mut() {
+                    *span = span.start - base..span.end - base;
+                }
+                self.base = 0;
+                self.memory = Memory::Shared(shared);
+                true
+            }
+            Published::Kept => false,
+            // The matrices are then read where the file has them.
+            Published::Lost => {
+                *self = Self::default();
+                false
+            }
         }
-        self.base = 0;
-        self.memory = Memory::Shared(shared);
-        true
     }
 
     /// Whether the arena's memory is a file other processes may share.

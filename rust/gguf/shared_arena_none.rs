@@ -25,6 +25,13 @@ pub fn open(_dir: &Path, _name: &str, _len: usize) -> Option<SharedMap> {
     None
 }
 
-pub fn publish(_dir: &Path, _name: &str, _bytes: &[u8]) -> Option<SharedMap> {
-    None
+/// What became of a private arena handed to `publish`.
+pub enum Published {
+    Shared(SharedMap),
+    Kept,
+    Lost,
+}
+
+pub fn publish(_dir: &Path, _name: &str, _bytes: &mut [u8]) -> Published {
+    Published::Kept
 }
