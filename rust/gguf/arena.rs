@@ -85,12 +85,27 @@ fn layout(wanted: &[(usize, usize, Held)]) -> Option<Layout> {
     Some((spans, end.checked_next_multiple_of(HUGE)?))
 }
 
-/// What the name of a shared arena depends on of `wanted`.
-fn layout_key(wanted: &[(usize, usize, Held)]) -> Vec<(usize, usize, u8)> {
-    wanted
-        .iter()
-        .map(|&(o, n, h)| (o, n, matches!(h, Held::Copy) as u8))
-        .collect()
+/// Where the shared arena of one model and layout lives: its folder and
+/// its name (`shared_arena`), found once per load and used both to look
+/// for the file and to publish it.
+pub struct SharedPlace {
+    dir: std::path::PathBuf,
+    name: String,
+}
+
+impl SharedPlace {
+    /// The place of the arena for `wanted` of the model in `model`; None
+    /// when something its name depends on cannot be told.
+    pub fn of(model: &std::fs::File, wanted: &[(usize, usize, Held)]) -> Option<Self> {
+        let key: Vec<(usize, usize, u8)> = wanted
+            .iter()
+            .map(|&(o, n, h)| (o, n, matches!(h, Held::Copy) as u8))
+            .collect();
+        Some(SharedPlace {
+            dir: shared_arena::arena_dir()?,
+            name: shared_arena::arena_name(model, &key)?,
+        })
+    }
 }
 
 impl WeightArena {
@@ -119,12 +134,11 @@ impl WeightArena {
         })
     }
 
-    /// The arena for `wanted` that another process running the model in
-    /// `model` shares (`shared_arena`), if there is one; nothing to fill.
-    pub fn open_shared(model: &std::fs::File, wanted: &[(usize, usize, Held)]) -> Option<Self> {
+    /// The arena for `wanted` that another process running the model
+    /// shares at `place`, if there is one; nothing to fill.
+    pub fn open_shared(place: &SharedPlace, wanted: &[(usize, usize, Held)]) -> Option<Self> {
         let (spans, total) = layout(wanted)?;
-        let name = shared_arena::arena_name(model, &layout_key(wanted))?;
-        let map = shared_arena::open(&shared_arena::arena_dir()?, &name, total)?;
+        let map = shared_arena::open(&place.dir, &place.name, total)?;
         Some(WeightArena {
             memory: Memory::Shared(map),
             spans: spans.into_iter().map(|(o, r, h)| (o, (r, h))).collect(),
@@ -133,25 +147,19 @@ impl WeightArena {
         })
     }
 
-    /// Moves a filled arena for `wanted` (every matrix made: none
-    /// forgotten) into a file the user's other processes that run the
-    /// model in `model` can map; the arena stays private if that fails.
-    /// Returns whether it moved.
-    pub fn share(&mut self, model: &std::fs::File, wanted: &[(usize, usize, Held)]) -> bool {
+    /// Moves a filled arena for `wanted` into the file at `place`, which
+    /// the user's other processes that run the model can map; only when
+    /// every matrix was made (none forgotten), and the arena stays private
+    /// if that fails. Returns whether it moved.
+    pub fn share(&mut self, place: &SharedPlace, wanted: &[(usize, usize, Held)]) -> bool {
         let Memory::Private(map) = &mut self.memory else {
             return false;
         };
         if self.spans.len() != wanted.len() || self.total == 0 {
             return false;
         }
-        let (Some(name), Some(dir)) = (
-            shared_arena::arena_name(model, &layout_key(wanted)),
-            shared_arena::arena_dir(),
-        ) else {
-            return false;
-        };
         let bytes = &mut map[self.base..self.base + self.total];
-        match shared_arena::publish(&dir, &name, bytes) {
+        match shared_arena::publish(&place.dir, &place.name, bytes) {
             Published::Shared(shared) => {
                 let base = self.base;
                 for (span, _) in self.spans.values_mut() {

@@ -15,7 +15,7 @@ mod shared_arena;
 mod source;
 mod value;
 
-pub use arena::{Held, WeightArena};
+pub use arena::{Held, SharedPlace, WeightArena};
 pub use file::{GgufFile, TensorInfo};
 pub use source::{page_size, Paging, Source};
 pub use value::{Array, Value};

@@ -14,7 +14,7 @@ use super::kv_cache::KvCache;
 use super::pager::{LayerPager, OffloadSpec, PagerPass, PagerStats};
 use super::pass::{fit, Pass, Scratch, Segment};
 use super::weights::{matrix, opt_vector, vector, MatRef};
-use crate::gguf::{GgufFile, Held, Paging, TensorInfo, WeightArena};
+use crate::gguf::{GgufFile, Held, Paging, SharedPlace, TensorInfo, WeightArena};
 use crate::lora::targets::BaseModel;
 use crate::lora::{self, ActiveLora};
 use crate::ops::matmul::{matmul, ActScratch, QMatrix};
@@ -603,8 +603,14 @@ fn pack_weights(pool: &ThreadPool, f: &GgufFile) -> WeightArena {
         todo.iter().map(|&(t, n, h)| (t.offset, n, h)).collect();
     // Another process of the user that runs this model may have made the
     // arena already (`gguf::shared_arena`): then it is only mapped.
-    let model = f.mapped_file().filter(|_| weights_shared());
-    if let Some(arena) = model.and_then(|m| WeightArena::open_shared(m, &wanted)) {
+    let place = f
+        .mapped_file()
+        .filter(|_| weights_shared())
+        .and_then(|m| SharedPlace::of(m, &wanted));
+    if let Some(arena) = place
+        .as_ref()
+        .and_then(|p| WeightArena::open_shared(p, &wanted))
+    {
         for &(t, _, held) in &todo {
             release_replaced_pages(f, t, held);
         }
@@ -649,16 +655,13 @@ fn pack_weights(pool: &ThreadPool, f: &GgufFile) -> WeightArena {
         .filter(|(_, bad)| bad.load(Ordering::Relaxed))
         .map(|(p, _)| p.into_inner().unwrap_or_else(|e| e.into_inner()).0)
         .collect();
-    let whole = failed.is_empty();
     for offset in failed {
         arena.forget(offset);
     }
     release_tied_table(f, &arena, tied);
-    if whole {
-        if let Some(m) = model {
-            // Best effort: on failure the arena stays this process's own.
-            arena.share(m, &wanted);
-        }
+    if let Some(p) = &place {
+        // Best effort: on failure the arena stays this process's own.
+        arena.share(p, &wanted);
     }
     arena
 }
