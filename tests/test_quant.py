@@ -21,6 +21,16 @@ F16_FIELDS = {
     T.Q4_K: (0, 2),
     T.Q5_K: (0, 2),
     T.Q6_K: (208,),
+    T.IQ4_NL: (0,),
+    T.IQ4_XS: (0,),
+    T.IQ3_S: (0,),
+    T.IQ3_XXS: (0,),
+    T.IQ2_S: (0,),
+    T.IQ2_XS: (0,),
+    T.IQ2_XXS: (0,),
+    T.IQ1_S: (0,),
+    T.TQ1_0: (52,),
+    T.TQ2_0: (64,),
 }
 BLOCK = {  # (elements, bytes)
     T.Q4_0: (32, 18),
@@ -34,7 +44,21 @@ BLOCK = {  # (elements, bytes)
     T.Q5_K: (256, 176),
     T.Q6_K: (256, 210),
     T.Q8_K: (256, 292),
+    T.IQ4_NL: (32, 18),
+    T.MXFP4: (32, 17),
+    T.IQ4_XS: (256, 136),
+    T.IQ3_S: (256, 110),
+    T.IQ3_XXS: (256, 98),
+    T.IQ2_S: (256, 82),
+    T.IQ2_XS: (256, 74),
+    T.IQ2_XXS: (256, 66),
+    T.IQ1_M: (256, 56),
+    T.IQ1_S: (256, 50),
+    T.TQ1_0: (256, 54),
+    T.TQ2_0: (256, 66),
 }
+# The i-quants, ternary types and MXFP4 (the fifth wave's formats).
+NEW_TYPES = list(BLOCK)[list(BLOCK).index(T.IQ4_NL) :]
 
 
 def q8_k_oracle(data: bytes) -> np.ndarray:
@@ -58,6 +82,17 @@ def random_blocks(t: T, n_blocks: int, rng: np.random.Generator) -> bytes:
     for off in F16_FIELDS.get(t, ()):
         vals = rng.uniform(-2, 2, n_blocks).astype(np.float16)
         raw[:, off : off + 2] = vals.view(np.uint8).reshape(n_blocks, 2)
+    if t == T.MXFP4:
+        # Every exponent, the subnormal scales (e = 0, 1) and the largest included.
+        raw[:, 0] = rng.integers(0, 256, n_blocks, dtype=np.uint8)
+        raw[0, 0], raw[-1, 0] = 0, 254
+    if t == T.IQ1_M:
+        # The block's f16 scale is spread over the scale words' top nibbles.
+        d = rng.uniform(-2, 2, n_blocks).astype(np.float16).view(np.uint16)
+        words = raw[:, 48:56].copy().view(np.uint16)
+        for i in range(4):
+            words[:, i] = (words[:, i] & 0x0FFF) | (((d >> (4 * i)) & 0xF) << 12)
+        raw[:, 48:56] = words.view(np.uint8)
     if t == T.Q8_K:
         raw[:, 0:4] = (
             rng.uniform(-0.1, 0.1, n_blocks).astype(np.float32).view(np.uint8).reshape(n_blocks, 4)
@@ -65,6 +100,8 @@ def random_blocks(t: T, n_blocks: int, rng: np.random.Generator) -> bytes:
     return raw.tobytes()
 
 
+# gguf-py overflows to inf on the largest MXFP4 scales, as ggml does.
+@pytest.mark.filterwarnings("ignore:overflow encountered:RuntimeWarning")
 @pytest.mark.parametrize("t", list(BLOCK), ids=lambda t: t.name)
 @pytest.mark.parametrize("n_blocks", [1, 3, 17])
 def test_block_formats_equal_gguf_reference(t: T, n_blocks: int) -> None:
@@ -97,8 +134,11 @@ def test_length_mismatch_is_an_error() -> None:
 
 
 @pytest.mark.parametrize(
-    "t", [T.Q4_0, T.Q4_1, T.Q5_0, T.Q5_1, T.Q8_0, T.Q4_K, T.Q6_K, T.Q2_K, T.Q3_K, T.Q5_K]
+    "t",
+    [T.Q4_0, T.Q4_1, T.Q5_0, T.Q5_1, T.Q8_0, T.Q4_K, T.Q6_K, T.Q2_K, T.Q3_K, T.Q5_K, *NEW_TYPES],
+    ids=lambda t: t.name,
 )
+@pytest.mark.filterwarnings("ignore:overflow encountered:RuntimeWarning")
 def test_dot_equals_dequantized_reference(t: T) -> None:
     """vec_dot(w, quantize_act(x)) = dequant(w) . dequant(quantize_act(x)),
     and the dispatched (SIMD) kernel equals its scalar twin."""
@@ -110,6 +150,12 @@ def test_dot_equals_dequantized_reference(t: T) -> None:
     a = _native.quantize_act(int(t), x)
     wd = reference(w, t).astype(np.float64)
     act_t = T.Q8_K if qk == 256 else (T.Q8_1 if t in (T.Q4_1, T.Q5_1) else T.Q8_0)
+    if t == T.MXFP4:
+        # Keep the random power-of-two scales near one, as real weights are.
+        blocks = np.frombuffer(w, dtype=np.uint8).reshape(-1, 17).copy()
+        blocks[:, 0] = rng.integers(120, 134, len(blocks), dtype=np.uint8)
+        w = blocks.tobytes()
+        wd = reference(w, t).astype(np.float64)
     if act_t == T.Q8_1:
         # Q8_1 = Q8_0 plus a sum field; gguf reads its values like Q8_0's.
         blocks = np.frombuffer(a, dtype=np.uint8).reshape(-1, 36)

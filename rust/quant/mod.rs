@@ -23,8 +23,21 @@ mod bf16;
 mod block;
 mod f16;
 mod float;
+mod iq1_m;
+mod iq1_s;
+mod iq2_s;
+mod iq2_xs;
+mod iq2_xxs;
+mod iq3_s;
+mod iq3_xxs;
+mod iq4_nl;
+mod iq4_xs;
+mod iq_common;
+#[rustfmt::skip]
+mod iq_grids;
 mod kquant_scales;
 pub mod kv;
+mod mxfp4;
 pub mod panel;
 mod q2_k;
 mod q3_k;
@@ -38,6 +51,8 @@ mod q6_k;
 mod q8_0;
 mod q8_1;
 mod q8_k;
+mod tq1_0;
+mod tq2_0;
 pub mod types;
 
 #[cfg(target_arch = "x86_64")]
@@ -144,7 +159,7 @@ macro_rules! table {
 use GgmlType as T;
 
 /// The portable reference kernels, one per weight format.
-static SCALAR: [QuantKernels; 13] = [
+static SCALAR: [QuantKernels; 25] = [
     table_tiled!(
         T::F32,
         T::F32,
@@ -256,6 +271,90 @@ static SCALAR: [QuantKernels; 13] = [
         tile_of!(q6_k::vec_dot),
         gemm_of!(q6_k::vec_dot)
     ),
+    table!(
+        T::IQ4NL,
+        T::Q8_0,
+        iq4_nl::dequantize,
+        q8_0::quantize,
+        iq4_nl::vec_dot
+    ),
+    table!(
+        T::MXFP4,
+        T::Q8_0,
+        mxfp4::dequantize,
+        q8_0::quantize,
+        mxfp4::vec_dot
+    ),
+    table!(
+        T::IQ4XS,
+        T::Q8K,
+        iq4_xs::dequantize,
+        q8_k::quantize,
+        iq4_xs::vec_dot
+    ),
+    table!(
+        T::IQ3S,
+        T::Q8K,
+        iq3_s::dequantize,
+        q8_k::quantize,
+        iq3_s::vec_dot
+    ),
+    table!(
+        T::IQ3XXS,
+        T::Q8K,
+        iq3_xxs::dequantize,
+        q8_k::quantize,
+        iq3_xxs::vec_dot
+    ),
+    table!(
+        T::IQ2S,
+        T::Q8K,
+        iq2_s::dequantize,
+        q8_k::quantize,
+        iq2_s::vec_dot
+    ),
+    table!(
+        T::IQ2XS,
+        T::Q8K,
+        iq2_xs::dequantize,
+        q8_k::quantize,
+        iq2_xs::vec_dot
+    ),
+    table!(
+        T::IQ2XXS,
+        T::Q8K,
+        iq2_xxs::dequantize,
+        q8_k::quantize,
+        iq2_xxs::vec_dot
+    ),
+    table!(
+        T::IQ1M,
+        T::Q8K,
+        iq1_m::dequantize,
+        q8_k::quantize,
+        iq1_m::vec_dot
+    ),
+    table!(
+        T::IQ1S,
+        T::Q8K,
+        iq1_s::dequantize,
+        q8_k::quantize,
+        iq1_s::vec_dot
+    ),
+    table!(
+        T::TQ2_0,
+        T::Q8K,
+        tq2_0::dequantize,
+        q8_k::quantize,
+        tq2_0::vec_dot
+    ),
+    table!(
+        T::TQ1_0,
+        T::Q8K,
+        tq1_0::dequantize,
+        q8_k::quantize,
+        tq1_0::vec_dot
+    ),
 ];
 
 fn no_dot(_: usize, _: &[u8], _: &[u8]) -> f32 {
@@ -273,7 +372,7 @@ static DEQUANT_ONLY: [QuantKernels; 2] = [
 /// Q8 activation quantizers are vectorized; dequantization stays scalar
 /// (it runs once per token for embeddings, not per weight).
 #[cfg(target_arch = "x86_64")]
-static AVX2: [QuantKernels; 13] = [
+static AVX2: [QuantKernels; 25] = [
     // Float weights have no panel format: their "GEMM" is the dot kernel
     // over groups of GEMM_COLS tokens, which keeps those activations in L1
     // and the chunk's weight rows in L2 instead of streaming every token
@@ -399,6 +498,90 @@ static AVX2: [QuantKernels; 13] = [
         avx2::vec_dot_q6_k,
         avx2::tile_q6_k,
         avx2::gemm_q6_k
+    ),
+    table!(
+        T::IQ4NL,
+        T::Q8_0,
+        iq4_nl::dequantize,
+        avx2::quantize_q8_0,
+        iq4_nl::vec_dot
+    ),
+    table!(
+        T::MXFP4,
+        T::Q8_0,
+        mxfp4::dequantize,
+        avx2::quantize_q8_0,
+        mxfp4::vec_dot
+    ),
+    table!(
+        T::IQ4XS,
+        T::Q8K,
+        iq4_xs::dequantize,
+        avx2::quantize_q8_k,
+        iq4_xs::vec_dot
+    ),
+    table!(
+        T::IQ3S,
+        T::Q8K,
+        iq3_s::dequantize,
+        avx2::quantize_q8_k,
+        iq3_s::vec_dot
+    ),
+    table!(
+        T::IQ3XXS,
+        T::Q8K,
+        iq3_xxs::dequantize,
+        avx2::quantize_q8_k,
+        iq3_xxs::vec_dot
+    ),
+    table!(
+        T::IQ2S,
+        T::Q8K,
+        iq2_s::dequantize,
+        avx2::quantize_q8_k,
+        iq2_s::vec_dot
+    ),
+    table!(
+        T::IQ2XS,
+        T::Q8K,
+        iq2_xs::dequantize,
+        avx2::quantize_q8_k,
+        iq2_xs::vec_dot
+    ),
+    table!(
+        T::IQ2XXS,
+        T::Q8K,
+        iq2_xxs::dequantize,
+        avx2::quantize_q8_k,
+        iq2_xxs::vec_dot
+    ),
+    table!(
+        T::IQ1M,
+        T::Q8K,
+        iq1_m::dequantize,
+        avx2::quantize_q8_k,
+        iq1_m::vec_dot
+    ),
+    table!(
+        T::IQ1S,
+        T::Q8K,
+        iq1_s::dequantize,
+        avx2::quantize_q8_k,
+        iq1_s::vec_dot
+    ),
+    table!(
+        T::TQ2_0,
+        T::Q8K,
+        tq2_0::dequantize,
+        avx2::quantize_q8_k,
+        tq2_0::vec_dot
+    ),
+    table!(
+        T::TQ1_0,
+        T::Q8K,
+        tq1_0::dequantize,
+        avx2::quantize_q8_k,
+        tq1_0::vec_dot
     ),
 ];
 

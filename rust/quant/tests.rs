@@ -8,7 +8,7 @@ use rand::{Rng, SeedableRng};
 use super::block::put_f16;
 use super::*;
 
-const WEIGHTS: [GgmlType; 13] = [
+const WEIGHTS: [GgmlType; 25] = [
     T::F32,
     T::F16,
     T::BF16,
@@ -22,6 +22,18 @@ const WEIGHTS: [GgmlType; 13] = [
     T::Q4K,
     T::Q5K,
     T::Q6K,
+    T::IQ4NL,
+    T::MXFP4,
+    T::IQ4XS,
+    T::IQ3S,
+    T::IQ3XXS,
+    T::IQ2S,
+    T::IQ2XS,
+    T::IQ2XXS,
+    T::IQ1M,
+    T::IQ1S,
+    T::TQ2_0,
+    T::TQ1_0,
 ];
 
 /// Byte offsets of the f16 fields in a block: random bytes there could be
@@ -33,6 +45,10 @@ fn f16_fields(ty: GgmlType) -> &'static [usize] {
         T::Q2K => &[80, 82],
         T::Q3K => &[108],
         T::Q6K => &[208],
+        T::IQ4NL | T::IQ4XS | T::IQ3S | T::IQ3XXS => &[0],
+        T::IQ2S | T::IQ2XS | T::IQ2XXS | T::IQ1S => &[0],
+        T::TQ1_0 => &[52],
+        T::TQ2_0 => &[64],
         _ => &[],
     }
 }
@@ -60,6 +76,20 @@ fn random_row(ty: GgmlType, n: usize, rng: &mut StdRng) -> Vec<u8> {
             for b in out.chunks_exact_mut(ty.type_size()) {
                 for &off in f16_fields(ty) {
                     put_f16(b, off, rng.random_range(-0.5f32..0.5));
+                }
+                match ty {
+                    // A power-of-two scale near one.
+                    T::MXFP4 => b[0] = rng.random_range(118..136),
+                    // The block's f16 scale lives in the scale words' top nibbles.
+                    T::IQ1M => {
+                        let d = half::f16::from_f32(rng.random_range(-0.5f32..0.5)).to_bits();
+                        for i in 0..4 {
+                            let w = u16::from_le_bytes([b[48 + 2 * i], b[49 + 2 * i]]);
+                            let w = (w & 0x0fff) | (((d >> (4 * i)) & 0xf) << 12);
+                            b[48 + 2 * i..50 + 2 * i].copy_from_slice(&w.to_le_bytes());
+                        }
+                    }
+                    _ => {}
                 }
             }
             out
