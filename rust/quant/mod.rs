@@ -271,19 +271,23 @@ static SCALAR: [QuantKernels; 25] = [
         tile_of!(q6_k::vec_dot),
         gemm_of!(q6_k::vec_dot)
     ),
-    table!(
+    table_tiled!(
         T::IQ4NL,
         T::Q8_0,
         iq4_nl::dequantize,
         q8_0::quantize,
-        iq4_nl::vec_dot
+        iq4_nl::vec_dot,
+        tile_of!(iq4_nl::vec_dot),
+        gemm_of!(iq4_nl::vec_dot)
     ),
-    table!(
+    table_tiled!(
         T::MXFP4,
         T::Q8_0,
         mxfp4::dequantize,
         q8_0::quantize,
-        mxfp4::vec_dot
+        mxfp4::vec_dot,
+        tile_of!(mxfp4::vec_dot),
+        gemm_of!(mxfp4::vec_dot)
     ),
     table!(
         T::IQ4XS,
@@ -499,89 +503,103 @@ static AVX2: [QuantKernels; 25] = [
         avx2::tile_q6_k,
         avx2::gemm_q6_k
     ),
-    table!(
+    table_tiled!(
         T::IQ4NL,
         T::Q8_0,
         iq4_nl::dequantize,
         avx2::quantize_q8_0,
-        iq4_nl::vec_dot
+        avx2::vec_dot_iq4_nl,
+        avx2::tile_iq4_nl,
+        avx2::gemm_iq4_nl
     ),
-    table!(
+    table_tiled!(
         T::MXFP4,
         T::Q8_0,
         mxfp4::dequantize,
         avx2::quantize_q8_0,
-        mxfp4::vec_dot
+        avx2::vec_dot_mxfp4,
+        avx2::tile_mxfp4,
+        avx2::gemm_mxfp4
     ),
-    table!(
+    table_tiled!(
         T::IQ4XS,
         T::Q8K,
         iq4_xs::dequantize,
         avx2::quantize_q8_k,
-        iq4_xs::vec_dot
+        avx2::vec_dot_iq4_xs,
+        avx2::tile_iq4_xs
     ),
-    table!(
+    table_tiled!(
         T::IQ3S,
         T::Q8K,
         iq3_s::dequantize,
         avx2::quantize_q8_k,
-        iq3_s::vec_dot
+        avx2::vec_dot_iq3_s,
+        avx2::tile_iq3_s
     ),
-    table!(
+    table_tiled!(
         T::IQ3XXS,
         T::Q8K,
         iq3_xxs::dequantize,
         avx2::quantize_q8_k,
-        iq3_xxs::vec_dot
+        avx2::vec_dot_iq3_xxs,
+        avx2::tile_iq3_xxs
     ),
-    table!(
+    table_tiled!(
         T::IQ2S,
         T::Q8K,
         iq2_s::dequantize,
         avx2::quantize_q8_k,
-        iq2_s::vec_dot
+        avx2::vec_dot_iq2_s,
+        avx2::tile_iq2_s
     ),
-    table!(
+    table_tiled!(
         T::IQ2XS,
         T::Q8K,
         iq2_xs::dequantize,
         avx2::quantize_q8_k,
-        iq2_xs::vec_dot
+        avx2::vec_dot_iq2_xs,
+        avx2::tile_iq2_xs
     ),
-    table!(
+    table_tiled!(
         T::IQ2XXS,
         T::Q8K,
         iq2_xxs::dequantize,
         avx2::quantize_q8_k,
-        iq2_xxs::vec_dot
+        avx2::vec_dot_iq2_xxs,
+        avx2::tile_iq2_xxs
     ),
-    table!(
+    table_tiled!(
         T::IQ1M,
         T::Q8K,
         iq1_m::dequantize,
         avx2::quantize_q8_k,
-        iq1_m::vec_dot
+        avx2::vec_dot_iq1_m,
+        avx2::tile_iq1_m
     ),
-    table!(
+    table_tiled!(
         T::IQ1S,
         T::Q8K,
         iq1_s::dequantize,
         avx2::quantize_q8_k,
-        iq1_s::vec_dot
+        avx2::vec_dot_iq1_s,
+        avx2::tile_iq1_s
     ),
-    table!(
+    table_tiled!(
         T::TQ2_0,
         T::Q8K,
         tq2_0::dequantize,
         avx2::quantize_q8_k,
-        tq2_0::vec_dot
+        avx2::vec_dot_tq2_0,
+        avx2::tile_tq2_0
     ),
-    table!(
+    table_tiled!(
         T::TQ1_0,
         T::Q8K,
         tq1_0::dequantize,
         avx2::quantize_q8_k,
-        tq1_0::vec_dot
+        avx2::vec_dot_tq1_0,
+        avx2::tile_tq1_0
     ),
 ];
 

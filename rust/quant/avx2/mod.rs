@@ -20,7 +20,10 @@ pub use crate::simd::x86::hsum;
 mod float;
 mod gemm;
 mod gemm_vnni;
+mod iq4_nl;
+mod iquants;
 mod kgemm;
+mod mxfp4;
 mod packed_groups;
 mod q2_k;
 mod q3_k;
@@ -40,6 +43,9 @@ mod quantize;
 mod rows16_vnni;
 
 pub use float::{vec_dot_bf16, vec_dot_f16, vec_dot_f32};
+pub use iq4_nl::{gemm_iq4_nl, tile_iq4_nl, vec_dot_iq4_nl};
+pub use iquants::*;
+pub use mxfp4::{gemm_mxfp4, tile_mxfp4, vec_dot_mxfp4};
 pub use q2_k::{tile_q2_k, vec_dot_q2_k};
 pub use q3_k::{tile_q3_k, vec_dot_q3_k};
 pub use q4_0::{gemm_q4_0, tile_q4_0, vec_dot_q4_0};
@@ -223,6 +229,10 @@ trait Block32 {
     unsafe fn uquants(p: *const u8) -> __m256i;
     /// Lane 0: the block's scale; lane 1: its minimum when `MIN`.
     unsafe fn scales(p: *const u8) -> __m128;
+    /// The block starts with its scale (and minimum) as f16, which the
+    /// many-row kernels convert several rows at a time; else they ask
+    /// `scales` row by row (MXFP4's exponent byte).
+    const F16_SCALES: bool = true;
 }
 
 /// i16 pair sums of weight bytes `w` times activation bytes `a`.
@@ -307,12 +317,17 @@ unsafe fn dot_rows4<F: Block32>(nb: usize, w: [*const u8; 4], a: *const u8) -> [
             (
                 load(ba.add(F::A - 32)),
                 f16_pair(ba),
-                _mm256_cvtph_ps(_mm_set_epi32(
-                    read_u32(bw[3]) as i32,
-                    read_u32(bw[2]) as i32,
-                    read_u32(bw[1]) as i32,
-                    read_u32(bw[0]) as i32,
-                )),
+                if F::F16_SCALES {
+                    _mm256_cvtph_ps(_mm_set_epi32(
+                        read_u32(bw[3]) as i32,
+                        read_u32(bw[2]) as i32,
+                        read_u32(bw[1]) as i32,
+                        read_u32(bw[0]) as i32,
+                    ))
+                } else {
+                    let d = bw.map(|p| _mm_cvtss_f32(F::scales(p)));
+                    _mm256_setr_ps(d[0], 0.0, d[1], 0.0, d[2], 0.0, d[3], 0.0)
+                },
             )
         };
         // [d_a, s_a] in every 64-bit lane, against [d_r, m_r] of row r.
@@ -573,6 +588,8 @@ macro_rules! by_block32 {
             T::Q5_0 => $twins!(q5_0::Q5_0),
             T::Q5_1 => $twins!(q5_1::Q5_1),
             T::Q8_0 => $twins!(q8_0::Q8_0),
+            T::IQ4NL => $twins!(iq4_nl::Iq4Nl),
+            T::MXFP4 => $twins!(mxfp4::Mxfp4),
             _ => None,
         }
     }};

@@ -114,7 +114,15 @@ unsafe fn pass<F: Block32, const NC: usize>(
         let sc = unsafe { _mm512_loadu_si512(words.as_ptr() as *const __m512i) };
         let lo = _mm512_cvtph_ps(_mm512_castsi512_si256(sc));
         let hi = _mm512_cvtph_ps(_mm512_extracti64x4_epi64::<1>(sc));
-        let dw = _mm512_permutex2var_ps(lo, even, hi);
+        let dw = if F::F16_SCALES {
+            _mm512_permutex2var_ps(lo, even, hi)
+        } else {
+            // SAFETY: block i of every row is in bounds.
+            let d: [f32; ROWS] =
+                std::array::from_fn(|k| _mm_cvtss_f32(unsafe { F::scales(w[k].add(i * F::W)) }));
+            // SAFETY: sixteen floats.
+            unsafe { _mm512_loadu_ps(d.as_ptr()) }
+        };
         let mw = _mm512_permutex2var_ps(lo, odd, hi);
         // Columns four at a time against the transposed block, with two
         // partial sums per column over even and odd groups: the chains
