@@ -17,6 +17,12 @@ a 2 GiB array with numpy on every core.
 
   python benches/bench_bandwidth.py [--reps 3] [--threads 2]
   python benches/bench_bandwidth.py --shape llama3-8b-slice --write-only
+  python benches/bench_bandwidth.py --kind iq4_xs --write-only
+
+``--kind`` writes the same model in another type instead of Q4_K_M's mix:
+every layer matrix and the token embedding in IQ4_XS, IQ3_S, IQ2_XXS,
+TQ2_0 or MXFP4 (random but valid blocks, scales set for weights of a real
+model's size), the output matrix in Q6_K as llama.cpp's quantizer leaves it.
 """
 
 from __future__ import annotations
@@ -65,11 +71,22 @@ SHAPES = {
 }
 
 
-def model_path(shape: str) -> Path:
-    """Where the synthetic model of ``shape`` is kept."""
-    if shape == "smollm2-1.7b":
+#: The kinds ``write_model`` writes besides Q4_K_M: (bytes per block,
+#: elements per block, llama.cpp's file type).
+KINDS = {
+    "iq4_xs": (136, 256, "MOSTLY_IQ4_XS"),
+    "iq3_s": (110, 256, "MOSTLY_IQ3_S"),
+    "iq2_xxs": (66, 256, "MOSTLY_IQ2_XXS"),
+    "tq2_0": (66, 256, "MOSTLY_TQ2_0"),
+    "mxfp4": (17, 32, "MOSTLY_MXFP4_MOE"),
+}
+
+
+def model_path(shape: str, kind: str = "q4_k_m") -> Path:
+    """Where the synthetic model of ``shape`` in ``kind`` is kept."""
+    if shape == "smollm2-1.7b" and kind == "q4_k_m":
         return DEFAULT
-    return DEFAULT.with_name(f"synthetic-{shape}-q4_k_m.gguf")
+    return DEFAULT.with_name(f"synthetic-{shape}-{kind}.gguf")
 
 
 QK_K = 256
@@ -107,10 +124,29 @@ def _q6_k(rng: np.random.Generator, rows: int, cols: int) -> np.ndarray:
     return b.reshape(rows, cols // QK_K * Q6_K_BYTES)
 
 
-def write_model(path: Path, shape: Shape = SHAPES["smollm2-1.7b"]) -> None:
-    """Writes the synthetic model of ``shape`` to ``path``. Vocabularies
-    larger than SmolLM2's 49,152 tokens are padded with tokens no merge
-    reaches, so the tokenizer loads and every id has an embedding row."""
+def _kind_blocks(rng: np.random.Generator, kind: str, rows: int, cols: int) -> np.ndarray:
+    """Random valid rows of ``kind``: random bits under a scale that gives
+    weights of about 0.02, as a real model's."""
+    size, qk, _ = KINDS[kind]
+    nb = rows * cols // qk
+    b = rng.integers(0, 256, size=(nb, size), dtype=np.uint8)
+    if kind == "mxfp4":
+        b[:, 0] = rng.integers(119, 122, nb, dtype=np.uint8)  # 2^-9 .. 2^-7, doubled values
+    elif kind == "tq2_0":
+        b[:, 64:66] = _f16(rng.uniform(0.015, 0.025, nb))
+    else:
+        # d times the codebook's magnitudes (up to 127 for IQ4_XS's levels,
+        # 62 for the IQ3 grids, 43 for IQ2's) and the sub-block scales.
+        d = {"iq4_xs": 1e-4 / 3, "iq3_s": 2e-4, "iq2_xxs": 4e-4}[kind]
+        b[:, 0:2] = _f16(rng.uniform(0.5 * d, 1.5 * d, nb))
+    return b.reshape(rows, cols // qk * size)
+
+
+def write_model(path: Path, shape: Shape = SHAPES["smollm2-1.7b"], kind: str = "q4_k_m") -> None:
+    """Writes the synthetic model of ``shape`` in ``kind`` to ``path``.
+    Vocabularies larger than SmolLM2's 49,152 tokens are padded with tokens
+    no merge reaches, so the tokenizer loads and every id has an embedding
+    row."""
     import gguf
 
     sys.path.insert(0, str(HERE.parent))
@@ -121,7 +157,8 @@ def write_model(path: Path, shape: Shape = SHAPES["smollm2-1.7b"]) -> None:
     q4, q6 = gguf.GGMLQuantizationType.Q4_K, gguf.GGMLQuantizationType.Q6_K
     tmp = path.with_suffix(".tmp")
     w = gguf.GGUFWriter(str(tmp), "llama")
-    w.add_name(f"synthetic {shape.name}, Q4_K_M layout, random weights")
+    layout = "Q4_K_M layout" if kind == "q4_k_m" else f"{kind.upper()}"
+    w.add_name(f"synthetic {shape.name}, {layout}, random weights")
     w.add_context_length(8192)
     w.add_embedding_length(shape.n_embd)
     w.add_block_count(shape.n_layer)
@@ -132,7 +169,9 @@ def write_model(path: Path, shape: Shape = SHAPES["smollm2-1.7b"]) -> None:
     w.add_layer_norm_rms_eps(1e-5)
     w.add_rope_dimension_count(shape.n_embd // shape.n_head)
     w.add_vocab_size(shape.n_vocab)
-    w.add_file_type(gguf.LlamaFileType.MOSTLY_Q4_K_M)
+    ftype = "MOSTLY_Q4_K_M" if kind == "q4_k_m" else KINDS[kind][2]
+    w.add_file_type(getattr(gguf.LlamaFileType, ftype))
+    w.add_quantization_version(gguf.GGML_QUANT_VERSION)
     for key, value in meta.items():
         if key.startswith("tokenizer.") and key != "tokenizer.chat_template":
             if key == "tokenizer.ggml.model":
@@ -151,7 +190,13 @@ def write_model(path: Path, shape: Shape = SHAPES["smollm2-1.7b"]) -> None:
             elif isinstance(value, bool):
                 w.add_bool(key, value)
     norm = np.ones(shape.n_embd, dtype=np.float32)
-    w.add_tensor("token_embd.weight", _q4_k(rng, shape.n_vocab, shape.n_embd), raw_dtype=q4)
+    kt = None if kind == "q4_k_m" else getattr(gguf.GGMLQuantizationType, kind.upper())
+    if kt is None:
+        w.add_tensor("token_embd.weight", _q4_k(rng, shape.n_vocab, shape.n_embd), raw_dtype=q4)
+    else:
+        w.add_tensor(
+            "token_embd.weight", _kind_blocks(rng, kind, shape.n_vocab, shape.n_embd), raw_dtype=kt
+        )
     w.add_tensor("output_norm.weight", norm)
     w.add_tensor("output.weight", _q6_k(rng, shape.n_vocab, shape.n_embd), raw_dtype=q6)
     for i in range(shape.n_layer):
@@ -165,6 +210,10 @@ def write_model(path: Path, shape: Shape = SHAPES["smollm2-1.7b"]) -> None:
             ("ffn_up", shape.n_ff, shape.n_embd, False),
             ("ffn_down", shape.n_embd, shape.n_ff, more),
         ):
+            if kt is not None:
+                data = _kind_blocks(rng, kind, rows, cols)
+                w.add_tensor(f"blk.{i}.{name}.weight", data, raw_dtype=kt)
+                continue
             data = _q6_k(rng, rows, cols) if six else _q4_k(rng, rows, cols)
             w.add_tensor(f"blk.{i}.{name}.weight", data, raw_dtype=q6 if six else q4)
         w.add_tensor(f"blk.{i}.attn_norm.weight", norm)
@@ -229,6 +278,12 @@ def main() -> None:
         help="write the model (if missing), print its path and stop: for llama-bench and "
         "benches/bench_llamabench.py",
     )
+    ap.add_argument(
+        "--kind",
+        choices=["q4_k_m", *KINDS],
+        default="q4_k_m",
+        help="the synthetic model's types: Q4_K_M's mix (default) or one type throughout",
+    )
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--reps", type=int, default=3)
     ap.add_argument("--pp", type=int, default=128)
@@ -237,11 +292,11 @@ def main() -> None:
     if a.model is not None and not a.model.is_file() and a.shape is None:
         # A mistyped path must not quietly become a fresh 1.7B-shaped file.
         raise SystemExit(f"{a.model} does not exist; add --shape to write a synthetic model there")
-    a.model = a.model or model_path(a.shape or "smollm2-1.7b")
+    a.model = a.model or model_path(a.shape or "smollm2-1.7b", a.kind)
     if not a.model.is_file():
         a.model.parent.mkdir(parents=True, exist_ok=True)
         print(f"writing {a.model} ...", flush=True)
-        write_model(a.model, SHAPES[a.shape or "smollm2-1.7b"])
+        write_model(a.model, SHAPES[a.shape or "smollm2-1.7b"], a.kind)
     if a.write_only:
         print(a.model)
         return

@@ -65,10 +65,12 @@ impl Decoded {
     }
 }
 
-/// `sum_blocks (d_w * d_a) * isum` over the row, from +0.0 and in block
-/// order (the order every SIMD twin keeps), times `factor` once at the
-/// end, for a format whose block is `block` bytes with its f16 scale at
-/// `d_at` and decoded by `decode`.
+/// `sum_blocks ((d_w * factor) * d_a) * isum` over the row, from +0.0 and
+/// in block order (the order every SIMD twin keeps), for a format whose
+/// block is `block` bytes with its f16 scale at `d_at` and decoded by
+/// `decode`. `factor` is the power of two ggml applies to the row's sum
+/// (1/8 for the IQ2 formats): applied to `d_w` it scales every term
+/// exactly as it would the sum, and every kernel can apply it there.
 #[inline]
 pub fn dot_rows(
     n: usize,
@@ -87,10 +89,10 @@ pub fn dot_rows(
         .take(n / QK_K)
     {
         decode(bw, &mut dec);
-        let d = super::block::f16_at(bw, d_at) * f32_at(ba, 0);
+        let d = (super::block::f16_at(bw, d_at) * factor) * f32_at(ba, 0);
         sum += d * dec.isum(ba) as f32;
     }
-    sum * factor
+    sum
 }
 
 #[cfg(test)]

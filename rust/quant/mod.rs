@@ -289,47 +289,59 @@ static SCALAR: [QuantKernels; 25] = [
         tile_of!(mxfp4::vec_dot),
         gemm_of!(mxfp4::vec_dot)
     ),
-    table!(
+    table_tiled!(
         T::IQ4XS,
         T::Q8K,
         iq4_xs::dequantize,
         q8_k::quantize,
-        iq4_xs::vec_dot
+        iq4_xs::vec_dot,
+        tile_of!(iq4_xs::vec_dot),
+        gemm_of!(iq4_xs::vec_dot)
     ),
-    table!(
+    table_tiled!(
         T::IQ3S,
         T::Q8K,
         iq3_s::dequantize,
         q8_k::quantize,
-        iq3_s::vec_dot
+        iq3_s::vec_dot,
+        tile_of!(iq3_s::vec_dot),
+        gemm_of!(iq3_s::vec_dot)
     ),
-    table!(
+    table_tiled!(
         T::IQ3XXS,
         T::Q8K,
         iq3_xxs::dequantize,
         q8_k::quantize,
-        iq3_xxs::vec_dot
+        iq3_xxs::vec_dot,
+        tile_of!(iq3_xxs::vec_dot),
+        gemm_of!(iq3_xxs::vec_dot)
     ),
-    table!(
+    table_tiled!(
         T::IQ2S,
         T::Q8K,
         iq2_s::dequantize,
         q8_k::quantize,
-        iq2_s::vec_dot
+        iq2_s::vec_dot,
+        tile_of!(iq2_s::vec_dot),
+        gemm_of!(iq2_s::vec_dot)
     ),
-    table!(
+    table_tiled!(
         T::IQ2XS,
         T::Q8K,
         iq2_xs::dequantize,
         q8_k::quantize,
-        iq2_xs::vec_dot
+        iq2_xs::vec_dot,
+        tile_of!(iq2_xs::vec_dot),
+        gemm_of!(iq2_xs::vec_dot)
     ),
-    table!(
+    table_tiled!(
         T::IQ2XXS,
         T::Q8K,
         iq2_xxs::dequantize,
         q8_k::quantize,
-        iq2_xxs::vec_dot
+        iq2_xxs::vec_dot,
+        tile_of!(iq2_xxs::vec_dot),
+        gemm_of!(iq2_xxs::vec_dot)
     ),
     table!(
         T::IQ1M,
@@ -345,19 +357,23 @@ static SCALAR: [QuantKernels; 25] = [
         q8_k::quantize,
         iq1_s::vec_dot
     ),
-    table!(
+    table_tiled!(
         T::TQ2_0,
         T::Q8K,
         tq2_0::dequantize,
         q8_k::quantize,
-        tq2_0::vec_dot
+        tq2_0::vec_dot,
+        tile_of!(tq2_0::vec_dot),
+        gemm_of!(tq2_0::vec_dot)
     ),
-    table!(
+    table_tiled!(
         T::TQ1_0,
         T::Q8K,
         tq1_0::dequantize,
         q8_k::quantize,
-        tq1_0::vec_dot
+        tq1_0::vec_dot,
+        tile_of!(tq1_0::vec_dot),
+        gemm_of!(tq1_0::vec_dot)
     ),
 ];
 
@@ -527,7 +543,8 @@ static AVX2: [QuantKernels; 25] = [
         iq4_xs::dequantize,
         avx2::quantize_q8_k,
         avx2::vec_dot_iq4_xs,
-        avx2::tile_iq4_xs
+        avx2::tile_iq4_xs,
+        avx2::gemm_iq4_xs
     ),
     table_tiled!(
         T::IQ3S,
@@ -535,7 +552,8 @@ static AVX2: [QuantKernels; 25] = [
         iq3_s::dequantize,
         avx2::quantize_q8_k,
         avx2::vec_dot_iq3_s,
-        avx2::tile_iq3_s
+        avx2::tile_iq3_s,
+        avx2::gemm_iq3_s
     ),
     table_tiled!(
         T::IQ3XXS,
@@ -543,7 +561,8 @@ static AVX2: [QuantKernels; 25] = [
         iq3_xxs::dequantize,
         avx2::quantize_q8_k,
         avx2::vec_dot_iq3_xxs,
-        avx2::tile_iq3_xxs
+        avx2::tile_iq3_xxs,
+        avx2::gemm_iq3_xxs
     ),
     table_tiled!(
         T::IQ2S,
@@ -551,7 +570,8 @@ static AVX2: [QuantKernels; 25] = [
         iq2_s::dequantize,
         avx2::quantize_q8_k,
         avx2::vec_dot_iq2_s,
-        avx2::tile_iq2_s
+        avx2::tile_iq2_s,
+        avx2::gemm_iq2_s
     ),
     table_tiled!(
         T::IQ2XS,
@@ -559,7 +579,8 @@ static AVX2: [QuantKernels; 25] = [
         iq2_xs::dequantize,
         avx2::quantize_q8_k,
         avx2::vec_dot_iq2_xs,
-        avx2::tile_iq2_xs
+        avx2::tile_iq2_xs,
+        avx2::gemm_iq2_xs
     ),
     table_tiled!(
         T::IQ2XXS,
@@ -567,7 +588,8 @@ static AVX2: [QuantKernels; 25] = [
         iq2_xxs::dequantize,
         avx2::quantize_q8_k,
         avx2::vec_dot_iq2_xxs,
-        avx2::tile_iq2_xxs
+        avx2::tile_iq2_xxs,
+        avx2::gemm_iq2_xxs
     ),
     table_tiled!(
         T::IQ1M,
@@ -591,7 +613,8 @@ static AVX2: [QuantKernels; 25] = [
         tq2_0::dequantize,
         avx2::quantize_q8_k,
         avx2::vec_dot_tq2_0,
-        avx2::tile_tq2_0
+        avx2::tile_tq2_0,
+        avx2::gemm_tq2_0
     ),
     table_tiled!(
         T::TQ1_0,
@@ -599,7 +622,8 @@ static AVX2: [QuantKernels; 25] = [
         tq1_0::dequantize,
         avx2::quantize_q8_k,
         avx2::vec_dot_tq1_0,
-        avx2::tile_tq1_0
+        avx2::tile_tq1_0,
+        avx2::gemm_tq1_0
     ),
 ];
 

@@ -14,20 +14,29 @@ use crate::quant::iq_grids::{IQ2S_GRID, IQ2XS_GRID, IQ2XXS_GRID, IQ3S_GRID, IQ3X
 use crate::quant::{block, iq1_m, iq1_s, iq2_s, iq2_xs, iq2_xxs, iq3_s, iq3_xxs, iq4_xs};
 use crate::quant::{q8_k, tq1_0, tq2_0, QK_K};
 
-/// A Q8_K-partnered format as the kernels below see it.
-trait IqFormat {
+/// A Q8_K-partnered format as the kernels below (and the AVX-512 GEMM,
+/// `kgemm`) see it.
+pub(super) trait IqFormat {
     const BLOCK: usize;
-    /// The factor the row's sum is multiplied by at the end (ggml's).
+    /// The power of two ggml multiplies the row's sum by, applied to the
+    /// block scale as the scalar reference does (`iq_common::dot_rows`).
     const FACTOR: f32 = 1.0;
+    /// Whether the block's value is `(d * d_a) * isum` (the GEMM's form);
+    /// IQ1_S and IQ1_M add a shift term.
+    const PLAIN: bool = true;
     /// The block's eight runs of signed values and its sixteen group scales.
     unsafe fn decode(bw: *const u8) -> ([__m256i; 8], __m128i);
+    /// The block scale times `FACTOR`.
+    unsafe fn d(bw: *const u8) -> f32 {
+        // SAFETY: every plain format here but the ternary ones has its f16
+        // scale first (they override this).
+        unsafe { super::f16_at(bw) * Self::FACTOR }
+    }
     /// The block's value from its exact integer, as the scalar reference
-    /// forms it: `(d_w * d_a) * isum` unless the format adds a shift.
+    /// forms it: `(d * d_a) * isum` unless the format adds a shift.
     unsafe fn value(bw: *const u8, ba: *const u8, isum: i32) -> f32 {
-        // SAFETY: every format here but IQ1_M has its f16 scale first.
-        let dw = unsafe { super::f16_at(bw) };
-        // SAFETY: a Q8_K block starts with its f32 scale.
-        (dw * unsafe { read_f32(ba) }) * isum as f32
+        // SAFETY: a whole block; a Q8_K block starts with its f32 scale.
+        unsafe { (Self::d(bw) * read_f32(ba)) * isum as f32 }
     }
 }
 
@@ -89,7 +98,7 @@ unsafe fn scales32(s: [i8; 8]) -> __m128i {
     _mm_unpacklo_epi8(_mm_cvtsi64_si128(w), _mm_cvtsi64_si128(w))
 }
 
-struct Iq2xxs;
+pub(super) struct Iq2xxs;
 impl IqFormat for Iq2xxs {
     const BLOCK: usize = iq2_xxs::BLOCK;
     const FACTOR: f32 = 0.125;
@@ -108,7 +117,7 @@ impl IqFormat for Iq2xxs {
     }
 }
 
-struct Iq2xs;
+pub(super) struct Iq2xs;
 impl IqFormat for Iq2xs {
     const BLOCK: usize = iq2_xs::BLOCK;
     const FACTOR: f32 = 0.125;
@@ -143,7 +152,7 @@ unsafe fn scales_nibbles(p: *const u8) -> __m128i {
     _mm_add_epi8(_mm_add_epi8(s, s), _mm_set1_epi8(1))
 }
 
-struct Iq2s;
+pub(super) struct Iq2s;
 impl IqFormat for Iq2s {
     const BLOCK: usize = iq2_s::BLOCK;
     const FACTOR: f32 = 0.125;
@@ -164,7 +173,7 @@ impl IqFormat for Iq2s {
     }
 }
 
-struct Iq3xxs;
+pub(super) struct Iq3xxs;
 impl IqFormat for Iq3xxs {
     const BLOCK: usize = iq3_xxs::BLOCK;
     const FACTOR: f32 = 0.25;
@@ -185,7 +194,7 @@ impl IqFormat for Iq3xxs {
     }
 }
 
-struct Iq3s;
+pub(super) struct Iq3s;
 impl IqFormat for Iq3s {
     const BLOCK: usize = iq3_s::BLOCK;
     #[inline]
@@ -214,7 +223,7 @@ impl IqFormat for Iq3s {
     }
 }
 
-struct Iq4xs;
+pub(super) struct Iq4xs;
 impl IqFormat for Iq4xs {
     const BLOCK: usize = iq4_xs::BLOCK;
     #[inline]
@@ -234,7 +243,7 @@ impl IqFormat for Iq4xs {
     }
 }
 
-struct Tq2;
+pub(super) struct Tq2;
 impl IqFormat for Tq2 {
     const BLOCK: usize = tq2_0::BLOCK;
     #[inline]
@@ -254,18 +263,16 @@ impl IqFormat for Tq2 {
         });
         (runs, _mm_set1_epi8(1))
     }
-    unsafe fn value(bw: *const u8, ba: *const u8, isum: i32) -> f32 {
+    unsafe fn d(bw: *const u8) -> f32 {
         // SAFETY: the f16 scale follows the 64 value bytes.
-        let dw = unsafe { super::f16_at(bw.add(64)) };
-        // SAFETY: a Q8_K block starts with its f32 scale.
-        (dw * unsafe { read_f32(ba) }) * isum as f32
+        unsafe { super::f16_at(bw.add(64)) }
     }
 }
 
 /// A format decoded by its scalar reference into registers.
 macro_rules! scalar_decoded {
     ($name:ident, $module:ident) => {
-        struct $name;
+        pub(super) struct $name;
         impl $name {
             #[inline]
             #[target_feature(enable = "avx2")]
@@ -292,17 +299,16 @@ impl IqFormat for Tq1 {
         // SAFETY: as the trait's contract.
         unsafe { Self::decoded(bw) }
     }
-    unsafe fn value(bw: *const u8, ba: *const u8, isum: i32) -> f32 {
+    unsafe fn d(bw: *const u8) -> f32 {
         // SAFETY: the f16 scale follows the 52 trit bytes.
-        let dw = unsafe { super::f16_at(bw.add(52)) };
-        // SAFETY: a Q8_K block starts with its f32 scale.
-        (dw * unsafe { read_f32(ba) }) * isum as f32
+        unsafe { super::f16_at(bw.add(52)) }
     }
 }
 
 scalar_decoded!(Iq1s, iq1_s);
 impl IqFormat for Iq1s {
     const BLOCK: usize = iq1_s::BLOCK;
+    const PLAIN: bool = false;
     #[inline]
     #[target_feature(enable = "avx2")]
     unsafe fn decode(bw: *const u8) -> ([__m256i; 8], __m128i) {
@@ -325,6 +331,7 @@ impl IqFormat for Iq1s {
 scalar_decoded!(Iq1m, iq1_m);
 impl IqFormat for Iq1m {
     const BLOCK: usize = iq1_m::BLOCK;
+    const PLAIN: bool = false;
     #[inline]
     #[target_feature(enable = "avx2")]
     unsafe fn decode(bw: *const u8) -> ([__m256i; 8], __m128i) {
@@ -370,10 +377,57 @@ unsafe fn dot<F: IqFormat, const C: usize>(nb: usize, w: *const u8, a: [*const u
             acc[c] += unsafe { F::value(bw, a[c].add(i * q8_k::BLOCK), hsum_i32(sumi[c])) };
         }
     }
-    acc.map(|s| s * F::FACTOR)
+    acc
+}
+
+/// `GemmFn`'s layout through the tile kernels, for CPUs without the
+/// AVX-512 GEMM (and the IQ1 formats): `out[(g * rows + r) * 8 + c]` for
+/// token `8g + c`, the padding columns zero. Same bits as `vec_dot`.
+fn gemm_by_tiles<F: IqFormat>(n: usize, w_rows: &[&[u8]], acts: &[&[u8]], out: &mut [f32]) {
+    use crate::quant::GEMM_COLS;
+    let rows = w_rows.len();
+    let mut tile = vec![0f32; rows * GEMM_COLS];
+    for (g, group) in acts.chunks(GEMM_COLS).enumerate() {
+        let nc = group.len();
+        super::tile_k(
+            n,
+            F::BLOCK,
+            w_rows,
+            group,
+            &mut tile[..rows * nc],
+            (dot::<F, { super::KCOLS }>, dot::<F, 2>, dot::<F, 1>),
+        );
+        let o = &mut out[g * rows * GEMM_COLS..(g + 1) * rows * GEMM_COLS];
+        for r in 0..rows {
+            for c in 0..GEMM_COLS {
+                o[r * GEMM_COLS + c] = if c < nc { tile[r * nc + c] } else { 0.0 };
+            }
+        }
+    }
 }
 
 macro_rules! entries {
+    ($fmt:ty, $vec_dot:ident, $tile:ident, $gemm:ident) => {
+        entries!($fmt, $vec_dot, $tile);
+
+        /// Rows against activation rows in `GemmFn`'s layout (the panels
+        /// are not read): the AVX-512 VNNI GEMM where it runs, else the
+        /// tiles. Same bits either way.
+        pub fn $gemm(
+            n: usize,
+            w_rows: &[&[u8]],
+            acts: &[&[u8]],
+            _quants: &[u8],
+            _scales: &[f32],
+            out: &mut [f32],
+        ) {
+            if super::kgemm::avx512_enabled() {
+                super::kgemm::gemm_iq_avx512::<$fmt>(n, w_rows, acts, out)
+            } else {
+                gemm_by_tiles::<$fmt>(n, w_rows, acts, out)
+            }
+        }
+    };
     ($fmt:ty, $vec_dot:ident, $tile:ident) => {
         pub fn $vec_dot(n: usize, w: &[u8], a: &[u8]) -> f32 {
             let nb = n / QK_K;
@@ -402,13 +456,13 @@ macro_rules! entries {
     };
 }
 
-entries!(Iq2xxs, vec_dot_iq2_xxs, tile_iq2_xxs);
-entries!(Iq2xs, vec_dot_iq2_xs, tile_iq2_xs);
-entries!(Iq2s, vec_dot_iq2_s, tile_iq2_s);
-entries!(Iq3xxs, vec_dot_iq3_xxs, tile_iq3_xxs);
-entries!(Iq3s, vec_dot_iq3_s, tile_iq3_s);
-entries!(Iq4xs, vec_dot_iq4_xs, tile_iq4_xs);
-entries!(Tq2, vec_dot_tq2_0, tile_tq2_0);
-entries!(Tq1, vec_dot_tq1_0, tile_tq1_0);
+entries!(Iq2xxs, vec_dot_iq2_xxs, tile_iq2_xxs, gemm_iq2_xxs);
+entries!(Iq2xs, vec_dot_iq2_xs, tile_iq2_xs, gemm_iq2_xs);
+entries!(Iq2s, vec_dot_iq2_s, tile_iq2_s, gemm_iq2_s);
+entries!(Iq3xxs, vec_dot_iq3_xxs, tile_iq3_xxs, gemm_iq3_xxs);
+entries!(Iq3s, vec_dot_iq3_s, tile_iq3_s, gemm_iq3_s);
+entries!(Iq4xs, vec_dot_iq4_xs, tile_iq4_xs, gemm_iq4_xs);
+entries!(Tq2, vec_dot_tq2_0, tile_tq2_0, gemm_tq2_0);
+entries!(Tq1, vec_dot_tq1_0, tile_tq1_0, gemm_tq1_0);
 entries!(Iq1s, vec_dot_iq1_s, tile_iq1_s);
 entries!(Iq1m, vec_dot_iq1_m, tile_iq1_m);

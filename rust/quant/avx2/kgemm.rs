@@ -315,6 +315,63 @@ pub fn avx512_available() -> bool {
     avx512::available()
 }
 
+/// An i-quant or ternary format in the AVX-512 GEMM's decoded form: its
+/// signed values plus 128 as unsigned bytes (what `vpdpbusd` wants), its
+/// sixteen scales, and correction words of four times the scales, which
+/// the kernel's `isum - 32 * corr` (Q6_K's offset) turns into the `128 *
+/// sum_g scale_g * bsum_g` the offset adds. The AVX2 GEMM cannot take
+/// this form (`maddubs` would saturate on bytes past 127).
+struct Iq<F>(std::marker::PhantomData<F>);
+
+impl<F: super::iquants::IqFormat> KFormat for Iq<F> {
+    const W: usize = F::BLOCK;
+    const GROUP: usize = 4;
+    const MIN: bool = false;
+
+    #[inline]
+    #[target_feature(enable = "avx2,fma,f16c")]
+    unsafe fn decode(bw: *const u8, dst: *mut u8) {
+        // SAFETY: a whole block at bw; dst holds DEC bytes (caller's contract).
+        let (runs, sc8) = unsafe { F::decode(bw) };
+        let flip = _mm256_set1_epi8(-128);
+        for (ib, v) in runs.iter().enumerate() {
+            // SAFETY: as above.
+            unsafe {
+                _mm256_storeu_si256(dst.add(32 * ib) as *mut __m256i, _mm256_xor_si256(*v, flip))
+            };
+        }
+        let sc = _mm256_cvtepi8_epi16(sc8);
+        let (lo, hi) = (_mm256_unpacklo_epi16(sc, sc), _mm256_unpackhi_epi16(sc, sc));
+        // SAFETY: the 16 scale words and the 8 correction words of dst.
+        unsafe {
+            let st = |o: usize, v: __m256i| _mm256_storeu_si256(dst.add(o) as *mut __m256i, v);
+            st(SCALES, _mm256_permute2x128_si256::<0x20>(lo, hi));
+            st(SCALES + 32, _mm256_permute2x128_si256::<0x31>(lo, hi));
+            st(CORR, _mm256_slli_epi16::<2>(sc));
+        }
+    }
+
+    #[inline]
+    #[target_feature(enable = "avx2,fma,f16c")]
+    unsafe fn scales(bw: *const u8) -> __m128 {
+        // SAFETY: a whole block.
+        _mm_set_ss(unsafe { F::d(bw) })
+    }
+}
+
+/// Rows of a plain i-quant or ternary format against Q8_K activation rows
+/// on the AVX-512 VNNI kernel (see `gemm_q4_k_avx512`). Same bits as the
+/// format's `vec_dot`.
+pub(super) fn gemm_iq_avx512<F: super::iquants::IqFormat>(
+    n: usize,
+    w_rows: &[&[u8]],
+    acts: &[&[u8]],
+    out: &mut [f32],
+) {
+    assert!(F::PLAIN, "the GEMM computes (d * d_a) * isum only");
+    avx512::gemm::<Iq<F>>(n, w_rows, acts, out)
+}
+
 /// Q4_K rows against Q8_K activation rows (`GemmFn`'s contract; the
 /// panels are not read) on the AVX-512 VNNI kernel. Same bits as
 /// `gemm_q4_k`. Call only when `avx512_enabled()`.

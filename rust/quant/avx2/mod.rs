@@ -514,7 +514,13 @@ pub fn wide_tile_tokens(ty: crate::quant::GgmlType) -> Option<usize> {
 /// them.
 pub fn gemm_reads_rows(ty: crate::quant::GgmlType) -> bool {
     use crate::quant::GgmlType as T;
+    // The i-quants' and ternary GEMMs read the rows on every CPU (the
+    // AVX-512 kernel or the tiles).
     matches!(ty, T::Q4K | T::Q6K) && kgemm::avx512_enabled()
+        || matches!(
+            ty,
+            T::IQ4XS | T::IQ3S | T::IQ3XXS | T::IQ2S | T::IQ2XS | T::IQ2XXS | T::TQ2_0 | T::TQ1_0
+        )
 }
 
 /// A single-panel K-quant GEMM run over each group of a multi-panel call
