@@ -588,6 +588,18 @@ mod tests {
             GgmlType::Q5_0,
             GgmlType::Q5_1,
             GgmlType::Q8_0,
+            GgmlType::IQ4NL,
+            GgmlType::MXFP4,
+            GgmlType::IQ4XS,
+            GgmlType::IQ3S,
+            GgmlType::IQ3XXS,
+            GgmlType::IQ2S,
+            GgmlType::IQ2XS,
+            GgmlType::IQ2XXS,
+            GgmlType::IQ1S,
+            GgmlType::IQ1M,
+            GgmlType::TQ1_0,
+            GgmlType::TQ2_0,
         ] {
             let data = weight_bytes(rows * ty.row_bytes(cols).unwrap(), 0x9e37_79b9_7f4a_7c15);
             let w = QMatrix::new(ty, rows, cols, &data).unwrap();
@@ -628,6 +640,8 @@ mod tests {
             GgmlType::Q8_0,
             GgmlType::Q4_0,
             GgmlType::Q4_1,
+            GgmlType::IQ4NL,
+            GgmlType::MXFP4,
         ] {
             let data = weight_bytes(rows * ty.row_bytes(cols).unwrap(), 0x51_7cc1_b727_220a);
             let Some(packed) = crate::quant::pack_matrix(ty, rows, cols, &data) else {

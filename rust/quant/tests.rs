@@ -608,7 +608,11 @@ fn twin_rows(
     rng: &mut StdRng,
 ) -> Vec<Vec<u8>> {
     let mut ws: Vec<Vec<u8>> = (0..rows).map(|_| random_row(ty, n, rng)).collect();
-    let first = f16_fields(ty).iter().max().unwrap() + 2;
+    // MXFP4's scale is its first byte, an exponent.
+    let first = match ty {
+        T::MXFP4 => 1,
+        _ => f16_fields(ty).iter().max().unwrap() + 2,
+    };
     for &(r, fill) in extremes.iter().filter(|e| e.0 < rows) {
         for b in ws[r].chunks_exact_mut(ty.type_size()) {
             b[first..].fill(fill);
@@ -818,10 +822,10 @@ fn packed_rows_equal_the_file_layouts_bits() {
     // 32-element formats' SIMD paths fuse the block's multiply-add (the
     // row tile's bits).
     let formats = [(T::Q4K, QK_K), (T::Q6K, QK_K), (T::Q8_0, 32), (T::Q4_0, 32)];
-    for (ty, block_elems) in
-        formats
-            .into_iter()
-            .chain([(T::Q4_1, 32), (T::Q5_0, 32), (T::Q5_1, 32)])
+    for (ty, block_elems) in formats
+        .into_iter()
+        .chain([(T::Q4_1, 32), (T::Q5_0, 32), (T::Q5_1, 32)])
+        .chain([(T::IQ4NL, 32), (T::MXFP4, 32)])
     {
         if !crate::quant::packs(ty) {
             eprintln!(

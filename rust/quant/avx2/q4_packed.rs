@@ -1,4 +1,4 @@
-//! Q4_0, Q4_1, Q5_0 and Q5_1 weights repacked at load time for decode on
+//! Q4_0, Q4_1, Q5_0, Q5_1, IQ4_NL and MXFP4 weights repacked at load time for decode on
 //! AVX-512 VNNI: sixteen rows interleaved so that one 64-byte load holds
 //! the same four quant bytes of each of them.
 //!
@@ -16,7 +16,7 @@
 //! - `256 + 4 * r` (Q5_0, Q5_1): row r's 32 fifth bits (`qh`, bit k for
 //!   element k), which `vpmultishiftqb` moves under each byte's nibble;
 //! - `F::SC + 2 * r` (after the fifth bits, if any): row r's scale `d`
-//!   (f16);
+//!   (f16; MXFP4: `F::SC + 4 * r`, its power of two as f32);
 //! - `F::SC + 32 + 2 * r` (Q4_1, Q5_1): row r's minimum `m` (f16).
 //!
 //! Bits: per block, `fma(isum, d_w * d_a, acc)` and, with a minimum, `mins +
@@ -41,10 +41,53 @@ pub(super) trait Nibbles: Block32 {
     const QS: usize;
     /// Where its 32 fifth bits start (the 5-bit formats).
     const QH: Option<usize>;
+    /// The codebook a nibble indexes, as `uquants` gives it (the value
+    /// plus `OFFSET`), for the non-linear formats; `None` where the
+    /// nibble is the value.
+    const LOOKUP: Option<[i8; 16]> = None;
+    /// The scales are stored as f32 (MXFP4's powers of two reach past
+    /// f16's range), not as the file's f16.
+    const F32_SCALES: bool = false;
     /// Where the scales start in a packed block.
     const SC: usize = QH_AT + if Self::QH.is_some() { 64 } else { 0 };
-    /// Bytes per group and block: the file's sixteen blocks.
-    const PACKED: usize = Self::SC + if Self::MIN { 64 } else { 32 };
+    /// Bytes per group and block: the file's sixteen blocks (MXFP4: its
+    /// scales widened to f32).
+    const PACKED: usize = Self::SC
+        + if Self::MIN || Self::F32_SCALES {
+            64
+        } else {
+            32
+        };
+}
+
+/// `values` plus `offset`, wrapping: the unsigned bytes `vpdpbusd` reads.
+const fn offset_table(values: [i8; 16], offset: i32) -> [i8; 16] {
+    let mut t = [0i8; 16];
+    let mut k = 0;
+    while k < 16 {
+        t[k] = (values[k] as i32 + offset) as u8 as i8;
+        k += 1;
+    }
+    t
+}
+
+impl Nibbles for super::iq4_nl::Iq4Nl {
+    const QS: usize = 2;
+    const QH: Option<usize> = None;
+    const LOOKUP: Option<[i8; 16]> = Some(offset_table(
+        crate::quant::iq_common::KVALUES_IQ4NL,
+        <Self as Block32>::OFFSET,
+    ));
+}
+
+impl Nibbles for super::mxfp4::Mxfp4 {
+    const QS: usize = 1;
+    const QH: Option<usize> = None;
+    const LOOKUP: Option<[i8; 16]> = Some(offset_table(
+        crate::quant::iq_common::KVALUES_MXFP4,
+        <Self as Block32>::OFFSET,
+    ));
+    const F32_SCALES: bool = true;
 }
 
 impl Nibbles for super::q4_0::Q4_0 {
@@ -100,7 +143,12 @@ pub(super) fn pack<F: Nibbles>(rows: usize, cols: usize, data: &[u8], out: &mut 
                 dst[QH_AT + 4 * r..QH_AT + 4 * r + 4].copy_from_slice(&b[qh..qh + 4]);
             }
             let sc = F::SC;
-            dst[sc + 2 * r..sc + 2 * r + 2].copy_from_slice(&b[0..2]);
+            if F::F32_SCALES {
+                let d = crate::quant::mxfp4::e8m0_half(b[0]);
+                dst[sc + 4 * r..sc + 4 * r + 4].copy_from_slice(&d.to_le_bytes());
+            } else {
+                dst[sc + 2 * r..sc + 2 * r + 2].copy_from_slice(&b[0..2]);
+            }
             if F::MIN {
                 dst[sc + 32 + 2 * r..sc + 34 + 2 * r].copy_from_slice(&b[2..4]);
             }
@@ -143,6 +191,11 @@ unsafe fn pass<F: Nibbles, const N: usize>(
     };
     let ctl_lo: [__m512i; 4] = std::array::from_fn(|w| ctl(w, 0));
     let ctl_hi: [__m512i; 4] = std::array::from_fn(|w| ctl(w, 16));
+    let lookup = F::LOOKUP.map(|t| {
+        // SAFETY: sixteen bytes.
+        let t = unsafe { _mm_loadu_si128(t.as_ptr() as *const __m128i) };
+        _mm512_broadcast_i32x4(t)
+    });
     let mut acc = [_mm512_setzero_ps(); N];
     let mut mins = [_mm512_setzero_ps(); N];
     let ahead = ahead_bytes::<N>();
@@ -164,6 +217,10 @@ unsafe fn pass<F: Nibbles, const N: usize>(
             let q = unsafe { _mm512_loadu_si512(blk.add(64 * w) as *const __m512i) };
             let mut lo = _mm512_and_si512(q, m4);
             let mut hi = _mm512_and_si512(_mm512_srli_epi16::<4>(q), m4);
+            if let Some(t) = lookup {
+                lo = _mm512_shuffle_epi8(t, lo);
+                hi = _mm512_shuffle_epi8(t, hi);
+            }
             if let Some(qh) = qh {
                 // lo | (bits & 0x10), one ternary-logic op each.
                 let (bl, bh) = (
@@ -187,7 +244,13 @@ unsafe fn pass<F: Nibbles, const N: usize>(
             }
         }
         // SAFETY: the sixteen scales (and minimums) of this packed block.
-        let dw = _mm512_cvtph_ps(unsafe { _mm256_loadu_si256(blk.add(F::SC) as *const __m256i) });
+        let dw = if F::F32_SCALES {
+            // SAFETY: the sixteen f32 scales of this packed block.
+            unsafe { _mm512_loadu_ps(blk.add(F::SC) as *const f32) }
+        } else {
+            // SAFETY: the sixteen f16 scales of this packed block.
+            _mm512_cvtph_ps(unsafe { _mm256_loadu_si256(blk.add(F::SC) as *const __m256i) })
+        };
         let mw = if F::MIN {
             // SAFETY: as above.
             _mm512_cvtph_ps(unsafe { _mm256_loadu_si256(blk.add(F::SC + 32) as *const __m256i) })
@@ -260,7 +323,7 @@ impl<F: Nibbles> GroupPass for Packed<F> {
     }
 }
 
-/// `pack` for one of the four formats (`ty` names it).
+/// `pack` for one of the six formats (`ty` names it).
 pub fn pack_for(ty: crate::quant::GgmlType, rows: usize, cols: usize, data: &[u8], out: &mut [u8]) {
     use crate::quant::GgmlType as T;
     match ty {
@@ -268,12 +331,14 @@ pub fn pack_for(ty: crate::quant::GgmlType, rows: usize, cols: usize, data: &[u8
         T::Q4_1 => pack::<super::q4_1::Q4_1>(rows, cols, data, out),
         T::Q5_0 => pack::<super::q5_0::Q5_0>(rows, cols, data, out),
         T::Q5_1 => pack::<super::q5_1::Q5_1>(rows, cols, data, out),
+        T::IQ4NL => pack::<super::iq4_nl::Iq4Nl>(rows, cols, data, out),
+        T::MXFP4 => pack::<super::mxfp4::Mxfp4>(rows, cols, data, out),
         other => unreachable!("{} is not a packed 32-element format", other.name()),
     }
 }
 
 /// The scalars `tile` reads of each activation block, for the weight
-/// format `ty` (one of the four) against rows of `n` elements.
+/// format `ty` (one of the six) against rows of `n` elements.
 pub fn side_for(ty: crate::quant::GgmlType, n: usize, acts: &[&[u8]], out: &mut Vec<BlockSide>) {
     use crate::quant::GgmlType as T;
     let nb = n / QK;
@@ -282,11 +347,13 @@ pub fn side_for(ty: crate::quant::GgmlType, n: usize, acts: &[&[u8]], out: &mut 
         T::Q4_1 => sides::<super::q4_1::Q4_1>(acts, nb, out),
         T::Q5_0 => sides::<super::q5_0::Q5_0>(acts, nb, out),
         T::Q5_1 => sides::<super::q5_1::Q5_1>(acts, nb, out),
+        T::IQ4NL => sides::<super::iq4_nl::Iq4Nl>(acts, nb, out),
+        T::MXFP4 => sides::<super::mxfp4::Mxfp4>(acts, nb, out),
         other => unreachable!("{} is not a packed 32-element format", other.name()),
     }
 }
 
-/// `tile` for one of the four formats (`ty` names it).
+/// `tile` for one of the six formats (`ty` names it).
 pub fn tile_for(
     ty: crate::quant::GgmlType,
     n: usize,
@@ -302,6 +369,8 @@ pub fn tile_for(
         T::Q4_1 => tile::<super::q4_1::Q4_1>(n, p, g, a, sd, o),
         T::Q5_0 => tile::<super::q5_0::Q5_0>(n, p, g, a, sd, o),
         T::Q5_1 => tile::<super::q5_1::Q5_1>(n, p, g, a, sd, o),
+        T::IQ4NL => tile::<super::iq4_nl::Iq4Nl>(n, p, g, a, sd, o),
+        T::MXFP4 => tile::<super::mxfp4::Mxfp4>(n, p, g, a, sd, o),
         other => unreachable!("{} is not a packed 32-element format", other.name()),
     }
 }
@@ -314,6 +383,8 @@ pub fn packed_block(ty: crate::quant::GgmlType) -> Option<usize> {
         T::Q4_1 => <super::q4_1::Q4_1 as Nibbles>::PACKED,
         T::Q5_0 => <super::q5_0::Q5_0 as Nibbles>::PACKED,
         T::Q5_1 => <super::q5_1::Q5_1 as Nibbles>::PACKED,
+        T::IQ4NL => <super::iq4_nl::Iq4Nl as Nibbles>::PACKED,
+        T::MXFP4 => <super::mxfp4::Mxfp4 as Nibbles>::PACKED,
         _ => return None,
     })
 }
