@@ -47,12 +47,18 @@ fn act_bytes(k: &QuantKernels, cols: usize, n: usize) -> Vec<Vec<u8>> {
         .collect()
 }
 
-const FORMATS: [GgmlType; 5] = [
+const FORMATS: [GgmlType; 11] = [
     GgmlType::Q4_1,
     GgmlType::Q8_0,
     GgmlType::Q5_0,
     GgmlType::Q4K,
     GgmlType::Q6K,
+    GgmlType::IQ4XS,
+    GgmlType::IQ3S,
+    GgmlType::IQ3XXS,
+    GgmlType::IQ2XXS,
+    GgmlType::TQ2_0,
+    GgmlType::MXFP4,
 ];
 
 fn bench(c: &mut Criterion) {

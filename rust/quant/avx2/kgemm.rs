@@ -332,14 +332,18 @@ impl<F: super::iquants::IqFormat> KFormat for Iq<F> {
     #[target_feature(enable = "avx2,fma,f16c")]
     unsafe fn decode(bw: *const u8, dst: *mut u8) {
         // SAFETY: a whole block at bw; dst holds DEC bytes (caller's contract).
-        let (runs, sc8) = unsafe { F::decode(bw) };
+        let o = unsafe { F::open(bw) };
         let flip = _mm256_set1_epi8(-128);
-        for (ib, v) in runs.iter().enumerate() {
+        for ib in 0..8 {
             // SAFETY: as above.
             unsafe {
-                _mm256_storeu_si256(dst.add(32 * ib) as *mut __m256i, _mm256_xor_si256(*v, flip))
-            };
+                let (mags, signs) = F::run(&o, bw, ib);
+                let v = _mm256_xor_si256(_mm256_sign_epi8(mags, signs), flip);
+                _mm256_storeu_si256(dst.add(32 * ib) as *mut __m256i, v);
+            }
         }
+        // SAFETY: as above.
+        let sc8 = unsafe { F::scales8(&o, bw) };
         let sc = _mm256_cvtepi8_epi16(sc8);
         let (lo, hi) = (_mm256_unpacklo_epi16(sc, sc), _mm256_unpackhi_epi16(sc, sc));
         // SAFETY: the 16 scale words and the 8 correction words of dst.
