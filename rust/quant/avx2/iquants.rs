@@ -25,6 +25,9 @@ pub(super) trait IqFormat {
     /// Whether the block's value is `(d * d_a) * isum` (the GEMM's form);
     /// IQ1_S and IQ1_M add a shift term.
     const PLAIN: bool = true;
+    /// One scale per 32 elements (`scales8` gives each twice), which the
+    /// AVX-512 GEMM applies once per run rather than once per sixteen.
+    const SCALE32: bool = true;
     /// What a block needs decoded before its runs are read.
     type Open;
     /// Opens the block at `bw`.
@@ -171,6 +174,7 @@ impl IqFormat for Iq2xxs {
 pub(super) struct Iq2xs;
 impl IqFormat for Iq2xs {
     const BLOCK: usize = iq2_xs::BLOCK;
+    const SCALE32: bool = false;
     const FACTOR: f32 = 0.125;
     type Open = ();
     #[inline]
@@ -197,6 +201,7 @@ impl IqFormat for Iq2xs {
 pub(super) struct Iq2s;
 impl IqFormat for Iq2s {
     const BLOCK: usize = iq2_s::BLOCK;
+    const SCALE32: bool = false;
     const FACTOR: f32 = 0.125;
     type Open = ();
     #[inline]
@@ -429,6 +434,7 @@ impl IqFormat for Tq1 {
 scalar_decoded!(Iq1s, iq1_s);
 impl IqFormat for Iq1s {
     const BLOCK: usize = iq1_s::BLOCK;
+    const SCALE32: bool = false;
     const PLAIN: bool = false;
     decoded_runs!();
     unsafe fn value(bw: *const u8, ba: *const u8, isum: i32) -> f32 {
@@ -447,6 +453,7 @@ impl IqFormat for Iq1s {
 scalar_decoded!(Iq1m, iq1_m);
 impl IqFormat for Iq1m {
     const BLOCK: usize = iq1_m::BLOCK;
+    const SCALE32: bool = false;
     const PLAIN: bool = false;
     decoded_runs!();
     unsafe fn value(bw: *const u8, ba: *const u8, isum: i32) -> f32 {

@@ -325,7 +325,7 @@ struct Iq<F>(std::marker::PhantomData<F>);
 
 impl<F: super::iquants::IqFormat> KFormat for Iq<F> {
     const W: usize = F::BLOCK;
-    const GROUP: usize = 4;
+    const GROUP: usize = if F::SCALE32 { 8 } else { 4 };
     const MIN: bool = false;
 
     #[inline]
@@ -346,11 +346,25 @@ impl<F: super::iquants::IqFormat> KFormat for Iq<F> {
         let sc8 = unsafe { F::scales8(&o, bw) };
         let sc = _mm256_cvtepi8_epi16(sc8);
         let (lo, hi) = (_mm256_unpacklo_epi16(sc, sc), _mm256_unpackhi_epi16(sc, sc));
-        // SAFETY: the 16 scale words and the 8 correction words of dst.
+        // SAFETY: the scale words (16, or 8 with one scale per run: each
+        // run's scale in both halves of its word) and the 8 correction
+        // words of dst.
         unsafe {
             let st = |o: usize, v: __m256i| _mm256_storeu_si256(dst.add(o) as *mut __m256i, v);
-            st(SCALES, _mm256_permute2x128_si256::<0x20>(lo, hi));
-            st(SCALES + 32, _mm256_permute2x128_si256::<0x31>(lo, hi));
+            if F::SCALE32 {
+                let even = _mm_shuffle_epi8(
+                    sc8,
+                    _mm_setr_epi8(0, 2, 4, 6, 8, 10, 12, 14, -1, -1, -1, -1, -1, -1, -1, -1),
+                );
+                let h = _mm_cvtepi8_epi16(even);
+                st(
+                    SCALES,
+                    _mm256_set_m128i(_mm_unpackhi_epi16(h, h), _mm_unpacklo_epi16(h, h)),
+                );
+            } else {
+                st(SCALES, _mm256_permute2x128_si256::<0x20>(lo, hi));
+                st(SCALES + 32, _mm256_permute2x128_si256::<0x31>(lo, hi));
+            }
             st(CORR, _mm256_slli_epi16::<2>(sc));
         }
     }
