@@ -642,6 +642,7 @@ mod tests {
             GgmlType::Q4_1,
             GgmlType::IQ4NL,
             GgmlType::MXFP4,
+            GgmlType::IQ4XS,
         ] {
             let data = weight_bytes(rows * ty.row_bytes(cols).unwrap(), 0x51_7cc1_b727_220a);
             let Some(packed) = crate::quant::pack_matrix(ty, rows, cols, &data) else {

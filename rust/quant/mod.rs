@@ -703,7 +703,10 @@ pub fn packs(ty: GgmlType) -> bool {
     if on && avx2::q4_packed::packed_block(ty).is_some() {
         return avx2::q4_packed::available();
     }
-    on && matches!(ty, GgmlType::Q4K | GgmlType::Q6K | GgmlType::Q8_0)
+    on && matches!(
+        ty,
+        GgmlType::Q4K | GgmlType::Q6K | GgmlType::Q8_0 | GgmlType::IQ4XS
+    )
 }
 
 /// Bytes of the decode layout of a `rows x cols` matrix of `ty`, when
@@ -719,6 +722,9 @@ pub fn packed_len(ty: GgmlType, rows: usize, cols: usize) -> Option<usize> {
         }
         GgmlType::Q6K if cols.is_multiple_of(QK_K) => {
             Some(rows / PACKED_GROUP_ROWS * (cols / QK_K) * avx2::q6k_packed::PACKED_BLOCK)
+        }
+        GgmlType::IQ4XS if cols.is_multiple_of(QK_K) => {
+            Some(rows / PACKED_GROUP_ROWS * (cols / QK_K) * avx2::iq4xs_packed::PACKED_BLOCK)
         }
         GgmlType::Q8_0 if cols.is_multiple_of(32) => {
             Some(rows / PACKED_GROUP_ROWS * (cols / 32) * avx2::q8_0_packed::PACKED_BLOCK)
@@ -750,6 +756,7 @@ pub fn pack_matrix_into(
             GgmlType::Q4K => avx2::q4k_packed::pack(rows, cols, data, out),
             GgmlType::Q6K => avx2::q6k_packed::pack(rows, cols, data, out),
             GgmlType::Q8_0 => avx2::q8_0_packed::pack(rows, cols, data, out),
+            GgmlType::IQ4XS => avx2::iq4xs_packed::pack(rows, cols, data, out),
             _ => avx2::q4_packed::pack_for(ty, rows, cols, data, out),
         }
     }
@@ -806,7 +813,7 @@ pub fn packed_side(ty: GgmlType, n: usize, acts: &[&[u8]], out: &mut Vec<BlockSi
     assert!(packs(ty), "{} matrices are not packed here", ty.name());
     #[cfg(target_arch = "x86_64")]
     match ty {
-        GgmlType::Q4K | GgmlType::Q6K => {}
+        GgmlType::Q4K | GgmlType::Q6K | GgmlType::IQ4XS => {}
         GgmlType::Q8_0 => avx2::q8_0_packed::side(n, acts, out),
         _ => avx2::q4_packed::side_for(ty, n, acts, out),
     }
@@ -832,6 +839,7 @@ pub fn packed_tile(
     match ty {
         GgmlType::Q4K => avx2::q4k_packed::tile(n, packed, groups, acts, outs),
         GgmlType::Q6K => avx2::q6k_packed::tile(n, packed, groups, acts, outs),
+        GgmlType::IQ4XS => avx2::iq4xs_packed::tile(n, packed, groups, acts, outs),
         GgmlType::Q8_0 => avx2::q8_0_packed::tile(n, packed, groups, acts, side, outs),
         _ => avx2::q4_packed::tile_for(ty, n, packed, groups, acts, side, outs),
     }

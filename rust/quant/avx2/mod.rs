@@ -21,6 +21,7 @@ mod float;
 mod gemm;
 mod gemm_vnni;
 mod iq4_nl;
+pub mod iq4xs_packed;
 mod iquants;
 mod kgemm;
 mod mxfp4;
