@@ -643,6 +643,7 @@ mod tests {
             GgmlType::IQ4NL,
             GgmlType::MXFP4,
             GgmlType::IQ4XS,
+            GgmlType::TQ2_0,
         ] {
             let data = weight_bytes(rows * ty.row_bytes(cols).unwrap(), 0x51_7cc1_b727_220a);
             let Some(packed) = crate::quant::pack_matrix(ty, rows, cols, &data) else {

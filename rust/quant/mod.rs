@@ -705,7 +705,7 @@ pub fn packs(ty: GgmlType) -> bool {
     }
     on && matches!(
         ty,
-        GgmlType::Q4K | GgmlType::Q6K | GgmlType::Q8_0 | GgmlType::IQ4XS
+        GgmlType::Q4K | GgmlType::Q6K | GgmlType::Q8_0 | GgmlType::IQ4XS | GgmlType::TQ2_0
     )
 }
 
@@ -725,6 +725,9 @@ pub fn packed_len(ty: GgmlType, rows: usize, cols: usize) -> Option<usize> {
         }
         GgmlType::IQ4XS if cols.is_multiple_of(QK_K) => {
             Some(rows / PACKED_GROUP_ROWS * (cols / QK_K) * avx2::iq4xs_packed::PACKED_BLOCK)
+        }
+        GgmlType::TQ2_0 if cols.is_multiple_of(QK_K) => {
+            Some(rows / PACKED_GROUP_ROWS * (cols / QK_K) * avx2::tq2_packed::PACKED_BLOCK)
         }
         GgmlType::Q8_0 if cols.is_multiple_of(32) => {
             Some(rows / PACKED_GROUP_ROWS * (cols / 32) * avx2::q8_0_packed::PACKED_BLOCK)
@@ -757,6 +760,7 @@ pub fn pack_matrix_into(
             GgmlType::Q6K => avx2::q6k_packed::pack(rows, cols, data, out),
             GgmlType::Q8_0 => avx2::q8_0_packed::pack(rows, cols, data, out),
             GgmlType::IQ4XS => avx2::iq4xs_packed::pack(rows, cols, data, out),
+            GgmlType::TQ2_0 => avx2::tq2_packed::pack(rows, cols, data, out),
             _ => avx2::q4_packed::pack_for(ty, rows, cols, data, out),
         }
     }
@@ -813,7 +817,7 @@ pub fn packed_side(ty: GgmlType, n: usize, acts: &[&[u8]], out: &mut Vec<BlockSi
     assert!(packs(ty), "{} matrices are not packed here", ty.name());
     #[cfg(target_arch = "x86_64")]
     match ty {
-        GgmlType::Q4K | GgmlType::Q6K | GgmlType::IQ4XS => {}
+        GgmlType::Q4K | GgmlType::Q6K | GgmlType::IQ4XS | GgmlType::TQ2_0 => {}
         GgmlType::Q8_0 => avx2::q8_0_packed::side(n, acts, out),
         _ => avx2::q4_packed::side_for(ty, n, acts, out),
     }
@@ -840,6 +844,7 @@ pub fn packed_tile(
         GgmlType::Q4K => avx2::q4k_packed::tile(n, packed, groups, acts, outs),
         GgmlType::Q6K => avx2::q6k_packed::tile(n, packed, groups, acts, outs),
         GgmlType::IQ4XS => avx2::iq4xs_packed::tile(n, packed, groups, acts, outs),
+        GgmlType::TQ2_0 => avx2::tq2_packed::tile(n, packed, groups, acts, outs),
         GgmlType::Q8_0 => avx2::q8_0_packed::tile(n, packed, groups, acts, side, outs),
         _ => avx2::q4_packed::tile_for(ty, n, packed, groups, acts, side, outs),
     }

@@ -42,6 +42,7 @@ mod q8_0;
 pub mod q8_0_packed;
 mod quantize;
 mod rows16_vnni;
+pub mod tq2_packed;
 
 pub use float::{vec_dot_bf16, vec_dot_f16, vec_dot_f32};
 pub use iq4_nl::{gemm_iq4_nl, tile_iq4_nl, vec_dot_iq4_nl};
