@@ -16,7 +16,7 @@
 //! - `256 + 4 * r` (Q5_0, Q5_1): row r's 32 fifth bits (`qh`, bit k for
 //!   element k), which `vpmultishiftqb` moves under each byte's nibble;
 //! - `F::SC + 2 * r` (after the fifth bits, if any): row r's scale `d`
-//!   (f16; MXFP4: `F::SC + 4 * r`, its power of two as f32);
+//!   (f16; MXFP4: `F::SC + r`, its exponent byte as the file has it);
 //! - `F::SC + 32 + 2 * r` (Q4_1, Q5_1): row r's minimum `m` (f16).
 //!
 //! Bits: per block, `fma(isum, d_w * d_a, acc)` and, with a minimum, `mins +
@@ -45,16 +45,18 @@ pub(super) trait Nibbles: Block32 {
     /// plus `OFFSET`), for the non-linear formats; `None` where the
     /// nibble is the value.
     const LOOKUP: Option<[i8; 16]> = None;
-    /// The scales are stored as f32 (MXFP4's powers of two reach past
-    /// f16's range), not as the file's f16.
-    const F32_SCALES: bool = false;
+    /// The scales are e8m0 exponent bytes (MXFP4's powers of two reach
+    /// past f16's range), kept as the file has them and turned into f32
+    /// in the kernel, so the layout stays the file's size.
+    const E8M0_SCALES: bool = false;
     /// Where the scales start in a packed block.
     const SC: usize = QH_AT + if Self::QH.is_some() { 64 } else { 0 };
-    /// Bytes per group and block: the file's sixteen blocks (MXFP4: its
-    /// scales widened to f32).
+    /// Bytes per group and block: the file's sixteen blocks.
     const PACKED: usize = Self::SC
-        + if Self::MIN || Self::F32_SCALES {
+        + if Self::MIN {
             64
+        } else if Self::E8M0_SCALES {
+            16
         } else {
             32
         };
@@ -87,7 +89,7 @@ impl Nibbles for super::mxfp4::Mxfp4 {
         crate::quant::iq_common::KVALUES_MXFP4,
         <Self as Block32>::OFFSET,
     ));
-    const F32_SCALES: bool = true;
+    const E8M0_SCALES: bool = true;
 }
 
 impl Nibbles for super::q4_0::Q4_0 {
@@ -143,9 +145,8 @@ pub(super) fn pack<F: Nibbles>(rows: usize, cols: usize, data: &[u8], out: &mut 
                 dst[QH_AT + 4 * r..QH_AT + 4 * r + 4].copy_from_slice(&b[qh..qh + 4]);
             }
             let sc = F::SC;
-            if F::F32_SCALES {
-                let d = crate::quant::mxfp4::e8m0_half(b[0]);
-                dst[sc + 4 * r..sc + 4 * r + 4].copy_from_slice(&d.to_le_bytes());
+            if F::E8M0_SCALES {
+                dst[sc + r] = b[0];
             } else {
                 dst[sc + 2 * r..sc + 2 * r + 2].copy_from_slice(&b[0..2]);
             }
@@ -244,9 +245,15 @@ unsafe fn pass<F: Nibbles, const N: usize>(
             }
         }
         // SAFETY: the sixteen scales (and minimums) of this packed block.
-        let dw = if F::F32_SCALES {
-            // SAFETY: the sixteen f32 scales of this packed block.
-            unsafe { _mm512_loadu_ps(blk.add(F::SC) as *const f32) }
+        let dw = if F::E8M0_SCALES {
+            // SAFETY: the sixteen exponent bytes of this packed block.
+            let e =
+                _mm512_cvtepu8_epi32(unsafe { _mm_loadu_si128(blk.add(F::SC) as *const __m128i) });
+            // `mxfp4::e8m0_half`: (e - 1) << 23, or 2^21 << e below e = 2.
+            let normal = _mm512_slli_epi32::<23>(_mm512_sub_epi32(e, _mm512_set1_epi32(1)));
+            let tiny = _mm512_sllv_epi32(_mm512_set1_epi32(0x0020_0000), e);
+            let below = _mm512_cmplt_epi32_mask(e, _mm512_set1_epi32(2));
+            _mm512_castsi512_ps(_mm512_mask_blend_epi32(below, normal, tiny))
         } else {
             // SAFETY: the sixteen f16 scales of this packed block.
             _mm512_cvtph_ps(unsafe { _mm256_loadu_si256(blk.add(F::SC) as *const __m256i) })
