@@ -22,6 +22,7 @@ from oxillama.decoding.grammar import constraint as _constraint
 from oxillama.decoding.grammar.budget import Items, sample_within_budget
 from oxillama.decoding.logprobs import check_logprobs, token_logprob
 from oxillama.decoding.sampling import SamplerConfig
+from oxillama.decoding.tool_calls.history import render_history
 from oxillama.engine import embeddings as _emb
 from oxillama.engine.embeddings import EmbedInput, Pooling
 from oxillama.engine.kv_types import kv_types
@@ -858,9 +859,13 @@ class Engine:
     def apply_chat_template(
         self, messages: Sequence[Message], *, add_generation_prompt: bool = True, **kwargs: Any
     ) -> str:
-        """Renders ``messages`` with the model's chat template."""
-        return self._chat_template.render(
-            messages, add_generation_prompt=add_generation_prompt, **kwargs
+        """Renders ``messages`` with the model's chat template. Tool calls
+        and results in the history render with or without ``tools``: as
+        the template reads them if it knows tools, else as the text the
+        model wrote; a ``null`` content beside tool calls (what the OpenAI
+        API returns) becomes ``""`` where the template cannot take it."""
+        return render_history(
+            self._chat_template, messages, add_generation_prompt=add_generation_prompt, **kwargs
         )
 
     def _prime_chat(self, messages: Sequence[Message], kwargs: dict[str, Any]) -> list[int]:

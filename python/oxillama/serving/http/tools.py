@@ -4,7 +4,6 @@ found in each choice's text (plain and streamed)."""
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -12,6 +11,7 @@ from typing import Any
 from oxillama.decoding.grammar import Grammar
 from oxillama.decoding.tool_calls import ToolCall, ToolCallDetector, ToolFormat
 from oxillama.decoding.tool_calls.grammar import call_grammar, lazy_call_grammar
+from oxillama.decoding.tool_calls.history import native_message, plain_message
 from oxillama.decoding.tool_calls.templates import (
     format_for_template,
     takes_tools,
@@ -41,54 +41,14 @@ class ToolRequest:
     ) -> tuple[list[dict[str, Any]], dict[str, Any]]:
         """The messages and template variables to render."""
         if self.native:
-            return [_native_message(m) for m in messages], {"tools": self.tools}
-        msgs = [_plain_message(m) for m in messages]
+            return [native_message(m) for m in messages], {"tools": self.tools}
+        msgs = [plain_message(m) for m in messages]
         note = tools_instructions(self.tools)
         if msgs and msgs[0].get("role") == "system":
             msgs[0] = {**msgs[0], "content": f"{msgs[0].get('content') or ''}\n\n{note}"}
         else:
             msgs.insert(0, {"role": "system", "content": note})
         return msgs, {}
-
-
-def _native_message(m: dict[str, Any]) -> dict[str, Any]:
-    """HF templates read a call's arguments as a mapping; OpenAI sends a
-    JSON string."""
-    calls = m.get("tool_calls")
-    if not isinstance(calls, list):
-        return m
-    out = []
-    for c in calls:
-        fn = dict(c.get("function") or {}) if isinstance(c, Mapping) else {}
-        if isinstance(fn.get("arguments"), str):
-            try:
-                fn["arguments"] = json.loads(fn["arguments"])
-            except json.JSONDecodeError:
-                pass
-        out.append({**c, "function": fn, **fn} if isinstance(c, Mapping) else c)
-    return {**m, "tool_calls": out}
-
-
-def _plain_message(m: dict[str, Any]) -> dict[str, Any]:
-    """For a template without tools: earlier calls become the text the
-    model was asked to write, and a tool's result is plain content."""
-    calls = m.get("tool_calls")
-    if isinstance(calls, list) and calls:
-        blocks = []
-        for c in calls:
-            fn = c.get("function", {}) if isinstance(c, Mapping) else {}
-            args = fn.get("arguments", {})
-            if isinstance(args, str):
-                try:
-                    args = json.loads(args)
-                except json.JSONDecodeError:
-                    pass
-            call = json.dumps({"name": fn.get("name"), "arguments": args}, ensure_ascii=False)
-            blocks.append(f"<tool_call>\n{call}\n</tool_call>")
-        return {"role": m["role"], "content": (m.get("content") or "") + "\n".join(blocks)}
-    if m.get("content") is None:
-        return {**m, "content": ""}
-    return m
 
 
 def tool_request(
