@@ -31,7 +31,7 @@ from gguf import GGMLQuantizationType as Q
 if __package__ in (None, ""):  # run as a file rather than with -m
     sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
-from tests.models._archs import FIXTURES, Builder, Fixture
+from tests.models._archs import ALL_FIXTURES, Builder, Fixture
 from tests.models._rewrite import rewrite_f32
 from tests.models._vocab import VOCAB
 from tests.models._weights import FORMATS, assign_formats, best_start, encode
@@ -65,21 +65,27 @@ def test_tokens() -> list[int]:
     return [VOCAB.bos, *(int(t) for t in rng.integers(0, VOCAB.n_normal, SEQ_LEN - 1))]
 
 
-def write_fixture(fx: Fixture, preferred_start: int) -> tuple[int, dict[str, str]]:
-    """Writes the file; returns the format cycle's offset and each tensor's
-    format."""
+def write_fixture(fx: Fixture, preferred_start: int) -> tuple[int | None, dict[str, str]]:
+    """Writes the file; returns the format cycle's offset (None for a
+    one-type fixture) and each tensor's format."""
     rng = np.random.default_rng(zlib.crc32(fx.name.encode()))
     b = Builder(rng)
     w = gguf.GGUFWriter(str(fixture_path(fx.name)), fx.arch)
     # Not the architecture's name: llama.cpp's vocabulary loader changes
     # special-token attributes when general.name contains e.g. "phi3".
     w.add_name("oxillama test fixture")
+    if fx.file_type is not None:
+        w.add_file_type(fx.file_type)
     fx.build(w, b)
     VOCAB.write(w)
     mats = [t for t in b.tensors if t.matrix]
     shapes = [t.data.shape for t in mats]
-    start = best_start(shapes, preferred_start)
-    fmt_of = dict(zip((t.name for t in mats), assign_formats(shapes, start), strict=True))
+    start: int | None = None
+    if fx.weight_type is not None:
+        fmt_of = {t.name: fx.type_of(t.name) for t in mats}
+    else:
+        start = best_start(shapes, preferred_start)
+        fmt_of = dict(zip((t.name for t in mats), assign_formats(shapes, start), strict=True))
     formats: dict[str, str] = {}
     for t in b.tensors:
         fmt = fmt_of.get(t.name, Q.F32)
@@ -192,9 +198,18 @@ def write_reference(fx: Fixture, formats: dict[str, str], n_ctx_index: int) -> d
         or stats["argmax_is_input_frac"] > MAX_ARGMAX_IS_INPUT
     ):
         raise SystemExit(f"{fx.name}: logits too close to uniform or constant: {stats}")
+    # A one-type fixture has no float matrix, so llama.cpp's two paths
+    # often agree to the last bit and its noise says little; the same
+    # logits with an F32 KV cache, where neither engine rounds the cache,
+    # show each type's kernels bit for bit between activation roundings.
+    kv_f32: dict[str, Any] = {}
+    if fx.weight_type is not None:
+        kv_f32["logits_kv_f32"] = teacher_forced(path, n_ctx, tokens, SEQ_LEN, kv_f32=True)
+        kv_f32["logits_kv_f32_single"] = teacher_forced(path, n_ctx, tokens, 1, kv_f32=True)
     out = reference_path(fx.name, n_ctx_index)
     np.savez_compressed(
         out,
+        **kv_f32,
         tokens=np.array(tokens, dtype=np.int32),
         logits_batched=batched,
         logits_single=single,
@@ -219,7 +234,23 @@ def write_reference(fx: Fixture, formats: dict[str, str], n_ctx_index: int) -> d
         "f32_vs_quantized_max_abs": round(float(np.abs(f32 - batched).max()), 6),
         "f32_vs_quantized_argmax_agreement": float((f32.argmax(1) == batched.argmax(1)).mean()),
         "softmax": stats,
+        **(
+            {
+                "kv_f32_batched_vs_single_max_abs": round(
+                    float(np.abs(kv_f32["logits_kv_f32"] - kv_f32["logits_kv_f32_single"]).max()),
+                    6,
+                )
+            }
+            if kv_f32
+            else {}
+        ),
     }
+
+
+def llama_cpp_system_info() -> str:
+    import llama_cpp
+
+    return str(llama_cpp.llama_print_system_info().decode().strip())
 
 
 def sha256(path: Path) -> str:
@@ -228,21 +259,21 @@ def sha256(path: Path) -> str:
 
 def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("names", nargs="*", help=f"fixtures (default all): {', '.join(FIXTURES)}")
+    ap.add_argument("names", nargs="*", help=f"fixtures (default all): {', '.join(ALL_FIXTURES)}")
     ap.add_argument("--no-reference", action="store_true", help="only write the .gguf files")
     args = ap.parse_args(argv)
-    unknown = [n for n in args.names if n not in FIXTURES]
+    unknown = [n for n in args.names if n not in ALL_FIXTURES]
     if unknown:
-        ap.error(f"unknown fixture(s) {unknown}; known: {list(FIXTURES)}")
+        ap.error(f"unknown fixture(s) {unknown}; known: {list(ALL_FIXTURES)}")
     FIXTURE_DIR.mkdir(exist_ok=True)
     REF_DIR.mkdir(exist_ok=True)
     meta_path = REF_DIR / "meta.json"
     meta: dict[str, Any] = json.loads(meta_path.read_text()) if meta_path.exists() else {}
     entries: dict[str, Any] = meta.get("fixtures", {})
-    order = list(FIXTURES)
+    order = list(ALL_FIXTURES)
     for name in args.names or order:
         t0 = time.perf_counter()
-        fx = FIXTURES[name]
+        fx = ALL_FIXTURES[name]
         start, formats = write_fixture(fx, order.index(name) % len(FORMATS))
         path = fixture_path(name)
         entry: dict[str, Any] = {
@@ -251,12 +282,15 @@ def main(argv: list[str] | None = None) -> None:
             "file": f"fixtures/{path.name}",
             "bytes": path.stat().st_size,
             "sha256": sha256(path),
-            "format_cycle_start": FORMATS[start].name,
+            "format_cycle_start": None if start is None else FORMATS[start].name,
             "metadata": arch_metadata(path, fx.arch),
             "formats": formats,
         }
         if not args.no_reference:
             entry["references"] = [write_reference(fx, formats, i) for i in range(len(fx.n_ctx))]
+            # The header below names the last run's build; a fixture made by
+            # an earlier run keeps the name of its own.
+            entry["llama_cpp_system_info"] = llama_cpp_system_info()
         entries[name] = entry
         print(f"{name}: {entry['bytes']} bytes, {time.perf_counter() - t0:.2f} s", flush=True)
     if not args.no_reference:
@@ -267,7 +301,7 @@ def main(argv: list[str] | None = None) -> None:
         meta = {
             "llama_cpp_python": llama_cpp.__version__,
             "llama_cpp_version": llama_cpp.llama_version().decode(),
-            "llama_cpp_system_info": llama_cpp.llama_print_system_info().decode().strip(),
+            "llama_cpp_system_info": llama_cpp_system_info(),
             "gguf": version("gguf"),
             "python": platform.python_version(),
             "machine": platform.machine(),
