@@ -31,7 +31,7 @@ from gguf import GGMLQuantizationType as Q
 if __package__ in (None, ""):  # run as a file rather than with -m
     sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
-from tests.models._archs import ALL_FIXTURES, Builder, Fixture
+from tests.models._archs import ALL_FIXTURES, TYPE_FIXTURES, Builder, Fixture
 from tests.models._rewrite import rewrite_f32
 from tests.models._vocab import VOCAB
 from tests.models._weights import FORMATS, assign_formats, best_start, encode
@@ -253,6 +253,63 @@ def llama_cpp_system_info() -> str:
     return str(llama_cpp.llama_print_system_info().decode().strip())
 
 
+def model_facts(path: Path) -> dict[str, Any]:
+    """What llama-bench names the model by: its one-line description
+    (architecture, size class, file type), its bytes and parameters."""
+    import ctypes
+
+    import llama_cpp
+
+    llm = llama(path, 256, 1)
+    buf = ctypes.create_string_buffer(256)
+    llama_cpp.llama_model_desc(llm._model.model, buf, len(buf))
+    out = {
+        "desc": buf.value.decode(),
+        "size": int(llama_cpp.llama_model_size(llm._model.model)),
+        "n_params": int(llama_cpp.llama_model_n_params(llm._model.model)),
+    }
+    del llm
+    return out
+
+
+def model_desc(path: Path) -> str:
+    return str(model_facts(path)["desc"])
+
+
+# general.file_type ids to name: llama.cpp's table ends before this.
+MAX_FILE_TYPE = 48
+
+
+def file_type_names(template: Path) -> dict[int, str]:
+    """llama.cpp's name of every general.file_type id, read back from
+    llama_model_desc on copies of ``template`` carrying each id (ids it
+    does not know are left out)."""
+    r = gguf.GGUFReader(str(template))
+    out: dict[int, str] = {}
+    with tempfile.TemporaryDirectory() as tmp:
+        dst = Path(tmp) / "ftype.gguf"
+        for ft in range(MAX_FILE_TYPE):
+            w = gguf.GGUFWriter(str(dst), r.fields["general.architecture"].contents())
+            for key, field in r.fields.items():
+                if key.startswith("GGUF.") or key == "general.architecture":
+                    continue
+                kind = field.types[0]
+                sub = field.types[-1] if kind == gguf.GGUFValueType.ARRAY else None
+                value = ft if key == "general.file_type" else field.contents()
+                w.add_key_value(key, value, kind, sub_type=sub)
+            for t in r.tensors:
+                w.add_tensor(t.name, t.data, raw_dtype=t.tensor_type)
+            w.write_header_to_file()
+            w.write_kv_data_to_file()
+            w.write_tensors_to_file()
+            w.close()
+            # "llama ?B <file type>"
+            name = model_desc(dst).split(" ", 2)[2]
+            if name != "unknown, may not work":
+                out[ft] = name
+    return out
+
+
 def sha256(path: Path) -> str:
     return hashlib.sha256(path.read_bytes()).hexdigest()
 
@@ -291,6 +348,7 @@ def main(argv: list[str] | None = None) -> None:
             # The header below names the last run's build; a fixture made by
             # an earlier run keeps the name of its own.
             entry["llama_cpp_system_info"] = llama_cpp_system_info()
+            entry["llama_cpp_model"] = model_facts(path)
         entries[name] = entry
         print(f"{name}: {entry['bytes']} bytes, {time.perf_counter() - t0:.2f} s", flush=True)
     if not args.no_reference:
@@ -321,6 +379,8 @@ def main(argv: list[str] | None = None) -> None:
             "fixtures": {k: entries[k] for k in order if k in entries},
         }
         del vocab_llm
+        names = file_type_names(fixture_path(next(iter(TYPE_FIXTURES))))
+        (REF_DIR / "file_types.json").write_text(json.dumps(names, indent=1) + "\n")
     else:
         meta["fixtures"] = {k: entries[k] for k in order if k in entries}
     meta_path.write_text(json.dumps(meta, indent=1) + "\n")
