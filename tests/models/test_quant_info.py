@@ -1,4 +1,5 @@
-"""``oxillama info`` on the one-type fixtures, and every ``general.file_type``
+"""``oxillama info`` and ``oxillama bench`` on the one-type fixtures, and
+every ``general.file_type``
 name, against llama.cpp: its model description, size and parameter count
 for each fixture (``reference/meta.json``, ``llama_cpp_model``) and its name
 of every file type id (``reference/file_types.json``), both recorded by
@@ -8,6 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import re
 
 import pytest
 
@@ -45,6 +47,29 @@ def test_info_describes_each_new_type_as_llama_cpp(
     text = info(capsys, str(path))
     assert f"file type:     {model['file_type']} (general.file_type " in text
     assert theirs["desc"] in text
+
+
+def test_bench_names_each_new_type_as_llama_bench_would(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """One bench over every fixture: llama-bench's model_type, size and
+    parameter count are llama.cpp's (llama_model_desc, _size, _n_params),
+    and the markdown table names the type."""
+    paths = [str(HERE / "fixtures" / f"{name}.gguf") for name in TYPE_FIXTURES]
+    args = ["bench", "-m", ",".join(paths), "-p", "8", "-n", "0", "-r", "1", "-t", "1"]
+    assert main([*args, "--no-warmup", "-o", "json"]) == 0
+    rows = json.loads(capsys.readouterr().out)
+    assert [r["model_filename"] for r in rows] == paths
+    for name, row in zip(TYPE_FIXTURES, rows, strict=True):
+        theirs = META[name]["llama_cpp_model"]
+        assert row["model_type"] == theirs["desc"]
+        assert row["model_size"] == theirs["size"]
+        assert row["model_n_params"] == theirs["n_params"]
+    assert main([*args, "--no-warmup"]) == 0
+    table = capsys.readouterr().out
+    for name in TYPE_FIXTURES:
+        desc = re.escape(META[name]["llama_cpp_model"]["desc"])
+        assert re.search(rf"^\| {desc} +\|", table, re.MULTILINE), (name, table)
 
 
 def test_every_file_type_is_named_as_llama_cpp_names_it() -> None:
