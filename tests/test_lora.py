@@ -15,6 +15,8 @@ from gguf.quants import dequantize
 from oxillama import Engine, LoraError, Model, SamplerConfig, _native, snapshot
 from oxillama.snapshot import AdapterMismatchError
 from tests.lora import adapters, cases
+from tests.models._archs import FIXTURES as ARCH_FIXTURES
+from tests.models._archs import TYPE_FIXTURES
 from tests.models._rewrite import rewrite_f32
 
 REF = Path(__file__).parent / "lora" / "reference"
@@ -133,7 +135,7 @@ def merged(base: Path, adapter_paths: list[tuple[Path, float]], dst: Path) -> No
     w.close()
 
 
-ARCHS = sorted(p.stem for p in FIXTURES.glob("*.gguf") if p.stem != "qwen3moe")
+ARCHS = sorted(name for name in ARCH_FIXTURES if name != "qwen3moe")
 
 
 @pytest.mark.parametrize("arch", ARCHS)
@@ -162,6 +164,37 @@ def test_equals_float64_merged_weights(arch: str, lora_dir: Path) -> None:
         # tests/models against llama.cpp).
         tol = 1e-2 if arch in ("gemma", "gemma2", "gemma3", "starcoder2") else 2e-4
         assert np.abs(ours - oracle).max() < tol, np.abs(ours - oracle).max()
+
+
+QUANT_BASES = [n for n, fx in TYPE_FIXTURES.items() if not fx.experts_only]
+
+
+@pytest.mark.parametrize("name", QUANT_BASES)
+def test_new_type_base_matches_llamacpp(name: str, lora_dir: Path) -> None:
+    """An adapter on a base whose every matrix (embedding and head
+    included) is an i-quant, ternary or MXFP4: llama.cpp's logits, F32 KV
+    cache. Both engines give the base's integer block sums exactly, so they
+    agree to float noise until an activation rounds to the other Q8 step
+    (about 0.1-0.25 on later logits, as in tests/models' one-type checks):
+    at BOS, at a quarter of the positions or more, and within that step
+    everywhere."""
+    ref = np.load(REF / "quant_bases.npz")
+    base = FIXTURES / f"{name}.gguf"
+    a = lora_dir / f"{name}_a.gguf"
+    assert (
+        cases.fixture_adapter(base, a, seed=cases.QUANT_BASE_SEED)
+        == META["quant_base_adapter_sha256"][name]
+    )
+    eng = Engine(base, context_size=64, threads=2, kv_dtype="f32")
+    for ours, theirs in (
+        (logits(eng, cases.FIXTURE_TOKENS), ref[f"{name}_base"]),
+        (logits(eng, cases.FIXTURE_TOKENS, {a: 1.0}), ref[f"{name}_a"]),
+    ):
+        per_position = np.abs(ours - theirs).max(axis=1)
+        assert per_position[0] < 1e-4, per_position
+        assert (per_position < 1e-4).mean() >= 0.25, per_position
+        assert per_position.max() < 0.3, per_position
+    assert np.abs(ref[f"{name}_a"] - ref[f"{name}_base"]).max() > 1.0
 
 
 # --------------------------------------------------------------- semantics

@@ -14,6 +14,8 @@ SMOL_POSITIONS = [7, 15]
 #: Scales checked against llama.cpp.
 SCALES = (1.0, 0.5)
 
+#: The fixture adapter's seed on the tests/models one-type fixtures.
+QUANT_BASE_SEED = 31
 #: Prompt for the llama fixture (vocabulary of 304).
 FIXTURE_TOKENS = [1, 17, 88, 203, 45, 12, 260, 301, 7, 99, 150, 3]
 #: What an adapter may target in a fixture: every projection, Mamba-2's

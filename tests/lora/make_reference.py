@@ -10,15 +10,21 @@ rebuilt the same files). Deterministic on one llama.cpp build.
   ``llama_set_adapters_lora``.
 - The tests/models llama fixture rewritten to F32 (F32 KV cache), with the
   F32 fixture adapter at scales 1.0 and 0.5: every position's logits.
+- ``--quant-bases`` (only this, into ``reference/quant_bases.npz``): each
+  tests/models one-type fixture (IQ4_NL ... MXFP4) as it is, F32 KV cache,
+  base and with its own F32 fixture adapter (embedding and head included)
+  at scale 1.0: every position's logits.
 """
 
 from __future__ import annotations
 
+import argparse
 import ctypes
 import hashlib
 import json
 import tempfile
 from pathlib import Path
+from typing import Any
 
 import llama_cpp
 import numpy as np
@@ -56,7 +62,34 @@ def run(
         llm.close()
 
 
+def quant_bases() -> None:
+    """llama.cpp's logits on each one-type fixture, with and without an
+    adapter; the adapters' sha256 go into meta.json beside the others."""
+    from tests.models._archs import TYPE_FIXTURES
+
+    meta = json.loads((OUT / "meta.json").read_text())
+    out: dict[str, Any] = {}
+    hashes: dict[str, str] = {}
+    with tempfile.TemporaryDirectory() as tmp:
+        for name, fx in TYPE_FIXTURES.items():
+            if fx.experts_only:
+                continue  # expert adapters are refused (test_moe_experts_are_refused)
+            base = FIXTURE.with_name(f"{name}.gguf")
+            a = Path(tmp) / f"{name}_a.gguf"
+            hashes[name] = cases.fixture_adapter(base, a, seed=cases.QUANT_BASE_SEED)
+            out[f"{name}_base"] = run(str(base), cases.FIXTURE_TOKENS, [], f32_kv=True)
+            out[f"{name}_a"] = run(str(base), cases.FIXTURE_TOKENS, [(str(a), 1.0)], f32_kv=True)
+    np.savez_compressed(OUT / "quant_bases.npz", **out)
+    meta["quant_base_adapter_sha256"] = hashes
+    (OUT / "meta.json").write_text(json.dumps(meta, indent=2, sort_keys=True) + "\n")
+
+
 def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--quant-bases", action="store_true", help="only quant_bases.npz")
+    if ap.parse_args().quant_bases:
+        quant_bases()
+        return
     OUT.mkdir(exist_ok=True)
     base = default_model_path()
     meta: dict[str, object] = {"llama_cpp_python": llama_cpp.__version__}

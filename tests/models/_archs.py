@@ -18,6 +18,8 @@ from dataclasses import dataclass, field
 import gguf
 import numpy as np
 from gguf import MODEL_TENSOR as T
+from gguf import GGMLQuantizationType as Q
+from gguf import LlamaFileType as FT
 
 from tests.models._vocab import VOCAB
 
@@ -82,6 +84,18 @@ class Fixture:
     features: str
     # One reference per context size; the first is the main one.
     n_ctx: tuple[int, ...] = (256,)
+    # A fixture of one weight type holds every matrix in it (with
+    # ``experts_only``, only the MoE experts, the other matrices Q8_0) and
+    # names it in general.file_type; otherwise the 13-format cycle.
+    weight_type: Q | None = None
+    experts_only: bool = False
+    file_type: FT | None = None
+
+    def type_of(self, tensor: str) -> Q:
+        assert self.weight_type is not None
+        if self.experts_only and "_exps." not in tensor:
+            return Q.Q8_0
+        return self.weight_type
 
 
 def hparams(
@@ -477,6 +491,68 @@ def qwen3moe(w: gguf.GGUFWriter, b: Builder) -> None:
     head(b, tied=False)
 
 
+def llama_one_type(w: gguf.GGUFWriter, b: Builder) -> None:
+    """A plain llama whose every matrix, token embedding and output
+    included, can hold a 256-element block: n_ff 256, untied output."""
+    n_layer, n_head, n_kv, n_ff = 2, 8, 2, 256
+    hd = N_EMBD // n_head
+    hparams(w, n_layer, n_head, n_kv, n_ff, rope_base=10000.0)
+    w.add_vocab_size(N_VOCAB)
+    w.add_rope_dimension_count(hd)
+    embeddings(b, tied=False)
+    for i in range(n_layer):
+        b.norm(tn(T.ATTN_NORM, i), (N_EMBD,))
+        attention(b, i, n_head, n_kv, hd)
+        b.norm(tn(T.FFN_NORM, i), (N_EMBD,))
+        gated_ffn(b, i, n_ff)
+    head(b, tied=False)
+
+
+# llama.cpp's ftype for a file mostly in each type (MXFP4 has only the MoE
+# mix, whose dense matrices llama-quantize leaves at Q8_0).
+ONE_TYPE_FILE_TYPES: dict[Q, FT] = {
+    Q.IQ4_NL: FT.MOSTLY_IQ4_NL,
+    Q.IQ4_XS: FT.MOSTLY_IQ4_XS,
+    Q.IQ3_S: FT.MOSTLY_IQ3_S,
+    Q.IQ3_XXS: FT.MOSTLY_IQ3_XXS,
+    Q.IQ2_S: FT.MOSTLY_IQ2_S,
+    Q.IQ2_XS: FT.MOSTLY_IQ2_XS,
+    Q.IQ2_XXS: FT.MOSTLY_IQ2_XXS,
+    Q.IQ1_S: FT.MOSTLY_IQ1_S,
+    Q.IQ1_M: FT.MOSTLY_IQ1_M,
+    Q.TQ1_0: FT.MOSTLY_TQ1_0,
+    Q.TQ2_0: FT.MOSTLY_TQ2_0,
+    Q.MXFP4: FT.MOSTLY_MXFP4_MOE,
+}
+
+# One llama per new weight type, and gpt-oss's layout of MXFP4 experts.
+TYPE_FIXTURES: dict[str, Fixture] = {
+    f.name: f
+    for f in (
+        *(
+            Fixture(
+                t.name.lower(),
+                "llama",
+                llama_one_type,
+                f"every matrix {t.name} (token embedding and output included); GQA 8/2, n_ff 256",
+                weight_type=t,
+                file_type=ft,
+            )
+            for t, ft in ONE_TYPE_FILE_TYPES.items()
+        ),
+        Fixture(
+            "qwen3moe-mxfp4",
+            "qwen3moe",
+            qwen3moe,
+            "the qwen3moe fixture's layout with MXFP4 experts (as gpt-oss ships), "
+            "every other matrix Q8_0",
+            weight_type=Q.MXFP4,
+            experts_only=True,
+            file_type=FT.MOSTLY_MXFP4_MOE,
+        ),
+    )
+}
+
 FIXTURES: dict[str, Fixture] = {
     f.name: f
     for f in (
@@ -577,3 +653,7 @@ FIXTURES: dict[str, Fixture] = {
         ),
     )
 }
+
+# Every fixture make_fixtures.py writes: the 13-format cycle ones, then
+# the one-type ones.
+ALL_FIXTURES: dict[str, Fixture] = {**FIXTURES, **TYPE_FIXTURES}

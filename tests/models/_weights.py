@@ -15,6 +15,8 @@ from gguf import GGML_QUANT_SIZES
 from gguf import GGMLQuantizationType as Q
 from gguf.quants import dequantize, quantize
 
+from tests.models._iq_blocks import NEW_TYPES, encode_new_type
+
 # The cycle each fixture walks, from its own starting offset.
 FORMATS: tuple[Q, ...] = (
     Q.F32,
@@ -144,6 +146,8 @@ def encode(w: np.ndarray, fmt: Q, rng: np.random.Generator) -> np.ndarray:
         flat = encode(w.reshape(-1, w.shape[-1]), fmt, rng)
         return flat.reshape(*w.shape[:-1], flat.shape[-1])
     ne1, ne0 = w.shape
+    if fmt in NEW_TYPES:
+        return encode_new_type(w, fmt, rng)
     if fmt not in K_QUANTS:
         return quantize(w.astype(np.float32), fmt)
     blocks = k_quant_blocks(fmt, ne1 * ne0 // 256, rng)

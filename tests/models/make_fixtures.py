@@ -31,7 +31,7 @@ from gguf import GGMLQuantizationType as Q
 if __package__ in (None, ""):  # run as a file rather than with -m
     sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
-from tests.models._archs import FIXTURES, Builder, Fixture
+from tests.models._archs import ALL_FIXTURES, TYPE_FIXTURES, Builder, Fixture
 from tests.models._rewrite import rewrite_f32
 from tests.models._vocab import VOCAB
 from tests.models._weights import FORMATS, assign_formats, best_start, encode
@@ -65,21 +65,27 @@ def test_tokens() -> list[int]:
     return [VOCAB.bos, *(int(t) for t in rng.integers(0, VOCAB.n_normal, SEQ_LEN - 1))]
 
 
-def write_fixture(fx: Fixture, preferred_start: int) -> tuple[int, dict[str, str]]:
-    """Writes the file; returns the format cycle's offset and each tensor's
-    format."""
+def write_fixture(fx: Fixture, preferred_start: int) -> tuple[int | None, dict[str, str]]:
+    """Writes the file; returns the format cycle's offset (None for a
+    one-type fixture) and each tensor's format."""
     rng = np.random.default_rng(zlib.crc32(fx.name.encode()))
     b = Builder(rng)
     w = gguf.GGUFWriter(str(fixture_path(fx.name)), fx.arch)
     # Not the architecture's name: llama.cpp's vocabulary loader changes
     # special-token attributes when general.name contains e.g. "phi3".
     w.add_name("oxillama test fixture")
+    if fx.file_type is not None:
+        w.add_file_type(fx.file_type)
     fx.build(w, b)
     VOCAB.write(w)
     mats = [t for t in b.tensors if t.matrix]
     shapes = [t.data.shape for t in mats]
-    start = best_start(shapes, preferred_start)
-    fmt_of = dict(zip((t.name for t in mats), assign_formats(shapes, start), strict=True))
+    start: int | None = None
+    if fx.weight_type is not None:
+        fmt_of = {t.name: fx.type_of(t.name) for t in mats}
+    else:
+        start = best_start(shapes, preferred_start)
+        fmt_of = dict(zip((t.name for t in mats), assign_formats(shapes, start), strict=True))
     formats: dict[str, str] = {}
     for t in b.tensors:
         fmt = fmt_of.get(t.name, Q.F32)
@@ -192,9 +198,18 @@ def write_reference(fx: Fixture, formats: dict[str, str], n_ctx_index: int) -> d
         or stats["argmax_is_input_frac"] > MAX_ARGMAX_IS_INPUT
     ):
         raise SystemExit(f"{fx.name}: logits too close to uniform or constant: {stats}")
+    # A one-type fixture has no float matrix, so llama.cpp's two paths
+    # often agree to the last bit and its noise says little; the same
+    # logits with an F32 KV cache, where neither engine rounds the cache,
+    # show each type's kernels bit for bit between activation roundings.
+    kv_f32: dict[str, Any] = {}
+    if fx.weight_type is not None:
+        kv_f32["logits_kv_f32"] = teacher_forced(path, n_ctx, tokens, SEQ_LEN, kv_f32=True)
+        kv_f32["logits_kv_f32_single"] = teacher_forced(path, n_ctx, tokens, 1, kv_f32=True)
     out = reference_path(fx.name, n_ctx_index)
     np.savez_compressed(
         out,
+        **kv_f32,
         tokens=np.array(tokens, dtype=np.int32),
         logits_batched=batched,
         logits_single=single,
@@ -219,7 +234,80 @@ def write_reference(fx: Fixture, formats: dict[str, str], n_ctx_index: int) -> d
         "f32_vs_quantized_max_abs": round(float(np.abs(f32 - batched).max()), 6),
         "f32_vs_quantized_argmax_agreement": float((f32.argmax(1) == batched.argmax(1)).mean()),
         "softmax": stats,
+        **(
+            {
+                "kv_f32_batched_vs_single_max_abs": round(
+                    float(np.abs(kv_f32["logits_kv_f32"] - kv_f32["logits_kv_f32_single"]).max()),
+                    6,
+                )
+            }
+            if kv_f32
+            else {}
+        ),
     }
+
+
+def llama_cpp_system_info() -> str:
+    import llama_cpp
+
+    return str(llama_cpp.llama_print_system_info().decode().strip())
+
+
+def model_facts(path: Path) -> dict[str, Any]:
+    """What llama-bench names the model by: its one-line description
+    (architecture, size class, file type), its bytes and parameters."""
+    import ctypes
+
+    import llama_cpp
+
+    llm = llama(path, 256, 1)
+    buf = ctypes.create_string_buffer(256)
+    llama_cpp.llama_model_desc(llm._model.model, buf, len(buf))
+    out = {
+        "desc": buf.value.decode(),
+        "size": int(llama_cpp.llama_model_size(llm._model.model)),
+        "n_params": int(llama_cpp.llama_model_n_params(llm._model.model)),
+    }
+    del llm
+    return out
+
+
+def model_desc(path: Path) -> str:
+    return str(model_facts(path)["desc"])
+
+
+# general.file_type ids to name: llama.cpp's table ends before this.
+MAX_FILE_TYPE = 48
+
+
+def file_type_names(template: Path) -> dict[int, str]:
+    """llama.cpp's name of every general.file_type id, read back from
+    llama_model_desc on copies of ``template`` carrying each id (ids it
+    does not know are left out)."""
+    r = gguf.GGUFReader(str(template))
+    out: dict[int, str] = {}
+    with tempfile.TemporaryDirectory() as tmp:
+        dst = Path(tmp) / "ftype.gguf"
+        for ft in range(MAX_FILE_TYPE):
+            w = gguf.GGUFWriter(str(dst), r.fields["general.architecture"].contents())
+            for key, field in r.fields.items():
+                if key.startswith("GGUF.") or key == "general.architecture":
+                    continue
+                kind = field.types[0]
+                sub = field.types[-1] if kind == gguf.GGUFValueType.ARRAY else None
+                value = ft if key == "general.file_type" else field.contents()
+                w.add_key_value(key, value, kind, sub_type=sub)
+            for t in r.tensors:
+                w.add_tensor(t.name, t.data, raw_dtype=t.tensor_type)
+            w.write_header_to_file()
+            w.write_kv_data_to_file()
+            w.write_tensors_to_file()
+            w.close()
+            # "llama ?B <file type>"
+            name = model_desc(dst).split(" ", 2)[2]
+            if name != "unknown, may not work":
+                out[ft] = name
+    return out
 
 
 def sha256(path: Path) -> str:
@@ -228,21 +316,21 @@ def sha256(path: Path) -> str:
 
 def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("names", nargs="*", help=f"fixtures (default all): {', '.join(FIXTURES)}")
+    ap.add_argument("names", nargs="*", help=f"fixtures (default all): {', '.join(ALL_FIXTURES)}")
     ap.add_argument("--no-reference", action="store_true", help="only write the .gguf files")
     args = ap.parse_args(argv)
-    unknown = [n for n in args.names if n not in FIXTURES]
+    unknown = [n for n in args.names if n not in ALL_FIXTURES]
     if unknown:
-        ap.error(f"unknown fixture(s) {unknown}; known: {list(FIXTURES)}")
+        ap.error(f"unknown fixture(s) {unknown}; known: {list(ALL_FIXTURES)}")
     FIXTURE_DIR.mkdir(exist_ok=True)
     REF_DIR.mkdir(exist_ok=True)
     meta_path = REF_DIR / "meta.json"
     meta: dict[str, Any] = json.loads(meta_path.read_text()) if meta_path.exists() else {}
     entries: dict[str, Any] = meta.get("fixtures", {})
-    order = list(FIXTURES)
+    order = list(ALL_FIXTURES)
     for name in args.names or order:
         t0 = time.perf_counter()
-        fx = FIXTURES[name]
+        fx = ALL_FIXTURES[name]
         start, formats = write_fixture(fx, order.index(name) % len(FORMATS))
         path = fixture_path(name)
         entry: dict[str, Any] = {
@@ -251,12 +339,16 @@ def main(argv: list[str] | None = None) -> None:
             "file": f"fixtures/{path.name}",
             "bytes": path.stat().st_size,
             "sha256": sha256(path),
-            "format_cycle_start": FORMATS[start].name,
+            "format_cycle_start": None if start is None else FORMATS[start].name,
             "metadata": arch_metadata(path, fx.arch),
             "formats": formats,
         }
         if not args.no_reference:
             entry["references"] = [write_reference(fx, formats, i) for i in range(len(fx.n_ctx))]
+            # The header below names the last run's build; a fixture made by
+            # an earlier run keeps the name of its own.
+            entry["llama_cpp_system_info"] = llama_cpp_system_info()
+            entry["llama_cpp_model"] = model_facts(path)
         entries[name] = entry
         print(f"{name}: {entry['bytes']} bytes, {time.perf_counter() - t0:.2f} s", flush=True)
     if not args.no_reference:
@@ -267,7 +359,7 @@ def main(argv: list[str] | None = None) -> None:
         meta = {
             "llama_cpp_python": llama_cpp.__version__,
             "llama_cpp_version": llama_cpp.llama_version().decode(),
-            "llama_cpp_system_info": llama_cpp.llama_print_system_info().decode().strip(),
+            "llama_cpp_system_info": llama_cpp_system_info(),
             "gguf": version("gguf"),
             "python": platform.python_version(),
             "machine": platform.machine(),
@@ -287,6 +379,8 @@ def main(argv: list[str] | None = None) -> None:
             "fixtures": {k: entries[k] for k in order if k in entries},
         }
         del vocab_llm
+        names = file_type_names(fixture_path(next(iter(TYPE_FIXTURES))))
+        (REF_DIR / "file_types.json").write_text(json.dumps(names, indent=1) + "\n")
     else:
         meta["fixtures"] = {k: entries[k] for k in order if k in entries}
     meta_path.write_text(json.dumps(meta, indent=1) + "\n")

@@ -12,9 +12,10 @@ import pytest
 from oxillama import Engine
 from oxillama.errors import LoadError
 from tests.models import _checks as c
+from tests.models._archs import ALL_FIXTURES
 from tests.models._rewrite import rewrite
 
-TESTED = sorted({c.reference(n).fixture for n in c.REFERENCES})
+TESTED = sorted({ALL_FIXTURES[c.reference(n).fixture].arch for n in c.REFERENCES})
 
 
 # Real llama.cpp architectures we do not run, and a name nobody uses.

@@ -61,6 +61,11 @@ _FILE_TYPES: dict[int, str] = {
     36: "TQ1_0 - 1.69 bpw ternary",
     37: "TQ2_0 - 2.06 bpw ternary",
     38: "MXFP4 MoE",
+    # Types we do not run yet, named so ``oxillama info`` still describes
+    # the file as llama.cpp does.
+    39: "NVFP4",
+    40: "Q1_0",
+    41: "Q2_0",
 }
 
 # Without ``general.file_type`` llama.cpp guesses the file type from the
