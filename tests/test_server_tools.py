@@ -172,6 +172,45 @@ def test_a_tool_result_round_trips_through_the_template(client: openai.OpenAI) -
     assert r.usage is not None and r.usage.prompt_tokens > 60
 
 
+@pytest.mark.parametrize("tools", ["omitted", "tool_choice none"])
+def test_a_tool_history_renders_when_the_loop_asks_for_the_final_answer(
+    client: openai.OpenAI, tools: str
+) -> None:
+    # An agent loop's last request: the history holds a call (content null,
+    # as the API returned it) and its result, and the request offers no
+    # tools (or tool_choice "none"). It was a 400 ("can only concatenate
+    # str (not NoneType)").
+    history: list[Any] = [
+        *ASK,
+        {
+            "role": "assistant",
+            "content": None,
+            "tool_calls": [
+                {
+                    "id": "call_1",
+                    "type": "function",
+                    "function": {"name": "get_weather", "arguments": '{"city": "Paris"}'},
+                },
+                {
+                    "id": "call_2",
+                    "type": "function",
+                    "function": {"name": "get_weather", "arguments": '{"city": "Rome"}'},
+                },
+            ],
+        },
+        {"role": "tool", "tool_call_id": "call_1", "content": "18 C and sunny"},
+        {"role": "tool", "tool_call_id": "call_2", "content": "25 C"},
+    ]
+    extra: dict[str, Any] = {"tools": TOOLS, "tool_choice": "none"} if tools != "omitted" else {}
+    r = client.chat.completions.create(
+        model=MODEL, messages=history, temperature=0, max_tokens=8, **extra
+    )
+    assert r.choices[0].message.tool_calls is None
+    assert isinstance(r.choices[0].message.content, str)
+    # Both calls and both results reached the prompt.
+    assert r.usage is not None and r.usage.prompt_tokens > 60
+
+
 def test_strict_tools_under_auto_are_constrained_lazily(client: openai.OpenAI) -> None:
     """A strict tool with tool_choice 'auto': the reply may be text, and a
     call, once its marker is written, runs under the schema's grammar; over
