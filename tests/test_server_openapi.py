@@ -23,6 +23,7 @@ from starlette.routing import Route
 
 from oxillama import AsyncEngine
 from oxillama.serving.http import Limits, build_app
+from oxillama.serving.http.auth import TEXT_TOOLS
 from oxillama.serving.http.schema_check import SchemaViolation, check
 from tests._serve import serving
 
@@ -62,7 +63,9 @@ def test_the_document_is_valid_and_lists_exactly_the_routes(
     assert {p: set(ops) for p, ops in doc["paths"].items()} == routes_of(app)
     for path, ops in doc["paths"].items():
         for op in ops.values():
-            guarded = bool(keys) and (path.startswith("/v1/") or path == "/metrics")
+            guarded = bool(keys) and (
+                path.startswith("/v1/") or path == "/metrics" or path in TEXT_TOOLS
+            )
             assert ("401" in op["responses"]) == guarded, path
             assert ("security" in op) == guarded
             assert {"200", "400", "413"} <= set(op["responses"])

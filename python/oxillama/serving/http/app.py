@@ -37,6 +37,7 @@ from oxillama.decoding.tool_calls import ToolFormat
 from oxillama.errors import OxiLlamaError
 from oxillama.serving.async_engine import AsyncEngine
 from oxillama.serving.async_session import AsyncSession
+from oxillama.serving.http import text_routes
 from oxillama.serving.http.access_log import RequestLog, note
 from oxillama.serving.http.api_error import ApiError, error_body, from_library_error
 from oxillama.serving.http.auth import ApiKeys, AuthMiddleware
@@ -637,6 +638,15 @@ class Server:
     async def embeddings(self, request: Request) -> Response:
         return await embeddings(self, request)
 
+    async def tokenize(self, request: Request) -> Response:
+        return await text_routes.tokenize(self, request)
+
+    async def detokenize(self, request: Request) -> Response:
+        return await text_routes.detokenize(self, request)
+
+    async def apply_template(self, request: Request) -> Response:
+        return await text_routes.apply_template(self, request)
+
     async def models(self, request: Request) -> Response:
         return JSONResponse(
             {
@@ -779,8 +789,9 @@ def build_app(
     ``sessions_dir`` is where ``/v1/sessions/{id}/save`` and ``.../restore``
     keep snapshots and where idle sessions past ``limits.max_sessions`` are
     hibernated (replicas sharing it can hand sessions to each other).
-    With ``api_keys``, every ``/v1/*`` route (and ``/metrics`` with
-    ``metrics_auth``) requires ``Authorization: Bearer <key>``. ``limits``
+    With ``api_keys``, every ``/v1/*`` route, the text tools
+    (``/tokenize``, ``/detokenize``, ``/apply-template``) and, with
+    ``metrics_auth``, ``/metrics`` require ``Authorization: Bearer <key>``. ``limits``
     bounds what one request may ask for (:class:`Limits`). ``tool_format``
     overrides the tool-call syntax read from the chat template. A session
     is named by the body's ``session`` or the ``X-Session-Id`` header; with
@@ -811,6 +822,9 @@ def build_app(
         Route("/v1/completions", _guarded(s.completions), methods=["POST"]),
         Route("/v1/chat/completions", _guarded(s.chat), methods=["POST"]),
         Route("/v1/embeddings", _guarded(s.embeddings), methods=["POST"]),
+        Route("/tokenize", _guarded(s.tokenize), methods=["POST"]),
+        Route("/detokenize", _guarded(s.detokenize), methods=["POST"]),
+        Route("/apply-template", _guarded(s.apply_template), methods=["POST"]),
         Route("/v1/sessions/{sid}/save", _guarded(s.save), methods=["POST"]),
         Route("/v1/sessions/{sid}/restore", _guarded(s.restore), methods=["POST"]),
     ]

@@ -100,6 +100,10 @@ def _unauthorized(message: str) -> ApiError:
     )
 
 
+#: llama-server's text tools, guarded by the keys as the API is.
+TEXT_TOOLS = frozenset({"/tokenize", "/detokenize", "/apply-template"})
+
+
 class AuthMiddleware:
     """Refuses a request to a guarded path without a valid key, before its
     body is read."""
@@ -109,7 +113,10 @@ class AuthMiddleware:
 
     def guards(self, path: str) -> bool:
         return (
-            path == "/v1" or path.startswith("/v1/") or (self.metrics_auth and path == "/metrics")
+            path == "/v1"
+            or path.startswith("/v1/")
+            or path in TEXT_TOOLS
+            or (self.metrics_auth and path == "/metrics")
         )
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:

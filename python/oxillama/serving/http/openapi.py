@@ -209,6 +209,25 @@ def openapi_document(
             }
         ),
         "SessionSaved": _object({"id": _STR, "tokens": _INT, "path": _STR}),
+        "Tokens": _object(
+            {
+                "tokens": _array(
+                    {
+                        "anyOf": [
+                            _INT,
+                            _object(
+                                {
+                                    "id": _INT,
+                                    "piece": {"anyOf": [_STR, _array(_INT)]},
+                                }
+                            ),
+                        ]
+                    }
+                )
+            }
+        ),
+        "Detokenized": _object({"content": _STR}),
+        "RenderedPrompt": _object({"prompt": _STR}),
         "SessionRestored": _object({"id": _STR, "tokens": _INT}),
     }
     v1 = auth
@@ -279,6 +298,33 @@ def openapi_document(
                 ("404", "503"),
                 guarded=v1,
                 body="EmbeddingRequest",
+            )
+        },
+        "/tokenize": {
+            "post": _operation(
+                "Text to token ids (llama-server's shape)",
+                ok("The ids, or {id, piece} with with_pieces", _json(_ref("Tokens"))),
+                (),
+                guarded=v1,
+                body="TokenizeRequest",
+            )
+        },
+        "/detokenize": {
+            "post": _operation(
+                "Token ids to text (llama-server's shape)",
+                ok("The text", _json(_ref("Detokenized"))),
+                (),
+                guarded=v1,
+                body="DetokenizeRequest",
+            )
+        },
+        "/apply-template": {
+            "post": _operation(
+                "The prompt the chat endpoint would run for these messages",
+                ok("The rendered prompt", _json(_ref("RenderedPrompt"))),
+                (),
+                guarded=v1,
+                body="ApplyTemplateRequest",
             )
         },
         "/v1/sessions/{sid}/save": {

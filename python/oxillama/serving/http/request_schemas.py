@@ -301,6 +301,64 @@ class RequestSchemas:
             "additionalProperties": False,
         }
 
+    def tokenize(self) -> Schema:
+        flag = {"type": ["boolean", "null"]}
+        return {
+            "type": "object",
+            "properties": {
+                "content": {"type": "string", "maxLength": self.prompt_chars},
+                "add_special": {
+                    **flag,
+                    "description": "Add the model's BOS (and EOS) as it would (default false)",
+                },
+                "parse_special": {
+                    **flag,
+                    "description": "Read special-token text as those tokens (default true)",
+                },
+                "with_pieces": {
+                    **flag,
+                    "description": "Give each token as {id, piece} (default false)",
+                },
+            },
+            "required": ["content"],
+            "additionalProperties": False,
+        }
+
+    def detokenize(self) -> Schema:
+        return {
+            "type": "object",
+            "properties": {
+                "tokens": {
+                    "type": "array",
+                    "maxItems": self.n_ctx,
+                    "items": {"type": "integer", "minimum": 0, "maximum": self.vocab - 1},
+                },
+            },
+            "required": ["tokens"],
+            "additionalProperties": False,
+        }
+
+    def apply_template(self) -> Schema:
+        chat = self.chat()["properties"]
+        return {
+            "type": "object",
+            "properties": {
+                "messages": chat["messages"],
+                "tools": chat["tools"],
+                "tool_choice": chat["tool_choice"],
+                "add_generation_prompt": {
+                    "type": ["boolean", "null"],
+                    "description": "End with the assistant turn's opening (default true)",
+                },
+                "chat_template_kwargs": {
+                    "type": ["object", "null"],
+                    "description": "Variables for the template (enable_thinking, ...)",
+                },
+            },
+            "required": ["messages"],
+            "additionalProperties": False,
+        }
+
     def embeddings(self, dim: int) -> Schema:
         text = {"type": "string", "maxLength": self.prompt_chars}
         ids = {
@@ -406,4 +464,7 @@ class RequestSchemas:
             "CompletionRequest": self.completion(),
             "ChatCompletionRequest": self.chat(),
             "EmbeddingRequest": self.embeddings(dim),
+            "TokenizeRequest": self.tokenize(),
+            "DetokenizeRequest": self.detokenize(),
+            "ApplyTemplateRequest": self.apply_template(),
         }
