@@ -106,7 +106,8 @@ class Completion:
     the config had none): the same seed, prompt and config repeat the text.
     ``logprobs`` holds one :class:`TokenLogprob` per token of ``tokens``
     when the call asked for them (``logprobs=k``), else ``None``.
-    ``speculation`` is set by :class:`~oxillama.SpeculativeEngine` only.
+    ``speculation`` is set by :class:`~oxillama.SpeculativeEngine` only;
+    ``reasoning`` by :meth:`~oxillama.Engine.chat` only.
     """
 
     text: str
@@ -116,6 +117,9 @@ class Completion:
     seed: int | None = None
     logprobs: tuple[TokenLogprob, ...] | None = field(default=None, repr=False)
     speculation: Speculation | None = field(default=None, repr=False)
+    #: A thinking model's reasoning, kept apart from ``text`` by
+    #: :meth:`oxillama.Engine.chat` (``None`` when the reply had none).
+    reasoning: str | None = None
 
     @property
     def prompt_tokens_per_second(self) -> float:

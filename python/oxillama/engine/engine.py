@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import importlib
 import os
 import time
@@ -21,6 +22,13 @@ from oxillama.decoding.grammar import Grammar, allowed_bytes
 from oxillama.decoding.grammar import constraint as _constraint
 from oxillama.decoding.grammar.budget import Items, sample_within_budget
 from oxillama.decoding.logprobs import check_logprobs, token_logprob
+from oxillama.decoding.reasoning import (
+    ReasoningFormat,
+    check_reasoning,
+    opens_reasoning,
+    split_reasoning,
+    thinks,
+)
 from oxillama.decoding.sampling import SamplerConfig
 from oxillama.decoding.tool_calls.history import render_history
 from oxillama.engine import embeddings as _emb
@@ -889,14 +897,20 @@ class Engine:
         grammar: str | Grammar | None = None,
         json_schema: Mapping[str, Any] | Any | None = None,
         logprobs: int | None = None,
+        reasoning_format: ReasoningFormat = "auto",
         **template_kwargs: Any,
     ) -> Completion:
         """Replies to a conversation (a list of ``{"role", "content"}`` dicts);
         ``grammar`` / ``json_schema`` constrain the reply and ``logprobs``
-        reports token log-probabilities, as in :meth:`generate`."""
+        reports token log-probabilities, as in :meth:`generate`. A thinking
+        model's ``<think>`` reasoning comes apart in ``reasoning``
+        (``reasoning_format``: ``"auto"`` for a model that has the markers,
+        ``"deepseek"`` always, ``"none"`` never: it stays in ``text``)."""
+        check_reasoning(reasoning_format, -1)
         constraint = _constraint(grammar, json_schema)
+        text = self.apply_chat_template(messages, add_generation_prompt=True, **template_kwargs)
         rest = self._prime_chat(messages, template_kwargs)
-        return self.generate(
+        done = self.generate(
             rest,
             max_tokens,
             sampler=sampler,
@@ -906,6 +920,12 @@ class Engine:
             grammar=constraint,
             logprobs=logprobs,
         )
+        if reasoning_format == "none" or (
+            reasoning_format == "auto" and not thinks(self.chat_template_source, self.tokenize)
+        ):
+            return done
+        reasoning, answer = split_reasoning(done.text, inside=opens_reasoning(text))
+        return dataclasses.replace(done, text=answer, reasoning=reasoning)
 
     def chat_stream(
         self,

@@ -119,6 +119,22 @@ def _add_serve_args(sv: argparse.ArgumentParser) -> None:
         "chat template writes; Hermes-style <tool_call> when it has none)",
     )
     sv.add_argument(
+        "--reasoning-format",
+        choices=["auto", "deepseek", "none"],
+        default="auto",
+        help="where a thinking model's <think>...</think> goes: 'auto' (default) splits it into "
+        "message.reasoning_content when the model has the markers (a <think> token or a "
+        "template that writes it), 'deepseek' always splits, 'none' leaves it in the content",
+    )
+    sv.add_argument(
+        "--reasoning-budget",
+        type=int,
+        choices=[-1, 0],
+        default=-1,
+        help="-1 (default): think freely; 0: thinking off where the template has the switch "
+        "(it gets enable_thinking=false unless a request's chat_template_kwargs says otherwise)",
+    )
+    sv.add_argument(
         "--sessions-dir",
         help="folder for /v1/sessions/{id}/save and /restore (replicas may share it); idle "
         "sessions past --max-sessions are hibernated there and restored on their next request, "
@@ -185,6 +201,8 @@ def app_spec(args: argparse.Namespace) -> Any:
         limits=limits,
         loras=_lora_args(args.lora or []) or None,
         tool_format=args.tool_format,
+        reasoning_format=args.reasoning_format,
+        reasoning_budget=args.reasoning_budget,
         speculative=args.speculative,
         context_shift=args.context_shift,
         n_keep=args.keep,

@@ -32,6 +32,14 @@ from starlette.routing import Route
 from starlette.types import Receive, Scope, Send
 
 from oxillama.decoding.completion import Completion
+from oxillama.decoding.reasoning import (
+    ReasoningFormat,
+    ReasoningSplitter,
+    check_reasoning,
+    opens_reasoning,
+    split_reasoning,
+    thinks,
+)
 from oxillama.decoding.sampling import SamplerConfig
 from oxillama.decoding.tool_calls import ToolFormat
 from oxillama.errors import OxiLlamaError
@@ -123,9 +131,18 @@ class Server:
         metrics_auth: bool,
         tool_format: ToolFormat | None = None,
         routed_by_session_header: bool = False,
+        reasoning_format: ReasoningFormat = "auto",
+        reasoning_budget: int = -1,
     ) -> None:
+        check_reasoning(reasoning_format, reasoning_budget)
         self.engine = engine
         self.tool_format = tool_format
+        self.reasoning_budget = reasoning_budget
+        # Whether replies are split into reasoning and content.
+        self.splits_reasoning = reasoning_format == "deepseek" or (
+            reasoning_format == "auto"
+            and thinks(engine.engine.chat_template_source, engine.engine.tokenize)
+        )
         self.model_name = model_name
         self.limits = limits
         self.n_ctx = engine.engine.n_ctx
@@ -522,7 +539,10 @@ class Server:
             )
         template = self.engine.engine.chat_template_source
         treq = tool_request(body, template, self.tool_format)
-        variables: dict[str, Any] = {}
+        variables: dict[str, Any] = dict(body.get("chat_template_kwargs") or {})
+        if self.reasoning_budget == 0:
+            # Thinking off where the template has the switch (Qwen3's).
+            variables.setdefault("enable_thinking", False)
         if treq is not None:
             if treq.grammar is not None or treq.lazy is not None:
                 if opts.kwargs.get("grammar") is not None or "json_schema" in opts.kwargs:
@@ -542,8 +562,14 @@ class Server:
                         param="tools",
                     )
                 opts.kwargs["grammar_trigger"], opts.kwargs["grammar"] = treq.lazy
-            messages, variables = treq.template_input(messages)
+            messages, tool_vars = treq.template_input(messages)
+            variables.update(tool_vars)
         text = self.engine.engine.apply_chat_template(messages, **variables)
+        inside = opens_reasoning(text)
+        split = [
+            ReasoningSplitter(inside=inside) if self.splits_reasoning else None
+            for _ in range(opts.n)
+        ]
         tokens = self.engine.tokenize(text)
         self.check_fits(len(tokens))
         cid, created = f"chatcmpl-{uuid.uuid4().hex}", int(time.time())
@@ -561,10 +587,23 @@ class Server:
         def shape(
             i: int, piece: str, done: Completion | None, finish: str | None
         ) -> dict[str, Any]:
+            reasoning = ""
+            sp = split[i]
+            if sp is not None:
+                reasoning, piece = sp.feed(piece) if finish is None else sp.finish()
             if found:
-                delta = found[i].delta(piece) if finish is None else found[i].end()
+                if finish is None:
+                    delta = found[i].delta(piece)
+                else:
+                    # What the splitter held back, then the detector's end.
+                    delta = found[i].delta(piece) if piece else {}
+                    end = found[i].end()
+                    for k, v in end.items():
+                        delta[k] = delta[k] + v if k in delta and k != "role" else v
             else:
                 delta = {"content": piece} if piece or finish is None else {}
+            if reasoning:
+                delta = {"reasoning_content": reasoning, **delta}
             finish = finish_of(i, finish)
             choice: dict[str, Any] = {"index": i, "delta": delta, "finish_reason": finish}
             if want_lp:
@@ -579,6 +618,17 @@ class Server:
                 **_seed(done),
             }
 
+        def message(i: int, out: Completion) -> dict[str, Any]:
+            reasoning, text = (
+                split_reasoning(out.text, inside=inside)
+                if self.splits_reasoning
+                else (None, out.text)
+            )
+            msg = found[i].message(text) if found else {"role": "assistant", "content": text}
+            if reasoning:
+                msg["reasoning_content"] = reasoning
+            return msg
+
         def final(outs: list[Completion]) -> dict[str, Any]:
             return {
                 "id": cid,
@@ -588,9 +638,7 @@ class Server:
                 "choices": [
                     {
                         "index": i,
-                        "message": found[i].message(out.text)
-                        if found
-                        else {"role": "assistant", "content": out.text},
+                        "message": message(i, out),
                         "logprobs": chat_logprobs(out.logprobs, tok)
                         if out.logprobs is not None
                         else None,
@@ -783,6 +831,8 @@ def build_app(
     limits: Limits | None = None,
     tool_format: ToolFormat | None = None,
     routed_by_session_header: bool = False,
+    reasoning_format: ReasoningFormat = "auto",
+    reasoning_budget: int = -1,
 ) -> Starlette:
     """The Starlette app serving ``engine``.
 
@@ -812,6 +862,8 @@ def build_app(
         metrics_auth=metrics_auth,
         tool_format=tool_format,
         routed_by_session_header=routed_by_session_header,
+        reasoning_format=reasoning_format,
+        reasoning_budget=reasoning_budget,
     )
     routes = [
         Route("/health", _guarded(s.health), methods=["GET"]),

@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 
 from starlette.applications import Starlette
 
+from oxillama.decoding.reasoning import ReasoningFormat
 from oxillama.decoding.tool_calls import ToolFormat
 from oxillama.model.model import Model
 from oxillama.model.offload import OffloadPolicy
@@ -50,6 +51,9 @@ class AppSpec:
     limits: Limits = field(default_factory=Limits)
     loras: Mapping[str, str] | None = None
     tool_format: ToolFormat | None = None
+    #: ``--reasoning-format`` and ``--reasoning-budget``.
+    reasoning_format: ReasoningFormat = "auto"
+    reasoning_budget: int = -1
     speculative: str | None = None
     #: llama.cpp's context shift for sessions (``--context-shift --keep N``).
     context_shift: bool = False
@@ -93,4 +97,6 @@ class AppSpec:
             limits=self.limits,
             tool_format=self.tool_format,
             routed_by_session_header=self.routed_by_session_header,
+            reasoning_format=self.reasoning_format,
+            reasoning_budget=self.reasoning_budget,
         )

@@ -255,6 +255,10 @@ class RequestSchemas:
                     "maxItems": self.n_ctx,
                     "items": {"$ref": "#/components/schemas/ChatMessage"},
                 },
+                "chat_template_kwargs": {
+                    "type": ["object", "null"],
+                    "description": "Variables for the chat template (enable_thinking, ...)",
+                },
                 **self.common(),
                 "logprobs": {"type": ["boolean", "null"]},
                 "top_logprobs": {
@@ -350,10 +354,7 @@ class RequestSchemas:
                     "type": ["boolean", "null"],
                     "description": "End with the assistant turn's opening (default true)",
                 },
-                "chat_template_kwargs": {
-                    "type": ["object", "null"],
-                    "description": "Variables for the template (enable_thinking, ...)",
-                },
+                "chat_template_kwargs": chat["chat_template_kwargs"],
             },
             "required": ["messages"],
             "additionalProperties": False,
