@@ -42,8 +42,14 @@ fn ls(b: &[u8], ib: usize, h: usize) -> i32 {
 #[inline]
 fn group(b: &[u8], ib: usize, l: usize) -> (&'static [i8; 8], i32) {
     let qh = b[32 + 2 * ib + l / 2] as usize;
-    let hi = if l % 2 == 0 { qh << 8 } else { qh << 4 } & 0x700;
-    let neg = if l % 2 == 0 { qh & 0x08 } else { qh & 0x80 } != 0;
+    // Even groups take the low nibble of their byte, odd ones the high.
+    let (shift, sign_bit) = if l.is_multiple_of(2) {
+        (8, 0x08)
+    } else {
+        (4, 0x80)
+    };
+    let hi = (qh << shift) & 0x700;
+    let neg = qh & sign_bit != 0;
     (
         &IQ1S_GRID[b[4 * ib + l] as usize | hi],
         if neg { -1 } else { 1 },

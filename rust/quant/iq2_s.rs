@@ -25,8 +25,8 @@ pub fn decode(b: &[u8], dec: &mut Decoded) {
         dec.scales[2 * ib + 1] = 2 * (sc >> 4) as i32 + 1;
         for l in 0..4 {
             let (grid, signs) = (&IQ2S_GRID[index(b, ib, l)], b[34 + 4 * ib + l]);
-            for j in 0..8 {
-                dec.q[32 * ib + 8 * l + j] = signed(grid[j] as i8, signs, j);
+            for (j, &g) in grid.iter().enumerate() {
+                dec.q[32 * ib + 8 * l + j] = signed(g as i8, signs, j);
             }
         }
     }

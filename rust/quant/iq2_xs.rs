@@ -23,8 +23,8 @@ pub fn decode(b: &[u8], dec: &mut Decoded) {
         for l in 0..4 {
             let w = word(b, 4 * ib + l);
             let (grid, signs) = (&IQ2XS_GRID[w & 511], ksigns(w >> 9));
-            for j in 0..8 {
-                dec.q[32 * ib + 8 * l + j] = signed(grid[j] as i8, signs, j);
+            for (j, &g) in grid.iter().enumerate() {
+                dec.q[32 * ib + 8 * l + j] = signed(g as i8, signs, j);
             }
         }
     }

@@ -18,8 +18,8 @@ pub fn decode(b: &[u8], dec: &mut Decoded) {
         for l in 0..4 {
             let grid = &IQ2XXS_GRID[((w0 >> (8 * l)) & 0xff) as usize];
             let signs = ksigns(((w1 >> (7 * l)) & 127) as usize);
-            for j in 0..8 {
-                dec.q[32 * ib + 8 * l + j] = signed(grid[j] as i8, signs, j);
+            for (j, &g) in grid.iter().enumerate() {
+                dec.q[32 * ib + 8 * l + j] = signed(g as i8, signs, j);
             }
         }
     }

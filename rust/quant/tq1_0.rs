@@ -23,22 +23,14 @@ fn trit(q: u8, n: usize) -> i8 {
 /// The 256 weights' `trit - 1`, in element order.
 pub fn values(b: &[u8], q: &mut [i8; QK_K]) {
     let mut e = 0;
-    for n in 0..5 {
-        for m in 0..32 {
-            q[e] = trit(b[m], n);
-            e += 1;
-        }
-    }
-    for n in 0..5 {
-        for m in 0..16 {
-            q[e] = trit(b[32 + m], n);
-            e += 1;
-        }
-    }
-    for n in 0..4 {
-        for j in 0..4 {
-            q[e] = trit(b[48 + j], n);
-            e += 1;
+    // Five runs of 32 from bytes 0..32, five of 16 from 32..48, four of 4
+    // from 48..52: run n of a group holds each byte's n-th trit.
+    for (bytes, runs) in [(&b[..32], 5), (&b[32..48], 5), (&b[48..52], 4)] {
+        for n in 0..runs {
+            for &byte in bytes {
+                q[e] = trit(byte, n);
+                e += 1;
+            }
         }
     }
 }
