@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import sys
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Any
 
 from oxillama.cli import bench, info, perplexity
@@ -137,28 +138,16 @@ def cmd_generate(args: argparse.Namespace) -> int:
 
 
 def cmd_chat(args: argparse.Namespace) -> int:
+    from oxillama.cli.chat_repl import ChatRepl, enable_line_editing
+
     engine = _engine(args)
     _report_seed(args, engine)
-    messages: list[dict[str, str]] = []
-    if args.system:
-        messages.append({"role": "system", "content": args.system})
     interactive = sys.stdin.isatty()
-    while True:
-        try:
-            line = input("> " if interactive else "")
-        except (EOFError, KeyboardInterrupt):
-            print()
-            return 0
-        if not line.strip():
-            continue
-        messages.append({"role": "user", "content": line})
-        reply = []
-        for piece in engine.chat_stream(messages, args.max_tokens):
-            reply.append(piece)
-            sys.stdout.write(piece)
-            sys.stdout.flush()
-        sys.stdout.write("\n")
-        messages.append({"role": "assistant", "content": "".join(reply)})
+    if interactive:
+        enable_line_editing(Path.home() / ".cache" / "oxillama" / "chat_history")
+        print("Type /help for commands, /bye or Ctrl-D to quit.", file=sys.stderr)
+    repl = ChatRepl(engine, system=args.system, max_tokens=args.max_tokens, interactive=interactive)
+    return repl.run()
 
 
 def cmd_serve(args: argparse.Namespace) -> int:
@@ -212,7 +201,10 @@ def build_parser() -> argparse.ArgumentParser:
     g.set_defaults(func=cmd_generate)
 
     c = sub.add_parser(
-        "chat", help="interactive chat", description="Chat with the model; Ctrl-D quits."
+        "chat",
+        help="interactive chat",
+        description="Chat with the model. Slash commands (/help lists them) set the sampler, "
+        "show the model, and save, load and fork the session exactly; Ctrl-D or /bye quits.",
     )
     c.add_argument("--system", help="system prompt")
     c.add_argument("--max-tokens", "-n", type=int, default=512)
