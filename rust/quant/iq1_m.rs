@@ -96,7 +96,15 @@ pub fn dequantize(src: &[u8], dst: &mut [f32]) {
     }
 }
 
-/// `sum_blocks (d_w * d_a) * (isum + shifts / 8)`, in block order.
+/// One block's value from its decoded integer `isum`: `(d_w * d_a) *
+/// (isum + shifts / 8)`, the form every kernel of this format keeps.
+#[inline]
+pub fn value(bw: &[u8], ba: &[u8], isum: i32) -> f32 {
+    let d = scale(bw) * f32_at(ba, 0);
+    d * (isum as f32 + DELTA * shift_sum(bw, ba) as f32)
+}
+
+/// The blocks' values added in order from +0.0.
 pub fn vec_dot(n: usize, w: &[u8], a: &[u8]) -> f32 {
     let mut sum = 0f32;
     let mut dec = Decoded::new();
@@ -106,8 +114,7 @@ pub fn vec_dot(n: usize, w: &[u8], a: &[u8]) -> f32 {
         .take(n / QK_K)
     {
         decode(bw, &mut dec);
-        let d = scale(bw) * f32_at(ba, 0);
-        sum += d * (dec.isum(ba) as f32 + DELTA * shift_sum(bw, ba) as f32);
+        sum += value(bw, ba, dec.isum(ba));
     }
     sum
 }

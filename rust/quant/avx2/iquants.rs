@@ -11,7 +11,7 @@ use std::arch::x86_64::*;
 use super::{bit_bytes, hsum_i32, load, read_f32, read_u32, scale_pair};
 use crate::quant::iq_common::{ksigns, Decoded, KVALUES_IQ4NL};
 use crate::quant::iq_grids::{IQ2S_GRID, IQ2XS_GRID, IQ2XXS_GRID, IQ3S_GRID, IQ3XXS_GRID};
-use crate::quant::{block, iq1_m, iq1_s, iq2_s, iq2_xs, iq2_xxs, iq3_s, iq3_xxs, iq4_xs};
+use crate::quant::{iq1_m, iq1_s, iq2_s, iq2_xs, iq2_xxs, iq3_s, iq3_xxs, iq4_xs};
 use crate::quant::{q8_k, tq1_0, tq2_0, QK_K};
 
 /// A Q8_K-partnered format as the kernels below (and the AVX-512 GEMM,
@@ -445,8 +445,7 @@ impl IqFormat for Iq1s {
                 std::slice::from_raw_parts(ba, q8_k::BLOCK),
             )
         };
-        let d = block::f16_at(b, 0) * block::f32_at(a, 0);
-        d * (isum as f32 + iq1_s::DELTA * iq1_s::shift_sum(b, a) as f32)
+        iq1_s::value(b, a, isum)
     }
 }
 
@@ -464,8 +463,7 @@ impl IqFormat for Iq1m {
                 std::slice::from_raw_parts(ba, q8_k::BLOCK),
             )
         };
-        let d = iq1_m::scale(b) * block::f32_at(a, 0);
-        d * (isum as f32 + iq1_m::DELTA * iq1_m::shift_sum(b, a) as f32)
+        iq1_m::value(b, a, isum)
     }
 }
 

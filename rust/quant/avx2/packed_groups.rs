@@ -283,3 +283,48 @@ pub(super) unsafe fn run_groups<P: GroupPass>(
         }
     }
 }
+
+/// A Q8_K layout's `tile` entry and its `GroupPass`, for a module that
+/// defines `available()`, `PACKED_BLOCK` and
+/// `unsafe fn pass<const N: usize>(nb, grp, a, out)` (the layouts that
+/// read Q8_K's own sums, no side table): the same few lines each would
+/// otherwise repeat.
+macro_rules! q8k_packed_tile {
+    ($what:literal) => {
+        /// Groups `g0..g1` of a packed matrix of `n`-element rows against
+        /// every activation row: `outs[t][(g - g0) * 16 + r]` is row
+        /// `16g + r` against token t.
+        pub fn tile(
+            n: usize,
+            packed: &[u8],
+            groups: (usize, usize),
+            acts: &[&[u8]],
+            outs: &mut [&mut [f32]],
+        ) {
+            assert!(
+                available(),
+                concat!("packed ", $what, " kernel without AVX-512 VNNI")
+            );
+            // SAFETY: the features were asserted above.
+            unsafe { super::packed_groups::q8k_tile::<Layout>(n, packed, groups, acts, outs) }
+        }
+
+        /// This layout's pass, for `run_groups` (it reads Q8_K's own sums).
+        struct Layout;
+
+        impl super::packed_groups::GroupPass for Layout {
+            const PACKED: usize = PACKED_BLOCK;
+            unsafe fn pass<const N: usize>(
+                nb: usize,
+                grp: *const u8,
+                a: [*const u8; N],
+                _side: [*const super::packed_groups::BlockSide; N],
+                out: [*mut f32; N],
+            ) {
+                // SAFETY: the trait's contract is `pass`'s.
+                unsafe { pass::<N>(nb, grp, a, out) }
+            }
+        }
+    };
+}
+pub(super) use q8k_packed_tile;

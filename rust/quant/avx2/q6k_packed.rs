@@ -30,7 +30,7 @@
 
 use std::arch::x86_64::*;
 
-use super::packed_groups::{pack_groups, prefetch_span, q8k_tile, BlockSide, GroupPass};
+use super::packed_groups::{pack_groups, prefetch_span};
 use super::read_u32;
 use crate::quant::{q6_k, q8_k, QK_K};
 
@@ -309,37 +309,7 @@ unsafe fn pass<const N: usize>(nb: usize, grp: *const u8, a: [*const u8; N], out
     }
 }
 
-/// Groups `g0..g1` of a packed matrix of `n`-element rows against every
-/// activation row: `outs[t][(g - g0) * 16 + r]` is row `16g + r` against
-/// token t.
-pub fn tile(
-    n: usize,
-    packed: &[u8],
-    groups: (usize, usize),
-    acts: &[&[u8]],
-    outs: &mut [&mut [f32]],
-) {
-    assert!(available(), "packed Q6_K kernel without AVX-512 VNNI");
-    // SAFETY: the features were asserted above.
-    unsafe { q8k_tile::<Q6KPacked>(n, packed, groups, acts, outs) }
-}
-
-/// The Q6_K layout's pass, for `run_groups` (it reads Q8_K's own sums).
-struct Q6KPacked;
-
-impl GroupPass for Q6KPacked {
-    const PACKED: usize = PACKED_BLOCK;
-    unsafe fn pass<const N: usize>(
-        nb: usize,
-        grp: *const u8,
-        a: [*const u8; N],
-        _side: [*const BlockSide; N],
-        out: [*mut f32; N],
-    ) {
-        // SAFETY: the trait's contract is `pass`'s.
-        unsafe { pass::<N>(nb, grp, a, out) }
-    }
-}
+super::packed_groups::q8k_packed_tile!("Q6_K");
 
 #[cfg(test)]
 mod tests {
