@@ -8,6 +8,7 @@
 
 use std::arch::x86_64::*;
 
+use super::kgemm::{KFormat, CORR, SCALES};
 use super::{bit_bytes, hsum_i32, load, read_f32, read_u32, scale_pair};
 use crate::quant::iq_common::{ksigns, Decoded, KVALUES_IQ4NL};
 use crate::quant::iq_grids::{IQ2S_GRID, IQ2XS_GRID, IQ2XXS_GRID, IQ3S_GRID, IQ3XXS_GRID};
@@ -527,6 +528,76 @@ fn gemm_by_tiles<F: IqFormat>(n: usize, w_rows: &[&[u8]], acts: &[&[u8]], out: &
     }
 }
 
+/// An i-quant or ternary format in the AVX-512 GEMM's decoded form: its
+/// signed values plus 128 as unsigned bytes (what `vpdpbusd` wants), its
+/// sixteen scales, and correction words of four times the scales, which
+/// the kernel's `isum - 32 * corr` (Q6_K's offset) turns into the `128 *
+/// sum_g scale_g * bsum_g` the offset adds. The AVX2 GEMM cannot take
+/// this form (`maddubs` would saturate on bytes past 127).
+struct Iq<F>(std::marker::PhantomData<F>);
+
+impl<F: IqFormat> KFormat for Iq<F> {
+    const W: usize = F::BLOCK;
+    const GROUP: usize = if F::SCALE32 { 8 } else { 4 };
+    const MIN: bool = false;
+
+    #[inline]
+    #[target_feature(enable = "avx2,fma,f16c")]
+    unsafe fn decode(bw: *const u8, dst: *mut u8) {
+        // SAFETY: a whole block at bw; dst holds DEC bytes (caller's contract).
+        let o = unsafe { F::open(bw) };
+        let flip = _mm256_set1_epi8(-128);
+        for ib in 0..8 {
+            // SAFETY: as above.
+            unsafe {
+                let (mags, signs) = F::run(&o, bw, ib);
+                let v = _mm256_xor_si256(_mm256_sign_epi8(mags, signs), flip);
+                _mm256_storeu_si256(dst.add(32 * ib) as *mut __m256i, v);
+            }
+        }
+        // SAFETY: as above.
+        let sc8 = unsafe { F::scales8(&o, bw) };
+        let sc = _mm256_cvtepi8_epi16(sc8);
+        let (lo, hi) = (_mm256_unpacklo_epi16(sc, sc), _mm256_unpackhi_epi16(sc, sc));
+        // SAFETY: the scale words (16, or 8 with one scale per run: each
+        // run's scale in both halves of its word) and the 8 correction
+        // words of dst.
+        unsafe {
+            let st = |o: usize, v: __m256i| _mm256_storeu_si256(dst.add(o) as *mut __m256i, v);
+            if F::SCALE32 {
+                let even = _mm_shuffle_epi8(
+                    sc8,
+                    _mm_setr_epi8(0, 2, 4, 6, 8, 10, 12, 14, -1, -1, -1, -1, -1, -1, -1, -1),
+                );
+                let h = _mm_cvtepi8_epi16(even);
+                st(
+                    SCALES,
+                    _mm256_set_m128i(_mm_unpackhi_epi16(h, h), _mm_unpacklo_epi16(h, h)),
+                );
+            } else {
+                st(SCALES, _mm256_permute2x128_si256::<0x20>(lo, hi));
+                st(SCALES + 32, _mm256_permute2x128_si256::<0x31>(lo, hi));
+            }
+            st(CORR, _mm256_slli_epi16::<2>(sc));
+        }
+    }
+
+    #[inline]
+    #[target_feature(enable = "avx2,fma,f16c")]
+    unsafe fn scales(bw: *const u8) -> __m128 {
+        // SAFETY: a whole block.
+        _mm_set_ss(unsafe { F::d(bw) })
+    }
+}
+
+/// Rows of a plain i-quant or ternary format against Q8_K activation rows
+/// on the AVX-512 VNNI kernel (see `gemm_q4_k_avx512`). Same bits as the
+/// format's `vec_dot`.
+fn gemm_iq_avx512<F: IqFormat>(n: usize, w_rows: &[&[u8]], acts: &[&[u8]], out: &mut [f32]) {
+    assert!(F::PLAIN, "the GEMM computes (d * d_a) * isum only");
+    super::kgemm::gemm_avx512::<Iq<F>>(n, w_rows, acts, out)
+}
+
 macro_rules! entries {
     ($fmt:ty, $vec_dot:ident, $tile:ident, $gemm:ident) => {
         entries!($fmt, $vec_dot, $tile);
@@ -543,7 +614,7 @@ macro_rules! entries {
             out: &mut [f32],
         ) {
             if super::kgemm::avx512_enabled() {
-                super::kgemm::gemm_iq_avx512::<$fmt>(n, w_rows, acts, out)
+                gemm_iq_avx512::<$fmt>(n, w_rows, acts, out)
             } else {
                 gemm_by_tiles::<$fmt>(n, w_rows, acts, out)
             }
