@@ -14,8 +14,9 @@ answer. Every such history must render:
   result as plain content; where the template has no ``tool`` role
   either, the result comes back as a user turn holding a
   ``<tool_response>`` block, so it is never silently dropped;
-- a ``null`` content becomes ``""`` where the template cannot take
-  ``None`` (:func:`without_null_content`, for the retry).
+- an assistant turn's ``null`` content becomes ``""`` where the template
+  cannot take ``None`` (:func:`without_null_content`, for the retry); a
+  user's ``null`` content, which the API does not allow, stays an error.
 """
 
 from __future__ import annotations
@@ -89,7 +90,7 @@ def plain_message(m: Mapping[str, Any], *, tool_role: bool = True) -> dict[str, 
             blocks.append(f"<tool_call>\n{call}\n</tool_call>")
         text = m.get("content") or ""
         return {"role": m["role"], "content": text + ("\n" if text else "") + "\n".join(blocks)}
-    if m.get("content") is None:
+    if _null_assistant(m):
         return {**m, "content": ""}
     return dict(m)
 
@@ -115,15 +116,21 @@ def history_for_template(
     return [plain_message(m, tool_role=role) for m in messages]
 
 
+def _null_assistant(m: Mapping[str, Any]) -> bool:
+    # The API allows a null content on an assistant turn only (beside its
+    # tool calls); a user's null content stays the error it is.
+    return m.get("role") == "assistant" and "content" in m and m["content"] is None
+
+
 def has_null_content(messages: Sequence[Mapping[str, Any]]) -> bool:
-    """Whether some message's ``content`` is ``None``."""
-    return any(isinstance(m, Mapping) and m.get("content", "") is None for m in messages)
+    """Whether some assistant turn's ``content`` is ``None``."""
+    return any(isinstance(m, Mapping) and _null_assistant(m) for m in messages)
 
 
 def without_null_content(messages: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
-    """``messages`` with every ``None`` content as ``""``: for templates
-    that concatenate content and fail on ``None``."""
-    return [{**m, "content": ""} if m.get("content", "") is None else dict(m) for m in messages]
+    """``messages`` with every assistant turn's ``None`` content as ``""``:
+    for templates that concatenate content and fail on ``None``."""
+    return [{**m, "content": ""} if _null_assistant(m) else dict(m) for m in messages]
 
 
 def render_history(
