@@ -44,7 +44,7 @@ const ui = {
   keyError: $("key-error"),
 };
 
-const DEFAULT_TITLE = "New session";
+const DEFAULT_TITLE = "New chat";
 
 const state = {
   info: null,
@@ -409,8 +409,19 @@ function setStreaming(on) {
   ui.save.disabled = on;
 }
 
+// A turn, from the request to its notes written (document.body's
+// data-busy while it runs).
 async function send() {
-  if (state.streaming) return;
+  if (state.streaming || document.body.dataset.busy) return;
+  document.body.dataset.busy = "true";
+  try {
+    await turn();
+  } finally {
+    delete document.body.dataset.busy;
+  }
+}
+
+async function turn() {
   clearError();
   const session = state.current;
   const text = ui.message.value;
@@ -430,7 +441,10 @@ async function send() {
   }
   if (session.title === DEFAULT_TITLE) {
     const first = session.messages.find((m) => m.role === "user");
-    if (first) session.title = first.content.trim().split("\n")[0].slice(0, 60) || DEFAULT_TITLE;
+    if (first) {
+      const line = first.content.trim().split("\n")[0];
+      session.title = (line.length > 60 ? line.slice(0, 59) + "…" : line) || DEFAULT_TITLE;
+    }
     ui.title.textContent = session.title;
   }
   ui.message.value = "";
