@@ -125,6 +125,7 @@ async def fork_session(server: Server, request: Request) -> Response:
         raise ApiError(400, "a fork needs an id of its own", param="id")
     if server.notes.get(dst) is not None:
         raise ApiError(409, f"session '{dst}' already exists", param="id", code="session_exists")
+    _session(server, src)  # a 404 for a session this server does not know
     sess = await server.sessions.fork(src, dst)
     await asyncio.to_thread(
         server.notes.put, dst, body["title"], body["messages"], body.get("settings")
