@@ -205,3 +205,12 @@ def test_no_webui_and_the_key(model_path: Path) -> None:
         await engine.close()
 
     asyncio.run(probe())
+
+
+def test_the_flag_turns_the_page_off() -> None:
+    from oxillama.serving.flags import serve_options_from_mapping
+
+    assert serve_options_from_mapping({"model": "m.gguf"})[0].webui is True
+    for off in (False, "false", "0"):
+        assert serve_options_from_mapping({"model": "m.gguf", "webui": off})[0].webui is False
+    assert serve_options_from_mapping({"model": "m.gguf", "webui": "yes"})[0].webui is True

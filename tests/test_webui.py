@@ -281,7 +281,7 @@ def test_narrow_and_dark_layouts(page: WebDriver, served: Served) -> None:
 
 def test_a_reply_streams_in_with_markdown_and_speed(page: WebDriver, served: Served) -> None:
     sid = new_session(page)
-    page_settings(page, {**SAMPLING, "max_tokens": 40})
+    page_settings(page, {**SAMPLING, "max_tokens": 96})
     # Every change of the reply's text is recorded as it happens.
     page.execute_script(
         "window.__lengths = [];"
@@ -291,7 +291,7 @@ def test_a_reply_streams_in_with_markdown_and_speed(page: WebDriver, served: Ser
         "}).observe(document.getElementById('log'), "
         "{subtree: true, childList: true, characterData: true});"
     )
-    send(page, "Write a short Python function that adds two numbers.")
+    send(page, "Explain what a Python list is, in a few sentences.")
     lengths = page.execute_script("return window.__lengths")
     partial = sorted({n for n in lengths if n > 0})
     # The reply appeared piece by piece, not all at once.
@@ -300,7 +300,7 @@ def test_a_reply_streams_in_with_markdown_and_speed(page: WebDriver, served: Ser
     reply = notes["messages"][-1]
     assert reply["role"] == "assistant" and reply["content"]
     # The page shows what the server streamed, as the same request gives it.
-    expected = reference(served, notes["messages"][:-1], **{**SAMPLING, "max_tokens": 40})
+    expected = reference(served, notes["messages"][:-1], **{**SAMPLING, "max_tokens": 96})
     assert reply["content"] == expected
     info = page.find_element(By.ID, "info").text
     assert "tokens/s" in info and "KV f16" in info and "context 1024" in info, info
@@ -383,6 +383,23 @@ def test_sessions_are_listed_after_a_reload(page: WebDriver, served: Served) -> 
     page.find_element(By.CSS_SELECTOR, f'#sessions li[data-id="{a}"] .pick').click()
     wait(page, lambda d: current_id(d) == a)
     assert "Say hello." in page.find_element(By.ID, "log").text
+
+
+def test_sessions_are_renamed_and_deleted_in_the_list(page: WebDriver, served: Served) -> None:
+    sid = new_session(page)
+    wait(page, lambda d: sid in listed(d))
+    row = f'#sessions li[data-id="{sid}"]'
+    page.find_element(By.CSS_SELECTOR, f"{row} button[aria-label^=Rename]").click()
+    box = one(page, "textbox", "Session name")
+    box.send_keys(Keys.CONTROL, "a")
+    box.send_keys("Groceries", Keys.ENTER)
+    wait(page, lambda d: stored(served, sid)["title"] == "Groceries")
+    wait(page, lambda d: d.find_element(By.ID, "session-title").text == "Groceries")
+    page.find_element(By.CSS_SELECTOR, f"{row} button[aria-label='Delete Groceries']").click()
+    page.switch_to.alert.accept()
+    wait(page, lambda d: sid not in listed(d) and current_id(d) != sid)
+    r = httpx.get(f"{served.url}/v1/sessions/{sid}", headers={"Authorization": f"Bearer {KEY}"})
+    assert r.status_code == 404
 
 
 def test_json_schema_mode_constrains_the_reply(page: WebDriver, served: Served) -> None:
