@@ -704,6 +704,10 @@ function wire() {
     });
   }
   ui.errorClose.addEventListener("click", clearError);
+  // Sessions another browser or client made show up when the tab is back.
+  window.addEventListener("focus", () => {
+    if (!state.streaming) refreshList().catch(() => {});
+  });
   ui.openSidebar.addEventListener("click", openSidebar);
   ui.closeSidebar.addEventListener("click", closeSidebar);
 }
