@@ -214,3 +214,24 @@ def test_the_flag_turns_the_page_off() -> None:
     for off in (False, "false", "0"):
         assert serve_options_from_mapping({"model": "m.gguf", "webui": off})[0].webui is False
     assert serve_options_from_mapping({"model": "m.gguf", "webui": "yes"})[0].webui is True
+
+
+def test_the_folder_pair_loads_in_oxillama_chat(url: str, folder: Path, model_path: Path) -> None:
+    import io
+
+    from oxillama import Engine
+    from oxillama.cli.chat_repl import ChatRepl
+
+    history = [{"role": "user", "content": "Name a bird."}]
+    history.append({"role": "assistant", "content": chat(url, history, session="bird")})
+    call("PUT", url + "/v1/sessions/bird", json=notes("Birds", history))
+    assert call("POST", url + "/v1/sessions/bird/save")[0] == 200
+    # The folder holds bird.oxisnap and bird.oxisnap.chat.json: /save's pair.
+    lines = iter([f"/load {folder / 'bird.oxisnap'}", "/bye"])
+    out = io.StringIO()
+    engine = Engine(model_path, context_size=512, threads=2)
+    repl = ChatRepl(engine, system=None, max_tokens=8, read=lambda _: next(lines), out=out)
+    assert repl.run() == 0
+    tokens = call("GET", url + "/v1/sessions/bird")[1]["tokens"]
+    assert f"Loaded {tokens} tokens" in out.getvalue()
+    assert repl.messages == history
