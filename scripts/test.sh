@@ -17,6 +17,13 @@ if ! command -v nginx >/dev/null && [ ! -x /usr/sbin/nginx ]; then
     apt-get install -y -q nginx-light >/dev/null 2>&1 ||
         { apt-get update -q >/dev/null && apt-get install -y -q nginx-light >/dev/null; }
 fi
+# Chromium and its driver (Debian's packages) run the chat page in
+# tests/test_webui.py, driven by Selenium.
+if [ ! -x /usr/bin/chromium ] || [ ! -x /usr/bin/chromedriver ]; then
+    export DEBIAN_FRONTEND=noninteractive
+    apt-get install -y -q chromium chromium-driver >/dev/null 2>&1 ||
+        { apt-get update -q >/dev/null && apt-get install -y -q chromium chromium-driver >/dev/null; }
+fi
 # llama.cpp's vocabulary-only GGUFs for tests/test_tokenizer_vocabs.py, from
 # llama-cpp-python's sdist on PyPI (pinned by sha256; cached, instant when
 # already fetched).

@@ -167,6 +167,12 @@ class AsyncEngine:
         return self._scheduler
 
     @property
+    def kv_dtype(self) -> str:
+        """The KV cache's type: ``"f16"``, ``"q8_0"``..., or ``"k/v"`` when
+        keys and values differ."""
+        return self._kv_dtype
+
+    @property
     def loras(self) -> dict[str, LoraAdapter]:
         """The adapters requests can pick with ``lora="name"``."""
         return {name: a for name, (a, _) in self._loras.items()}

@@ -149,6 +149,12 @@ def _add_serve_args(sv: argparse.ArgumentParser) -> None:
         "flight",
     )
     sv.add_argument(
+        "--no-webui",
+        dest="webui",
+        action="store_false",
+        help="do not serve the chat page at / (the API is served either way)",
+    )
+    sv.add_argument(
         "--drain-seconds",
         type=float,
         default=30.0,
@@ -206,6 +212,7 @@ def app_spec(args: argparse.Namespace) -> Any:
         speculative=args.speculative,
         context_shift=args.context_shift,
         n_keep=args.keep,
+        webui=args.webui,
     )
 
 
@@ -246,6 +253,11 @@ def serve_options_from_mapping(values: Mapping[str, Any]) -> tuple[Any, Any]:
         flag = action.option_strings[-1]
         if isinstance(action, argparse._StoreTrueAction):
             if _truth(key, value):
+                argv.append(flag)
+            continue
+        if isinstance(action, argparse._StoreFalseAction):
+            # webui=false is --no-webui.
+            if not _truth(key, value):
                 argv.append(flag)
             continue
         for v in value if isinstance(value, list | tuple) else [value]:

@@ -45,7 +45,8 @@ from oxillama.decoding.tool_calls import ToolFormat
 from oxillama.errors import OxiLlamaError
 from oxillama.serving.async_engine import AsyncEngine
 from oxillama.serving.async_session import AsyncSession
-from oxillama.serving.http import text_routes
+from oxillama.serving.http import session_routes, text_routes
+from oxillama.serving.http import webui as webui_files
 from oxillama.serving.http.access_log import RequestLog, note
 from oxillama.serving.http.api_error import ApiError, error_body, from_library_error
 from oxillama.serving.http.auth import ApiKeys, AuthMiddleware
@@ -60,6 +61,7 @@ from oxillama.serving.http.openapi import openapi_document
 from oxillama.serving.http.request_schemas import SESSION_ID, UNSUPPORTED, RequestSchemas
 from oxillama.serving.http.schema_check import SchemaViolation, check
 from oxillama.serving.http.session_header import HEADER, with_session_header
+from oxillama.serving.http.session_notes import SessionNotes
 from oxillama.serving.http.session_table import Lease, SessionTable
 from oxillama.serving.http.tools import ChoiceCalls, tool_request
 
@@ -133,6 +135,7 @@ class Server:
         routed_by_session_header: bool = False,
         reasoning_format: ReasoningFormat = "auto",
         reasoning_budget: int = -1,
+        webui: bool = False,
     ) -> None:
         check_reasoning(reasoning_format, reasoning_budget)
         self.engine = engine
@@ -162,6 +165,9 @@ class Server:
             persist_turns=limits.persist_turns,
             max_kv_bytes=limits.max_session_memory,
         )
+        #: What clients keep beside each session (the chat page's titles
+        #: and messages).
+        self.notes = SessionNotes(sessions_dir)
         #: Every /metrics family, in one registry per app.
         self.registry = CollectorRegistry(auto_describe=True)
         self.latency = LatencyMetrics(engine.scheduler, self.registry)
@@ -184,7 +190,7 @@ class Server:
         #: in flight finish.
         self.draining = False
         self.document = openapi_document(
-            self.defs, model_name=model_name, auth=auth, metrics_auth=metrics_auth
+            self.defs, model_name=model_name, auth=auth, metrics_auth=metrics_auth, webui=webui
         )
 
     # ------------------------------------------------------------- bodies
@@ -683,6 +689,27 @@ class Server:
         sess = await self.sessions.replace_from_file(sid)
         return JSONResponse({"id": sid, "tokens": sess.n_past})
 
+    async def list_sessions(self, request: Request) -> Response:
+        return await session_routes.list_sessions(self, request)
+
+    async def session(self, request: Request) -> Response:
+        if request.method == "PUT":
+            return await session_routes.put_session(self, request)
+        if request.method == "DELETE":
+            return await session_routes.delete_session(self, request)
+        return await session_routes.get_session(self, request)
+
+    async def fork(self, request: Request) -> Response:
+        return await session_routes.fork_session(self, request)
+
+    async def snapshot(self, request: Request) -> Response:
+        if request.method == "PUT":
+            return await session_routes.import_snapshot(self, request)
+        return await session_routes.export_snapshot(self, request)
+
+    async def info(self, request: Request) -> Response:
+        return await session_routes.info(self, request)
+
     async def embeddings(self, request: Request) -> Response:
         return await embeddings(self, request)
 
@@ -833,6 +860,7 @@ def build_app(
     routed_by_session_header: bool = False,
     reasoning_format: ReasoningFormat = "auto",
     reasoning_budget: int = -1,
+    webui: bool = True,
 ) -> Starlette:
     """The Starlette app serving ``engine``.
 
@@ -847,7 +875,8 @@ def build_app(
     is named by the body's ``session`` or the ``X-Session-Id`` header; with
     ``routed_by_session_header`` (behind a router that routes by it),
     ``oxillama:session_requests_without_affinity_total`` counts the
-    session requests named in the body only."""
+    session requests named in the body only. ``webui`` serves the chat
+    page at ``/``."""
     limits = limits or Limits()
     folder = Path(sessions_dir) if sessions_dir is not None else None
     if folder is not None:
@@ -864,6 +893,7 @@ def build_app(
         routed_by_session_header=routed_by_session_header,
         reasoning_format=reasoning_format,
         reasoning_budget=reasoning_budget,
+        webui=webui,
     )
     routes = [
         Route("/health", _guarded(s.health), methods=["GET"]),
@@ -879,7 +909,17 @@ def build_app(
         Route("/apply-template", _guarded(s.apply_template), methods=["POST"]),
         Route("/v1/sessions/{sid}/save", _guarded(s.save), methods=["POST"]),
         Route("/v1/sessions/{sid}/restore", _guarded(s.restore), methods=["POST"]),
+        Route("/v1/sessions", _guarded(s.list_sessions), methods=["GET"]),
+        Route("/v1/sessions/{sid}", _guarded(s.session), methods=["GET", "PUT", "DELETE"]),
+        Route("/v1/sessions/{sid}/fork", _guarded(s.fork), methods=["POST"]),
+        Route("/v1/sessions/{sid}/snapshot", _guarded(s.snapshot), methods=["GET", "PUT"]),
+        Route("/v1/info", _guarded(s.info), methods=["GET"]),
     ]
+    if webui:
+        routes += [
+            Route("/", _guarded(webui_files.index), methods=["GET"]),
+            Route("/webui/{name}", _guarded(webui_files.static), methods=["GET"]),
+        ]
     app = Starlette(
         routes=routes,
         middleware=[

@@ -61,6 +61,8 @@ class AppSpec:
     #: Behind a router that routes sessions by ``X-Session-Id``: the session
     #: requests named in the body only are counted (they lose affinity).
     routed_by_session_header: bool = False
+    #: The chat page at ``/`` (``--no-webui`` turns it off).
+    webui: bool = True
 
     def keys(self) -> tuple[str, ...]:
         return load_api_keys(self.api_keys, self.api_key_file)
@@ -99,4 +101,5 @@ class AppSpec:
             routed_by_session_header=self.routed_by_session_header,
             reasoning_format=self.reasoning_format,
             reasoning_budget=self.reasoning_budget,
+            webui=self.webui,
         )

@@ -105,6 +105,7 @@ _RESPONSES: dict[str, tuple[str, str]] = {
     "400": ("BadRequest", "The request is malformed or asks for more than this server allows."),
     "401": ("Unauthorized", "No API key, or not one this server accepts."),
     "404": ("NotFound", "No such model, or no such (or an evicted) session."),
+    "409": ("Conflict", "A session with that id already exists."),
     "413": ("TooLarge", "The request body is over --max-body-bytes."),
     "503": ("Unavailable", "The server is full for now: retry after Retry-After seconds."),
 }
@@ -149,11 +150,34 @@ def _operation(
     return op
 
 
+def _session_summary() -> Schema:
+    return _object(
+        {
+            "id": _STR,
+            "title": {"type": ["string", "null"]},
+            "tokens": {
+                "type": ["integer", "null"],
+                "description": "Tokens in its context while live (null when not in memory)",
+            },
+            "live": {"type": "boolean"},
+            "saved": {"type": "boolean", "description": "Its snapshot is in --sessions-dir"},
+            "n_messages": _INT,
+            "updated": {"type": ["number", "null"], "description": "When its notes were written"},
+        }
+    )
+
+
 def openapi_document(
-    request_schemas: Mapping[str, Schema], *, model_name: str, auth: bool, metrics_auth: bool
+    request_schemas: Mapping[str, Schema],
+    *,
+    model_name: str,
+    auth: bool,
+    metrics_auth: bool,
+    webui: bool = False,
 ) -> Schema:
     """The document for an app with these request schemas; ``auth`` and
-    ``metrics_auth`` say which routes need a key."""
+    ``metrics_auth`` say which routes need a key, ``webui`` whether the
+    chat page is served."""
     logprobs_legacy = _object(
         {
             "tokens": _array(_STR),
@@ -229,6 +253,39 @@ def openapi_document(
         "Detokenized": _object({"content": _STR}),
         "RenderedPrompt": _object({"prompt": _STR}),
         "SessionRestored": _object({"id": _STR, "tokens": _INT}),
+        "SessionSummary": _session_summary(),
+        "SessionList": _object({"object": _const("list"), "data": _array(_ref("SessionSummary"))}),
+        "Session": {
+            **_session_summary(),
+            "properties": {
+                **_session_summary()["properties"],
+                "messages": _array(_ref("SessionMessage")),
+                "settings": {"anyOf": [_ref("SessionSettings"), {"type": "null"}]},
+            },
+            "required": [*_session_summary()["required"], "messages", "settings"],
+        },
+        "SessionDeleted": _object({"id": _STR, "deleted": {"type": "boolean", "const": True}}),
+        "SessionForked": _object(
+            {
+                "id": _STR,
+                "copied": {
+                    "type": "boolean",
+                    "description": "The source's state was copied (false: the source had "
+                    "none here, and the fork's first turn evaluates the whole history)",
+                },
+                "tokens": _INT,
+            }
+        ),
+        "ServerInfo": _object(
+            {
+                "model": _STR,
+                "arch": _STR,
+                "n_ctx": _INT,
+                "kv_type": _STR,
+                "reasoning": {"type": "boolean"},
+                "sessions_dir": {"type": "boolean"},
+            }
+        ),
     }
     v1 = auth
 
@@ -336,6 +393,82 @@ def openapi_document(
                 params=sid,
             )
         },
+        "/v1/sessions": {
+            "get": _operation(
+                "Every session this server knows (live, saved, or with notes), newest first",
+                ok("The sessions", _json(_ref("SessionList"))),
+                (),
+                guarded=v1,
+            )
+        },
+        "/v1/sessions/{sid}": {
+            "get": _operation(
+                "A session's notes (title, messages, settings) and state",
+                ok("The session", _json(_ref("Session"))),
+                ("404",),
+                guarded=v1,
+                params=sid,
+            ),
+            "put": _operation(
+                "Write a session's notes (with --sessions-dir, to <sid>.oxisnap.chat.json)",
+                ok("The session", _json(_ref("Session"))),
+                (),
+                guarded=v1,
+                body="SessionNotesRequest",
+                params=sid,
+            ),
+            "delete": _operation(
+                "Close a session and remove its snapshot and notes",
+                ok("Deleted", _json(_ref("SessionDeleted"))),
+                ("404",),
+                guarded=v1,
+                params=sid,
+            ),
+        },
+        "/v1/sessions/{sid}/fork": {
+            "post": _operation(
+                "A new session holding a copy of this one's state, with the history up to "
+                "the message forked from as its notes",
+                ok("Forked", _json(_ref("SessionForked"))),
+                ("404", "409", "503"),
+                guarded=v1,
+                body="SessionForkRequest",
+                params=sid,
+            )
+        },
+        "/v1/sessions/{sid}/snapshot": {
+            "get": _operation(
+                "The session as an OXISNAP1 file",
+                ok(
+                    "The snapshot",
+                    {"application/octet-stream": {"schema": {"type": "string"}}},
+                ),
+                ("404", "503"),
+                guarded=v1,
+                params=sid,
+            ),
+            "put": _operation(
+                "Make an OXISNAP1 file (the body) this session, replacing a live one",
+                ok("Imported", _json(_ref("SessionRestored"))),
+                ("503",),
+                guarded=v1,
+                params=sid,
+            )
+            | {
+                "requestBody": {
+                    "required": True,
+                    "content": {"application/octet-stream": {"schema": {"type": "string"}}},
+                }
+            },
+        },
+        "/v1/info": {
+            "get": _operation(
+                "The model's name, architecture, context size and KV cache type",
+                ok("Info", _json(_ref("ServerInfo"))),
+                (),
+                guarded=v1,
+            )
+        },
         "/v1/sessions/{sid}/restore": {
             "post": _operation(
                 "Load <sessions-dir>/<sid>.oxisnap as the live session",
@@ -346,6 +479,19 @@ def openapi_document(
             )
         },
     }
+    if webui:
+        html = {"text/html": {"schema": {"type": "string"}}}
+        page = {"text/css": {"schema": {"type": "string"}}, **html}
+        paths["/"] = {"get": _operation("The chat page", ok("HTML", html), (), guarded=False)}
+        paths["/webui/{name}"] = {
+            "get": _operation(
+                "A file of the chat page (its scripts and styles)",
+                ok("The file", {**page, "text/javascript": {"schema": {"type": "string"}}}),
+                ("404",),
+                guarded=False,
+                params=[{"name": "name", "in": "path", "required": True, "schema": _STR}],
+            )
+        }
     components: Schema = {
         "schemas": schemas,
         "responses": {

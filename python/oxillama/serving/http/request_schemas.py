@@ -408,6 +408,75 @@ class RequestSchemas:
             "additionalProperties": False,
         }
 
+    def session_notes(self) -> dict[str, Schema]:
+        """The bodies of the session routes the chat page uses: a session's
+        notes (title, messages as shown, settings) and a fork."""
+        message = {
+            "type": "object",
+            "properties": {
+                "role": {"type": "string", "enum": ["system", "user", "assistant"]},
+                "content": {"type": "string", "maxLength": self.prompt_chars},
+                "reasoning_content": {"type": ["string", "null"], "maxLength": self.prompt_chars},
+                "stopped": {
+                    "type": ["boolean", "null"],
+                    "description": "The reply was stopped before its end",
+                },
+            },
+            "required": ["role", "content"],
+            "additionalProperties": False,
+        }
+        settings = {
+            "type": ["object", "null"],
+            "properties": {
+                "temperature": {"type": ["number", "null"], "minimum": 0, "maximum": 2},
+                "top_p": {"type": ["number", "null"], "minimum": 0, "maximum": 1},
+                "max_tokens": {"type": ["integer", "null"], "minimum": 1, "maximum": self.n_ctx},
+                "seed": {"type": ["integer", "null"], "minimum": 0},
+                "json_mode": {"type": ["boolean", "null"]},
+                "json_schema": {"type": ["string", "null"], "maxLength": 65536},
+            },
+            "additionalProperties": False,
+            "description": "The chat page's sampler settings for this session",
+        }
+        messages = {
+            "type": "array",
+            "maxItems": self.n_ctx,
+            "items": {"$ref": "#/components/schemas/SessionMessage"},
+        }
+        title = {"type": "string", "minLength": 1, "maxLength": 200}
+        return {
+            "SessionMessage": message,
+            "SessionSettings": settings,
+            "SessionNotesRequest": {
+                "type": "object",
+                "properties": {
+                    "title": title,
+                    "messages": messages,
+                    "settings": {"$ref": "#/components/schemas/SessionSettings"},
+                },
+                "required": ["title", "messages"],
+                "additionalProperties": False,
+            },
+            "SessionForkRequest": {
+                "type": "object",
+                "properties": {
+                    "id": {
+                        "type": ["string", "null"],
+                        "pattern": SESSION_ID,
+                        "description": "The new session's id (default: a fresh one)",
+                    },
+                    "title": title,
+                    "messages": {
+                        **messages,
+                        "description": "The history up to the message forked from",
+                    },
+                    "settings": {"$ref": "#/components/schemas/SessionSettings"},
+                },
+                "required": ["title", "messages"],
+                "additionalProperties": False,
+            },
+        }
+
     def definitions(self, dim: int = 1) -> dict[str, Schema]:
         """Named schemas (``#/components/schemas/<name>``)."""
         part = {
@@ -468,4 +537,5 @@ class RequestSchemas:
             "TokenizeRequest": self.tokenize(),
             "DetokenizeRequest": self.detokenize(),
             "ApplyTemplateRequest": self.apply_template(),
+            **self.session_notes(),
         }

@@ -44,6 +44,7 @@ def serve(
     tool_format: ToolFormat | None = None,
     speculative: str | None = None,
     drain_seconds: float = 30.0,
+    webui: bool = True,
 ) -> None:
     """Runs the server until interrupted. The keys are ``api_keys``, the
     lines of ``api_key_file`` and ``$OXILLAMA_API_KEY`` together.
@@ -51,7 +52,7 @@ def serve(
     SIGTERM (or SIGINT) drains: ``/ready`` answers 503 at once, no new
     connection is taken, the requests in flight finish (for at most
     ``drain_seconds``), every live session is saved to ``sessions_dir``,
-    and the process exits 0."""
+    and the process exits 0. ``webui`` serves the chat page at ``/``."""
     spec = AppSpec(
         model,
         threads=threads,
@@ -69,6 +70,7 @@ def serve(
         loras=None if loras is None else {k: os.fspath(v) for k, v in loras.items()},
         tool_format=tool_format,
         speculative=speculative,
+        webui=webui,
     )
     run(spec, host=host, port=port, drain_seconds=drain_seconds)
 
@@ -91,6 +93,8 @@ def run(spec: AppSpec, *, host: str, port: int, drain_seconds: float) -> None:
             host,
             ENV_VAR,
         )
+    if spec.webui:
+        log.info("chat page: http://%s:%d/", host, port)
     config = uvicorn.Config(
         app,
         host=host,

@@ -257,6 +257,114 @@ class SessionTable:
         finally:
             lease.release()
 
+    # ------------------------------------------------- copies and removal
+
+    def live_tokens(self) -> dict[str, int]:
+        """The tokens each live session holds, by id."""
+        return {sid: sess.n_past for sid, sess in self._live.items() if not sess.closed}
+
+    def saved_ids(self) -> list[str]:
+        """The ids with a snapshot file in the folder."""
+        if self.folder is None:
+            return []
+        return sorted(p.name.removesuffix(".oxisnap") for p in self.folder.glob("*.oxisnap"))
+
+    async def snapshot_bytes(self, sid: str) -> bytes:
+        """The session ``sid`` as OXISNAP1 bytes (restored from its file
+        when it is not live). Raises a 404 for a session this server does
+        not have."""
+        lease = await self.lease(sid, create=False)
+        try:
+            return await lease.session.snapshot_bytes()
+        finally:
+            lease.release()
+
+    async def fork(self, src: str, dst: str) -> AsyncSession | None:
+        """A new session ``dst`` holding a copy of ``src``'s state (KV,
+        tokens, sampler), or None when ``src`` has none on this server (never
+        had a turn, or evicted): the fork then starts empty, and its first
+        turn evaluates the whole history. Either way its next turn gives
+        exactly the tokens ``src`` would give for the same messages. Raises a
+        409 when ``dst`` exists."""
+        path = self.path(src)
+        if src in self._live or (path is not None and path.is_file()):
+            blob: bytes | None = await self.snapshot_bytes(src)
+        else:
+            blob = None
+        await self._enter(dst)
+        try:
+            dst_path = self.path(dst)
+            if dst in self._live or (dst_path is not None and dst_path.is_file()):
+                raise ApiError(
+                    409, f"session '{dst}' already exists", param="id", code="session_exists"
+                )
+            if blob is None:
+                return None
+            data = blob
+
+            async def copy() -> AsyncSession:
+                self.counts.created += 1
+                return await self.engine.restore_session(data)
+
+            sess = await self._admit(dst, copy)
+            await self._fit_memory()
+            return sess
+        finally:
+            self._leave(dst)
+
+    async def replace_from_bytes(self, sid: str, blob: bytes) -> AsyncSession:
+        """Makes the snapshot ``blob`` the live session ``sid`` (an imported
+        file), replacing any live one; with a folder, also its file there."""
+        await self._enter(sid)
+        try:
+            try:
+                new = await self.engine.restore_session(blob)
+            except SnapshotError as e:
+                raise ApiError(400, f"cannot import the snapshot: {e}", param="body") from None
+            try:
+                old = self._live.pop(sid, None)
+                self._kv.pop(sid, None)
+                if old is not None:
+                    await old.close()
+                self._evicted.pop(sid, None)
+                self._on_disk.discard(sid)
+                sess = await self._admit(sid, lambda: _ready(new))
+            except BaseException:
+                await new.close()
+                raise
+            path = self.path(sid)
+            if path is not None:
+                await sess.snapshot(path)
+                self._note_stamp(sid)
+            await self._fit_memory()
+            return sess
+        finally:
+            self._leave(sid)
+
+    async def delete(self, sid: str) -> bool:
+        """Closes the session ``sid`` and removes its file; whether there
+        was anything to remove. Waits for a turn in flight to end."""
+        await self._enter(sid)
+        try:
+            found = False
+            sess = self._live.pop(sid, None)
+            self._kv.pop(sid, None)
+            if sess is not None:
+                await sess.close()
+                found = True
+            path = self.path(sid)
+            if path is not None and path.is_file():
+                path.unlink()
+                found = True
+            self._on_disk.discard(sid)
+            self._stamps.pop(sid, None)
+            if sid in self._evicted:
+                del self._evicted[sid]
+                found = True
+            return found
+        finally:
+            self._leave(sid)
+
     def _evicted_error(self, sid: str) -> ApiError:
         memory = (
             ""
@@ -485,3 +593,7 @@ class SessionTable:
             await sess.close()
         self._live.clear()
         self._kv.clear()
+
+
+async def _ready(sess: AsyncSession) -> AsyncSession:
+    return sess
