@@ -21,7 +21,8 @@ def _uniform(seed: str, n: int) -> npt.NDArray[np.float64]:
 def _bell(seed: str, n: int) -> npt.NDArray[np.float64]:
     """A bell-shaped sample in about [-2, 2]: the sum of four uniforms."""
     u = _uniform(seed, 4 * n).reshape(4, n)
-    return u.sum(axis=0) - 2.0
+    out: npt.NDArray[np.float64] = u.sum(axis=0) - 2.0
+    return out
 
 
 def rows(kind: str = "mixed") -> npt.NDArray[np.float32]:

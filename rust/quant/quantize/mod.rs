@@ -8,6 +8,10 @@
 //! ggml's reference path runs without one, its weighted path with one.
 //! Rows are independent, so a matrix is quantized in parallel by rows and
 //! the bytes do not depend on the thread count.
+//!
+//! The loops index their arrays the way ggml's do, so each line can be
+//! checked against ggml's operation order.
+#![allow(clippy::needless_range_loop)]
 
 mod iq4;
 mod mxfp4;

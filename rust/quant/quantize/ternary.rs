@@ -25,7 +25,7 @@ pub fn quantize_tq1_0(x: &[f32], _qw: Option<&[f32]>, out: &mut [u8]) {
         let id = if d != 0.0 { 1.0 / d } else { 0.0 };
         // Five trits a byte along 32 bytes, then along 16, then four a
         // byte in qh; each stored as ceil(q * 256 / 243).
-        let pack = |q: u16| ((q * 256 + 242) / 243) as u8;
+        let pack = |q: u16| (q * 256).div_ceil(243) as u8;
         let mut off = 0;
         for m in 0..32 {
             let mut q = 0u16;

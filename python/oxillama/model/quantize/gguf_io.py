@@ -7,12 +7,12 @@ from __future__ import annotations
 
 import mmap
 import struct
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, BinaryIO
+from typing import Any
 
 import numpy as np
-import numpy.typing as npt
 
 from oxillama.errors import LoadError
 
@@ -180,8 +180,8 @@ def pad(n: int, alignment: int) -> int:
 
 
 def header_bytes(
-    raw_kv: list[tuple[str, bytes]],
-    tensors: list[tuple[str, tuple[int, ...], int, int]],
+    raw_kv: Sequence[tuple[str, bytes]],
+    tensors: Sequence[tuple[str, tuple[int, ...], int, int]],
     alignment: int,
 ) -> bytes:
     """The header of a version-3 file: entries, then (name, shape, type,
@@ -198,11 +198,3 @@ def header_bytes(
         out += struct.pack("<IQ", type_id, offset)
     out += bytes(pad(len(out), alignment) - len(out))
     return bytes(out)
-
-
-def write_padded(f: BinaryIO, data: bytes | memoryview | npt.NDArray[Any], alignment: int) -> int:
-    """Writes one tensor's bytes and the zeros up to the next boundary."""
-    n = memoryview(data).nbytes
-    f.write(data)
-    f.write(bytes(pad(n, alignment) - n))
-    return pad(n, alignment)

@@ -5,6 +5,7 @@ column (per expert, for 3-D tensors): the mean squared activation."""
 
 from __future__ import annotations
 
+import os
 import struct
 from pathlib import Path
 
@@ -80,14 +81,14 @@ def _from_dat(path: Path) -> Imatrix:
     return out
 
 
-def load_imatrix(path: str | Path) -> Imatrix:
+def load_imatrix(path: str | os.PathLike[str]) -> Imatrix:
     """The importance vectors of the imatrix file at `path`, by tensor name."""
     p = Path(path)
     try:
         with open(p, "rb") as f:
             magic = f.read(4)
-    except OSError as e:
-        raise LoadError(f"cannot open importance matrix {p}: {e.strerror}") from None
+    except OSError as err:
+        raise LoadError(f"cannot open importance matrix {p}: {err.strerror}") from None
     out = _from_gguf(p) if magic == GGUF_MAGIC else _from_dat(p)
     if not out:
         raise LoadError(f"{p}: the importance matrix has no entries")

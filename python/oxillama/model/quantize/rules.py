@@ -157,7 +157,11 @@ def allows_quantization(name: str, n_dims: int, opts: Options) -> bool:
 
 
 def _use_more_bits(i_layer: int, n_layers: int) -> bool:
-    return i_layer < n_layers // 8 or i_layer >= 7 * n_layers // 8 or (i_layer - n_layers // 8) % 3 == 2
+    return (
+        i_layer < n_layers // 8
+        or i_layer >= 7 * n_layers // 8
+        or (i_layer - n_layers // 8) % 3 == 2
+    )
 
 
 def _fallback(name: str, ncols: int, type_name: str, warnings: list[str]) -> str:
@@ -237,7 +241,7 @@ def _mix_type(
             return "Q8_0"
         if arch == "falcon" or shape[0] % BLOCKS[GGML_TYPES[new_type]][0] != 0:
             return "Q8_0"
-        if ft in iq_low + ("IQ3_XXS",):
+        if ft in (*iq_low, "IQ3_XXS"):
             return "Q5_K"
         return new_type if new_type == "Q8_0" else "Q6_K"
     if ft == "MXFP4_MOE":

@@ -36,9 +36,9 @@ from oxillama.model.quantize.ftypes import (
     row_bytes,
 )
 from oxillama.model.quantize.gguf_io import (
+    I32,
     U16,
     U32,
-    I32,
     GgufLayout,
     TensorInfo,
     encode_kv,
@@ -195,7 +195,7 @@ def _atomic(path: Path) -> Iterator[IO[bytes]]:
 def _progress(total: int, enabled: bool) -> Any:
     if not enabled:
         return None
-    from tqdm import tqdm
+    from tqdm import tqdm  # type: ignore[import-untyped]
 
     return tqdm(total=total, unit="B", unit_scale=True, desc="quantize", file=sys.stderr)
 
@@ -253,7 +253,9 @@ def quantize(
     in_path = Path(input)
     layouts = _open_inputs(in_path)
     try:
-        return _run(layouts, Path(output), ft, opts, imat, threads, keep_split, progress, allow_requantize)
+        return _run(
+            layouts, Path(output), ft, opts, imat, threads, keep_split, progress, allow_requantize
+        )
     finally:
         for lay in layouts:
             lay.close()
@@ -270,9 +272,7 @@ def _run(
     show: bool,
     allow_requantize: bool,
 ) -> QuantizeResult:
-    sources = {
-        t.name: _Source(t, lay, i) for i, lay in enumerate(layouts) for t in lay.tensors
-    }
+    sources = {t.name: _Source(t, lay, i) for i, lay in enumerate(layouts) for t in lay.tensors}
     if keep_split:
         order = [
             s.info.name
@@ -298,7 +298,11 @@ def _run(
         if new == cur:
             continue
         needs = new in NEEDS_IMATRIX or (new == "Q2_K" and ft.name == "Q2_K_S")
-        needs = needs and name not in ("token_embd.weight", "per_layer_token_embd.weight", "output.weight")
+        needs = needs and name not in (
+            "token_embd.weight",
+            "per_layer_token_embd.weight",
+            "output.weight",
+        )
         w = imat.get(name) if imat is not None else None
         want = src.info.shape[0] * (src.info.shape[2] if len(src.info.shape) > 2 else 1)
         if w is not None and w.size != want:
@@ -332,7 +336,7 @@ def _run(
     base_kv = [
         (k, raw)
         for k, raw in layouts[0].raw_kv
-        if k not in ("general.quantization_version", "general.file_type") + _SPLIT_KEYS
+        if k not in ("general.quantization_version", "general.file_type", *_SPLIT_KEYS)
     ]
     base_kv.append(
         (
@@ -357,7 +361,7 @@ def _run(
     total = sum(out_bytes(n) for n in order)
     bar = _progress(total, show)
     try:
-        for i, (path, names) in enumerate(zip(paths, parts)):
+        for i, (path, names) in enumerate(zip(paths, parts, strict=True)):
             kv = list(base_kv) if i == 0 else []
             if n_split > 1:
                 kv += [
