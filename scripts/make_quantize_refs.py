@@ -93,6 +93,7 @@ def llama_quantize(src: Path, dst: Path, case: dict[str, Any], imatrix: Path | N
     p.pure = bool(opts.get("pure", False))
     p.allow_requantize = bool(opts.get("allow_requantize", False))
     p.quantize_output_tensor = not opts.get("leave_output_tensor", False)
+    p.keep_split = bool(opts.get("keep_split", False))
     if "output_tensor_type" in opts:
         p.output_tensor_type = GGML_TYPES[opts["output_tensor_type"]]
     if "token_embedding_type" in opts:
@@ -127,6 +128,8 @@ def main() -> None:
                 imatrix = write_imatrix(case["imatrix"], src, tmp / f"{case['id']}.imatrix")
             dst = tmp / f"{case['id']}.gguf"
             llama_quantize(src, dst, case, imatrix)
+            if case.get("options", {}).get("keep_split"):
+                dst = Path(f"{dst}-00001-of-00001.gguf")  # llama.cpp keeps ".gguf" in
             out["cases"].append(
                 {
                     "id": case["id"],

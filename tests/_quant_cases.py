@@ -75,6 +75,12 @@ CASES: list[dict[str, Any]] = [
         "imatrix": "gguf",
     },
     {
+        "id": "llama-q8_0-keep-split",
+        "input": ["llama", 8, "f16"],
+        "ftype": "Q8_0",
+        "options": {"keep_split": True},
+    },
+    {
         "id": "llama-requantize-q4_k_m",
         "input": ["llama", 0, "as-is"],
         "ftype": "Q4_K_M",

@@ -32,9 +32,11 @@ def test_same_types_and_bytes_as_llama_cpp(
     if case.get("imatrix"):
         imatrix = write_imatrix(case["imatrix"], src, tmp_path / "imatrix")
     out = tmp_path / "out.gguf"
+    if case.get("options", {}).get("keep_split"):
+        out = tmp_path / "out-00001-of-00001.gguf"
     result = quantize(
         src,
-        out,
+        tmp_path / "out.gguf",
         case["ftype"],
         threads=2,
         imatrix=imatrix,

@@ -90,41 +90,49 @@ class FileType:
     about: str  # llama-quantize's one-line description
 
 
-#: Every file type llama-quantize offers, in its --help order.
+#: Every file type llama-quantize offers, in its --help order, with what
+#: the mix does beyond its base type (our words).
 FILE_TYPES: tuple[FileType, ...] = (
-    FileType("Q4_0", 2, "Q4_0", "4.34G, +0.4685 ppl @ Llama-3-8B"),
-    FileType("Q4_1", 3, "Q4_1", "4.78G, +0.4511 ppl @ Llama-3-8B"),
-    FileType("MXFP4_MOE", 38, "MXFP4", "MXFP4 experts, Q8_0 elsewhere"),
-    FileType("Q5_0", 8, "Q5_0", "5.21G, +0.1316 ppl @ Llama-3-8B"),
-    FileType("Q5_1", 9, "Q5_1", "5.65G, +0.1062 ppl @ Llama-3-8B"),
-    FileType("IQ2_XXS", 19, "IQ2_XXS", "2.06 bpw quantization"),
-    FileType("IQ2_XS", 20, "IQ2_XS", "2.31 bpw quantization"),
-    FileType("IQ2_S", 28, "IQ2_XS", "2.5  bpw quantization"),
-    FileType("IQ2_M", 29, "IQ2_S", "2.7  bpw quantization"),
-    FileType("IQ1_S", 24, "IQ1_S", "1.56 bpw quantization"),
-    FileType("IQ1_M", 31, "IQ1_M", "1.75 bpw quantization"),
-    FileType("TQ1_0", 36, "TQ1_0", "1.69 bpw ternarization"),
-    FileType("TQ2_0", 37, "TQ2_0", "2.06 bpw ternarization"),
-    FileType("Q2_K", 10, "Q2_K", "2.96G, +3.5199 ppl @ Llama-3-8B"),
-    FileType("Q2_K_S", 21, "Q2_K", "2.96G, +3.1836 ppl @ Llama-3-8B"),
-    FileType("IQ3_XXS", 23, "IQ3_XXS", "3.06 bpw quantization"),
-    FileType("IQ3_S", 26, "IQ3_S", "3.44 bpw quantization"),
-    FileType("IQ3_M", 27, "IQ3_S", "3.66 bpw quantization mix"),
-    FileType("Q3_K_S", 11, "Q3_K", "3.41G, +1.6321 ppl @ Llama-3-8B"),
-    FileType("Q3_K_M", 12, "Q3_K", "3.74G, +0.6569 ppl @ Llama-3-8B"),
-    FileType("Q3_K_L", 13, "Q3_K", "4.03G, +0.5562 ppl @ Llama-3-8B"),
-    FileType("IQ4_NL", 25, "IQ4_NL", "4.50 bpw non-linear quantization"),
-    FileType("IQ4_XS", 30, "IQ4_XS", "4.25 bpw non-linear quantization"),
-    FileType("Q4_K_S", 14, "Q4_K", "4.37G, +0.2689 ppl @ Llama-3-8B"),
-    FileType("Q4_K_M", 15, "Q4_K", "4.58G, +0.1754 ppl @ Llama-3-8B"),
-    FileType("Q5_K_S", 16, "Q5_K", "5.21G, +0.1049 ppl @ Llama-3-8B"),
-    FileType("Q5_K_M", 17, "Q5_K", "5.33G, +0.0569 ppl @ Llama-3-8B"),
-    FileType("Q6_K", 18, "Q6_K", "6.14G, +0.0217 ppl @ Llama-3-8B"),
-    FileType("Q8_0", 7, "Q8_0", "7.96G, +0.0026 ppl @ Llama-3-8B"),
-    FileType("F16", 1, "F16", "14.00G, +0.0020 ppl @ Mistral-7B"),
-    FileType("BF16", 32, "BF16", "14.00G, -0.0050 ppl @ Mistral-7B"),
-    FileType("F32", 0, "F32", "26.00G @ 7B"),
+    FileType("Q4_0", 2, "Q4_0", "legacy 4-bit, one scale a block"),
+    FileType("Q4_1", 3, "Q4_1", "legacy 4-bit, scale and min"),
+    FileType("MXFP4_MOE", 38, "MXFP4", "MoE experts in MXFP4, every other matrix Q8_0"),
+    FileType("Q5_0", 8, "Q5_0", "legacy 5-bit, one scale a block"),
+    FileType("Q5_1", 9, "Q5_1", "legacy 5-bit, scale and min"),
+    FileType("IQ2_XXS", 19, "IQ2_XXS", "i-quant mix, needs --imatrix"),
+    FileType("IQ2_XS", 20, "IQ2_XS", "i-quant mix, needs --imatrix"),
+    FileType("IQ2_S", 28, "IQ2_XS", "i-quant mix, needs --imatrix"),
+    FileType("IQ2_M", 29, "IQ2_S", "i-quant mix, needs --imatrix"),
+    FileType("IQ1_S", 24, "IQ1_S", "i-quant mix, needs --imatrix"),
+    FileType("IQ1_M", 31, "IQ1_M", "i-quant mix, needs --imatrix"),
+    FileType("TQ1_0", 36, "TQ1_0", "ternary, token embeddings Q4_K"),
+    FileType("TQ2_0", 37, "TQ2_0", "ternary, token embeddings Q4_K"),
+    FileType("Q2_K", 10, "Q2_K", "attn_v Q3_K/Q4_K, ffn_down and attn_output Q3_K"),
+    FileType("Q2_K_S", 21, "Q2_K", "smaller Q2_K mix, needs --imatrix"),
+    FileType("IQ3_XXS", 23, "IQ3_XXS", "i-quant mix"),
+    FileType("IQ3_S", 26, "IQ3_S", "i-quant mix"),
+    FileType("IQ3_M", 27, "IQ3_S", "i-quant mix, attn_v and attn_output Q4_K"),
+    FileType("Q3_K_S", 11, "Q3_K", "Q3_K throughout"),
+    FileType("Q3_K_M", 12, "Q3_K", "attn_v Q5_K/Q4_K, attn_output and most ffn_down Q4_K"),
+    FileType("Q3_K_L", 13, "Q3_K", "attn_v, attn_output and ffn_down Q5_K"),
+    FileType("IQ4_NL", 25, "IQ4_NL", "non-linear 4-bit, 32-element blocks"),
+    FileType("IQ4_XS", 30, "IQ4_XS", "non-linear 4-bit, 256-element super-blocks"),
+    FileType("Q4_K_S", 14, "Q4_K", "first attn_v and first ffn_down layers Q5_K"),
+    FileType("Q4_K_M", 15, "Q4_K", "attn_v and ffn_down Q6_K in about half the layers"),
+    FileType("Q5_K_S", 16, "Q5_K", "Q5_K throughout"),
+    FileType("Q5_K_M", 17, "Q5_K", "attn_v and ffn_down Q6_K in about half the layers"),
+    FileType("Q6_K", 18, "Q6_K", "Q6_K throughout"),
+    FileType("Q8_0", 7, "Q8_0", "8-bit, near lossless"),
+    FileType("F16", 1, "F16", "half precision"),
+    FileType("BF16", 32, "BF16", "bfloat16"),
+    FileType("F32", 0, "F32", "single precision"),
 )
+
+
+def bits_per_weight(type_name: str) -> float:
+    blk, size = BLOCKS[GGML_TYPES[type_name]]
+    return 8.0 * size / blk
+
+
 FILE_TYPE_BY_NAME = {f.name: f for f in FILE_TYPES}
 FILE_TYPE_BY_ID = {f.id: f for f in FILE_TYPES}
 

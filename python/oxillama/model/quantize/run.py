@@ -97,7 +97,8 @@ def _tensor_type(name: str, what: str) -> str:
     return t
 
 
-def _writes(type_name: str) -> bool:
+def writes_type(type_name: str) -> bool:
+    """Whether we write tensors of `type_name`."""
     return type_name in _FLOAT_OUT or _native.can_quantize(GGML_TYPES[type_name])
 
 
@@ -315,7 +316,7 @@ def _run(
                 f"{name} would be {new}, which needs an importance matrix (--imatrix FILE)"
                 + ("" if imat is None else " holding this tensor")
             )
-        if not _writes(new):
+        if not writes_type(new):
             raise ParameterError(
                 f"{name} would be {new}: oxillama does not write {new} tensors yet"
             )
