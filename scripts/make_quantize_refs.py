@@ -138,7 +138,18 @@ def main() -> None:
                 }
             )
             print(case["id"], out["cases"][-1]["file_sha256"][:16], flush=True)
-    REFS.write_text(json.dumps(out, indent=1) + "\n")
+    # One tensor a line: the file stays readable in a diff.
+    lines = [json.dumps({k: v for k, v in out.items() if k != "cases"})[:-1] + ', "cases": [']
+    for i, case in enumerate(out["cases"]):
+        head = {k: v for k, v in case.items() if k != "tensors"}
+        lines.append(" " + json.dumps(head)[:-1] + ', "tensors": [')
+        lines += [
+            "  " + json.dumps(t) + ("," if j < len(case["tensors"]) - 1 else "")
+            for j, t in enumerate(case["tensors"])
+        ]
+        lines.append(" ]}" + ("," if i < len(out["cases"]) - 1 else ""))
+    lines.append("]}")
+    REFS.write_text("\n".join(lines) + "\n")
     print(f"wrote {REFS}")
 
 

@@ -86,12 +86,30 @@ CASES: list[dict[str, Any]] = [
         "ftype": "Q4_K_M",
         "options": {"allow_requantize": True},
     },
+    # The real SmolLM2-135M (Q4_1, its rows 576 wide: most K-quant tensors
+    # fall back), with general.file_type already in its metadata.
+    {
+        "id": "smollm2-requantize-q4_k_m",
+        "input": ["smollm2", 0, "as-is"],
+        "ftype": "Q4_K_M",
+        "options": {"allow_requantize": True},
+    },
+    {
+        "id": "smollm2-requantize-q6_k",
+        "input": ["smollm2", 0, "as-is"],
+        "ftype": "Q6_K",
+        "options": {"allow_requantize": True},
+    },
 ]
 
 
 def build_input(spec: list[Any], folder: Path) -> Path:
     fixture, layers, dtype = spec
     if dtype == "as-is":
+        if fixture == "smollm2":
+            from oxillama.model.paths import default_model_path
+
+            return Path(default_model_path())
         from tests._quant_models import FIXTURES
 
         return FIXTURES / f"{fixture}.gguf"
