@@ -13,6 +13,7 @@ from typing import Any
 import pytest
 
 from oxillama.model.quantize import quantize
+from oxillama.model.quantize.ftypes import BLOCKS, GGML_TYPES
 from tests._quant_cases import CASES, REFS, build_input, file_digest, tensor_digests, write_imatrix
 
 REFERENCE = {c["id"]: c for c in json.loads(REFS.read_text())["cases"]}
@@ -50,4 +51,8 @@ def test_same_types_and_bytes_as_llama_cpp(
     assert differing == [], f"tensor bytes differ from llama.cpp's: {differing}"
     assert file_digest(out) == ref["file_sha256"], "metadata differs from llama.cpp's"
     assert result.outputs == [out]
-    assert {t.name: t.type_out for t in result.tensors} == {t[0]: t[1] for t in ref["tensors"]}
+    types = {t.name: t.type_out for t in result.tensors}
+    assert types == {t[0]: t[1] for t in ref["tensors"]}
+    for fb in result.fallbacks:  # reported as they happened
+        assert types[fb.name] == fb.used
+        assert fb.columns % BLOCKS[GGML_TYPES[fb.wanted]][0] != 0

@@ -168,8 +168,16 @@ def cmd_quantize(args: argparse.Namespace) -> int:
         progress=not args.quiet,
     )
     if not args.quiet:
-        for w in result.warnings:
-            print(f"oxillama: note: {w}", file=sys.stderr)
+        groups: dict[tuple[str, str, int], int] = {}
+        for fb in result.fallbacks:
+            key = (fb.wanted, fb.used, fb.columns)
+            groups[key] = groups.get(key, 0) + 1
+        for (wanted, used, cols), n in groups.items():
+            print(
+                f"oxillama: note: {n} tensor(s) of {cols} columns are not whole {wanted} "
+                f"blocks: {used} instead, as llama.cpp does",
+                file=sys.stderr,
+            )
         counts: dict[str, int] = {}
         for t in result.tensors:
             counts[t.type_out] = counts.get(t.type_out, 0) + 1

@@ -164,7 +164,17 @@ def _use_more_bits(i_layer: int, n_layers: int) -> bool:
     )
 
 
-def _fallback(name: str, ncols: int, type_name: str, warnings: list[str]) -> str:
+@dataclass(frozen=True)
+class Fallback:
+    """A tensor whose rows are not whole blocks of the type the rules chose."""
+
+    name: str
+    columns: int
+    wanted: str
+    used: str
+
+
+def _fallback(name: str, ncols: int, type_name: str, fallbacks: list[Fallback]) -> str:
     blk = BLOCKS[GGML_TYPES[type_name]][0]
     if ncols % blk == 0:
         return type_name
@@ -189,7 +199,7 @@ def _fallback(name: str, ncols: int, type_name: str, warnings: list[str]) -> str
         raise ParameterError(f"{name}: {ncols} columns do not fill {type_name} blocks of {blk}")
     if ncols % BLOCKS[GGML_TYPES[to]][0] != 0:
         to = "F16"
-    warnings.append(f"{name}: {ncols} columns are not whole {type_name} blocks, using {to}")
+    fallbacks.append(Fallback(name, ncols, type_name, to))
     return to
 
 
@@ -208,7 +218,7 @@ class TypePlan:
     """The type each tensor will have, and why some fell back."""
 
     types: dict[str, str] = field(default_factory=dict)
-    warnings: list[str] = field(default_factory=list)
+    fallbacks: list[Fallback] = field(default_factory=list)
 
 
 def _mix_type(
@@ -444,6 +454,6 @@ def plan_types(
         if is_quantized(GGML_TYPES[default_type]):
             if not opts.pure:
                 new_type = _mix_type(name, cat, shape, new_type, facts, opts, c)
-            new_type = _fallback(name, shape[0], new_type, plan.warnings)
+            new_type = _fallback(name, shape[0], new_type, plan.fallbacks)
         plan.types[name] = new_type
     return plan

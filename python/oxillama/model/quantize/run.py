@@ -47,7 +47,13 @@ from oxillama.model.quantize.gguf_io import (
     read_layout,
 )
 from oxillama.model.quantize.imatrix import Imatrix, load_imatrix
-from oxillama.model.quantize.rules import ModelFacts, Options, plan_types, tensor_order
+from oxillama.model.quantize.rules import (
+    Fallback,
+    ModelFacts,
+    Options,
+    plan_types,
+    tensor_order,
+)
 
 #: llama.cpp's `GGML_QNT_VERSION`, written as general.quantization_version.
 QUANTIZATION_VERSION = 2
@@ -73,7 +79,8 @@ class QuantizeResult:
     outputs: list[Path]
     file_type: str
     tensors: list[TensorResult] = field(default_factory=list)
-    warnings: list[str] = field(default_factory=list)
+    #: Tensors whose rows were not whole blocks of the mix's type.
+    fallbacks: list[Fallback] = field(default_factory=list)
     bytes_in: int = 0
     bytes_out: int = 0
 
@@ -348,7 +355,7 @@ def _run(
     base_kv.append(("general.file_type", encode_kv("general.file_type", U32, ft.id)))
     alignment = layouts[0].alignment
 
-    result = QuantizeResult(outputs=paths, file_type=ft.name, warnings=list(plan.warnings))
+    result = QuantizeResult(outputs=paths, file_type=ft.name, fallbacks=list(plan.fallbacks))
     parts: list[list[str]] = [[] for _ in range(n_split)]
     for name in order:
         parts[sources[name].file_index if keep_split else 0].append(name)
