@@ -83,6 +83,14 @@ def test_requantizing_needs_the_flag() -> None:
     assert not Path("never-written.gguf").exists()
 
 
+def test_output_over_input_is_refused(llama8: Path, tmp_path: Path) -> None:
+    src = tmp_path / "m.gguf"
+    src.write_bytes(llama8.read_bytes())
+    with pytest.raises(ParameterError, match="is the input"):
+        quantize_fn(src, tmp_path / "." / "m.gguf", "Q8_0", progress=False)
+    assert src.read_bytes() == llama8.read_bytes()
+
+
 def test_missing_input_is_a_load_error(tmp_path: Path) -> None:
     with pytest.raises(LoadError, match="cannot open"):
         quantize_fn(tmp_path / "none.gguf", tmp_path / "o.gguf", "Q8_0", progress=False)

@@ -259,11 +259,12 @@ def quantize(
         )
 
     in_path = Path(input)
+    out = Path(output)
+    if out.exists() and in_path.exists() and out.samefile(in_path):
+        raise ParameterError(f"the output {out} is the input; write to another file")
     layouts = _open_inputs(in_path)
     try:
-        return _run(
-            layouts, Path(output), ft, opts, imat, threads, keep_split, progress, allow_requantize
-        )
+        return _run(layouts, out, ft, opts, imat, threads, keep_split, progress, allow_requantize)
     finally:
         for lay in layouts:
             lay.close()
