@@ -59,6 +59,7 @@ if TYPE_CHECKING:
     from oxillama.model.model import Model
     from oxillama.model.offload import Budget, PinnedHotSet
     from oxillama.model.paths import default_model_path
+    from oxillama.model.quantize import quantize
     from oxillama.serving.async_engine import AsyncEngine
     from oxillama.serving.async_session import AsyncSession
     from oxillama.text.template_limits import TemplateLimits
@@ -92,6 +93,7 @@ _LAZY: dict[str, str] = {
     "ToolCall": "oxillama.decoding.tool_calls",
     "ToolCallDetector": "oxillama.decoding.tool_calls",
     "default_model_path": "oxillama.model.paths",
+    "quantize": "oxillama.model.quantize",
 }
 
 __all__ = [
@@ -140,6 +142,7 @@ __all__ = [
     "ToolCallDetector",
     "__version__",
     "default_model_path",
+    "quantize",
     "snapshot",
 ]
 

@@ -21,6 +21,7 @@ __all__ = [
     "blake3",
     "bpe_token_pieces",
     "byte_level_pieces",
+    "can_quantize",
     "convert_kv",
     "count_pool_work",
     "dequantize",
@@ -30,6 +31,7 @@ __all__ = [
     "logprobs",
     "physical_core_count",
     "quantize_act",
+    "quantize_rows",
     "simd_level",
     "split_file_merges",
     "split_merges",
@@ -224,6 +226,14 @@ def dequantize(type_id: int, data: bytes, n: int) -> npt.NDArray[np.float32]: ..
 def quantize_act(type_id: int, x: npt.NDArray[np.float32]) -> bytes: ...
 def vec_dot(type_id: int, w: bytes, a: bytes, n: int, scalar: bool = False) -> float: ...
 def simd_level() -> str: ...
+def quantize_rows(
+    type_id: int,
+    x: npt.NDArray[np.float32],
+    n_per_row: int,
+    imatrix: npt.NDArray[np.float32] | None = None,
+    threads: int | None = None,
+) -> bytes: ...
+def can_quantize(type_id: int) -> bool: ...
 
 @final
 class VocabTrie:

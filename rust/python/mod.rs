@@ -10,6 +10,7 @@ mod grammar;
 mod lora;
 mod model;
 mod quant;
+mod quantize;
 mod sampler;
 mod testing;
 mod vocab;
@@ -19,6 +20,7 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add("__version__", env!("CARGO_PKG_VERSION"))?;
     gguf::register(m)?;
     quant::register(m)?;
+    quantize::register(m)?;
     sampler::register(m)?;
     engine::register(m)?;
     grammar::register(m)?;

@@ -51,6 +51,7 @@ mod q6_k;
 mod q8_0;
 mod q8_1;
 mod q8_k;
+pub mod quantize;
 mod tq1_0;
 mod tq2_0;
 pub mod types;

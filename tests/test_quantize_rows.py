@@ -1,0 +1,52 @@
+"""The Rust quantizers against ggml's, byte for byte: every format we write,
+on rows made to trip them (tests/_quant_rows.py), with and without an
+importance vector, hashed as ggml_quantize_chunk wrote them
+(tests/reference/quantize_rows.json, from scripts/make_quantize_refs.py)."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from oxillama import _native
+from oxillama.model.quantize.ftypes import GGML_TYPES, row_bytes
+from tests._quant_rows import N_PER_ROW, importance, rows
+
+REFS = json.loads((Path(__file__).parent / "reference" / "quantize_rows.json").read_text())
+X = rows().reshape(-1)
+W = importance()
+
+
+@pytest.mark.parametrize("key", sorted(REFS))
+def test_rows_equal_ggml(key: str) -> None:
+    name, how = key.split("/")
+    t = GGML_TYPES[name]
+    out = _native.quantize_rows(t, X, N_PER_ROW, W if how == "imatrix" else None, 2)
+    assert len(out) == row_bytes(t, N_PER_ROW) * (X.size // N_PER_ROW)
+    assert hashlib.sha256(out).hexdigest() == REFS[key]
+
+
+def test_bytes_do_not_depend_on_threads() -> None:
+    big = np.tile(rows(), (8, 1)).reshape(-1)
+    t = GGML_TYPES["Q4_K"]
+    one = _native.quantize_rows(t, big, N_PER_ROW, W, 1)
+    assert _native.quantize_rows(t, big, N_PER_ROW, W, 2) == one
+    assert _native.quantize_rows(t, big, N_PER_ROW, W, 3) == one
+
+
+def test_bad_shapes_and_types_are_refused() -> None:
+    q4k = GGML_TYPES["Q4_K"]
+    with pytest.raises(ValueError, match="not whole rows"):
+        _native.quantize_rows(q4k, X[:100], N_PER_ROW)
+    with pytest.raises(ValueError, match="Q4_K blocks of 256"):
+        _native.quantize_rows(q4k, X[:384], 384)
+    with pytest.raises(ValueError, match="importance vector of 3"):
+        _native.quantize_rows(q4k, X, N_PER_ROW, W[:3])
+    with pytest.raises(ValueError, match="no quantizer writes IQ2_XXS"):
+        _native.quantize_rows(GGML_TYPES["IQ2_XXS"], X, N_PER_ROW)
+    assert not _native.can_quantize(GGML_TYPES["IQ2_XXS"])
+    assert _native.can_quantize(GGML_TYPES["IQ4_XS"])
