@@ -41,7 +41,7 @@ from pathlib import Path
 
 import numpy as np
 from _cpu import describe as describe_cpu
-from bench_bandwidth import DEFAULT, QK_K, _f16, _more_bits, _q4_k, _q6_k, read_bandwidth
+from bench_bandwidth import DEFAULT, QK_K, _more_bits, _q4_k, _q6_k, read_bandwidth
 
 HERE = Path(__file__).resolve().parent
 RATIO = re.compile(r"threads=\d+: pp ([\d.]+)x\s+tg ([\d.]+)x")
