@@ -133,6 +133,7 @@ class Engine:
         n_keep: int = 0,
         kv_dtype_k: str | None = None,
         kv_dtype_v: str | None = None,
+        kv_positions: int | None = None,
     ) -> None:
         if isinstance(model, Model):
             if tokenizer_path is not None:
@@ -145,7 +146,7 @@ class Engine:
             # not loaded again.
             m = Model(model, tokenizer_path=tokenizer_path)
         kv = kv_types(kv_dtype, kv_dtype_k, kv_dtype_v)
-        self._init(m, context_size, threads, sampler, kv, prefill_chunk, offload)
+        self._init(m, context_size, threads, sampler, kv, prefill_chunk, offload, kv_positions)
         self._state.context_shift = ContextShift.of(context_shift, n_keep, m)
         if lora is not None:
             self.set_loras(lora)
@@ -206,13 +207,30 @@ class Engine:
         kv_dtype: str,
         prefill_chunk: int,
         offload: OffloadPolicy | None = None,
+        kv_positions: int | None = None,
     ) -> None:
         if context_size is not None and (not isinstance(context_size, int) or context_size < 1):
             raise ParameterError(f"context_size must be a positive integer, got {context_size!r}")
         if threads is not None and (not isinstance(threads, int) or threads < 1):
             raise ParameterError(f"threads must be a positive integer, got {threads!r}")
         n_ctx = context_size if context_size is not None else model.n_ctx_train
-        session = _native.Session(model.native, n_ctx, threads, kv_dtype)
+        if kv_positions is None:
+            session = _native.Session(model.native, n_ctx, threads, kv_dtype)
+        else:
+            if (
+                isinstance(kv_positions, bool)
+                or not isinstance(kv_positions, int)
+                or kv_positions < n_ctx
+            ):
+                raise ParameterError(
+                    f"kv_positions must be an integer of at least the context size ({n_ctx}), "
+                    f"got {kv_positions!r}"
+                )
+            # A pool for the engine and its forks: address space, committed
+            # only where a position is written.
+            probe = _native.KvPool(model.native, 1, kv_dtype)
+            pool = _native.KvPool(model.native, -(-kv_positions // probe.page_size), kv_dtype)
+            session = _native.Session(model.native, n_ctx, threads, kv_dtype, pool=pool)
         session.prefill_chunk = prefill_chunk
         model.apply_offload(offload)
         self._bind(model)
@@ -1049,8 +1067,26 @@ class Engine:
         return (_from_snapshot, (self.snapshot_bytes(),))
 
     def __deepcopy__(self, memo: dict[int, Any]) -> Engine:
-        """Forks the session: an independent engine with the same state."""
+        """An independent engine with the same state, its KV copied (see
+        :meth:`fork` for one that shares it)."""
         return Engine.restore_bytes(self.snapshot_bytes())
+
+    def fork(self) -> Engine:
+        """A new engine that continues exactly as this one would: the same
+        tokens, next-token logits, sampler state (RNG included), grammar
+        state, adapters and context shift. Its KV is this engine's, shared
+        copy on write: the fork costs no KV memory until one of the two
+        writes a page they share (the last, partly filled page at once,
+        every later page as it fills). Each continues independently and
+        snapshots on its own.
+
+        The forks of an engine draw their new pages from the engine's KV
+        pool, which holds ``kv_positions`` positions (by default the
+        context size), as llama.cpp's sequences share one context's cells:
+        give an engine that will be forked room for every branch, e.g.
+        ``Engine(path, context_size=4096, kv_positions=8192)``. A branch
+        that finds the pool full raises an error that says so."""
+        return Engine.from_state(self._state.fork())
 
     def __repr__(self) -> str:
         src = str(self.model_path) if self.model_path else "<bytes>"

@@ -282,6 +282,20 @@ class AsyncSession:
 
     # ------------------------------------------------------------- snapshots
 
+    async def fork(self) -> AsyncSession:
+        """A new session of the same engine that continues exactly as this
+        one would (tokens, next-token logits, sampler and grammar state,
+        adapters), its KV pages shared with this one copy on write: the
+        fork costs no KV memory until one of the two writes a shared page.
+        Taken between turns; each then continues independently and
+        snapshots on its own."""
+        state = self._conv.state
+        async with self._lock:
+            self._check_open()
+            fut = self._engine.scheduler.call(state.fork)
+            twin = await asyncio.wrap_future(fut)
+        return AsyncSession(self._engine, self._engine.scheduler.open_session(twin))
+
     async def snapshot_bytes(self) -> bytes:
         """The session as OXISNAP1 bytes (taken between turns)."""
         from oxillama.sessions.session import capture_bytes
