@@ -32,7 +32,8 @@ EmbedInput = str | Sequence[int] | Sequence[str] | Sequence[Sequence[int]]
 
 # `<arch>.pooling_type` as llama.cpp numbers it.
 _GGUF_POOLING: dict[int, Pooling] = {0: "none", 1: "mean", 2: "cls", 3: "last"}
-_GGUF_UNSUPPORTED = {4: "rank"}
+#: llama.cpp's RANK: a reranker, whose output is a score, not a vector.
+_GGUF_RANK = 4
 
 #: Rows of one native pass; larger passes do not read the weights fewer
 #: times per token in a way that pays for their activation memory.
@@ -48,8 +49,11 @@ def default_pooling(metadata: Mapping[str, Any], arch: str) -> Pooling:
     if isinstance(v, int) and not isinstance(v, bool):
         if v in _GGUF_POOLING:
             return _GGUF_POOLING[v]
-        if v in _GGUF_UNSUPPORTED:
-            raise LoadError(f"metadata {key} = {v} ({_GGUF_UNSUPPORTED[v]}) is not supported")
+        if v == _GGUF_RANK:
+            raise ParameterError(
+                f"this model is a reranker (metadata {key} = {v}, rank): rerank() scores "
+                "query-document pairs; embed() needs an explicit pooling"
+            )
     raise LoadError(f"metadata {key} = {v!r} is not a pooling type we know")
 
 
