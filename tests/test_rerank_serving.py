@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+import jsonschema
 import pytest
 
 from oxillama import AsyncEngine, ParameterError
@@ -63,6 +64,18 @@ def test_scores_in_llama_server_shape(client: httpx.Client, path: str) -> None:
     assert [x["index"] for x in results] == [i for i, _ in want]
     for x, (_, score) in zip(results, want, strict=True):
         assert x["relevance_score"] == pytest.approx(score, rel=1e-3)
+
+
+def test_the_answer_matches_the_openapi_document(client: httpx.Client) -> None:
+    doc = client.get("/openapi.json").json()
+    ref = _reference()
+    body = client.post("/rerank", json={"query": "q", "documents": ref["documents"]}).json()
+    jsonschema.validate(body, doc["components"]["schemas"]["RerankList"])
+    request = doc["components"]["schemas"]["RerankRequest"]
+    jsonschema.validate({"query": "q", "documents": ["a"], "top_n": 1}, request)
+    for path in ("/v1/rerank", "/rerank"):
+        op = doc["paths"][path]["post"]
+        assert {"200", "400", "401", "501"} <= set(op["responses"])
 
 
 def test_top_n_and_default_model_name(client: httpx.Client) -> None:
