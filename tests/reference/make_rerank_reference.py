@@ -11,19 +11,23 @@ The fixtures are 2-layer BERTs of width 32 with random weights from a
 fixed seed, all F32 (the converter's ``--outtype f32``: with F16 weights
 llama.cpp rounds every activation to F16 before each product, which moves
 these random, unnormalized scores by up to 0.5%, more than the 1e-3 the
-test holds us to),
-``bert.pooling_type`` = 4 (RANK), a WordPiece vocabulary (the one of
+test holds us to), a WordPiece vocabulary (the one of
 ``make_bert_specials_reference``) and a classifier head:
 
-- ``roberta``: ``cls.weight``/``cls.bias`` then ``cls.output.weight``/
-  ``cls.output.bias`` (a ``*ForSequenceClassification`` head with a dense
-  layer, as bge-reranker's), with the special-token flags the converter
-  reads from a tokenizer.json whose pair template is ``[CLS] A [SEP] B
-  [SEP]``: add_bos and add_eos on, add_sep off, EOS = [SEP];
-- ``direct``: ``cls.output.*`` only (BertForSequenceClassification's
-  single projection, as the ms-marco MiniLM cross-encoders), one
-  ``bert.classifier.output_labels`` entry, and no add_* flags (WordPiece's
-  defaults: add_bos and add_sep on, add_eos off) and no EOS.
+- ``direct``: laid out key for key as the converter of llama-cpp-python
+  0.3.36's llama.cpp (``convert_hf_to_gguf.py --outtype f32``) writes a
+  ``BertForSequenceClassification`` with one label and a tokenizer.json
+  (checked against its output for a tiny random model): ``cls.output.*``
+  only (the single projection of the ms-marco MiniLM cross-encoders), one
+  ``bert.classifier.output_labels`` entry, no ``bert.pooling_type`` (the
+  converter writes none for a cross-encoder: llama-server's
+  ``--reranking`` asks for rank pooling), the flags it reads from the
+  pair template ``[CLS] A [SEP] B [SEP]`` (add_bos and add_eos on,
+  add_sep off, EOS = [SEP]) and ``normalizer.lowercase``;
+- ``roberta``: ``cls.weight``/``cls.bias`` then ``cls.output.*`` (a
+  classification head with a dense layer, as XLM-RoBERTa's), with
+  ``bert.pooling_type`` = 4 (RANK) and no add_* flags or EOS (WordPiece's
+  defaults, as from a vocab.txt: add_bos and add_sep on, add_eos off).
 
 llama.cpp's scores come from llama-cpp-python's rank pooling:
 ``Llama(path, embedding=True, pooling_type=4)``, one sequence per decode,
@@ -76,22 +80,35 @@ class Flavour:
     add_eos: bool | None
     add_sep: bool | None
     eos: int | None
+    #: ``bert.pooling_type`` (None: the key is absent).
+    pooling: int | None
     labels: tuple[str, ...] = ()
-    #: For the tests' variants: another pooling type, or no output layer.
-    pooling: int = 4
+    #: ``tokenizer.ggml.normalizer.lowercase`` (None: absent).
+    lowercase: bool | None = None
+    #: For the tests' variants: no output layer.
     output: bool = True
 
 
 FLAVOURS = (
-    Flavour("roberta", dense=True, add_bos=True, add_eos=True, add_sep=False, eos=SEP),
     Flavour(
-        "direct",
-        dense=False,
+        "roberta",
+        dense=True,
         add_bos=None,
         add_eos=None,
         add_sep=None,
         eos=None,
+        pooling=4,
+    ),
+    Flavour(
+        "direct",
+        dense=False,
+        add_bos=True,
+        add_eos=True,
+        add_sep=False,
+        eos=SEP,
+        pooling=None,
         labels=("LABEL_0",),
+        lowercase=True,
     ),
 )
 
@@ -131,7 +148,8 @@ def write_fixture(f: Flavour, path: Path) -> None:
     w.add_layer_norm_eps(EPS)
     w.add_file_type(gguf.LlamaFileType.ALL_F32)
     w.add_causal_attention(False)
-    w.add_pooling_type(gguf.PoolingType(f.pooling))
+    if f.pooling is not None:
+        w.add_pooling_type(gguf.PoolingType(f.pooling))
     if f.labels:
         w.add_classifier_output_labels(list(f.labels))
     w.add_token_type_count(2)
@@ -152,6 +170,8 @@ def write_fixture(f: Flavour, path: Path) -> None:
         w.add_add_eos_token(f.add_eos)
     if f.add_sep is not None:
         w.add_add_sep_token(f.add_sep)
+    if f.lowercase is not None:
+        w.add_bool("tokenizer.ggml.normalizer.lowercase", f.lowercase)
 
     e, ff = N_EMBD, N_FF
     w.add_tensor("token_embd.weight", mat(len(VOCAB), e, 0.5))

@@ -411,8 +411,10 @@ class Engine:
     @property
     def pooling(self) -> Pooling:
         """The pooling ``embed`` uses by default: the file's
-        ``<arch>.pooling_type``, else ``"last"``."""
-        return _emb.default_pooling(self.metadata, self.arch)
+        ``<arch>.pooling_type``, else ``"last"`` (a reranker has none:
+        :class:`ParameterError`)."""
+        reranker = self.model.rank_head is not None
+        return _emb.default_pooling(self.metadata, self.arch, reranker=reranker)
 
     def embed(
         self,
@@ -442,7 +444,7 @@ class Engine:
         self, query: str, documents: Sequence[str], *, top_n: int | None = None
     ) -> list[RerankResult]:
         """Scores each of ``documents`` against ``query`` with a reranker
-        (a cross-encoder GGUF whose pooling type is rank) and returns them
+        (a cross-encoder: a BERT GGUF with a classifier head) and returns them
         best first, the first ``top_n`` (all by default): each result's
         ``index`` in ``documents`` and ``relevance_score``, the classifier's
         raw logit, as llama-server's ``/v1/rerank`` gives it. The pairs run
@@ -461,9 +463,8 @@ class Engine:
         head = self.model.rank_head
         if head is None:
             raise ParameterError(
-                f"this model is not a reranker: reranking needs a cross-encoder whose "
-                f"{self.arch}.pooling_type is 4 (rank), this one's is "
-                f"{self.metadata.get(f'{self.arch}.pooling_type', 'absent')}"
+                "this model is not a reranker: reranking needs a cross-encoder, a BERT "
+                "with a classifier head (tensors cls.weight or cls.output.weight)"
             )
         return head
 

@@ -60,7 +60,8 @@ class Model:
     tokenizer: Tokenizer
     chat_template: ChatTemplate
     native: _native.Model
-    #: A reranker's classifier head (``<arch>.pooling_type`` = rank), else None.
+    #: A reranker's classifier head (a BERT with ``cls.*`` tensors, or with
+    #: ``<arch>.pooling_type`` = rank), else None.
     rank_head: RankHead | None
     #: Where the file came from when loaded by hub name (recorded in snapshots).
     hub: HubRef | None
@@ -137,7 +138,7 @@ class Model:
         self.chat_template = ChatTemplate.from_metadata(self.metadata)
         arch = str(self.native.arch)
         self.rank_head = (
-            load_head(gguf, self.metadata, arch) if is_reranker(self.metadata, arch) else None
+            load_head(gguf, self.metadata, arch) if is_reranker(gguf, self.metadata, arch) else None
         )
         self.hub = None
         self._fingerprint = None

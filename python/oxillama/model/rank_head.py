@@ -1,10 +1,13 @@
 """A reranker's classifier head, read from its GGUF.
 
-A reranker GGUF is one whose ``<arch>.pooling_type`` is 4 (llama.cpp's
-RANK), with the head llama.cpp's converter writes: ``cls.weight`` and
+A reranker GGUF is a BERT with the classifier head llama.cpp's converter
+writes for a ``*ForSequenceClassification``: ``cls.weight`` and
 ``cls.bias`` (a dense layer, tanh after it), then ``cls.output.weight`` and
 ``cls.output.bias`` (the projection to the labels); either part may be
-missing, as in llama.cpp. The score is the first output, the raw logit, as
+missing, as in llama.cpp. The converter writes no pooling type for it
+(llama-server's ``--reranking`` asks for rank pooling); a file whose
+``<arch>.pooling_type`` is 4 (llama.cpp's RANK) is a reranker too, and
+must have the head. The score is the first output, the raw logit, as
 llama-server's ``/v1/rerank`` returns it. The head is small (at most
 ``n_embd x n_embd``), so it runs in numpy in float64.
 """
@@ -71,8 +74,15 @@ class RankHead:
         return np.asarray(x[:, 0], dtype=np.float64)
 
 
-def is_reranker(metadata: Mapping[str, Any], arch: str) -> bool:
-    return metadata.get(f"{arch}.pooling_type") == RANK
+#: The tensors of a classifier head (either layer makes one).
+HEAD_TENSORS = ("cls.weight", "cls.output.weight")
+
+
+def is_reranker(gguf: _native.GgufFile, metadata: Mapping[str, Any], arch: str) -> bool:
+    """Rank pooling in the metadata, or a classifier head in the tensors."""
+    if metadata.get(f"{arch}.pooling_type") == RANK:
+        return True
+    return any(t[0] in HEAD_TENSORS for t in gguf.tensors())
 
 
 def _tensor(

@@ -158,7 +158,7 @@ def _add_serve_args(sv: argparse.ArgumentParser) -> None:
         "--reranking",
         action="store_true",
         help="serve POST /v1/rerank (and /rerank) in llama-server's shape; the model must be "
-        "a reranker (a cross-encoder GGUF whose pooling type is rank)",
+        "a reranker (a cross-encoder: a BERT GGUF with a classifier head)",
     )
     sv.add_argument(
         "--drain-seconds",

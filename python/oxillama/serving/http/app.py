@@ -142,9 +142,8 @@ class Server:
         check_reasoning(reasoning_format, reasoning_budget)
         if reranking and engine.engine.model.rank_head is None:
             raise ParameterError(
-                "--reranking needs a reranker: a cross-encoder GGUF whose pooling type is "
-                f"rank (4); this model's {engine.engine.arch}.pooling_type is "
-                f"{engine.engine.metadata.get(f'{engine.engine.arch}.pooling_type', 'absent')}"
+                "--reranking needs a reranker: a cross-encoder GGUF, a BERT with a "
+                "classifier head (tensors cls.weight or cls.output.weight)"
             )
         #: ``--reranking``: /v1/rerank and /rerank score documents.
         self.reranking = reranking
