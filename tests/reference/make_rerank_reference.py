@@ -1,4 +1,4 @@
-"""Two tiny BERT cross-encoder rerankers, written as llama.cpp's converter
+"""Three tiny BERT cross-encoder rerankers, written as llama.cpp's converter
 (``conversion/bert.py``) writes one, and llama.cpp's scores for them.
 
     pip install llama-cpp-python==0.3.36 gguf   # builds llama.cpp (~10 min)
@@ -27,7 +27,10 @@ test holds us to), a WordPiece vocabulary (the one of
 - ``roberta``: ``cls.weight``/``cls.bias`` then ``cls.output.*`` (a
   classification head with a dense layer, as XLM-RoBERTa's), with
   ``bert.pooling_type`` = 4 (RANK) and no add_* flags or EOS (WordPiece's
-  defaults, as from a vocab.txt: add_bos and add_sep on, add_eos off).
+  defaults, as from a vocab.txt: add_bos and add_sep on, add_eos off);
+- ``template``: ``direct`` with a ``tokenizer.chat_template.rerank``, the
+  prompt llama-server then fills with ``{query}`` and ``{document}`` and
+  tokenizes with special-token text read as those tokens.
 
 llama.cpp's scores come from llama-cpp-python's rank pooling:
 ``Llama(path, embedding=True, pooling_type=4)``, one sequence per decode,
@@ -85,6 +88,8 @@ class Flavour:
     labels: tuple[str, ...] = ()
     #: ``tokenizer.ggml.normalizer.lowercase`` (None: absent).
     lowercase: bool | None = None
+    #: ``tokenizer.chat_template.rerank`` (None: absent).
+    template: str | None = None
     #: For the tests' variants: no output layer.
     output: bool = True
 
@@ -109,6 +114,16 @@ FLAVOURS = (
         pooling=None,
         labels=("LABEL_0",),
         lowercase=True,
+    ),
+    Flavour(
+        "template",
+        dense=False,
+        add_bos=True,
+        add_eos=True,
+        add_sep=False,
+        eos=SEP,
+        pooling=None,
+        template="[CLS]query: {query}[SEP]document: {document}[SEP]",
     ),
 )
 
@@ -170,6 +185,8 @@ def write_fixture(f: Flavour, path: Path) -> None:
         w.add_add_eos_token(f.add_eos)
     if f.add_sep is not None:
         w.add_add_sep_token(f.add_sep)
+    if f.template is not None:
+        w.add_string("tokenizer.chat_template.rerank", f.template)
     if f.lowercase is not None:
         w.add_bool("tokenizer.ggml.normalizer.lowercase", f.lowercase)
 
@@ -212,13 +229,18 @@ def _pair_ids(llama: Any, query: str, doc: str) -> list[int]:
     """llama-server's format_prompt_rerank, through llama.cpp's own vocab."""
     import llama_cpp
 
+    template = llama_cpp.llama_model_chat_template(llama.model, b"rerank")
+    if template is not None:
+        prompt = template.decode().replace("{query}", query).replace("{document}", doc)
+        ids: list[int] = llama.tokenize(prompt.encode(), add_bos=False, special=True)
+        return ids
     vocab = llama_cpp.llama_model_get_vocab(llama.model)
     q = llama.tokenize(query.encode(), add_bos=False, special=False)
     d = llama.tokenize(doc.encode(), add_bos=False, special=False)
     eos = llama_cpp.llama_vocab_eos(vocab)
     if eos == llama_cpp.LLAMA_TOKEN_NULL:
         eos = llama_cpp.llama_vocab_sep(vocab)
-    ids: list[int] = []
+    ids = []
     if llama_cpp.llama_vocab_get_add_bos(vocab):
         ids.append(llama_cpp.llama_vocab_bos(vocab))
     ids += q
