@@ -160,3 +160,22 @@ def test_a_head_with_another_pooling_still_reranks(tmp_path: Path) -> None:
 def test_rank_pooling_without_a_classifier_head_does_not_load(tmp_path: Path) -> None:
     with pytest.raises(LoadError, match=r"neither cls\.weight nor cls\.output\.weight"):
         Engine(_variant(tmp_path, pooling=4, dense=False, output=False), context_size=64, threads=1)
+
+
+def test_the_async_engine_reranks_as_the_engine() -> None:
+    import asyncio
+
+    from oxillama import AsyncEngine
+
+    docs = _reference()["documents"]
+    q = _reference()["queries"][1]
+
+    async def run() -> list[RerankResult]:
+        async with AsyncEngine(fixture_path("direct"), context_size=128, threads=1) as ai:
+            return await ai.rerank(q, docs, top_n=3)
+
+    got, want = asyncio.run(run()), _engine("direct").rerank(q, docs, top_n=3)
+    assert [r.index for r in got] == [r.index for r in want]
+    assert [r.relevance_score for r in got] == pytest.approx(
+        [r.relevance_score for r in want], rel=1e-6
+    )
