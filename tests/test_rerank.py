@@ -179,3 +179,18 @@ def test_the_async_engine_reranks_as_the_engine() -> None:
     assert [r.relevance_score for r in got] == pytest.approx(
         [r.relevance_score for r in want], rel=1e-6
     )
+
+
+@pytest.mark.parametrize("head_type", ["F16", "Q8_0"])
+def test_a_quantized_head_is_read_exactly(tmp_path: Path, head_type: str) -> None:
+    import gguf
+
+    path = _variant(tmp_path, head_type=head_type)
+    head = Engine(path, context_size=64, threads=1).model.rank_head
+    assert head is not None and head.dense is not None and head.out is not None
+    tensors = {t.name: t for t in gguf.GGUFReader(path).tensors}
+    for name, got in (("cls.weight", head.dense), ("cls.output.weight", head.out)):
+        t = tensors[name]
+        assert t.tensor_type.name == head_type
+        want = gguf.quants.dequantize(t.data, t.tensor_type).reshape(got.shape)
+        np.testing.assert_array_equal(got, want.astype(np.float64))

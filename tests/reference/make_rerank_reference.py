@@ -90,8 +90,10 @@ class Flavour:
     lowercase: bool | None = None
     #: ``tokenizer.chat_template.rerank`` (None: absent).
     template: str | None = None
-    #: For the tests' variants: no output layer.
+    #: For the tests' variants: no output layer; the head's matrices in
+    #: another ggml type (as llama-quantize may leave them).
     output: bool = True
+    head_type: str = "F32"
 
 
 FLAVOURS = (
@@ -209,11 +211,18 @@ def write_fixture(f: Flavour, path: Path) -> None:
         w.add_tensor(p + "ffn_down.bias", vec(e))
         w.add_tensor(p + "layer_output_norm.weight", vec(e, 0.1, 1.0))
         w.add_tensor(p + "layer_output_norm.bias", vec(e))
+    def head(name: str, x: np.ndarray) -> None:
+        ty = gguf.GGMLQuantizationType[f.head_type]
+        if ty == gguf.GGMLQuantizationType.F32:
+            w.add_tensor(name, x)
+        else:
+            w.add_tensor(name, gguf.quants.quantize(x, ty), raw_dtype=ty)
+
     if f.dense:
-        w.add_tensor("cls.weight", mat(e, e, 0.4))
+        head("cls.weight", mat(e, e, 0.4))
         w.add_tensor("cls.bias", vec(e, 0.2))
     if f.output:
-        w.add_tensor("cls.output.weight", mat(max(1, len(f.labels)), e, 0.5))
+        head("cls.output.weight", mat(max(1, len(f.labels)), e, 0.5))
         w.add_tensor("cls.output.bias", vec(max(1, len(f.labels)), 0.5))
     w.write_header_to_file()
     w.write_kv_data_to_file()
