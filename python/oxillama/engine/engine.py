@@ -32,11 +32,13 @@ from oxillama.decoding.reasoning import (
 from oxillama.decoding.sampling import SamplerConfig
 from oxillama.decoding.tool_calls.history import render_history
 from oxillama.engine import embeddings as _emb
+from oxillama.engine import rerank as _rerank
 from oxillama.engine.embeddings import EmbedInput, Pooling
 from oxillama.engine.kv_types import kv_types
 from oxillama.engine.metrics import EngineMetrics
 from oxillama.engine.perplexity import OnChunk, Perplexity
 from oxillama.engine.perplexity import run as _perplexity
+from oxillama.engine.rerank import RerankResult
 from oxillama.engine.session_state import (
     ContextShift,
     SessionState,
@@ -50,6 +52,7 @@ from oxillama.model.lora import apply as apply_loras
 from oxillama.model.lora import resolve as _resolve_loras
 from oxillama.model.model import Model
 from oxillama.model.offload import OffloadPolicy
+from oxillama.model.rank_head import RankHead
 from oxillama.text.assembler import TextAssembler
 
 __all__ = ["Engine"]
@@ -426,8 +429,10 @@ class Engine:
     @property
     def pooling(self) -> Pooling:
         """The pooling ``embed`` uses by default: the file's
-        ``<arch>.pooling_type``, else ``"last"``."""
-        return _emb.default_pooling(self.metadata, self.arch)
+        ``<arch>.pooling_type``, else ``"last"`` (a reranker has none:
+        :class:`ParameterError`)."""
+        reranker = self.model.rank_head is not None
+        return _emb.default_pooling(self.metadata, self.arch, reranker=reranker)
 
     def embed(
         self,
@@ -452,6 +457,34 @@ class Engine:
         # The session's active LoRA adapters apply, as to its generation.
         loras = [(a.native, float(s)) for a, s in self._state.loras.items() if s != 0.0]
         return _emb.embed(self._model, prepared, mode, normalize, self.threads, n, loras)
+
+    def rerank(
+        self, query: str, documents: Sequence[str], *, top_n: int | None = None
+    ) -> list[RerankResult]:
+        """Scores each of ``documents`` against ``query`` with a reranker
+        (a cross-encoder: a BERT GGUF with a classifier head) and returns them
+        best first, the first ``top_n`` (all by default): each result's
+        ``index`` in ``documents`` and ``relevance_score``, the classifier's
+        raw logit, as llama-server's ``/v1/rerank`` gives it. The pairs run
+        in forward passes of their own; the generation session is left as
+        it was. A :class:`ParameterError` if the model is not a reranker; a
+        :class:`GenerateError` names a pair longer than the model takes."""
+        query, docs, n = _rerank.check_request(query, documents, top_n)
+        head = self._require_rank_head()
+        limit = _emb.max_len(self._model, self.n_ctx)
+        seqs = _rerank.prepare(head, self.tokenizer, query, docs, limit)
+        loras = [(a.native, float(s)) for a, s in self._state.loras.items() if s != 0.0]
+        hidden = self._model.embed_hidden(seqs, self.threads, limit, _emb.PASS_ROWS, loras)
+        return _rerank.rank(head, hidden, seqs, n)
+
+    def _require_rank_head(self) -> RankHead:
+        head = self.model.rank_head
+        if head is None:
+            raise ParameterError(
+                "this model is not a reranker: reranking needs a cross-encoder, a BERT "
+                "with a classifier head (tensors cls.weight or cls.output.weight)"
+            )
+        return head
 
     def metrics(self) -> dict[str, float | int]:
         """Running totals of this engine's generation calls, under

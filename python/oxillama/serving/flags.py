@@ -155,6 +155,12 @@ def _add_serve_args(sv: argparse.ArgumentParser) -> None:
         help="do not serve the chat page at / (the API is served either way)",
     )
     sv.add_argument(
+        "--reranking",
+        action="store_true",
+        help="serve POST /v1/rerank (and /rerank) in llama-server's shape; the model must be "
+        "a reranker (a cross-encoder: a BERT GGUF with a classifier head)",
+    )
+    sv.add_argument(
         "--drain-seconds",
         type=float,
         default=30.0,
@@ -213,6 +219,7 @@ def app_spec(args: argparse.Namespace) -> Any:
         context_shift=args.context_shift,
         n_keep=args.keep,
         webui=args.webui,
+        reranking=args.reranking,
     )
 
 

@@ -42,7 +42,7 @@ from oxillama.decoding.reasoning import (
 )
 from oxillama.decoding.sampling import SamplerConfig
 from oxillama.decoding.tool_calls import ToolFormat
-from oxillama.errors import OxiLlamaError
+from oxillama.errors import OxiLlamaError, ParameterError
 from oxillama.serving.async_engine import AsyncEngine
 from oxillama.serving.async_session import AsyncSession
 from oxillama.serving.http import session_routes, text_routes
@@ -59,6 +59,7 @@ from oxillama.serving.http.merged import merged
 from oxillama.serving.http.metrics import ServerCollector, exposition
 from oxillama.serving.http.openapi import openapi_document
 from oxillama.serving.http.request_schemas import SESSION_ID, UNSUPPORTED, RequestSchemas
+from oxillama.serving.http.rerank_route import rerank
 from oxillama.serving.http.schema_check import SchemaViolation, check
 from oxillama.serving.http.session_header import HEADER, with_session_header
 from oxillama.serving.http.session_notes import SessionNotes
@@ -136,8 +137,16 @@ class Server:
         reasoning_format: ReasoningFormat = "auto",
         reasoning_budget: int = -1,
         webui: bool = False,
+        reranking: bool = False,
     ) -> None:
         check_reasoning(reasoning_format, reasoning_budget)
+        if reranking and engine.engine.model.rank_head is None:
+            raise ParameterError(
+                "--reranking needs a reranker: a cross-encoder GGUF, a BERT with a "
+                "classifier head (tensors cls.weight or cls.output.weight)"
+            )
+        #: ``--reranking``: /v1/rerank and /rerank score documents.
+        self.reranking = reranking
         self.engine = engine
         self.tool_format = tool_format
         self.reasoning_budget = reasoning_budget
@@ -713,6 +722,9 @@ class Server:
     async def embeddings(self, request: Request) -> Response:
         return await embeddings(self, request)
 
+    async def rerank(self, request: Request) -> Response:
+        return await rerank(self, request)
+
     async def tokenize(self, request: Request) -> Response:
         return await text_routes.tokenize(self, request)
 
@@ -861,6 +873,7 @@ def build_app(
     reasoning_format: ReasoningFormat = "auto",
     reasoning_budget: int = -1,
     webui: bool = True,
+    reranking: bool = False,
 ) -> Starlette:
     """The Starlette app serving ``engine``.
 
@@ -868,7 +881,7 @@ def build_app(
     keep snapshots and where idle sessions past ``limits.max_sessions`` are
     hibernated (replicas sharing it can hand sessions to each other).
     With ``api_keys``, every ``/v1/*`` route, the text tools
-    (``/tokenize``, ``/detokenize``, ``/apply-template``) and, with
+    (``/tokenize``, ``/detokenize``, ``/apply-template``), ``/rerank`` and, with
     ``metrics_auth``, ``/metrics`` require ``Authorization: Bearer <key>``. ``limits``
     bounds what one request may ask for (:class:`Limits`). ``tool_format``
     overrides the tool-call syntax read from the chat template. A session
@@ -876,7 +889,8 @@ def build_app(
     ``routed_by_session_header`` (behind a router that routes by it),
     ``oxillama:session_requests_without_affinity_total`` counts the
     session requests named in the body only. ``webui`` serves the chat
-    page at ``/``."""
+    page at ``/``. ``reranking`` (a reranker model only) serves
+    ``/v1/rerank`` and ``/rerank``; without it they answer 501."""
     limits = limits or Limits()
     folder = Path(sessions_dir) if sessions_dir is not None else None
     if folder is not None:
@@ -894,6 +908,7 @@ def build_app(
         reasoning_format=reasoning_format,
         reasoning_budget=reasoning_budget,
         webui=webui,
+        reranking=reranking,
     )
     routes = [
         Route("/health", _guarded(s.health), methods=["GET"]),
@@ -904,6 +919,8 @@ def build_app(
         Route("/v1/completions", _guarded(s.completions), methods=["POST"]),
         Route("/v1/chat/completions", _guarded(s.chat), methods=["POST"]),
         Route("/v1/embeddings", _guarded(s.embeddings), methods=["POST"]),
+        Route("/v1/rerank", _guarded(s.rerank), methods=["POST"]),
+        Route("/rerank", _guarded(s.rerank), methods=["POST"]),
         Route("/tokenize", _guarded(s.tokenize), methods=["POST"]),
         Route("/detokenize", _guarded(s.detokenize), methods=["POST"]),
         Route("/apply-template", _guarded(s.apply_template), methods=["POST"]),

@@ -100,8 +100,9 @@ def _unauthorized(message: str) -> ApiError:
     )
 
 
-#: llama-server's text tools, guarded by the keys as the API is.
-TEXT_TOOLS = frozenset({"/tokenize", "/detokenize", "/apply-template"})
+#: llama-server's routes outside /v1 (its text tools and /rerank), guarded
+#: by the keys as the API is.
+TEXT_TOOLS = frozenset({"/tokenize", "/detokenize", "/apply-template", "/rerank"})
 
 
 class AuthMiddleware:

@@ -107,6 +107,7 @@ _RESPONSES: dict[str, tuple[str, str]] = {
     "404": ("NotFound", "No such model, or no such (or an evicted) session."),
     "409": ("Conflict", "A session with that id already exists."),
     "413": ("TooLarge", "The request body is over --max-body-bytes."),
+    "501": ("NotSupported", "This server was not started to serve this route."),
     "503": ("Unavailable", "The server is full for now: retry after Retry-After seconds."),
 }
 
@@ -232,6 +233,14 @@ def openapi_document(
                 "usage": _object({"prompt_tokens": _INT, "total_tokens": _INT}),
             }
         ),
+        "RerankList": _object(
+            {
+                "model": _STR,
+                "object": _const("list"),
+                "usage": _object({"prompt_tokens": _INT, "total_tokens": _INT}),
+                "results": _array(_object({"index": _INT, "relevance_score": _NUM})),
+            }
+        ),
         "SessionSaved": _object({"id": _STR, "tokens": _INT, "path": _STR}),
         "Tokens": _object(
             {
@@ -301,6 +310,14 @@ def openapi_document(
             body=body,
         )
 
+    rerank = _operation(
+        "Score documents against a query with a reranker (llama-server's shape; the server "
+        "needs --reranking), best first",
+        ok("Each document's index and relevance score", _json(_ref("RerankList"))),
+        ("501", "503"),
+        guarded=v1,
+        body="RerankRequest",
+    )
     sid = [
         {
             "name": "sid",
@@ -357,6 +374,8 @@ def openapi_document(
                 body="EmbeddingRequest",
             )
         },
+        "/v1/rerank": {"post": rerank},
+        "/rerank": {"post": rerank},
         "/tokenize": {
             "post": _operation(
                 "Text to token ids (llama-server's shape)",
