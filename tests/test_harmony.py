@@ -4,19 +4,22 @@ fed whole or streamed in pieces of every size; and ``Engine.chat`` on the
 gpt-oss fixture with gpt-oss's own template (tests/reference/chat_templates),
 its reply forced by a grammar, returning the three apart, and the server
 giving them as ``reasoning_content``, ``content`` and ``tool_calls``,
-streamed or whole."""
+streamed or whole; ``oxillama chat`` showing and keeping the answer only."""
 
 from __future__ import annotations
 
+import io
 import json
 import random
 import urllib.request
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from oxillama import AsyncEngine, Engine, SamplerConfig
+from oxillama.cli.chat_repl import ChatRepl
 from oxillama.decoding.reasoning import HarmonyDelta, HarmonyParser, parse_harmony, speaks_harmony
 from tests._serve import serving
 from tests.models._rewrite import rewrite
@@ -209,3 +212,27 @@ def test_server_gives_reasoning_content_and_tool_calls(harmony_path: Path) -> No
     assert final["message"]["content"] == "It is 21 °C and clear."
     assert final["message"]["reasoning_content"] == msg["reasoning_content"]
     assert final["finish_reason"] == "stop"
+
+
+class _Forced:
+    """The harmony engine, its chat replies forced to ``reply``."""
+
+    def __init__(self, engine: Engine, reply: str) -> None:
+        self.engine, self.reply = engine, reply
+        self.chat_template_source = engine.chat_template_source
+
+    def chat_stream(self, messages: list[dict[str, str]], max_tokens: int) -> Iterator[str]:
+        self.engine.reset()
+        return self.engine.chat_stream(messages, max_tokens, grammar=_forced(self.reply))
+
+
+def test_cli_chat_shows_and_keeps_the_final_answer_only(harmony_engine: Engine) -> None:
+    out = io.StringIO()
+    repl = ChatRepl(_Forced(harmony_engine, ANALYSIS + FINAL), system=None, max_tokens=400, out=out)
+    repl.reply("What is the weather in Paris?")
+    assert out.getvalue() == "It is 21 °C and clear.\n"
+    assert repl.messages[-1] == {"role": "assistant", "content": "It is 21 °C and clear."}
+    # The answer goes back through the template on the final channel.
+    text = harmony_engine.apply_chat_template(repl.messages)
+    assert "<|channel|>final<|message|>It is 21 °C and clear." in text
+    assert "<|channel|>analysis" not in text
