@@ -524,7 +524,9 @@ impl Model {
         local.shift_angles(delta, &mut cs_l);
         let rotate = |il: usize, row: &mut [f32]| {
             if !c.uses_rope(il) {
-                // A NoPE layer's keys carry no position to move.
+                // A NoPE layer's keys carry no position to move (llama.cpp
+                // 0.3.36 rotates SmolLM3's anyway: its K-shift asks
+                // `has_rope`, which its NoPE interval does not set).
             } else if c.is_local_layer(il) {
                 local.apply(row, c.dim_k, &cs_l);
             } else {
