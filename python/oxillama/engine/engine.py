@@ -26,6 +26,8 @@ from oxillama.decoding.reasoning import (
     ReasoningFormat,
     check_reasoning,
     opens_reasoning,
+    parse_harmony,
+    speaks_harmony,
     split_reasoning,
     thinks,
 )
@@ -956,7 +958,12 @@ class Engine:
         reports token log-probabilities, as in :meth:`generate`. A thinking
         model's ``<think>`` reasoning comes apart in ``reasoning``
         (``reasoning_format``: ``"auto"`` for a model that has the markers,
-        ``"deepseek"`` always, ``"none"`` never: it stays in ``text``)."""
+        ``"deepseek"`` always, ``"none"`` never: it stays in ``text``).
+        A model whose template speaks harmony (gpt-oss) has its reply
+        split by channel unless ``reasoning_format`` is ``"none"``: the
+        ``analysis`` messages in ``reasoning``, the ``final`` ones in
+        ``text``, and ``commentary`` messages to ``functions.NAME`` in
+        ``tool_calls``."""
         check_reasoning(reasoning_format, -1)
         constraint = _constraint(grammar, json_schema)
         text = self.apply_chat_template(messages, add_generation_prompt=True, **template_kwargs)
@@ -971,6 +978,11 @@ class Engine:
             grammar=constraint,
             logprobs=logprobs,
         )
+        if reasoning_format != "none" and speaks_harmony(self.chat_template_source):
+            h = parse_harmony(done.text)
+            return dataclasses.replace(
+                done, text=h.content, reasoning=h.reasoning or None, tool_calls=tuple(h.calls)
+            )
         if reasoning_format == "none" or (
             reasoning_format == "auto" and not thinks(self.chat_template_source, self.tokenize)
         ):

@@ -37,6 +37,7 @@ from oxillama.decoding.reasoning import (
     ReasoningSplitter,
     check_reasoning,
     opens_reasoning,
+    speaks_harmony,
     split_reasoning,
     thinks,
 )
@@ -51,6 +52,7 @@ from oxillama.serving.http.access_log import RequestLog, note
 from oxillama.serving.http.api_error import ApiError, error_body, from_library_error
 from oxillama.serving.http.auth import ApiKeys, AuthMiddleware
 from oxillama.serving.http.embeddings_route import embeddings
+from oxillama.serving.http.harmony import HarmonyChoice
 from oxillama.serving.http.json_body import parse_json_object
 from oxillama.serving.http.latency_metrics import LatencyMetrics
 from oxillama.serving.http.limits import BodyLimitMiddleware, Limits
@@ -155,6 +157,12 @@ class Server:
             reasoning_format == "auto"
             and thinks(engine.engine.chat_template_source, engine.engine.tokenize)
         )
+        # A harmony model's (gpt-oss) replies are split by channel instead.
+        self.harmony = reasoning_format != "none" and speaks_harmony(
+            engine.engine.chat_template_source
+        )
+        if self.harmony:
+            self.splits_reasoning = False
         self.model_name = model_name
         self.limits = limits
         self.n_ctx = engine.engine.n_ctx
@@ -559,6 +567,14 @@ class Server:
             # Thinking off where the template has the switch (Qwen3's).
             variables.setdefault("enable_thinking", False)
         if treq is not None:
+            if self.harmony and (treq.grammar is not None or treq.lazy is not None):
+                raise ApiError(
+                    400,
+                    "a required, named or strict tool call runs under a grammar in the "
+                    "model's call syntax, which harmony (gpt-oss) replies do not have yet: "
+                    "use tool_choice 'auto' without strict tools",
+                    param="tool_choice",
+                )
             if treq.grammar is not None or treq.lazy is not None:
                 if opts.kwargs.get("grammar") is not None or "json_schema" in opts.kwargs:
                     raise ApiError(
@@ -591,11 +607,17 @@ class Server:
 
         want_lp = "logprobs" in opts.kwargs
         tok = self.engine.engine.tokenizer
-        found = [ChoiceCalls(treq.fmt) for _ in range(opts.n)] if treq is not None else []
+        harmony = [HarmonyChoice() for _ in range(opts.n)] if self.harmony else []
+        found = (
+            [ChoiceCalls(treq.fmt) for _ in range(opts.n)]
+            if treq is not None and not harmony
+            else []
+        )
 
         def finish_of(i: int, finish: str | None) -> str | None:
             # A reply cut by max_tokens says so, calls or not.
-            if finish == "stop" and found and found[i].calls:
+            calls = (found and found[i].calls) or (harmony and harmony[i].calls)
+            if finish == "stop" and calls:
                 return "tool_calls"
             return finish
 
@@ -606,7 +628,10 @@ class Server:
             sp = split[i]
             if sp is not None:
                 reasoning, piece = sp.feed(piece) if finish is None else sp.finish()
-            if found:
+            if harmony:
+                h = harmony[i]
+                delta = h.delta(piece) if finish is None else h.end(piece)
+            elif found:
                 if finish is None:
                     delta = found[i].delta(piece)
                 else:
@@ -634,6 +659,8 @@ class Server:
             }
 
         def message(i: int, out: Completion) -> dict[str, Any]:
+            if harmony:
+                return harmony[i].message(out.text)
             reasoning, text = (
                 split_reasoning(out.text, inside=inside)
                 if self.splits_reasoning
