@@ -1,0 +1,473 @@
+"""Anthropic's Messages API on the server, driven by the real ``anthropic``
+SDK and LangChain's ``ChatAnthropic``: replies and their event stream,
+stop reasons, a forced tool and its result turn, token counts, thinking
+blocks, sessions, keys and errors in Anthropic's shape.
+
+SmolLM2 is no thinking model: for the thinking tests an engine runs every
+generation under a grammar that writes the reasoning markers, and the
+server splits them (``--reasoning-format deepseek``)."""
+
+from __future__ import annotations
+
+import json
+import urllib.error
+import urllib.request
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+from typing import Any
+
+import anthropic
+import jsonschema
+import pytest
+from langchain_anthropic import ChatAnthropic
+
+from oxillama import AsyncEngine, Completion
+from oxillama.decoding.grammar import Grammar
+from tests._serve import serving
+
+MODEL = "smollm2"
+KEY = "sk-messages-test"
+WEATHER = {
+    "type": "object",
+    "properties": {"city": {"type": "string"}, "unit": {"enum": ["c", "f"]}},
+    "required": ["city"],
+}
+ADD = {
+    "type": "object",
+    "properties": {"a": {"type": "integer"}, "b": {"type": "integer"}},
+    "required": ["a", "b"],
+}
+TOOLS: Any = [
+    {"name": "get_weather", "description": "The current weather in a city", "input_schema": WEATHER},
+    {"name": "add", "description": "Adds two integers", "input_schema": ADD},
+]
+SCHEMAS = {t["name"]: t["input_schema"] for t in TOOLS}
+ASK: Any = [{"role": "user", "content": "What's the weather in Paris?"}]
+CHAT: Any = [
+    {"role": "user", "content": "Hi! What is your name?"},
+    {"role": "assistant", "content": "I am a small assistant."},
+    {"role": "user", "content": "Name three colours."},
+]
+SYSTEM = "You are brief."
+#: The SDK no longer has sampling parameters; the API (and this server) still
+#: takes them.
+GREEDY = {"temperature": 0}
+
+REASONING, ANSWER = "The capital is Paris.", "Paris"
+REPLY = f"<think>\n{REASONING}</think>\n\n{ANSWER}"
+GRAMMAR = 'root ::= "' + REPLY.replace("\n", "\\n") + '"'
+
+
+class ThinkingEngine(AsyncEngine):
+    """Every generation writes ``REPLY`` (a grammar forces it)."""
+
+    def stream(self, *args: Any, **kwargs: Any) -> Any:
+        return super().stream(*args, **{**kwargs, "grammar": GRAMMAR})
+
+    async def generate(self, *args: Any, **kwargs: Any) -> Completion:
+        return await super().generate(*args, **{**kwargs, "grammar": GRAMMAR})
+
+
+@pytest.fixture(scope="module")
+def url(model_path: Path) -> Iterator[str]:
+    engine = AsyncEngine(model_path, context_size=1024, threads=2, max_batch=4)
+    with serving(engine, MODEL, api_keys=(KEY,)) as base:
+        yield base
+
+
+@pytest.fixture(scope="module")
+def client(url: str) -> anthropic.Anthropic:
+    return anthropic.Anthropic(base_url=url, api_key=KEY, max_retries=0)
+
+
+@pytest.fixture(scope="module")
+def thinker(model_path: Path) -> Iterator[anthropic.Anthropic]:
+    engine = ThinkingEngine(model_path, context_size=2048, threads=2, max_batch=2)
+    with serving(engine, MODEL, reasoning_format="deepseek") as base:
+        yield anthropic.Anthropic(base_url=base, api_key="unused", max_retries=0)
+
+
+def post(url: str, path: str, body: Any, headers: dict[str, str] | None = None) -> tuple[int, Any]:
+    data = json.dumps(body).encode()
+    hdrs = {"Content-Type": "application/json", "x-api-key": KEY, **(headers or {})}
+    req = urllib.request.Request(url + path, data, hdrs)
+    try:
+        with urllib.request.urlopen(req, timeout=120) as r:
+            return r.status, json.loads(r.read())
+    except urllib.error.HTTPError as e:
+        return e.code, json.loads(e.read())
+
+
+def text_of(content: Sequence[Any]) -> str:
+    return "".join(b.text for b in content if b.type == "text")
+
+
+# ---------------------------------------------------------------- replies
+
+
+def test_create_answers_a_multi_turn_conversation(client: anthropic.Anthropic) -> None:
+    r = client.messages.create(
+        model=MODEL, system=SYSTEM, messages=CHAT, max_tokens=24, extra_body=GREEDY
+    )
+    assert r.id.startswith("msg_") and r.type == "message" and r.role == "assistant"
+    assert r.model == MODEL
+    assert [b.type for b in r.content] == ["text"] and text_of(r.content).strip()
+    assert r.stop_reason in ("end_turn", "max_tokens") and r.stop_sequence is None
+    counted = client.messages.count_tokens(model=MODEL, system=SYSTEM, messages=CHAT)
+    assert r.usage.input_tokens == counted.input_tokens > 0
+    assert 0 < r.usage.output_tokens <= 24
+
+
+def wire_events(url: str, body: Any) -> list[tuple[str, Any]]:
+    """A streamed request's events as sent: each ``event:`` line's name
+    and its ``data:`` line's JSON."""
+    req = urllib.request.Request(
+        url + "/v1/messages",
+        json.dumps({**body, "stream": True}).encode(),
+        {"Content-Type": "application/json", "x-api-key": KEY},
+    )
+    with urllib.request.urlopen(req, timeout=120) as r:
+        assert r.headers["Content-Type"].startswith("text/event-stream")
+        text = r.read().decode()
+    out = []
+    for chunk in text.split("\n\n"):
+        if not chunk.strip():
+            continue
+        name, data = chunk.split("\n")
+        assert name.startswith("event: ") and data.startswith("data: "), chunk
+        event = json.loads(data[6:])
+        assert event["type"] == name[7:]
+        out.append((name[7:], event))
+    return out
+
+
+def test_stream_events_come_in_anthropics_order(client: anthropic.Anthropic, url: str) -> None:
+    body = {"model": MODEL, "system": SYSTEM, "messages": CHAT, "max_tokens": 24, **GREEDY}
+    events = wire_events(url, body)
+    kinds = [k for k, _ in events]
+    assert kinds[:2] == ["message_start", "ping"]
+    assert kinds[-2:] == ["message_delta", "message_stop"]
+    blocks = kinds[2:-2]
+    assert blocks[0] == "content_block_start" and blocks[-1] == "content_block_stop"
+    assert set(blocks[1:-1]) == {"content_block_delta"}
+    start = events[0][1]["message"]
+    assert start["content"] == [] and start["stop_reason"] is None
+    delta = events[-2][1]
+    assert delta["delta"]["stop_reason"] in ("end_turn", "max_tokens")
+    with client.messages.stream(
+        model=MODEL, system=SYSTEM, messages=CHAT, max_tokens=24, extra_body=GREEDY
+    ) as s:
+        final = s.get_final_message()
+    whole = client.messages.create(
+        model=MODEL, system=SYSTEM, messages=CHAT, max_tokens=24, extra_body=GREEDY
+    )
+    # Greedy: the streamed blocks are the whole reply's.
+    assert text_of(final.content) == text_of(whole.content)
+    assert final.stop_reason == whole.stop_reason == delta["delta"]["stop_reason"]
+    assert final.usage.output_tokens == whole.usage.output_tokens == delta["usage"]["output_tokens"]
+    assert final.usage.input_tokens == whole.usage.input_tokens
+
+
+def test_stop_reasons_max_tokens_and_stop_sequence(client: anthropic.Anthropic) -> None:
+    r = client.messages.create(model=MODEL, messages=CHAT, max_tokens=2, extra_body=GREEDY)
+    assert r.stop_reason == "max_tokens" and r.usage.output_tokens == 2
+    long = text_of(
+        client.messages.create(model=MODEL, messages=CHAT, max_tokens=24, extra_body=GREEDY).content
+    )
+    words = long.split()
+    stop = words[len(words) // 2]
+    for stream in (False, True):
+        kw: Any = {"model": MODEL, "messages": CHAT, "max_tokens": 24, "extra_body": GREEDY}
+        if stream:
+            with client.messages.stream(**kw, stop_sequences=["@@never@@", stop]) as s:
+                cut = s.get_final_message()
+        else:
+            cut = client.messages.create(**kw, stop_sequences=["@@never@@", stop])
+        assert cut.stop_reason == "stop_sequence" and cut.stop_sequence == stop, stream
+        assert text_of(cut.content) == long[: long.index(stop)]
+
+
+def test_count_tokens_is_the_rendered_prompts_length(client: anthropic.Anthropic, url: str) -> None:
+    counted = client.messages.count_tokens(model=MODEL, system=SYSTEM, messages=CHAT)
+    chat = [{"role": "system", "content": SYSTEM}, *CHAT]
+    status, rendered = post(url, "/apply-template", {"messages": chat})
+    assert status == 200, rendered
+    status, ids = post(url, "/tokenize", {"content": rendered["prompt"], "add_special": True})
+    assert status == 200, ids
+    assert counted.input_tokens == len(ids["tokens"])
+    # Tools are part of the prompt, and of its count.
+    with_tools = client.messages.count_tokens(model=MODEL, messages=CHAT, tools=TOOLS)
+    assert with_tools.input_tokens > client.messages.count_tokens(
+        model=MODEL, messages=CHAT
+    ).input_tokens
+
+
+# ---------------------------------------------------------------- tools
+
+
+def test_a_forced_tool_then_its_result(client: anthropic.Anthropic) -> None:
+    r = client.messages.create(
+        model=MODEL,
+        messages=ASK,
+        tools=TOOLS,
+        tool_choice={"type": "tool", "name": "get_weather"},
+        max_tokens=80,
+        extra_body=GREEDY,
+    )
+    assert r.stop_reason == "tool_use"
+    uses = [b for b in r.content if b.type == "tool_use"]
+    assert len(uses) == 1 and uses[0].name == "get_weather" and uses[0].id.startswith("toolu_")
+    jsonschema.validate(uses[0].input, WEATHER)
+    history: Any = [
+        *ASK,
+        {"role": "assistant", "content": r.content},
+        {
+            "role": "user",
+            "content": [
+                {"type": "tool_result", "tool_use_id": uses[0].id, "content": "18 C and sunny"}
+            ],
+        },
+    ]
+    answer = client.messages.create(
+        model=MODEL, messages=history, tools=TOOLS, max_tokens=32, extra_body=GREEDY
+    )
+    assert answer.stop_reason in ("end_turn", "max_tokens")
+    assert [b.type for b in answer.content] == ["text"] and text_of(answer.content).strip()
+    # The result is in the prompt: it counts.
+    longer = json.loads(json.dumps(history[:2], default=lambda b: b.model_dump()))
+    longer.append({**history[2], "content": [{**history[2]["content"][0], "content": "1" * 40}]})
+    full = client.messages.count_tokens(model=MODEL, messages=history, tools=TOOLS)
+    assert client.messages.count_tokens(
+        model=MODEL, messages=longer, tools=TOOLS
+    ).input_tokens > full.input_tokens
+    # An error result renders too, as does a history with no tools offered.
+    failed: Any = [
+        *history[:2],
+        {
+            "role": "user",
+            "content": [
+                {
+                    "type": "tool_result",
+                    "tool_use_id": uses[0].id,
+                    "content": [{"type": "text", "text": "unknown city"}],
+                    "is_error": True,
+                },
+                {"type": "text", "text": "Try again later."},
+            ],
+        },
+    ]
+    again = client.messages.create(model=MODEL, messages=failed, max_tokens=8, extra_body=GREEDY)
+    assert again.content and again.stop_reason in ("end_turn", "max_tokens")
+
+
+def test_a_streamed_forced_call_sends_its_input_as_json_deltas(
+    client: anthropic.Anthropic,
+) -> None:
+    kw: Any = {
+        "model": MODEL,
+        "messages": ASK,
+        "tools": TOOLS,
+        "tool_choice": {"type": "any", "disable_parallel_tool_use": True},
+        "max_tokens": 80,
+        "extra_body": GREEDY,
+    }
+    partial = ""
+    starts: list[str] = []
+    with client.messages.stream(**kw) as s:
+        for event in s:
+            if event.type == "content_block_start":
+                starts.append(event.content_block.type)
+            if event.type == "content_block_delta" and event.delta.type == "input_json_delta":
+                partial += event.delta.partial_json
+        final = s.get_final_message()
+    assert starts == ["tool_use"] and final.stop_reason == "tool_use"
+    use = final.content[0]
+    assert use.type == "tool_use"
+    assert json.loads(partial) == use.input
+    jsonschema.validate(use.input, SCHEMAS[use.name])
+    whole = client.messages.create(**kw)
+    assert [(b.type, getattr(b, "input", None)) for b in whole.content] == [
+        ("tool_use", use.input)
+    ]
+
+
+def test_tool_choice_none_and_auto_reply_in_text(client: anthropic.Anthropic) -> None:
+    for choice in ({"type": "none"}, {"type": "auto"}):
+        r = client.messages.create(
+            model=MODEL,
+            messages=[{"role": "user", "content": "Say hello."}],
+            tools=TOOLS,
+            tool_choice=choice,  # type: ignore[arg-type]
+            max_tokens=12,
+            extra_body=GREEDY,
+        )
+        assert r.content and r.content[0].type == "text", choice
+
+
+# ---------------------------------------------------------------- langchain
+
+
+def test_langchains_chat_anthropic_gets_a_reply(url: str) -> None:
+    llm = ChatAnthropic(  # type: ignore[call-arg]
+        model=MODEL, base_url=url, api_key=KEY, max_tokens=16, temperature=0, max_retries=0
+    )
+    reply = llm.invoke("Say hello.")
+    assert isinstance(reply.content, str) and reply.content.strip()
+    assert reply.response_metadata["stop_reason"] in ("end_turn", "max_tokens")
+
+
+# ---------------------------------------------------------------- thinking
+
+
+def test_thinking_blocks_whole_and_streamed(thinker: anthropic.Anthropic) -> None:
+    kw: Any = {
+        "model": MODEL,
+        "messages": [{"role": "user", "content": "What is the capital of France?"}],
+        "max_tokens": 1100,
+        "thinking": {"type": "enabled", "budget_tokens": 1024},
+    }
+    r = thinker.messages.create(**kw)
+    assert [b.type for b in r.content] == ["thinking", "text"]
+    assert r.content[0].thinking == REASONING and r.content[1].text == ANSWER  # type: ignore[union-attr]
+    assert r.stop_reason == "end_turn"
+    deltas: list[str] = []
+    with thinker.messages.stream(**kw) as s:
+        for event in s:
+            if event.type == "content_block_delta":
+                deltas.append(event.delta.type)
+        final = s.get_final_message()
+    # All the thinking comes before any of the answer.
+    assert deltas[0] == "thinking_delta" and "text_delta" in deltas
+    first_text = deltas.index("text_delta")
+    assert set(deltas[:first_text]) == {"thinking_delta"}
+    assert set(deltas[first_text:]) == {"text_delta"}
+    assert [b.model_dump(exclude_none=True) for b in final.content] == [
+        b.model_dump(exclude_none=True) for b in r.content
+    ]
+    # A thinking block sent back in the history is accepted (and not rendered again).
+    again = thinker.messages.create(
+        **{
+            **kw,
+            "messages": [
+                *kw["messages"],
+                {"role": "assistant", "content": r.content},
+                {"role": "user", "content": "And of Italy?"},
+            ],
+        }
+    )
+    assert again.content[0].type == "thinking"
+    omitted = thinker.messages.create(
+        **{**kw, "thinking": {"type": "enabled", "budget_tokens": 1024, "display": "omitted"}}
+    )
+    assert omitted.content[0].type == "thinking" and omitted.content[0].thinking == ""  # type: ignore[union-attr]
+
+
+def test_thinking_on_a_server_that_does_not_split_is_refused(
+    client: anthropic.Anthropic,
+) -> None:
+    with pytest.raises(anthropic.BadRequestError) as e:
+        client.messages.create(
+            model=MODEL,
+            messages=ASK,
+            max_tokens=16,
+            thinking={"type": "adaptive"},  # type: ignore[typeddict-item]
+        )
+    assert e.value.status_code == 400
+    assert e.value.body["error"]["type"] == "invalid_request_error"  # type: ignore[index]
+    assert "thinking" in e.value.body["error"]["message"]  # type: ignore[index]
+
+
+# ---------------------------------------------------------------- sessions
+
+
+def test_x_session_id_keeps_the_conversation_live(client: anthropic.Anthropic, url: str) -> None:
+    kw: Any = {"model": MODEL, "system": SYSTEM, "max_tokens": 12, "extra_body": GREEDY}
+    first = client.messages.create(
+        **kw, messages=CHAT[:1], extra_headers={"X-Session-Id": "anthropic-1"}
+    )
+    req = urllib.request.Request(url + "/v1/sessions/anthropic-1", headers={"x-api-key": KEY})
+    with urllib.request.urlopen(req, timeout=30) as r:
+        held = json.loads(r.read())
+    assert held["live"] and held["tokens"] > first.usage.input_tokens
+    turn: Any = [
+        *CHAT[:1],
+        {"role": "assistant", "content": first.content},
+        {"role": "user", "content": "Name three colours."},
+    ]
+    with client.messages.stream(
+        **kw, messages=turn, extra_headers={"X-Session-Id": "anthropic-1"}
+    ) as s:
+        continued = s.get_final_message()
+    # Greedy: the session's turn is the stateless reply to the whole history.
+    fresh = client.messages.create(**kw, messages=turn)
+    assert text_of(continued.content) == text_of(fresh.content)
+
+
+# ---------------------------------------------------------------- errors
+
+
+def _error(status: int, body: Any, kind: str, *words: str) -> None:
+    assert body["type"] == "error" and body["error"]["type"] == kind, body
+    for w in words:
+        assert w in body["error"]["message"], body
+
+
+def test_an_image_block_is_refused_by_name(url: str) -> None:
+    image = {"type": "image", "source": {"type": "base64", "media_type": "image/png", "data": ""}}
+    for content in (
+        [{"type": "text", "text": "What is this?"}, image],
+        [{"type": "tool_result", "tool_use_id": "toolu_1", "content": [image]}],
+    ):
+        status, body = post(
+            url,
+            "/v1/messages",
+            {"model": MODEL, "max_tokens": 4, "messages": [{"role": "user", "content": content}]},
+        )
+        assert status == 400
+        _error(status, body, "invalid_request_error", '"image"', "messages[0].content[")
+
+
+def test_unknown_fields_and_a_missing_max_tokens_are_named(client: anthropic.Anthropic) -> None:
+    with pytest.raises(anthropic.BadRequestError) as e:
+        client.messages.create(
+            model=MODEL, messages=ASK, max_tokens=4, extra_body={"service_tier": "auto"}
+        )
+    _error(400, e.value.body, "invalid_request_error", "service_tier")
+    with pytest.raises(anthropic.BadRequestError) as e:
+        client.messages.create(
+            model=MODEL,
+            messages=ASK,
+            max_tokens=4,
+            tools=[{"type": "web_search_20250305", "name": "web_search"}],  # type: ignore[list-item]
+        )
+    _error(400, e.value.body, "invalid_request_error", "tools[0]")
+    with pytest.raises(anthropic.BadRequestError) as e:
+        client.messages.create(model=MODEL, messages=ASK, max_tokens=4, extra_body={"max_tokens": None})
+    _error(400, e.value.body, "invalid_request_error", "max_tokens")
+
+
+def test_missing_max_tokens(url: str) -> None:
+    status, body = post(url, "/v1/messages", {"model": MODEL, "messages": ASK})
+    assert status == 400
+    _error(status, body, "invalid_request_error", "max_tokens", "required")
+
+
+def test_keys_x_api_key_and_bearer_are_accepted_a_bad_one_is_401(url: str) -> None:
+    body = {"model": MODEL, "messages": ASK}
+    assert post(url, "/v1/messages/count_tokens", body)[0] == 200
+    bearer = {"x-api-key": "", "Authorization": f"Bearer {KEY}"}
+    assert post(url, "/v1/messages/count_tokens", body, bearer)[0] == 200
+    bad = anthropic.Anthropic(base_url=url, api_key="sk-wrong", max_retries=0)
+    with pytest.raises(anthropic.AuthenticationError) as e:
+        bad.messages.create(model=MODEL, messages=ASK, max_tokens=4)
+    assert e.value.status_code == 401
+    _error(401, e.value.body, "authentication_error", "incorrect API key")
+    status, out = post(url, "/v1/messages", body, {"x-api-key": ""})
+    assert status == 401
+    _error(status, out, "authentication_error", "x-api-key")
+
+
+def test_an_unknown_model_is_not_found(client: anthropic.Anthropic) -> None:
+    with pytest.raises(anthropic.NotFoundError) as e:
+        client.messages.create(model="claude-nonesuch", messages=ASK, max_tokens=4)
+    _error(404, e.value.body, "not_found_error", "claude-nonesuch")
