@@ -22,7 +22,6 @@ import pytest
 from langchain_anthropic import ChatAnthropic
 
 from oxillama import AsyncEngine, Completion
-from oxillama.decoding.grammar import Grammar
 from tests._serve import serving
 
 MODEL = "smollm2"
@@ -38,7 +37,7 @@ ADD = {
     "required": ["a", "b"],
 }
 TOOLS: Any = [
-    {"name": "get_weather", "description": "The current weather in a city", "input_schema": WEATHER},
+    {"name": "get_weather", "description": "The weather in a city", "input_schema": WEATHER},
     {"name": "add", "description": "Adds two integers", "input_schema": ADD},
 ]
 SCHEMAS = {t["name"]: t["input_schema"] for t in TOOLS}
@@ -197,9 +196,10 @@ def test_count_tokens_is_the_rendered_prompts_length(client: anthropic.Anthropic
     assert counted.input_tokens == len(ids["tokens"])
     # Tools are part of the prompt, and of its count.
     with_tools = client.messages.count_tokens(model=MODEL, messages=CHAT, tools=TOOLS)
-    assert with_tools.input_tokens > client.messages.count_tokens(
-        model=MODEL, messages=CHAT
-    ).input_tokens
+    assert (
+        with_tools.input_tokens
+        > client.messages.count_tokens(model=MODEL, messages=CHAT).input_tokens
+    )
 
 
 # ---------------------------------------------------------------- tools
@@ -237,9 +237,10 @@ def test_a_forced_tool_then_its_result(client: anthropic.Anthropic) -> None:
     longer = json.loads(json.dumps(history[:2], default=lambda b: b.model_dump()))
     longer.append({**history[2], "content": [{**history[2]["content"][0], "content": "1" * 40}]})
     full = client.messages.count_tokens(model=MODEL, messages=history, tools=TOOLS)
-    assert client.messages.count_tokens(
-        model=MODEL, messages=longer, tools=TOOLS
-    ).input_tokens > full.input_tokens
+    assert (
+        client.messages.count_tokens(model=MODEL, messages=longer, tools=TOOLS).input_tokens
+        > full.input_tokens
+    )
     # An error result renders too, as does a history with no tools offered.
     failed: Any = [
         *history[:2],
@@ -286,9 +287,7 @@ def test_a_streamed_forced_call_sends_its_input_as_json_deltas(
     assert json.loads(partial) == use.input
     jsonschema.validate(use.input, SCHEMAS[use.name])
     whole = client.messages.create(**kw)
-    assert [(b.type, getattr(b, "input", None)) for b in whole.content] == [
-        ("tool_use", use.input)
-    ]
+    assert [(b.type, getattr(b, "input", None)) for b in whole.content] == [("tool_use", use.input)]
 
 
 def test_tool_choice_none_and_auto_reply_in_text(client: anthropic.Anthropic) -> None:
@@ -442,7 +441,9 @@ def test_unknown_fields_and_a_missing_max_tokens_are_named(client: anthropic.Ant
         )
     _error(400, e.value.body, "invalid_request_error", "tools[0]")
     with pytest.raises(anthropic.BadRequestError) as e:
-        client.messages.create(model=MODEL, messages=ASK, max_tokens=4, extra_body={"max_tokens": None})
+        client.messages.create(
+            model=MODEL, messages=ASK, max_tokens=4, extra_body={"max_tokens": None}
+        )
     _error(400, e.value.body, "invalid_request_error", "max_tokens")
 
 
