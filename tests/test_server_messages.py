@@ -19,9 +19,16 @@ from typing import Any
 import anthropic
 import jsonschema
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from langchain_anthropic import ChatAnthropic
+from starlette.testclient import TestClient
 
 from oxillama import AsyncEngine, Completion
+from oxillama.serving.http import Limits, build_app
+from oxillama.serving.http.anthropic.errors import anthropic_error
+from oxillama.serving.http.api_error import ApiError
+from oxillama.serving.http.schema_check import SchemaViolation, check
 from tests._serve import serving
 
 MODEL = "smollm2"
@@ -80,9 +87,14 @@ def client(url: str) -> anthropic.Anthropic:
 
 
 @pytest.fixture(scope="module")
-def thinker(model_path: Path) -> Iterator[anthropic.Anthropic]:
-    engine = ThinkingEngine(model_path, context_size=2048, threads=2, max_batch=2)
-    with serving(engine, MODEL, reasoning_format="deepseek") as base:
+def thinking_engine(model_path: Path) -> ThinkingEngine:
+    # serving() closes it when the thinker's server stops.
+    return ThinkingEngine(model_path, context_size=2048, threads=2, max_batch=2)
+
+
+@pytest.fixture(scope="module")
+def thinker(thinking_engine: ThinkingEngine) -> Iterator[anthropic.Anthropic]:
+    with serving(thinking_engine, MODEL, reasoning_format="deepseek") as base:
         yield anthropic.Anthropic(base_url=base, api_key="unused", max_retries=0)
 
 
@@ -472,3 +484,152 @@ def test_an_unknown_model_is_not_found(client: anthropic.Anthropic) -> None:
     with pytest.raises(anthropic.NotFoundError) as e:
         client.messages.create(model="claude-nonesuch", messages=ASK, max_tokens=4)
     _error(404, e.value.body, "not_found_error", "claude-nonesuch")
+
+
+def test_errors_before_the_route_are_in_anthropics_shape(
+    thinking_engine: ThinkingEngine, thinker: anthropic.Anthropic
+) -> None:
+    app = build_app(thinking_engine, model_name=MODEL, limits=Limits(max_body_bytes=512))
+    with TestClient(app) as c:
+        r = c.post("/v1/messages", json={"messages": [{"role": "user", "content": "x" * 600}]})
+        assert r.status_code == 413
+        _error(413, r.json(), "request_too_large")
+        r = c.get("/v1/messages")
+        assert r.status_code == 405
+        _error(405, r.json(), "invalid_request_error")
+        # The OpenAI routes keep OpenAI's shape.
+        r = c.get("/v1/chat/completions")
+        assert r.status_code == 405 and "type" not in r.json()
+
+
+def test_statuses_map_to_anthropics_types() -> None:
+    assert anthropic_error(ApiError(503, "full", kind="server_error")) == (
+        529,
+        {"type": "error", "error": {"type": "overloaded_error", "message": "full"}},
+    )
+    status, body = anthropic_error(ApiError(400, "must be a number", param="top_p"))
+    assert status == 400 and body["error"] == {
+        "type": "invalid_request_error",
+        "message": "top_p: must be a number",
+    }
+    assert anthropic_error(ApiError(500, "boom"))[1]["error"]["type"] == "api_error"
+
+
+# ---------------------------------------------------------------- prefill
+
+
+def test_a_final_assistant_turn_is_continued(client: anthropic.Anthropic, url: str) -> None:
+    prefill = "The three colours are"
+    turn: Any = [*CHAT, {"role": "assistant", "content": prefill}]
+    r = client.messages.create(model=MODEL, messages=turn, max_tokens=12, extra_body=GREEDY)
+    status, rendered = post(url, "/apply-template", {"messages": CHAT})
+    assert status == 200, rendered
+    status, plain = post(
+        url,
+        "/v1/completions",
+        {"prompt": rendered["prompt"] + prefill, "max_tokens": 12, "temperature": 0},
+    )
+    assert status == 200, plain
+    # The reply is the continuation alone, as the prompt plus prefill gives it.
+    assert text_of(r.content) == plain["choices"][0]["text"]
+    assert r.usage.input_tokens == plain["usage"]["prompt_tokens"]
+
+
+# ---------------------------------------------------------------- documents
+
+
+@pytest.fixture(scope="module")
+def document(url: str) -> Any:
+    with urllib.request.urlopen(url + "/openapi.json", timeout=30) as r:
+        return json.loads(r.read())
+
+
+def test_the_openapi_document_describes_the_replies(document: Any, url: str) -> None:
+    doc = document
+    ops = {p: doc["paths"][p]["post"] for p in ("/v1/messages", "/v1/messages/count_tokens")}
+    for op in ops.values():
+        assert {"200", "400", "401", "413", "529"} <= set(op["responses"])
+
+    def conforms(path: str, status: str, body: Any) -> None:
+        schema = ops[path]["responses"][status]["content"]["application/json"]["schema"]
+        root = {**schema, "components": doc["components"]}
+        jsonschema.validate(body, root, cls=jsonschema.Draft202012Validator)
+
+    for body in (
+        {"model": MODEL, "messages": CHAT, "max_tokens": 4},
+        {"messages": ASK, "tools": TOOLS, "tool_choice": {"type": "any"}, "max_tokens": 60},
+    ):
+        status, out = post(url, "/v1/messages", body)
+        assert status == 200, out
+        conforms("/v1/messages", "200", out)
+    status, out = post(url, "/v1/messages/count_tokens", {"messages": CHAT})
+    assert status == 200
+    conforms("/v1/messages/count_tokens", "200", out)
+    status, out = post(url, "/v1/messages", {"messages": CHAT})
+    assert status == 400
+    conforms("/v1/messages", "400", out)
+
+
+BLOCK = st.fixed_dictionaries(
+    {"type": st.sampled_from(["text", "tool_use", "tool_result", "thinking", "x"])},
+    optional={
+        "text": st.sampled_from(["", "hi", 3, None]),
+        "id": st.sampled_from(["toolu_1", "bad id", ""]),
+        "name": st.sampled_from(["f", "", "a" * 65]),
+        "input": st.sampled_from([{}, {"a": 1}, [], None]),
+        "tool_use_id": st.sampled_from(["toolu_1", ""]),
+        "content": st.sampled_from(["r", [], [{"type": "text", "text": "r"}], 1]),
+        "is_error": st.sampled_from([True, None, "yes"]),
+        "thinking": st.sampled_from(["t", None]),
+        "cache_control": st.sampled_from([{"type": "ephemeral"}, {"type": "x"}, None]),
+        "citations": st.sampled_from([None, []]),
+    },
+)
+VALUES = st.sampled_from(
+    [
+        None,
+        0,
+        1,
+        0.5,
+        1.5,
+        1024,
+        -1,
+        "x",
+        "",
+        [],
+        ["s"],
+        {},
+        {"type": "auto"},
+        {"type": "tool"},
+        {"type": "tool", "name": "f"},
+        {"type": "enabled"},
+        {"type": "enabled", "budget_tokens": 1024},
+        {"type": "adaptive", "display": "omitted"},
+        {"user_id": "u"},
+        [{"name": "f", "input_schema": {}}],
+        [{"type": "text", "text": "s"}],
+    ]
+)
+
+
+@settings(max_examples=300, deadline=None)
+@given(data=st.data())
+def test_the_servers_checker_agrees_with_a_reference_validator(
+    document: dict[str, Any], data: st.DataObject
+) -> None:
+    schemas = document["components"]["schemas"]
+    name = data.draw(st.sampled_from(["MessagesRequest", "CountTokensRequest"]))
+    fields = [*schemas[name]["properties"], "unknown"]
+    body: dict[str, Any] = {"messages": ASK, "max_tokens": 4}
+    body.update(data.draw(st.dictionaries(st.sampled_from(fields), VALUES, max_size=2)))
+    if data.draw(st.booleans()):
+        role = data.draw(st.sampled_from(["user", "assistant", "system"]))
+        body["messages"] = [{"role": role, "content": data.draw(st.lists(BLOCK, max_size=2))}]
+    root = {"$ref": f"#/components/schemas/{name}", "components": {"schemas": schemas}}
+    reference = jsonschema.Draft202012Validator(root).is_valid(body)
+    try:
+        check(body, schemas[name], "", schemas)
+        ours = True
+    except SchemaViolation:
+        ours = False
+    assert ours == reference, body
