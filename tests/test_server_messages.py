@@ -14,6 +14,7 @@ import urllib.error
 import urllib.request
 from collections.abc import Iterator, Sequence
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import anthropic
@@ -27,6 +28,7 @@ from starlette.testclient import TestClient
 from oxillama import AsyncEngine, Completion
 from oxillama.serving.http import Limits, build_app
 from oxillama.serving.http.anthropic.errors import anthropic_error
+from oxillama.serving.http.anthropic.routes import _generation_kwargs
 from oxillama.serving.http.api_error import ApiError
 from oxillama.serving.http.schema_check import SchemaViolation, check
 from tests._serve import serving
@@ -633,3 +635,15 @@ def test_the_servers_checker_agrees_with_a_reference_validator(
     except SchemaViolation:
         ours = False
     assert ours == reference, body
+
+
+def test_a_lora_adapter_is_picked_by_its_name_as_the_model() -> None:
+    # The generation arguments alone: loading an adapter costs seconds.
+    server = SimpleNamespace(engine=SimpleNamespace(loras={"alpha": object()}), vocab=100)
+    prompt = SimpleNamespace(tools=None, prefill="")
+    body: Any = {"model": "alpha", "messages": ASK, "max_tokens": 4}
+    kwargs = _generation_kwargs(server, body, prompt)  # type: ignore[arg-type]
+    assert kwargs["lora"] == "alpha"
+    assert "lora" not in _generation_kwargs(server, {**body, "model": MODEL}, prompt)  # type: ignore[arg-type]
+    with pytest.raises(ApiError, match="LoRA"):
+        _generation_kwargs(server, {**body, "session": "s1"}, prompt)  # type: ignore[arg-type]

@@ -151,6 +151,13 @@ def _generation_kwargs(server: Server, body: Mapping[str, Any], prompt: Prompt) 
         top_k=min(int(get("top_k", 0)), server.vocab),
     )
     kwargs: dict[str, Any] = {"sampler": sampler, "stop": list(get("stop_sequences", []))}
+    # A LoRA adapter is picked by its name as the model, as on the chat endpoint.
+    if body.get("model") in server.engine.loras:
+        if body.get("session") is not None:
+            raise ApiError(
+                400, "a stateful session request cannot pick a LoRA adapter", param="model"
+            )
+        kwargs["lora"] = body["model"]
     treq = prompt.tools
     if treq is not None and treq.grammar is not None:
         kwargs["grammar"] = treq.grammar
