@@ -63,7 +63,7 @@ def check_blocks(body: Mapping[str, Any], defs: Mapping[str, Any]) -> None:
             if not isinstance(b, Mapping):
                 continue
             kind = b.get("type")
-            if kind not in BLOCKS:
+            if not isinstance(kind, str) or kind not in BLOCKS:
                 raise _unsupported(where, kind)
             if m.get("role") in ("user", "assistant") and m["role"] not in _ROLES[kind]:
                 raise ApiError(
