@@ -9,6 +9,7 @@ server splits them (``--reasoning-format deepseek``)."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 import urllib.error
 import urllib.request
@@ -28,10 +29,11 @@ from starlette.testclient import TestClient
 from oxillama import AsyncEngine, Completion
 from oxillama.serving.http import Limits, build_app
 from oxillama.serving.http.anthropic.errors import anthropic_error
-from oxillama.serving.http.anthropic.routes import _generation_kwargs
+from oxillama.serving.http.anthropic.routes import _generation_kwargs, render
 from oxillama.serving.http.anthropic.translate import check_blocks
 from oxillama.serving.http.api_error import ApiError
 from oxillama.serving.http.schema_check import SchemaViolation, check
+from tests._gguf_meta import ModelMissing, gemma3_path
 from tests._serve import serving
 
 MODEL = "smollm2"
@@ -656,3 +658,89 @@ def test_a_lora_adapter_is_picked_by_its_name_as_the_model() -> None:
     assert "lora" not in _generation_kwargs(server, {**body, "model": MODEL}, prompt)  # type: ignore[arg-type]
     with pytest.raises(ApiError, match="LoRA"):
         _generation_kwargs(server, {**body, "session": "s1"}, prompt)  # type: ignore[arg-type]
+
+
+# ---------------------------------------------------------------- histories
+
+
+CALL = {"type": "tool_use", "id": "toolu_a", "name": "get_weather", "input": {"city": "Paris"}}
+SECOND = {"type": "tool_use", "id": "toolu_b", "name": "add", "input": {"a": 20, "b": 22}}
+HISTORIES: Any = {
+    "one call": [
+        *ASK,
+        {"role": "assistant", "content": [{"type": "text", "text": "Let me look."}, CALL]},
+        {
+            "role": "user",
+            "content": [{"type": "tool_result", "tool_use_id": "toolu_a", "content": "18 C"}],
+        },
+    ],
+    "two calls, a failed one, then text": [
+        *ASK,
+        {"role": "assistant", "content": [CALL, SECOND]},
+        {
+            "role": "user",
+            "content": [
+                {
+                    "type": "tool_result",
+                    "tool_use_id": "toolu_a",
+                    "content": [{"type": "text", "text": "18 C"}],
+                },
+                {
+                    "type": "tool_result",
+                    "tool_use_id": "toolu_b",
+                    "content": "42",
+                    "is_error": True,
+                },
+                {"type": "text", "text": "Thanks!"},
+            ],
+        },
+    ],
+    "thinking before a call": [
+        *ASK,
+        {
+            "role": "assistant",
+            "content": [
+                {"type": "thinking", "thinking": "SECRET-REASONING", "signature": ""},
+                CALL,
+            ],
+        },
+        {
+            "role": "user",
+            "content": [{"type": "tool_result", "tool_use_id": "toolu_a", "content": "18 C"}],
+        },
+    ],
+}
+
+
+@pytest.fixture(scope="module", params=["smollm2", "gemma3"])
+def any_app(request: pytest.FixtureRequest, model_path: Path) -> Iterator[Any]:
+    try:
+        path = model_path if request.param == "smollm2" else gemma3_path()
+    except ModelMissing as e:  # fail, never skip
+        pytest.fail(str(e), pytrace=False)
+    engine = AsyncEngine(path, context_size=1024, threads=2, max_batch=1)
+    yield build_app(engine, model_name=request.param)
+    asyncio.run(engine.close())
+
+
+@pytest.mark.parametrize("history", sorted(HISTORIES))
+@pytest.mark.parametrize(
+    "tools",
+    [{}, {"tools": TOOLS}, {"tools": TOOLS, "tool_choice": {"type": "none"}}],
+    ids=["no tools", "tools", "tool_choice none"],
+)
+def test_every_tool_history_renders_through_each_models_template(
+    any_app: Any, history: str, tools: dict[str, Any]
+) -> None:
+    body = {"messages": HISTORIES[history], **tools}
+    with TestClient(any_app) as c:
+        r = c.post("/v1/messages/count_tokens", json=body)
+        assert r.status_code == 200, r.text
+    prompt = render(any_app.state.server, body)
+    assert r.json()["input_tokens"] == len(prompt.tokens)
+    for part in ("Paris", "18 C", "get_weather"):
+        assert part in prompt.text, (history, part)
+    if "two calls" in history:
+        assert "Error: 42" in prompt.text and "Thanks!" in prompt.text and "add" in prompt.text
+    # Earlier thinking is not rendered again.
+    assert "SECRET-REASONING" not in prompt.text
