@@ -121,7 +121,7 @@ def text_of(content: Sequence[Any]) -> str:
 # ---------------------------------------------------------------- replies
 
 
-def test_create_answers_a_multi_turn_conversation(client: anthropic.Anthropic) -> None:
+def test_create_answers_a_multi_turn_conversation(client: anthropic.Anthropic, url: str) -> None:
     r = client.messages.create(
         model=MODEL, system=SYSTEM, messages=CHAT, max_tokens=24, extra_body=GREEDY
     )
@@ -132,6 +132,10 @@ def test_create_answers_a_multi_turn_conversation(client: anthropic.Anthropic) -
     counted = client.messages.count_tokens(model=MODEL, system=SYSTEM, messages=CHAT)
     assert r.usage.input_tokens == counted.input_tokens > 0
     assert 0 < r.usage.output_tokens <= 24
+    with urllib.request.urlopen(url + "/metrics", timeout=30) as m:
+        metrics = m.read().decode()
+    for route in ("/v1/messages", "/v1/messages/count_tokens"):
+        assert f'oxillama:http_requests_total{{route="{route}",status="200"}}' in metrics
 
 
 def wire_events(url: str, body: Any) -> list[tuple[str, Any]]:
