@@ -28,6 +28,7 @@ from starlette.testclient import TestClient
 
 from oxillama import AsyncEngine, Completion
 from oxillama.serving.http import Limits, build_app
+from oxillama.serving.http.anthropic import routes
 from oxillama.serving.http.anthropic.errors import anthropic_error
 from oxillama.serving.http.anthropic.routes import _generation_kwargs, render
 from oxillama.serving.http.anthropic.translate import check_blocks
@@ -186,6 +187,34 @@ def test_stream_events_come_in_anthropics_order(client: anthropic.Anthropic, url
     assert final.stop_reason == whole.stop_reason == delta["delta"]["stop_reason"]
     assert final.usage.output_tokens == whole.usage.output_tokens == delta["usage"]["output_tokens"]
     assert final.usage.input_tokens == whole.usage.input_tokens
+
+
+def test_a_quiet_stream_sends_pings(
+    client: anthropic.Anthropic, url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Any wait between pieces is "quiet" at this bound.
+    monkeypatch.setattr(routes, "PING_SECONDS", 1e-6)
+    body = {"model": MODEL, "system": SYSTEM, "messages": CHAT, "max_tokens": 24, **GREEDY}
+    kinds = [k for k, _ in wire_events(url, body)]
+    assert kinds.count("ping") > 1
+    # Pings aside, the order is unchanged.
+    rest = [k for k in kinds if k != "ping"]
+    assert rest[0] == "message_start" and rest[-2:] == ["message_delta", "message_stop"]
+    with client.messages.stream(
+        model=MODEL, system=SYSTEM, messages=CHAT, max_tokens=24, extra_body=GREEDY
+    ) as s:
+        final = s.get_final_message()
+    whole = client.messages.create(
+        model=MODEL, system=SYSTEM, messages=CHAT, max_tokens=24, extra_body=GREEDY
+    )
+    assert text_of(final.content) == text_of(whole.content)
+    # A client leaving mid-stream, a ping's wait pending, frees the server.
+    for _ in range(3):
+        with client.messages.stream(
+            model=MODEL, messages=CHAT, max_tokens=200, extra_body=GREEDY
+        ) as s:
+            next(iter(s))
+    assert client.messages.create(model=MODEL, messages=CHAT, max_tokens=2).content
 
 
 def test_stop_reasons_max_tokens_and_stop_sequence(client: anthropic.Anthropic) -> None:

@@ -107,8 +107,8 @@ def messages_paths(*, guarded: bool) -> dict[str, Schema]:
                 "'data: <JSON>' line: message_start, ping, then per content block "
                 "content_block_start, content_block_delta (text_delta, thinking_delta or "
                 "input_json_delta) and content_block_stop, then message_delta (stop_reason, "
-                "stop_sequence, usage) and message_stop; an 'error' event if the "
-                "generation fails midway.",
+                "stop_sequence, usage) and message_stop; a ping whenever 10 seconds pass "
+                "without an event; an 'error' event if the generation fails midway.",
             }
         }
     }

@@ -4,6 +4,8 @@ rendering, tool grammars, reasoning split and sessions)."""
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import json
 import logging
 import uuid
@@ -34,6 +36,9 @@ from oxillama.serving.http.tools import ToolRequest, tool_request
 __all__ = ["count_tokens", "messages"]
 
 log = logging.getLogger("oxillama.server")
+
+#: Seconds a stream may go without an event before a ``ping`` is sent.
+PING_SECONDS = 10.0
 
 
 class Server(Protocol):
@@ -214,6 +219,10 @@ class _Stream(StreamingResponse):
             await self._on_close()
 
 
+async def _next(pieces: AsyncIterator[str]) -> str | None:
+    return await anext(pieces, None)
+
+
 def _event(obj: Mapping[str, Any]) -> bytes:
     return f"event: {obj['type']}\ndata: {json.dumps(obj)}\n\n".encode()
 
@@ -311,7 +320,18 @@ async def messages(server: Server, request: Request) -> Response:
             while piece is not None:
                 for e in blocks.feed(piece):
                     yield _event(e)
-                piece = await anext(pieces, None)
+                step = asyncio.ensure_future(_next(pieces))
+                try:
+                    # A quiet stream (a long prompt queued, a slow batch)
+                    # still shows the client it is alive.
+                    while not (await asyncio.wait({step}, timeout=PING_SECONDS))[0]:
+                        yield _event({"type": "ping"})
+                    piece = step.result()
+                finally:
+                    if not step.done():
+                        step.cancel()
+                        with contextlib.suppress(asyncio.CancelledError):
+                            await step
             for e in blocks.finish():
                 yield _event(e)
             if lease is not None:
