@@ -353,6 +353,31 @@ def test_tool_choice_none_and_auto_reply_in_text(client: anthropic.Anthropic) ->
         assert r.content and r.content[0].type == "text", choice
 
 
+def test_strict_tools_under_auto(
+    client: anthropic.Anthropic, thinking_engine: ThinkingEngine, thinker: anthropic.Anthropic
+) -> None:
+    strict: Any = [{**t, "strict": True} for t in TOOLS]
+    server = build_app(thinking_engine, model_name=MODEL).state.server
+    body: Any = {"messages": ASK, "tools": strict, "max_tokens": 60}
+    prompt = render(server, body)
+    kwargs = _generation_kwargs(server, body, prompt)
+    # A call, once its marker is written, runs under the tools' grammar.
+    assert prompt.tools is not None and prompt.tools.lazy is not None
+    assert (kwargs["grammar_trigger"], kwargs["grammar"]) == prompt.tools.lazy
+    loose = {**body, "tools": TOOLS}
+    plain = _generation_kwargs(server, loose, render(server, loose))
+    assert "grammar" not in plain and "grammar_trigger" not in plain
+    # The lazy grammar cannot run in a session turn: refused, not dropped.
+    with pytest.raises(anthropic.BadRequestError, match="session"):
+        client.messages.create(
+            model=MODEL,
+            messages=ASK,
+            tools=strict,
+            max_tokens=4,
+            extra_headers={"X-Session-Id": "anthropic-strict"},
+        )
+
+
 # ---------------------------------------------------------------- langchain
 
 
