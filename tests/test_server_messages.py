@@ -675,7 +675,7 @@ VALUES = st.sampled_from(
 )
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=200, deadline=None)
 @given(data=st.data())
 def test_the_servers_checker_agrees_with_a_reference_validator(
     document: dict[str, Any], data: st.DataObject
