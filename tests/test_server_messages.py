@@ -390,6 +390,19 @@ def test_langchains_chat_anthropic_gets_a_reply(url: str) -> None:
     assert reply.response_metadata["stop_reason"] in ("end_turn", "max_tokens")
 
 
+def test_langchain_binds_a_tool_and_gets_its_call(url: str) -> None:
+    llm = ChatAnthropic(  # type: ignore[call-arg]
+        model=MODEL, base_url=url, api_key=KEY, max_tokens=80, temperature=0, max_retries=0
+    )
+    reply = llm.bind_tools([TOOLS[0]], tool_choice="get_weather").invoke(
+        "What's the weather in Paris?"
+    )
+    calls = reply.tool_calls  # type: ignore[attr-defined]
+    assert [c["name"] for c in calls] == ["get_weather"]
+    jsonschema.validate(calls[0]["args"], WEATHER)
+    assert reply.response_metadata["stop_reason"] == "tool_use"
+
+
 # ---------------------------------------------------------------- thinking
 
 
