@@ -446,7 +446,9 @@ def test_thinking_blocks_whole_and_streamed(thinker: anthropic.Anthropic) -> Non
     omitted = thinker.messages.create(
         **{**kw, "thinking": {"type": "enabled", "budget_tokens": 1024, "display": "omitted"}}
     )
-    assert omitted.content[0].type == "thinking" and omitted.content[0].thinking == ""  # type: ignore[union-attr]
+    assert omitted.content[0].type == "thinking" and omitted.content[0].thinking == ""
+    with pytest.raises(anthropic.BadRequestError, match="tool_choice"):
+        thinker.messages.create(**kw, tools=TOOLS, tool_choice={"type": "any"})  # type: ignore[union-attr]
 
 
 def test_thinking_on_a_server_that_does_not_split_is_refused(

@@ -91,6 +91,15 @@ def _thinking(server: Server, body: Mapping[str, Any], variables: dict[str, Any]
     if thinking["type"] == "disabled":
         variables["enable_thinking"] = False
         return
+    choice = (body.get("tool_choice") or {}).get("type")
+    if choice in ("any", "tool"):
+        # As Anthropic's API: a forced call leaves no room to reason first.
+        raise ApiError(
+            400,
+            f"thinking cannot be enabled when tool_choice forces a call ('{choice}'); "
+            "use tool_choice 'auto' or 'none'",
+            param="thinking",
+        )
     if not server.splits_reasoning:
         raise ApiError(
             400,
