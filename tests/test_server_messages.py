@@ -10,6 +10,7 @@ server splits them (``--reasoning-format deepseek``)."""
 from __future__ import annotations
 
 import asyncio
+import itertools
 import json
 import urllib.error
 import urllib.request
@@ -27,8 +28,10 @@ from langchain_anthropic import ChatAnthropic
 from starlette.testclient import TestClient
 
 from oxillama import AsyncEngine, Completion
+from oxillama.decoding.reasoning import ReasoningSplitter
 from oxillama.serving.http import Limits, build_app
 from oxillama.serving.http.anthropic import routes
+from oxillama.serving.http.anthropic.blocks import Blocks
 from oxillama.serving.http.anthropic.errors import anthropic_error
 from oxillama.serving.http.anthropic.routes import _generation_kwargs, render
 from oxillama.serving.http.anthropic.translate import check_blocks
@@ -817,3 +820,78 @@ def test_every_tool_history_renders_through_each_models_template(
         assert "Error: 42" in prompt.text and "Thanks!" in prompt.text and "add" in prompt.text
     # Earlier thinking is not rendered again.
     assert "SECRET-REASONING" not in prompt.text
+
+
+# ---------------------------------------------------------------- blocks
+
+REPLIES = [
+    # (reply text, the prompt opened the reasoning)
+    (
+        "<think>\nWhy not.</think>\n\nHello <tool_call>\n"
+        '{"name": "add", "arguments": {"a": 1, "b": 2}}\n</tool_call>',
+        False,
+    ),
+    (
+        'Why not.</think>\n\n<tool_call>\n{"name": "add", "arguments": {"a": 1, "b": 2}}'
+        '\n</tool_call>\n<tool_call>\n{"name": "get_weather", "arguments": {"city": "Oslo"}}'
+        "\n</tool_call>",
+        True,
+    ),
+    ("Just text, no markers </think> at all.", False),
+    ('  \n<tool_call>\n{"name": "add", "arguments": {"a": 1}', False),
+]
+
+
+def _stream_blocks(text: str, inside: bool, cuts: list[int]) -> tuple[list[Any], list[Any]]:
+    blocks = Blocks(ReasoningSplitter(inside=inside), "qwen")
+    bounds = [0, *sorted({c % (len(text) + 1) for c in cuts}), len(text)]
+    events = [e for a, b in itertools.pairwise(bounds) for e in blocks.feed(text[a:b])]
+    return events + blocks.finish(), blocks.content
+
+
+@settings(max_examples=100, deadline=None)
+@given(st.lists(st.integers(min_value=0, max_value=300), max_size=10))
+def test_blocks_are_the_same_however_the_reply_is_cut(cuts: list[int]) -> None:
+    for text, inside in REPLIES:
+        _, whole = _stream_blocks(text, inside, [])
+        events, content = _stream_blocks(text, inside, cuts)
+        strip = [{k: v for k, v in b.items() if k != "id"} for b in content]
+        assert strip == [{k: v for k, v in b.items() if k != "id"} for b in whole]
+        # Every block starts, gets its deltas, and stops, one at a time, in order.
+        rebuilt: list[dict[str, Any]] = []
+        open_at = None
+        for e in events:
+            if e["type"] == "content_block_start":
+                assert open_at is None and e["index"] == len(rebuilt)
+                rebuilt.append(dict(e["content_block"]))
+                open_at = e["index"]
+            elif e["type"] == "content_block_delta":
+                assert e["index"] == open_at
+                d, b = e["delta"], rebuilt[-1]
+                if d["type"] == "input_json_delta":
+                    b["input"] = json.loads(d["partial_json"])
+                else:
+                    key = "thinking" if d["type"] == "thinking_delta" else "text"
+                    b[key] += d[key]
+            else:
+                assert e == {"type": "content_block_stop", "index": open_at}
+                open_at = None
+        assert open_at is None and rebuilt == content
+
+
+def test_the_blocks_of_each_reply() -> None:
+    kinds = [[b["type"] for b in _stream_blocks(t, i, [])[1]] for t, i in REPLIES]
+    assert kinds == [
+        ["thinking", "text", "tool_use"],
+        ["thinking", "tool_use", "tool_use"],
+        ["text"],
+        # An unfinished call is text; the blank before it stays with it.
+        ["text"],
+    ]
+    first = _stream_blocks(*REPLIES[0], [])[1]
+    assert first[0]["thinking"] == "Why not." and first[1]["text"] == "Hello "
+    assert first[2]["input"] == {"a": 1, "b": 2} and first[2]["id"].startswith("toolu_")
+    blocks = Blocks(None, "qwen", single=True)
+    blocks.feed(REPLIES[1][0].split("</think>\n\n")[1])
+    blocks.finish()
+    assert [b["name"] for b in blocks.content] == ["add"] and blocks.calls == 1
