@@ -220,6 +220,19 @@ def test_a_quiet_stream_sends_pings(
     assert client.messages.create(model=MODEL, messages=CHAT, max_tokens=2).content
 
 
+def test_sampling_fields_reach_the_sampler(client: anthropic.Anthropic) -> None:
+    kw: Any = {"model": MODEL, "messages": CHAT, "max_tokens": 16}
+    greedy = text_of(client.messages.create(**kw, extra_body=GREEDY).content)
+    # At temperature 1, a top-k of 1 or a vanishing top-p leaves the likeliest token.
+    for narrow in ({"top_k": 1}, {"top_p": 1e-9}):
+        r = client.messages.create(
+            **kw, metadata={"user_id": "u-1"}, extra_body={"temperature": 1, **narrow}
+        )
+        assert text_of(r.content) == greedy, narrow
+    with pytest.raises(anthropic.BadRequestError, match="temperature"):
+        client.messages.create(**kw, extra_body={"temperature": 1.5})
+
+
 def test_stop_reasons_max_tokens_and_stop_sequence(client: anthropic.Anthropic) -> None:
     r = client.messages.create(model=MODEL, messages=CHAT, max_tokens=2, extra_body=GREEDY)
     assert r.stop_reason == "max_tokens" and r.usage.output_tokens == 2
