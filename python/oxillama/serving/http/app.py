@@ -49,6 +49,9 @@ from oxillama.serving.async_session import AsyncSession
 from oxillama.serving.http import session_routes, text_routes
 from oxillama.serving.http import webui as webui_files
 from oxillama.serving.http.access_log import RequestLog, note
+from oxillama.serving.http.anthropic import errors as anthropic_errors
+from oxillama.serving.http.anthropic import routes as anthropic_routes
+from oxillama.serving.http.anthropic.schemas import definitions as anthropic_definitions
 from oxillama.serving.http.api_error import ApiError, error_body, from_library_error
 from oxillama.serving.http.auth import ApiKeys, AuthMiddleware
 from oxillama.serving.http.embeddings_route import embeddings
@@ -173,7 +176,10 @@ class Server:
         #: Under a context shift a prompt may fill the context.
         self.shifts = engine.engine.context_shift is not None
         self.schemas = RequestSchemas(self.n_ctx, self.vocab, limits, chars, self.shifts)
-        self.defs = self.schemas.definitions(dim=int(engine.engine.config["n_embd"]))
+        self.defs = {
+            **self.schemas.definitions(dim=int(engine.engine.config["n_embd"])),
+            **anthropic_definitions(self.schemas),
+        }
         self.sessions = SessionTable(
             engine,
             max_sessions=limits.max_sessions,
@@ -752,6 +758,12 @@ class Server:
     async def rerank(self, request: Request) -> Response:
         return await rerank(self, request)
 
+    async def messages(self, request: Request) -> Response:
+        return await anthropic_routes.messages(self, request)
+
+    async def count_tokens(self, request: Request) -> Response:
+        return await anthropic_routes.count_tokens(self, request)
+
     async def tokenize(self, request: Request) -> Response:
         return await text_routes.tokenize(self, request)
 
@@ -884,7 +896,8 @@ def _guarded(handler: Callable[[Request], Awaitable[Response]]) -> Callable[...,
 async def _http_error(request: Request, exc: Exception) -> Response:
     assert isinstance(exc, HTTPException)
     kind = "not_found_error" if exc.status_code == 404 else "invalid_request_error"
-    return ApiError(exc.status_code, str(exc.detail), kind=kind, headers=exc.headers).response()
+    err = ApiError(exc.status_code, str(exc.detail), kind=kind, headers=exc.headers)
+    return anthropic_errors.for_path(request.url.path, err)
 
 
 def build_app(
@@ -909,7 +922,8 @@ def build_app(
     hibernated (replicas sharing it can hand sessions to each other).
     With ``api_keys``, every ``/v1/*`` route, the text tools
     (``/tokenize``, ``/detokenize``, ``/apply-template``), ``/rerank`` and, with
-    ``metrics_auth``, ``/metrics`` require ``Authorization: Bearer <key>``. ``limits``
+    ``metrics_auth``, ``/metrics`` require ``Authorization: Bearer <key>``
+    (or Anthropic's ``x-api-key: <key>``). ``limits``
     bounds what one request may ask for (:class:`Limits`). ``tool_format``
     overrides the tool-call syntax read from the chat template. A session
     is named by the body's ``session`` or the ``X-Session-Id`` header; with
@@ -948,6 +962,12 @@ def build_app(
         Route("/v1/embeddings", _guarded(s.embeddings), methods=["POST"]),
         Route("/v1/rerank", _guarded(s.rerank), methods=["POST"]),
         Route("/rerank", _guarded(s.rerank), methods=["POST"]),
+        Route("/v1/messages", anthropic_errors.guarded(s.messages), methods=["POST"]),
+        Route(
+            "/v1/messages/count_tokens",
+            anthropic_errors.guarded(s.count_tokens),
+            methods=["POST"],
+        ),
         Route("/tokenize", _guarded(s.tokenize), methods=["POST"]),
         Route("/detokenize", _guarded(s.detokenize), methods=["POST"]),
         Route("/apply-template", _guarded(s.apply_template), methods=["POST"]),

@@ -10,6 +10,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from oxillama._native import __version__
+from oxillama.serving.http.anthropic.openapi import messages_paths, messages_schemas
 from oxillama.serving.http.request_schemas import SESSION_ID
 
 __all__ = ["openapi_document"]
@@ -221,6 +222,7 @@ def openapi_document(
     )
     schemas: dict[str, Schema] = {
         **request_schemas,
+        **messages_schemas(),
         "Error": _ERROR,
         "Completion": _reply("text_completion", text_choice),
         "ChatCompletion": _reply("chat.completion", chat_choice),
@@ -365,6 +367,7 @@ def openapi_document(
         "/v1/chat/completions": {
             "post": generation("Reply to a conversation", "ChatCompletionRequest", "ChatCompletion")
         },
+        **messages_paths(guarded=v1),
         "/v1/embeddings": {
             "post": _operation(
                 "Embed texts or token ids",
@@ -519,7 +522,11 @@ def openapi_document(
         },
     }
     if auth:
-        components["securitySchemes"] = {"bearer": {"type": "http", "scheme": "bearer"}}
+        components["securitySchemes"] = {
+            "bearer": {"type": "http", "scheme": "bearer"},
+            # Anthropic's clients send the key in this header.
+            "apiKey": {"type": "apiKey", "in": "header", "name": "x-api-key"},
+        }
     return {
         "openapi": "3.1.0",
         "info": {
