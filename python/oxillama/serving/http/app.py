@@ -59,6 +59,13 @@ from oxillama.serving.http.merged import merged
 from oxillama.serving.http.metrics import ServerCollector, exposition
 from oxillama.serving.http.openapi import openapi_document
 from oxillama.serving.http.request_schemas import SESSION_ID, UNSUPPORTED, RequestSchemas
+from oxillama.serving.http.responses import (
+    StoredResponses,
+    create_response,
+    delete_response,
+    get_response,
+    response_request,
+)
 from oxillama.serving.http.schema_check import SchemaViolation, check
 from oxillama.serving.http.session_header import HEADER, with_session_header
 from oxillama.serving.http.session_notes import SessionNotes
@@ -157,6 +164,7 @@ class Server:
         self.shifts = engine.engine.context_shift is not None
         self.schemas = RequestSchemas(self.n_ctx, self.vocab, limits, chars, self.shifts)
         self.defs = self.schemas.definitions(dim=int(engine.engine.config["n_embd"]))
+        self.defs["ResponseRequest"] = response_request(self.schemas)
         self.sessions = SessionTable(
             engine,
             max_sessions=limits.max_sessions,
@@ -165,6 +173,9 @@ class Server:
             persist_turns=limits.persist_turns,
             max_kv_bytes=limits.max_session_memory,
         )
+        #: The stored responses' objects and conversations (their KV is
+        #: in their sessions).
+        self.responses = StoredResponses(sessions_dir)
         #: What clients keep beside each session (the chat page's titles
         #: and messages).
         self.notes = SessionNotes(sessions_dir)
@@ -722,6 +733,15 @@ class Server:
     async def apply_template(self, request: Request) -> Response:
         return await text_routes.apply_template(self, request)
 
+    async def responses_create(self, request: Request) -> Response:
+        return await create_response(self, request)
+
+    async def responses_get(self, request: Request) -> Response:
+        return await get_response(self, request)
+
+    async def responses_delete(self, request: Request) -> Response:
+        return await delete_response(self, request)
+
     async def models(self, request: Request) -> Response:
         return JSONResponse(
             {
@@ -904,6 +924,9 @@ def build_app(
         Route("/v1/completions", _guarded(s.completions), methods=["POST"]),
         Route("/v1/chat/completions", _guarded(s.chat), methods=["POST"]),
         Route("/v1/embeddings", _guarded(s.embeddings), methods=["POST"]),
+        Route("/v1/responses", _guarded(s.responses_create), methods=["POST"]),
+        Route("/v1/responses/{rid}", _guarded(s.responses_get), methods=["GET"]),
+        Route("/v1/responses/{rid}", _guarded(s.responses_delete), methods=["DELETE"]),
         Route("/tokenize", _guarded(s.tokenize), methods=["POST"]),
         Route("/detokenize", _guarded(s.detokenize), methods=["POST"]),
         Route("/apply-template", _guarded(s.apply_template), methods=["POST"]),
