@@ -23,8 +23,9 @@ Message = dict[str, Any]
 _ROLES = {"user": "user", "system": "system", "developer": "system", "assistant": "assistant"}
 #: Parts whose text a message carries.
 _TEXT_PARTS = ("input_text", "output_text", "text")
-#: Keys an output item sent back as input may carry beside its content.
-_ECHOED = {"id", "status", "type"}
+#: Keys an output item sent back as input may carry beside its content
+#: (they describe the item; the turn renders the same without them).
+_ECHOED = {"id", "status", "type", "phase"}
 
 
 @dataclass(frozen=True)
@@ -108,7 +109,7 @@ def chat_messages(items: Any) -> list[Message]:
                     f"'{where}.role' is {role!r}: one of user, system, developer, assistant",
                     "input",
                 )
-            extra = set(item) - _ECHOED - {"role", "content"}
+            extra = {k for k, v in item.items() if v is not None} - _ECHOED - {"role", "content"}
             if extra:
                 raise _bad(
                     f"'{where}' has fields this server does not read: {sorted(extra)}", "input"
