@@ -736,11 +736,10 @@ class Server:
     async def responses_create(self, request: Request) -> Response:
         return await create_response(self, request)
 
-    async def responses_get(self, request: Request) -> Response:
+    async def response(self, request: Request) -> Response:
+        if request.method == "DELETE":
+            return await delete_response(self, request)
         return await get_response(self, request)
-
-    async def responses_delete(self, request: Request) -> Response:
-        return await delete_response(self, request)
 
     async def models(self, request: Request) -> Response:
         return JSONResponse(
@@ -925,8 +924,7 @@ def build_app(
         Route("/v1/chat/completions", _guarded(s.chat), methods=["POST"]),
         Route("/v1/embeddings", _guarded(s.embeddings), methods=["POST"]),
         Route("/v1/responses", _guarded(s.responses_create), methods=["POST"]),
-        Route("/v1/responses/{rid}", _guarded(s.responses_get), methods=["GET"]),
-        Route("/v1/responses/{rid}", _guarded(s.responses_delete), methods=["DELETE"]),
+        Route("/v1/responses/{rid}", _guarded(s.response), methods=["GET", "DELETE"]),
         Route("/tokenize", _guarded(s.tokenize), methods=["POST"]),
         Route("/detokenize", _guarded(s.detokenize), methods=["POST"]),
         Route("/apply-template", _guarded(s.apply_template), methods=["POST"]),

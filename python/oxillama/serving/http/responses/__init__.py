@@ -5,7 +5,7 @@ response is a session holding its conversation's KV, so
 from __future__ import annotations
 
 from oxillama.serving.http.responses.route import create_response, delete_response, get_response
-from oxillama.serving.http.responses.schema import response_request
+from oxillama.serving.http.responses.schema import response_request, response_schemas
 from oxillama.serving.http.responses.store import StoredResponses
 
 __all__ = [
@@ -14,4 +14,5 @@ __all__ = [
     "delete_response",
     "get_response",
     "response_request",
+    "response_schemas",
 ]

@@ -13,7 +13,7 @@ from typing import Any
 
 from oxillama.serving.http.request_schemas import MAX_TOOLS, RequestSchemas
 
-__all__ = ["RESPONSE_ID", "response_request"]
+__all__ = ["RESPONSE_ID", "response_request", "response_schemas"]
 
 Schema = dict[str, Any]
 
@@ -121,3 +121,111 @@ def response_request(s: RequestSchemas) -> Schema:
         "required": ["input"],
         "additionalProperties": False,
     }
+
+
+def _obj(props: dict[str, Schema], optional: tuple[str, ...] = ()) -> Schema:
+    return {
+        "type": "object",
+        "properties": props,
+        "required": [k for k in props if k not in optional],
+    }
+
+
+def response_schemas() -> dict[str, Schema]:
+    """The reply schemas of the routes: the response object (the reply of
+    ``POST``, ``GET``, and the ``response`` of the stream's first and last
+    events) and the deletion's."""
+    string, integer = {"type": "string"}, {"type": "integer"}
+    status = {"type": "string", "enum": ["in_progress", "completed", "incomplete"]}
+    text_part = _obj(
+        {
+            "type": {"const": "output_text"},
+            "text": string,
+            "annotations": {"type": "array", "maxItems": 0},
+            "logprobs": {"type": "array"},
+        }
+    )
+    message = _obj(
+        {
+            "type": {"const": "message"},
+            "id": string,
+            "role": {"const": "assistant"},
+            "status": status,
+            "content": {"type": "array", "items": text_part},
+        }
+    )
+    call = _obj(
+        {
+            "type": {"const": "function_call"},
+            "id": string,
+            "call_id": string,
+            "name": string,
+            "arguments": {"type": "string", "description": "A JSON object, as a string"},
+            "status": status,
+        }
+    )
+    reasoning = _obj(
+        {
+            "type": {"const": "reasoning"},
+            "id": string,
+            "summary": {"type": "array", "maxItems": 0},
+            "content": {
+                "type": "array",
+                "items": _obj({"type": {"const": "reasoning_text"}, "text": string}),
+            },
+            "status": status,
+        }
+    )
+    usage = _obj(
+        {
+            "input_tokens": integer,
+            "input_tokens_details": _obj(
+                {
+                    "cached_tokens": {
+                        "type": "integer",
+                        "description": "Prompt tokens restored from the previous response's "
+                        "session instead of evaluated",
+                    },
+                    "cache_write_tokens": {
+                        "type": "integer",
+                        "description": "Prompt tokens evaluated into this response's session",
+                    },
+                }
+            ),
+            "output_tokens": integer,
+            "output_tokens_details": _obj({"reasoning_tokens": integer}),
+            "total_tokens": integer,
+        }
+    )
+    nullable_str = {"type": ["string", "null"]}
+    response = _obj(
+        {
+            "id": string,
+            "object": {"const": "response"},
+            "created_at": integer,
+            "completed_at": {"type": ["integer", "null"]},
+            "status": status,
+            "error": {"type": "null"},
+            "incomplete_details": {
+                "anyOf": [_obj({"reason": {"const": "max_output_tokens"}}), {"type": "null"}]
+            },
+            "instructions": nullable_str,
+            "max_output_tokens": {"type": ["integer", "null"]},
+            "model": string,
+            "output": {"type": "array", "items": {"anyOf": [message, call, reasoning]}},
+            "parallel_tool_calls": {"type": "boolean"},
+            "previous_response_id": nullable_str,
+            "store": {"type": "boolean"},
+            "temperature": {"type": "number"},
+            "text": _obj({"format": {"type": "object"}}),
+            "tool_choice": {"anyOf": [string, {"type": "object"}]},
+            "tools": {"type": "array", "items": {"type": "object"}},
+            "top_p": {"type": "number"},
+            "truncation": {"const": "disabled"},
+            "usage": {"anyOf": [usage, {"type": "null"}]},
+            "user": nullable_str,
+            "metadata": {"type": "object", "additionalProperties": string},
+        }
+    )
+    deleted = _obj({"id": string, "object": {"const": "response"}, "deleted": {"const": True}})
+    return {"Response": response, "ResponseDeleted": deleted}
