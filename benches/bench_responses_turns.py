@@ -1,8 +1,9 @@
 """Time to first token per turn of a 20-turn agent conversation through
 ``/v1/responses``: once chaining ``previous_response_id`` (each turn
-continues the stored response's session, so only the new input is
-evaluated) and once resending the whole history (``store: false``, every
-turn evaluates the whole conversation).
+continues the stored response's session, so only the previous reply and
+the new input are evaluated) and once resending the whole history
+(``store: false``: every turn's prompt is evaluated, but for the blocks
+the server's prefix cache holds from earlier requests).
 
     python benches/bench_responses_turns.py [--turns 20] [--threads N] [--json]
 

@@ -303,6 +303,27 @@ class AsyncSession:
             grammar_trigger,
         )
 
+    async def truncate(self, n: int) -> bool:
+        """Keeps the first ``n`` tokens of the context and forgets the rest
+        (as :meth:`Engine.truncate <oxillama.Engine.truncate>`), between
+        turns, on the scheduler's worker. Returns False, keeping everything,
+        when the session's KV is out of the pool (hibernated under memory
+        pressure): it cannot be cut there."""
+        state = self._conv.state
+        async with self._lock:
+            self._check_open()
+            if not 0 <= n <= self.n_past:
+                raise ParameterError(f"truncate: n must be between 0 and {self.n_past}, got {n}")
+
+            def cut() -> bool:
+                if state.swapped is not None:
+                    return False
+                state.truncate(n)
+                return True
+
+            fut = self._engine.scheduler.call(cut)
+            return bool(await asyncio.wrap_future(fut))
+
     # ------------------------------------------------------------- snapshots
 
     async def snapshot_bytes(self) -> bytes:

@@ -3,14 +3,16 @@
 (templates, tool calls, reasoning, JSON schemas).
 
 A stored response (``store``, the default) is a session of the server's
-session table, under the response's id, holding the KV of its whole
-conversation. ``previous_response_id`` forks that session into the new
-response's and renders the whole conversation: the session keeps the
-common prefix of its tokens and the new prompt (the stored history, when
-the template renders it the same way again) and evaluates only the rest,
-so the output is the one sending the whole history would give, and
-``usage.input_tokens_details.cached_tokens`` counts the tokens kept. The
-previous response stays as it was: it can be continued again (a branch).
+session table, under the response's id, holding the KV of its prompt (the
+reply's KV, computed row by row as it was decoded, is dropped: a prefill
+of the same tokens need not give the same bits). ``previous_response_id``
+forks that session into the new response's and renders the whole
+conversation: the session keeps the common prefix of its tokens and the
+new prompt (the stored history, when the template renders it the same way
+again) and evaluates only the rest, so the output is the one sending the
+whole history would give, and ``usage.input_tokens_details.cached_tokens``
+counts the tokens kept. The previous response stays as it was: it can be
+continued again (a branch).
 With ``store: false`` a continuation runs on a copy dropped afterwards,
 and a request without a previous response runs without a session."""
 
@@ -193,6 +195,12 @@ class _Turn:
             return
         try:
             if finished and self.ask.store:
+                # The reply's KV was computed one row at a time as it was
+                # decoded, which need not give the bits a prefill of the
+                # same tokens gives: the session keeps the prompt's KV only,
+                # so a continuation evaluates the reply with its new input,
+                # as sending the whole history would, and gives its tokens.
+                await lease.session.truncate(min(len(self.tokens), lease.session.n_past))
                 await lease.persist()
         finally:
             lease.release()
