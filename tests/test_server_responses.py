@@ -8,6 +8,7 @@ served."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 from collections.abc import Iterator
 from pathlib import Path
@@ -21,6 +22,7 @@ import pytest
 from openai.types.responses import ResponseStreamEvent
 
 from oxillama import AsyncEngine
+from oxillama.errors import ParameterError
 from oxillama.serving.http import Limits
 from tests._serve import serving
 
@@ -280,3 +282,53 @@ def test_stored_responses_obey_max_sessions(model_path: Path, tmp_path: Path) ->
         )
         assert a.usage is not None and b.usage is not None
         assert b.usage.input_tokens_details.cached_tokens >= a.usage.input_tokens
+
+
+def test_a_call_the_template_renders_otherwise_still_continues_exactly(
+    client: openai.OpenAI,
+) -> None:
+    """The model writes this call's arguments over several lines; the
+    history renders them on one, so the stored tokens and the new prompt
+    part where the call starts. The continuation still gives the whole
+    history's reply, token for token."""
+    ask: dict[str, Any] = {
+        "instructions": "You are a travel assistant. Use get_weather to look up the weather, "
+        "then answer the traveller in two sentences with advice on what to wear.",
+        "tools": [
+            {**WEATHER_TOOL, "description": "The current weather in a city: sky, temperature, wind"}
+        ],
+        "max_output_tokens": 48,
+        **GREEDY,
+    }
+    user = {"role": "user", "content": "I am flying to Paris tomorrow. What should I pack?"}
+    first = client.responses.create(input=[user], tool_choice="required", **ask)
+    [call] = first.output
+    assert call.type == "function_call"
+    out = {
+        "type": "function_call_output",
+        "call_id": call.call_id,
+        "output": json.dumps({"sky": "light rain", "celsius": 11, "wind_kmh": 20}),
+    }
+    chained = client.responses.create(input=[out], previous_response_id=first.id, **ask)
+    whole = client.responses.create(input=[user, call.model_dump(), out], store=False, **ask)
+    assert chained.output_text == whole.output_text
+    assert chained.usage is not None and first.usage is not None
+    assert chained.usage.input_tokens_details.cached_tokens == first.usage.input_tokens
+
+
+def test_an_async_session_truncates_between_turns(model_path: Path) -> None:
+    async def run() -> tuple[int, list[int], list[int]]:
+        engine = AsyncEngine(model_path, context_size=256, threads=2, max_batch=2)
+        try:
+            sess = engine.session()
+            await sess.generate("Once upon a time", 6, ignore_eos=True)
+            before = sess.tokens
+            assert await sess.truncate(3)
+            with pytest.raises(ParameterError):
+                await sess.truncate(4)
+            return sess.n_past, sess.tokens, before
+        finally:
+            await engine.close()
+
+    n_past, tokens, before = asyncio.run(run())
+    assert n_past == 3 and tokens == before[:3]
