@@ -177,6 +177,15 @@ def test_previous_response_id_restores_instead_of_prefilling(client: openai.Open
     assert again.output_text == second.output_text
     assert again.usage is not None
     assert again.usage.input_tokens_details.cached_tokens == stored
+    # Unstored, the continuation runs on a copy that does not outlive it.
+    unstored = client.responses.create(
+        input="And one that is yellow?", previous_response_id=first.id, store=False, **ask
+    )
+    assert unstored.output_text == second.output_text
+    with pytest.raises(openai.NotFoundError):
+        client.responses.retrieve(unstored.id)
+    live = httpx.get(str(client.base_url).removesuffix("/v1/") + "/v1/sessions").json()["data"]
+    assert not [s for s in live if s["id"].startswith("resp_tmp")]
 
 
 def test_text_format_json_schema_output_validates(client: openai.OpenAI) -> None:
