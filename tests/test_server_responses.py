@@ -99,6 +99,7 @@ def test_stream_events_come_in_order_and_match_the_sdk(client: openai.OpenAI, ur
         got = [e.type for e in s]
         final = s.get_final_response()
     assert got == kinds and final.output_text == text
+    assert client.responses.retrieve(final.id).output_text == text
     plain = client.responses.create(**ask)
     assert plain.output_text == text
 
