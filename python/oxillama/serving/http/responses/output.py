@@ -64,7 +64,8 @@ class OutputItems:
         events: list[Event] = []
         if reasoning:
             events += self._text("reasoning", reasoning)
-        content, new = answer, list[ToolCall]()
+        content = answer
+        new: list[ToolCall] = []
         if self.calls is not None:
             d = self.calls.delta(answer) if answer else {}
             if end:
