@@ -21,7 +21,7 @@ import pydantic
 import pytest
 from openai.types.responses import ResponseStreamEvent
 
-from oxillama import AsyncEngine
+from oxillama import AsyncEngine, SamplerConfig
 from oxillama.errors import ParameterError
 from oxillama.serving.http import Limits
 from tests._serve import serving
@@ -342,3 +342,68 @@ def test_an_async_session_truncates_between_turns(model_path: Path) -> None:
 
     n_past, tokens, before = asyncio.run(run())
     assert n_past == 3 and tokens == before[:3]
+
+
+def test_a_chat_session_turn_takes_strict_tools_under_auto(url: str) -> None:
+    """The lazy call grammar (strict tools, tool_choice auto) on a session
+    turn of the chat endpoint, which stored responses also run on (it was
+    refused before): the same reply as without a session."""
+    strict = {
+        "type": "function",
+        "function": {
+            "name": WEATHER_TOOL["name"],
+            "parameters": WEATHER_TOOL["parameters"],
+            "strict": True,
+        },
+    }
+    body = {
+        "model": MODEL,
+        "messages": [
+            {"role": "system", "content": "Always answer by calling get_weather."},
+            {"role": "user", "content": "What's the weather in Paris?"},
+        ],
+        "tools": [strict],
+        "temperature": 0,
+        "max_tokens": 60,
+    }
+
+    def reply(headers: dict[str, str]) -> dict[str, Any]:
+        r = httpx.post(url + "/v1/chat/completions", json=body, headers=headers, timeout=60)
+        assert r.status_code == 200, r.text
+        msg: dict[str, Any] = r.json()["choices"][0]["message"]
+        for call in msg.get("tool_calls") or []:
+            call.pop("id")
+        return msg
+
+    session, plain = reply({"X-Session-Id": "strict-auto"}), reply({})
+    assert session == plain
+    # (SmolLM2 answers this in text: the grammar stays armed, unfired.)
+    for call in session.get("tool_calls") or []:
+        jsonschema.validate(json.loads(call["function"]["arguments"]), WEATHER_TOOL["parameters"])
+
+
+def test_a_lazy_grammar_fires_in_a_session_turn(model_path: Path) -> None:
+    """A session turn's grammar waits for its trigger, then holds the rest
+    of the reply, as a one-shot request's does."""
+
+    async def run() -> tuple[str, str, str]:
+        engine = AsyncEngine(model_path, context_size=256, threads=2, max_batch=2)
+        try:
+            msgs = [{"role": "user", "content": "Say something."}]
+            greedy = SamplerConfig.greedy()
+            free = await engine.session(sampler=greedy).chat(msgs, 8)
+            trigger = free.text.split()[0]
+            grammar = 'root ::= " forty-two"'
+            sess = engine.session(sampler=greedy)
+            lazy = await sess.chat(msgs, 16, grammar=grammar, grammar_trigger=trigger)
+            prompt = engine.tokenize(engine.engine.apply_chat_template(msgs))
+            one_shot = await engine.generate(
+                prompt, 16, sampler=greedy, grammar=grammar, grammar_trigger=trigger
+            )
+            return trigger, lazy.text, one_shot.text
+        finally:
+            await engine.close()
+
+    trigger, lazy, one_shot = asyncio.run(run())
+    assert lazy == one_shot
+    assert lazy.endswith(trigger + " forty-two")

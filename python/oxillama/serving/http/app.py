@@ -572,12 +572,7 @@ class Server:
             if treq.grammar is not None:
                 opts.kwargs["grammar"] = treq.grammar
             if treq.lazy is not None:
-                if opts.session is not None:
-                    raise ApiError(
-                        400,
-                        "strict tools with tool_choice 'auto' cannot continue a session",
-                        param="tools",
-                    )
+                # A session turn takes it as a one-shot request does.
                 opts.kwargs["grammar_trigger"], opts.kwargs["grammar"] = treq.lazy
             messages, tool_vars = treq.template_input(messages)
             variables.update(tool_vars)
