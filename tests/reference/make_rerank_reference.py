@@ -211,6 +211,7 @@ def write_fixture(f: Flavour, path: Path) -> None:
         w.add_tensor(p + "ffn_down.bias", vec(e))
         w.add_tensor(p + "layer_output_norm.weight", vec(e, 0.1, 1.0))
         w.add_tensor(p + "layer_output_norm.bias", vec(e))
+
     def head(name: str, x: np.ndarray) -> None:
         ty = gguf.GGMLQuantizationType[f.head_type]
         if ty == gguf.GGMLQuantizationType.F32:

@@ -65,6 +65,13 @@ from oxillama.serving.http.metrics import ServerCollector, exposition
 from oxillama.serving.http.openapi import openapi_document
 from oxillama.serving.http.request_schemas import SESSION_ID, UNSUPPORTED, RequestSchemas
 from oxillama.serving.http.rerank_route import rerank
+from oxillama.serving.http.responses import (
+    StoredResponses,
+    create_response,
+    delete_response,
+    get_response,
+    response_request,
+)
 from oxillama.serving.http.schema_check import SchemaViolation, check
 from oxillama.serving.http.session_header import HEADER, with_session_header
 from oxillama.serving.http.session_notes import SessionNotes
@@ -180,6 +187,7 @@ class Server:
             **self.schemas.definitions(dim=int(engine.engine.config["n_embd"])),
             **anthropic_definitions(self.schemas),
         }
+        self.defs["ResponseRequest"] = response_request(self.schemas)
         self.sessions = SessionTable(
             engine,
             max_sessions=limits.max_sessions,
@@ -188,6 +196,9 @@ class Server:
             persist_turns=limits.persist_turns,
             max_kv_bytes=limits.max_session_memory,
         )
+        #: The stored responses' objects and conversations (their KV is
+        #: in their sessions).
+        self.responses = StoredResponses(sessions_dir)
         #: What clients keep beside each session (the chat page's titles
         #: and messages).
         self.notes = SessionNotes(sessions_dir)
@@ -592,12 +603,7 @@ class Server:
             if treq.grammar is not None:
                 opts.kwargs["grammar"] = treq.grammar
             if treq.lazy is not None:
-                if opts.session is not None:
-                    raise ApiError(
-                        400,
-                        "strict tools with tool_choice 'auto' cannot continue a session",
-                        param="tools",
-                    )
+                # A session turn takes it as a one-shot request does.
                 opts.kwargs["grammar_trigger"], opts.kwargs["grammar"] = treq.lazy
             messages, tool_vars = treq.template_input(messages)
             variables.update(tool_vars)
@@ -772,6 +778,14 @@ class Server:
 
     async def apply_template(self, request: Request) -> Response:
         return await text_routes.apply_template(self, request)
+
+    async def responses_create(self, request: Request) -> Response:
+        return await create_response(self, request)
+
+    async def response(self, request: Request) -> Response:
+        if request.method == "DELETE":
+            return await delete_response(self, request)
+        return await get_response(self, request)
 
     async def models(self, request: Request) -> Response:
         return JSONResponse(
@@ -968,6 +982,8 @@ def build_app(
             anthropic_errors.guarded(s.count_tokens),
             methods=["POST"],
         ),
+        Route("/v1/responses", _guarded(s.responses_create), methods=["POST"]),
+        Route("/v1/responses/{rid}", _guarded(s.response), methods=["GET", "DELETE"]),
         Route("/tokenize", _guarded(s.tokenize), methods=["POST"]),
         Route("/detokenize", _guarded(s.detokenize), methods=["POST"]),
         Route("/apply-template", _guarded(s.apply_template), methods=["POST"]),

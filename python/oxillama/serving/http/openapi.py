@@ -12,6 +12,7 @@ from typing import Any
 from oxillama._native import __version__
 from oxillama.serving.http.anthropic.openapi import messages_paths, messages_schemas
 from oxillama.serving.http.request_schemas import SESSION_ID
+from oxillama.serving.http.responses.schema import RESPONSE_ID, response_schemas
 
 __all__ = ["openapi_document"]
 
@@ -223,6 +224,7 @@ def openapi_document(
     schemas: dict[str, Schema] = {
         **request_schemas,
         **messages_schemas(),
+        **response_schemas(),
         "Error": _ERROR,
         "Completion": _reply("text_completion", text_choice),
         "ChatCompletion": _reply("chat.completion", chat_choice),
@@ -328,6 +330,14 @@ def openapi_document(
             "schema": {"type": "string", "pattern": SESSION_ID},
         }
     ]
+    rid = [
+        {
+            "name": "rid",
+            "in": "path",
+            "required": True,
+            "schema": {"type": "string", "pattern": RESPONSE_ID},
+        }
+    ]
     paths: Schema = {
         "/health": {
             "get": _operation("Liveness", ok("Alive", _json({"type": "object"})), (), guarded=False)
@@ -368,6 +378,50 @@ def openapi_document(
             "post": generation("Reply to a conversation", "ChatCompletionRequest", "ChatCompletion")
         },
         **messages_paths(guarded=v1),
+        "/v1/responses": {
+            "post": _operation(
+                "Reply to input items, optionally continuing a stored response "
+                "(OpenAI's Responses API)",
+                ok(
+                    "The response, or its stream of events with 'stream': true",
+                    {
+                        **_json(_ref("Response")),
+                        "text/event-stream": {
+                            "schema": {
+                                "type": "string",
+                                "description": "Server-sent events 'event: <type>' / 'data: "
+                                "<event JSON>' with sequence_number: response.created, "
+                                "response.in_progress, then per output item "
+                                "response.output_item.added, its parts and deltas "
+                                "(output_text, reasoning_text, function_call_arguments) "
+                                "and response.output_item.done, then response.completed "
+                                "(response.incomplete when cut by max_output_tokens), or an "
+                                "'error' event if the generation fails midway.",
+                            }
+                        },
+                    },
+                ),
+                ("404", "503"),
+                guarded=v1,
+                body="ResponseRequest",
+            )
+        },
+        "/v1/responses/{rid}": {
+            "get": _operation(
+                "A stored response",
+                ok("The response", _json(_ref("Response"))),
+                ("404",),
+                guarded=v1,
+                params=rid,
+            ),
+            "delete": _operation(
+                "Delete a stored response and its session",
+                ok("Deleted", _json(_ref("ResponseDeleted"))),
+                ("404",),
+                guarded=v1,
+                params=rid,
+            ),
+        },
         "/v1/embeddings": {
             "post": _operation(
                 "Embed texts or token ids",

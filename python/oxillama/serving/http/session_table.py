@@ -154,6 +154,19 @@ class SessionTable:
         a drain) and has not restored since."""
         return len(self._on_disk)
 
+    def has(self, sid: str) -> bool:
+        """Whether ``sid`` is live or has its file in the folder."""
+        sess = self._live.get(sid)
+        if sess is not None and not sess.closed:
+            return True
+        path = self.path(sid)
+        return path is not None and path.is_file()
+
+    def gone_error(self, sid: str) -> ApiError | None:
+        """The 404 a request for the evicted session ``sid`` gets (saying
+        why), or None when it was not evicted."""
+        return self._evicted_error(sid) if sid in self._evicted else None
+
     # -------------------------------------------------------------- gates
 
     async def _enter(self, sid: str) -> None:
