@@ -15,6 +15,11 @@ per layer read per token).
   vocabulary 151,936, 4 layers; Q4_K_M's types (Q4_K, Q6_K for the output
   matrix and for attn_v / ffn_down_exps on the layers llama.cpp gives more
   bits).
+- ``gpt-oss``: gpt-oss-20b's shape: width 2880, 64 heads of 64 (8 KV
+  heads) with biases and attention sinks, sliding-window (128) and global
+  layers alternating, YaRN, 32 experts with 4 active, expert FFN 2880 with
+  biases, vocabulary 201,088, 4 layers; MXFP4 experts and Q8_0 for the
+  rest, as llama-quantize's MXFP4_MOE leaves them.
 
 Each slice is timed by ``bench_vs_llamacpp.py`` exactly as the real models
 are: each engine in a fresh process, warmed with a full prefill and a full
@@ -38,10 +43,20 @@ import subprocess
 import sys
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 from _cpu import describe as describe_cpu
-from bench_bandwidth import DEFAULT, QK_K, _more_bits, _q4_k, _q6_k, read_bandwidth
+from bench_bandwidth import (
+    DEFAULT,
+    QK_K,
+    _f16,
+    _kind_blocks,
+    _more_bits,
+    _q4_k,
+    _q6_k,
+    read_bandwidth,
+)
 
 HERE = Path(__file__).resolve().parent
 RATIO = re.compile(r"threads=\d+: pp ([\d.]+)x\s+tg ([\d.]+)x")
@@ -51,7 +66,7 @@ ROW = re.compile(r"^\s+\d+\s+(oxillama|llama\.cpp)\s+([\d.]+)\s+([\d.]+)", re.M)
 @dataclass(frozen=True)
 class MoeShape:
     name: str
-    arch: str
+    arch: str  # also the kind of file written: qwen3moe (Q4_K_M) or gpt-oss (MXFP4)
     n_layer: int
     n_embd: int
     n_head: int
@@ -68,11 +83,23 @@ SLICES = {
     "qwen3moe": MoeShape(
         "Qwen3-30B-A3B, 4-layer slice", "qwen3moe", 4, 2048, 32, 4, 128, 128, 8, 768, 151936, 1e6
     ),
+    "gpt-oss": MoeShape(
+        "gpt-oss-20b, 4-layer slice", "gpt-oss", 4, 2880, 64, 8, 64, 32, 4, 2880, 201088, 150000.0
+    ),
 }
 
 
 def path_for(slice_name: str) -> Path:
-    return DEFAULT.with_name(f"synthetic-{slice_name}-slice-q4_k_m.gguf")
+    kind = "mxfp4" if SLICES[slice_name].arch == "gpt-oss" else "q4_k_m"
+    return DEFAULT.with_name(f"synthetic-{slice_name}-slice-{kind}.gguf")
+
+
+def _q8_0(rng: np.random.Generator, rows: int, cols: int) -> np.ndarray:
+    """Random Q8_0 rows: a small d and random 8-bit quants."""
+    nb = rows * cols // 32
+    b = rng.integers(0, 256, size=(nb, 34), dtype=np.uint8)
+    b[:, 0:2] = _f16(rng.uniform(1e-4, 3e-4, nb))
+    return b.reshape(rows, cols // 32 * 34)
 
 
 def _experts(rng: np.random.Generator, six: bool, n: int, rows: int, cols: int) -> np.ndarray:
@@ -90,7 +117,6 @@ def write_slice(path: Path, s: MoeShape) -> None:
 
     meta = read_metadata(smollm2_path())
     rng = np.random.default_rng(0)
-    q4, q6 = gguf.GGMLQuantizationType.Q4_K, gguf.GGMLQuantizationType.Q6_K
     tmp = path.with_suffix(".tmp")
     w = gguf.GGUFWriter(str(tmp), s.arch)
     w.add_name(f"synthetic {s.name}, Q4_K_M layout, random weights")
@@ -108,7 +134,11 @@ def write_slice(path: Path, s: MoeShape) -> None:
     w.add_rope_freq_base(s.rope_base)
     w.add_layer_norm_rms_eps(1e-6)
     w.add_vocab_size(s.n_vocab)
-    w.add_file_type(gguf.LlamaFileType.MOSTLY_Q4_K_M)
+    w.add_file_type(
+        gguf.LlamaFileType.MOSTLY_MXFP4_MOE
+        if s.arch == "gpt-oss"
+        else gguf.LlamaFileType.MOSTLY_Q4_K_M
+    )
     w.add_quantization_version(gguf.GGML_QUANT_VERSION)
     for key, value in meta.items():
         if not key.startswith("tokenizer.") or key == "tokenizer.chat_template":
@@ -128,6 +158,59 @@ def write_slice(path: Path, s: MoeShape) -> None:
             w.add_uint32(key, int(value))
         elif isinstance(value, bool):
             w.add_bool(key, value)
+    if s.arch == "gpt-oss":
+        _gpt_oss_tensors(w, s, rng)
+    else:
+        _qwen3moe_tensors(w, s, rng)
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file(progress=True)
+    w.close()
+    os.replace(tmp, path)
+
+
+def _gpt_oss_tensors(w: Any, s: MoeShape, rng: np.random.Generator) -> None:
+    import gguf
+
+    q8, mx = gguf.GGMLQuantizationType.Q8_0, gguf.GGMLQuantizationType.MXFP4
+    w.add_sliding_window(128)
+    w.add_rope_scaling_type(gguf.RopeScalingType.YARN)
+    w.add_rope_scaling_factor(32.0)
+    w.add_rope_scaling_orig_ctx_len(4096)
+    ones = np.ones(s.n_embd, dtype=np.float32)
+    w.add_tensor("token_embd.weight", _q8_0(rng, s.n_vocab, s.n_embd), raw_dtype=q8)
+    w.add_tensor("output_norm.weight", ones)
+    w.add_tensor("output.weight", _q8_0(rng, s.n_vocab, s.n_embd), raw_dtype=q8)
+    q_rows, kv_rows = s.n_head * s.head_dim, s.n_head_kv * s.head_dim
+    small = lambda *shape: rng.normal(0, 0.02, size=shape).astype(np.float32)  # noqa: E731
+    for i in range(s.n_layer):
+        w.add_tensor(f"blk.{i}.attn_norm.weight", ones)
+        w.add_tensor(f"blk.{i}.post_attention_norm.weight", ones)
+        for name, rows, cols in (
+            ("attn_q", q_rows, s.n_embd),
+            ("attn_k", kv_rows, s.n_embd),
+            ("attn_v", kv_rows, s.n_embd),
+            ("attn_output", s.n_embd, q_rows),
+        ):
+            w.add_tensor(f"blk.{i}.{name}.weight", _q8_0(rng, rows, cols), raw_dtype=q8)
+            w.add_tensor(f"blk.{i}.{name}.bias", small(rows))
+        w.add_tensor(f"blk.{i}.attn_sinks.weight", small(s.n_head))
+        w.add_tensor(f"blk.{i}.ffn_gate_inp.weight", small(s.n_expert, s.n_embd))
+        w.add_tensor(f"blk.{i}.ffn_gate_inp.bias", small(s.n_expert))
+        for name, rows, cols in (
+            ("ffn_gate_exps", s.n_ff_exp, s.n_embd),
+            ("ffn_up_exps", s.n_ff_exp, s.n_embd),
+            ("ffn_down_exps", s.n_embd, s.n_ff_exp),
+        ):
+            data = np.stack([_kind_blocks(rng, "mxfp4", rows, cols) for _ in range(s.n_expert)])
+            w.add_tensor(f"blk.{i}.{name}.weight", data, raw_dtype=mx)
+            w.add_tensor(f"blk.{i}.{name}.bias", small(s.n_expert, rows))
+
+
+def _qwen3moe_tensors(w: Any, s: MoeShape, rng: np.random.Generator) -> None:
+    import gguf
+
+    q4, q6 = gguf.GGMLQuantizationType.Q4_K, gguf.GGMLQuantizationType.Q6_K
     ones = np.ones(s.n_embd, dtype=np.float32)
     w.add_tensor("token_embd.weight", _q4_k(rng, s.n_vocab, s.n_embd), raw_dtype=q4)
     w.add_tensor("output_norm.weight", ones)
@@ -156,17 +239,19 @@ def write_slice(path: Path, s: MoeShape) -> None:
         ):
             data = _experts(rng, six, s.n_expert, rows, cols)
             w.add_tensor(f"blk.{i}.{name}.weight", data, raw_dtype=q6 if six else q4)
-    w.write_header_to_file()
-    w.write_kv_data_to_file()
-    w.write_tensors_to_file(progress=True)
-    w.close()
-    os.replace(tmp, path)
 
 
 def active_bytes(s: MoeShape) -> int:
     """Bytes one decode step reads when only the routed experts are read:
     the attention matrices, the router, n_expert_used experts' three
     matrices per layer, one embedding row and the output matrix."""
+    if s.arch == "gpt-oss":
+        q8, mx = 34 / 32, 17 / 32
+        q_rows, kv_rows = s.n_head * s.head_dim, s.n_head_kv * s.head_dim
+        attn = s.n_embd * (q_rows + 2 * kv_rows) * q8 + q_rows * s.n_embd * q8
+        experts = s.n_expert_used * 3 * s.n_ff_exp * s.n_embd * mx
+        router = s.n_expert * s.n_embd * 4
+        return int(s.n_layer * (attn + experts + router) + (1 + s.n_vocab) * s.n_embd * q8)
     q4 = 144 / QK_K
     q6 = 210 / QK_K
     total = 0.0
