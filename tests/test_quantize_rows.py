@@ -30,9 +30,10 @@ def test_rows_equal_ggml(key: str) -> None:
     assert hashlib.sha256(out).hexdigest() == REFS[key]
 
 
-def test_bytes_do_not_depend_on_threads() -> None:
+@pytest.mark.parametrize("name", ["Q4_K", "IQ2_XS", "IQ1_M"])
+def test_bytes_do_not_depend_on_threads(name: str) -> None:
     big = np.tile(rows(), (8, 1)).reshape(-1)
-    t = GGML_TYPES["Q4_K"]
+    t = GGML_TYPES[name]
     one = _native.quantize_rows(t, big, N_PER_ROW, W, 1)
     assert _native.quantize_rows(t, big, N_PER_ROW, W, 2) == one
     assert _native.quantize_rows(t, big, N_PER_ROW, W, 3) == one

@@ -184,3 +184,70 @@ pub fn iq1() -> &'static GridTable {
         GridTable::build(levels, 2, 3, 3)
     })
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn dist2(a: &[i8], b: &[i32]) -> i32 {
+        a.iter()
+            .zip(b)
+            .map(|(&x, &y)| (x as i32 - y) * (x as i32 - y))
+            .sum()
+    }
+
+    /// Every point maps to itself; every other key the quantizers can
+    /// form has candidates ordered by distance then index, starting with
+    /// every point at the least distance.
+    fn check(t: &GridTable, bits: usize, n_levels: usize, n_points: usize) {
+        for k in 0..n_points {
+            let u = t.point(k).iter().enumerate().fold(0usize, |u, (i, &v)| {
+                u | (((v - 1) / 2) as usize) << (bits * i)
+            });
+            assert!(matches!(t.lookup(u), Lookup::OnGrid(j) if j == k));
+        }
+        let mask = (1usize << bits) - 1;
+        let mut off_grid = 0;
+        for u in 0..1usize << (bits * t.dim) {
+            if (0..t.dim).any(|i| (u >> (bits * i)) & mask >= n_levels) {
+                continue;
+            }
+            let Lookup::Near(near) = t.lookup(u) else {
+                continue;
+            };
+            off_grid += 1;
+            let pos: Vec<i32> = (0..t.dim)
+                .map(|i| 2 * ((u >> (bits * i)) & mask) as i32 + 1)
+                .collect();
+            let d: Vec<(i32, u16)> = near
+                .iter()
+                .map(|&j| (dist2(t.point(j as usize), &pos), j))
+                .collect();
+            assert!(!d.is_empty() && d.windows(2).all(|w| w[0] < w[1]));
+            let least = (0..n_points)
+                .map(|j| dist2(t.point(j), &pos))
+                .min()
+                .unwrap();
+            let n_least = (0..n_points)
+                .filter(|&j| dist2(t.point(j), &pos) == least)
+                .count();
+            assert_eq!(d[0].0, least);
+            assert_eq!(d.iter().filter(|x| x.0 == least).count(), n_least);
+        }
+        assert!(off_grid > 0);
+    }
+
+    #[test]
+    fn iq3_tables_hold_every_point_and_nearest_neighbours() {
+        check(iq3xxs(), 3, 8, 256);
+        check(iq3s(), 3, 8, 512);
+    }
+
+    #[test]
+    fn iq2_and_iq1_tables_hold_every_point_and_nearest_neighbours() {
+        check(iq2xxs(), 2, 3, 256);
+        check(iq2xs(), 2, 3, 512);
+        check(iq2s(), 2, 3, 1024);
+        check(iq1(), 2, 3, 2048);
+    }
+}
