@@ -38,12 +38,12 @@ struct UnitBufs {
     q: Vec<f32>,
     scores: Vec<f32>,
     tile: Vec<f32>,
-    /// A whole split row's per-split value sums (`decode_many`).
-    partial: Vec<f32>,
 }
 
 thread_local! {
     static UNIT_BUFS: std::cell::RefCell<UnitBufs> = std::cell::RefCell::new(UnitBufs::default());
+    /// `weighted_values`' chunk sums (it never runs inside itself).
+    static CHUNK_SUMS: std::cell::RefCell<Vec<f32>> = const { std::cell::RefCell::new(Vec::new()) };
 }
 
 pub struct AttnParams<'a> {
@@ -280,7 +280,29 @@ fn scores(
     }
 }
 
-/// `acc_i += sum_j w_i[j - base] * v_j` over each query's keys, in key order.
+/// Keys whose weighted values are summed on their own before they join a
+/// query's output: the chunks `[k * VCHUNK, (k + 1) * VCHUNK)` of absolute
+/// key positions.
+///
+/// Why: a decode step splits a long key range across units, each summing
+/// its part, and a prefill sums a query's keys in one pass. Summed either
+/// way in plain key order, the two outputs differed in their last bits
+/// (then, after the activations' 8-bit rounding, by up to 0.8 in a
+/// logit), so KV written by a decode differed from a prefill's of the same
+/// tokens. With every path adding the same chunk sums, each formed from
+/// zero in key order, in chunk order, a query's output has the same bits
+/// whether it was decoded alone, in a batch, split across units or
+/// prefilled. A decode split is a run of whole chunks.
+const VCHUNK: usize = MIN_SPLIT;
+
+/// The chunks (indices) that keys `lo..hi` touch.
+fn chunks(lo: usize, hi: usize) -> std::ops::Range<usize> {
+    lo / VCHUNK..hi.div_ceil(VCHUNK)
+}
+
+/// `acc_i += sum_j w_i[j - base] * v_j` over each query's keys: the keys
+/// of each chunk (`VCHUNK`) summed from zero in key order, then added to
+/// `acc_i` in chunk order.
 #[allow(clippy::too_many_arguments)]
 fn weighted_values(
     vk: &VecKernels,
@@ -296,19 +318,63 @@ fn weighted_values(
     let lo = queries.iter().map(|q| q.lo).min().unwrap_or(0);
     let hi = queries.iter().map(|q| q.hi).max().unwrap_or(0);
     let raw_f16 = raw_f16(queries.len(), d);
-    tiles(vk, vals, lo, hi, d, buf, raw_f16, |j0, tile| {
-        for_runs(queries, j0, tile.len() / d, |(i0, i1), (a, b)| {
-            let (w, ys, ab) = (
-                &weights[i0 * stride + a - base..],
-                &mut accs[i0..i1],
-                (a - j0) * d..(b - j0) * d,
-            );
-            match tile {
-                Tile::F32(t) => (vk.axpy_block)(ys, w, stride, &t[ab]),
-                Tile::F16(t) => (vk.axpy_block_f16)(ys, w, stride, &t[ab]),
-            }
-        });
+    CHUNK_SUMS.with_borrow_mut(|sums| {
+        sums.clear();
+        sums.resize(queries.len() * d, 0.0);
+        chunk_sums(
+            vk,
+            queries,
+            vals,
+            d,
+            (lo, hi),
+            (base, stride),
+            weights,
+            accs,
+            buf,
+            raw_f16,
+            sums,
+        )
     });
+}
+
+/// `weighted_values`' loop, with its chunk sums' buffer.
+#[allow(clippy::too_many_arguments)]
+fn chunk_sums(
+    vk: &VecKernels,
+    queries: &[Query<'_>],
+    vals: KvView<'_>,
+    d: usize,
+    (lo, hi): (usize, usize),
+    (base, stride): (usize, usize),
+    weights: &[f32],
+    accs: &mut [&mut [f32]],
+    buf: &mut Vec<f32>,
+    raw_f16: bool,
+    sums: &mut [f32],
+) {
+    for k in chunks(lo, hi) {
+        let (c0, c1) = ((k * VCHUNK).max(lo), ((k + 1) * VCHUNK).min(hi));
+        sums.iter_mut().for_each(|x| *x = 0.0);
+        let mut parts: Vec<&mut [f32]> = sums.chunks_exact_mut(d).collect();
+        tiles(vk, vals, c0, c1, d, buf, raw_f16, |j0, tile| {
+            for_runs(queries, j0, tile.len() / d, |(i0, i1), (a, b)| {
+                let (w, ys, ab) = (
+                    &weights[i0 * stride + a - base..],
+                    &mut parts[i0..i1],
+                    (a - j0) * d..(b - j0) * d,
+                );
+                match tile {
+                    Tile::F32(t) => (vk.axpy_block)(ys, w, stride, &t[ab]),
+                    Tile::F16(t) => (vk.axpy_block_f16)(ys, w, stride, &t[ab]),
+                }
+            });
+        });
+        for (q, (acc, part)) in queries.iter().zip(accs.iter_mut().zip(&parts)) {
+            if q.lo < c1 && c0 < q.hi {
+                acc.iter_mut().zip(part.iter()).for_each(|(x, y)| *x += y);
+            }
+        }
+    }
 }
 
 /// Turns scores into normalized weights in place (`exp(s - max) / sum`,
@@ -451,11 +517,10 @@ fn decode(
     decode_many(pool, vk, layer, p, &mut [DecodeRow { cache, q, pos, out }]);
 }
 
-/// A split row's KV head in one unit, as its split units compute it: the
-/// scores of the whole span (`scores`, one row per head of the group) go
-/// through the row's softmax, then each split's keys are summed into a
-/// zeroed partial of its own, and `out(gi)` of each head gets the sum of
-/// the partials in split order: the bits of the three-step path.
+/// A split row's KV head in one unit: the scores of the whole span
+/// (`scores`, one row per head of the group) go through the row's softmax,
+/// then the values are summed chunk by chunk (`weighted_values`), the
+/// bits of the split units' path.
 #[allow(clippy::too_many_arguments)]
 fn whole_split_row<'o>(
     vk: &VecKernels,
@@ -464,7 +529,6 @@ fn whole_split_row<'o>(
     round: bool,
     d: usize,
     scores: &mut [f32],
-    partial: &mut Vec<f32>,
     tile: &mut Vec<f32>,
     out: impl Fn(usize) -> &'o mut [f32],
     sinks: impl Fn(usize) -> Option<f32>,
@@ -473,27 +537,29 @@ fn whole_split_row<'o>(
         softmax(vk, row, row_max(row), round, sinks(gi));
     }
     let group = scores.len() / pl.span;
-    partial.clear();
-    partial.resize(pl.n_split * group * d, 0.0);
-    for (s, part) in partial.chunks_exact_mut(group * d).enumerate() {
-        let mut accs: Vec<&mut [f32]> = part.chunks_exact_mut(d).collect();
-        split_values(vk, pl, s, vals, d, scores, &mut accs, tile);
-    }
-    for gi in 0..group {
-        let o = out(gi);
-        o.fill(0.0);
-        for part in partial.chunks_exact(group * d) {
-            o.iter_mut()
-                .zip(&part[gi * d..(gi + 1) * d])
-                .for_each(|(x, y)| *x += y);
-        }
-    }
+    let queries: Vec<Query<'_>> = (0..group)
+        .map(|_| Query {
+            q: &[],
+            lo: pl.lo,
+            hi: pl.lo + pl.span,
+        })
+        .collect();
+    let mut accs: Vec<&mut [f32]> = (0..group)
+        .map(|gi| {
+            let o = out(gi);
+            o.fill(0.0);
+            o
+        })
+        .collect();
+    weighted_values(
+        vk, &queries, vals, d, pl.lo, pl.span, scores, &mut accs, tile,
+    );
 }
 
-/// Split `s` of a row's values for the heads of one KV group: `accs[gi] +=`
-/// the split's keys weighted by head gi's row of `weights` (`group x
-/// span`, from the row's first key). The one computation of a split, for
-/// the split units and for `whole_split_row` alike, so both give its bits.
+/// Split `s` of a row's values for the heads of one KV group: for each
+/// chunk `c` of the split, `accs[c][gi]` (zeroed) gets that chunk's keys
+/// weighted by head gi's row of `weights` (`group x span`, from the row's
+/// first key), as `weighted_values` forms a chunk's sum.
 #[allow(clippy::too_many_arguments)]
 fn split_values(
     vk: &VecKernels,
@@ -502,21 +568,34 @@ fn split_values(
     vals: KvView<'_>,
     d: usize,
     weights: &[f32],
-    accs: &mut [&mut [f32]],
+    accs: &mut [Vec<&mut [f32]>],
     tile: &mut Vec<f32>,
 ) {
     let (a, b) = pl.range(s);
     if a >= b {
         return;
     }
-    let queries: Vec<Query<'_>> = (0..accs.len())
-        .map(|_| Query {
-            q: &[],
-            lo: a,
-            hi: b,
-        })
-        .collect();
-    weighted_values(vk, &queries, vals, d, pl.lo, pl.span, weights, accs, tile);
+    for (c, k) in chunks(a, b).enumerate() {
+        let (c0, c1) = ((k * VCHUNK).max(a), ((k + 1) * VCHUNK).min(b));
+        let queries: Vec<Query<'_>> = (0..accs[c].len())
+            .map(|_| Query {
+                q: &[],
+                lo: c0,
+                hi: c1,
+            })
+            .collect();
+        weighted_values(
+            vk,
+            &queries,
+            vals,
+            d,
+            pl.lo,
+            pl.span,
+            weights,
+            &mut accs[c],
+            tile,
+        );
+    }
 }
 
 /// One single-token query: a sequence's cache, its query (`n_head x
@@ -545,11 +624,16 @@ impl<'a> RowView<'a> {
     }
 }
 
-/// Per-row plan: how the key range is split into work units.
+/// Per-row plan: how the key range is split into work units, each a run
+/// of whole value chunks (`VCHUNK`).
 struct Plan {
     lo: usize,
     span: usize,
     n_split: usize,
+    /// The first value chunk the keys touch, and how many they touch.
+    k0: usize,
+    n_chunks: usize,
+    /// Chunks per split (the last split may have fewer, or none).
     per: usize,
     /// Units per KV head: `n_split`, or 1 where one unit does every split.
     units: usize,
@@ -558,11 +642,33 @@ struct Plan {
 }
 
 impl Plan {
+    fn new(lo: usize, hi: usize, n_head_kv: usize, units_of: impl Fn(usize) -> usize) -> Self {
+        let ks = chunks(lo, hi);
+        let n_chunks = ks.len();
+        let n_split = DECODE_UNITS.div_ceil(n_head_kv).min(n_chunks).max(1);
+        Plan {
+            lo,
+            span: hi - lo,
+            n_split,
+            k0: ks.start,
+            n_chunks,
+            per: n_chunks.div_ceil(n_split),
+            units: units_of(n_split),
+            first: 0,
+        }
+    }
+
+    /// Keys of split `s`: its chunks' part of `lo..lo + span`.
     fn range(&self, s: usize) -> (usize, usize) {
-        (
-            self.lo + s * self.per,
-            (self.lo + (s + 1) * self.per).min(self.lo + self.span),
-        )
+        let hi = self.lo + self.span;
+        let a = ((self.k0 + s * self.per) * VCHUNK).max(self.lo).min(hi);
+        let b = ((self.k0 + (s + 1) * self.per) * VCHUNK).min(hi);
+        (a, b.max(a))
+    }
+
+    /// Index (from the row's first chunk) of split `s`'s first chunk.
+    fn first_chunk(&self, s: usize) -> usize {
+        (s * self.per).min(self.n_chunks)
     }
 }
 
@@ -610,21 +716,10 @@ fn decode_rows(
     let mut total = 0;
     for r in rows.iter() {
         let (lo, hi) = visible(p, r.pos, r.pos + 1);
-        let span = hi - lo;
-        let n_split = DECODE_UNITS
-            .div_ceil(p.n_head_kv)
-            .min(span.div_ceil(MIN_SPLIT))
-            .max(1);
-        let units = if whole { 1 } else { n_split };
-        plans.push(Plan {
-            lo,
-            span,
-            n_split,
-            per: span.div_ceil(n_split),
-            units,
-            first: total,
-        });
-        total += p.n_head_kv * units;
+        let mut plan = Plan::new(lo, hi, p.n_head_kv, |n| if whole { 1 } else { n });
+        plan.first = total;
+        total += p.n_head_kv * plan.units;
+        plans.push(plan);
     }
     // Global unit -> (row, unit within the row).
     let locate = |u: usize| {
@@ -678,7 +773,6 @@ fn decode_rows(
                     q: qbuf,
                     scores: local,
                     tile,
-                    partial,
                 } = ub;
                 qbuf.clear();
                 qbuf.extend_from_slice(&r.q[g * group * p.dim_k..(g + 1) * group * p.dim_k]);
@@ -717,7 +811,6 @@ fn decode_rows(
                         round,
                         p.dim_v,
                         local,
-                        partial,
                         tile,
                         out,
                         |gi| p.sink(g * group + gi),
@@ -783,7 +876,8 @@ fn decode_rows(
             softmax(vk, row, m, round, p.sink(hq));
         });
     }
-    // Weighted values per split, then a fixed-order sum of splits.
+    // Weighted values per split, each chunk's sum apart, then each head's
+    // chunk sums added in chunk order (as `weighted_values` adds them).
     let firsts: Vec<usize> = split_rows
         .iter()
         .scan(0, |n, &i| {
@@ -795,9 +889,21 @@ fn decode_rows(
     let n_units = firsts.last().map_or(0, |&f| {
         f + p.n_head_kv * plans[split_rows[split_rows.len() - 1]].n_split
     });
-    let mut partial = vec![0f32; n_units * group * p.dim_v];
+    // Chunk slots: per split row, per KV head, per chunk (group x dim_v).
+    let slot_firsts: Vec<usize> = split_rows
+        .iter()
+        .scan(0, |n, &i| {
+            let f = *n;
+            *n += p.n_head_kv * plans[i].n_chunks;
+            Some(f)
+        })
+        .collect();
+    let n_slots = slot_firsts.last().map_or(0, |&f| {
+        f + p.n_head_kv * plans[split_rows[split_rows.len() - 1]].n_chunks
+    });
+    let mut sums = vec![0f32; n_slots * group * p.dim_v];
     {
-        let ps = SharedMut::new(&mut partial);
+        let ss = SharedMut::new(&mut sums);
         let (alls, rows_ref) = (&alls, &*rows);
         pool.run(n_units, |gu| {
             let k = firsts.partition_point(|&f| f <= gu) - 1;
@@ -805,9 +911,15 @@ fn decode_rows(
             let (pl, r) = (&plans[i], &rows_ref[i]);
             let (g, s) = (u / pl.n_split, u % pl.n_split);
             let vals = r.cache.values(layer, g, r.pos + 1);
-            let mut accs: Vec<&mut [f32]> = (0..group)
-                // SAFETY: global unit gu owns its own slice of `partial`.
-                .map(|gi| unsafe { ps.slice((gu * group + gi) * p.dim_v, p.dim_v) })
+            let slot = |c: usize| slot_firsts[k] + g * pl.n_chunks + c;
+            let mut accs: Vec<Vec<&mut [f32]>> = (pl.first_chunk(s)..pl.first_chunk(s + 1))
+                .map(|c| {
+                    (0..group)
+                        // SAFETY: unit (row k, head g, split s) alone owns
+                        // the slots of split s's chunks of head g.
+                        .map(|gi| unsafe { ss.slice((slot(c) * group + gi) * p.dim_v, p.dim_v) })
+                        .collect()
+                })
                 .collect();
             let weights = &alls[i][g * group * pl.span..(g + 1) * group * pl.span];
             UNIT_BUFS.with_borrow_mut(|ub| {
@@ -822,10 +934,11 @@ fn decode_rows(
                 let hq = g * group + gi;
                 let o = &mut r.out[hq * p.dim_v..(hq + 1) * p.dim_v];
                 o.iter_mut().for_each(|x| *x = 0.0);
-                for s in 0..pl.n_split {
-                    let u = firsts[k] + g * pl.n_split + s;
-                    let src = &partial[(u * group + gi) * p.dim_v..(u * group + gi + 1) * p.dim_v];
-                    o.iter_mut().zip(src).for_each(|(x, y)| *x += y);
+                for c in 0..pl.n_chunks {
+                    let at = ((slot_firsts[k] + g * pl.n_chunks + c) * group + gi) * p.dim_v;
+                    o.iter_mut()
+                        .zip(&sums[at..at + p.dim_v])
+                        .for_each(|(x, y)| *x += y);
                 }
             }
         }
