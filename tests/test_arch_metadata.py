@@ -68,6 +68,7 @@ ARCHS = [
     "starcoder2",
     "olmo2",
     "mamba2",
+    "lfm2",
 ]
 
 # Values that reach edge cases: zero, one, huge, negative or non-finite

@@ -23,6 +23,23 @@ pub fn conv_step(
     d_conv: usize,
     out: &mut [f32],
 ) {
+    causal_conv_step(state, input, w, d_conv, out);
+    for (o, &b) in out.iter_mut().zip(bias) {
+        let v = *o + b;
+        *o = v / (1.0 + (-v).exp());
+    }
+}
+
+/// The convolution alone, without bias or activation (LFM2's short
+/// convolution): `out[c] = sum_i window[c][i] * w[c][i]`, summed oldest
+/// input first as ggml's `ssm_conv` does.
+pub fn causal_conv_step(
+    state: &mut [f32],
+    input: &[f32],
+    w: &[f32],
+    d_conv: usize,
+    out: &mut [f32],
+) {
     let keep = d_conv - 1;
     for (c, (&x, o)) in input.iter().zip(out.iter_mut()).enumerate() {
         let st = &mut state[c * keep..(c + 1) * keep];
@@ -36,8 +53,7 @@ pub fn conv_step(
             st.copy_within(1.., 0);
             st[keep - 1] = x;
         }
-        let v = sum + bias[c];
-        *o = v / (1.0 + (-v).exp());
+        *o = sum;
     }
 }
 

@@ -452,6 +452,45 @@ def mamba2(w: gguf.GGUFWriter, b: Builder) -> None:
     head(b, tied=False)
 
 
+LFM2_L_CACHE = 3
+# Convolution, attention, convolution: llama.cpp picks each layer's kind
+# from the per-layer KV head count (0: convolution).
+LFM2_KV_HEADS = (0, 2, 0)
+
+
+def lfm2(w: gguf.GGUFWriter, b: Builder) -> None:
+    n_layer, n_head, n_ff = len(LFM2_KV_HEADS), 8, 128
+    hd = N_EMBD // n_head
+    w.add_context_length(2048)
+    w.add_embedding_length(N_EMBD)
+    w.add_block_count(n_layer)
+    w.add_feed_forward_length(n_ff)
+    w.add_head_count(n_head)
+    w.add_head_count_kv(list(LFM2_KV_HEADS))
+    w.add_rope_freq_base(1e6)
+    w.add_layer_norm_rms_eps(1e-5)
+    w.add_shortconv_l_cache(LFM2_L_CACHE)
+    w.add_vocab_size(N_VOCAB)
+    embeddings(b, tied=True)
+    r = b.rng
+    for i, n_kv in enumerate(LFM2_KV_HEADS):
+        b.norm(tn(T.ATTN_NORM, i), (N_EMBD,))
+        if n_kv == 0:
+            # B, C and x: B x through the convolution, then gated by C.
+            b.mat(tn(T.SHORTCONV_INPROJ, i), N_EMBD, 3 * N_EMBD, 1.5)
+            b.const(tn(T.SHORTCONV_CONV, i), 0.6 * r.standard_normal((N_EMBD, LFM2_L_CACHE)))
+            b.mat(tn(T.SHORTCONV_OUTPROJ, i), N_EMBD, N_EMBD, RES_GAIN)
+        else:
+            attention(b, i, n_head, n_kv, hd)
+            b.norm(tn(T.ATTN_Q_NORM, i), (hd,), around=1.5)
+            b.norm(tn(T.ATTN_K_NORM, i), (hd,), around=1.5)
+        b.norm(tn(T.FFN_NORM, i), (N_EMBD,))
+        gated_ffn(b, i, n_ff)
+    # LFM2's final norm is named token_embd_norm (llama.cpp's
+    # LLM_TENSOR_OUTPUT_NORM_LFM2); the output is the tied embedding.
+    b.norm(tn(T.TOKEN_EMBD_NORM), (N_EMBD,), around=TIED_OUT_NORM)
+
+
 def olmo2(w: gguf.GGUFWriter, b: Builder) -> None:
     n_layer, n_head, n_kv, n_ff = 2, 8, 2, 128
     hd = N_EMBD // n_head
@@ -650,6 +689,14 @@ FIXTURES: dict[str, Fixture] = {
             "qwen3moe",
             qwen3moe,
             "4 experts, top-2 with renormalised softmax weights; per-head q/k norms",
+        ),
+        Fixture(
+            "lfm2",
+            "lfm2",
+            lfm2,
+            "short-convolution layers 0 and 2 (kernel 3, B x gated by C, state carried), "
+            "attention layer 1 (GQA 8/2, per-head q/k RMSNorm, NEOX rope); SwiGLU; tied "
+            "output after token_embd_norm",
         ),
     )
 }

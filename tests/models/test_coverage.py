@@ -13,6 +13,7 @@ from tests.models import (
 from tests.models import (  # modules, not their classes, which would run again here
     test_command_r,
     test_gemma_family,
+    test_lfm2,
     test_llama_family,
     test_mamba2,
     test_olmo2,
@@ -32,6 +33,7 @@ FAMILIES = (
     test_starcoder2.TestStarcoder2,
     test_olmo2.TestOlmo2,
     test_mamba2.TestMamba2,
+    test_lfm2.TestLfm2,
     test_quant_types.TestQuantTypes,
 )
 

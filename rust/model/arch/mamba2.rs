@@ -63,6 +63,7 @@ pub fn load(f: &GgufFile, cfg: &mut ModelConfig) -> Result<Loaded> {
     let m = Meta { f, arch: "mamba2" };
     let c = ssm_config(&m)?;
     cfg.ssm = Some(c);
+    cfg.recr_layers = vec![true; cfg.n_layer];
     let (e, eps) = (cfg.n_embd, cfg.norm_eps);
     let d_in_proj = 2 * c.d_inner + 2 * c.n_group * c.d_state + c.n_head;
     let layers = (0..cfg.n_layer)

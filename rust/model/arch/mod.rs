@@ -8,6 +8,7 @@
 pub mod bert;
 pub mod command_r;
 pub mod gemma;
+pub mod lfm2;
 pub mod llama;
 pub mod mamba2;
 pub mod olmo2;
@@ -92,6 +93,11 @@ pub const ARCHS: &[ArchEntry] = &[
         name: "mamba2",
         recurrent: true,
         load: mamba2::load,
+    },
+    ArchEntry {
+        name: "lfm2",
+        recurrent: false,
+        load: lfm2::load,
     },
 ];
 
