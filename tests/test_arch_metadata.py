@@ -69,6 +69,7 @@ ARCHS = [
     "olmo2",
     "mamba2",
     "lfm2",
+    "granitehybrid",
 ]
 
 # Values that reach edge cases: zero, one, huge, negative or non-finite

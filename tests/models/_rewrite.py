@@ -22,10 +22,18 @@ from gguf.quants import dequantize
 _VT = gguf.GGUFValueType
 
 
-def rewrite(src: Path, dst: Path, *, f32: bool = False, arch: str | None = None) -> str:
-    """Writes ``dst`` from ``src``, with F32 tensors if ``f32``, and with
-    ``arch`` as the architecture (its own keys renamed after it) if given.
-    Returns the sha256 of ``dst``."""
+def rewrite(
+    src: Path,
+    dst: Path,
+    *,
+    f32: bool = False,
+    arch: str | None = None,
+    extra: dict[str, np.ndarray] | None = None,
+) -> str:
+    """Writes ``dst`` from ``src``, with F32 tensors if ``f32``, with
+    ``arch`` as the architecture (its own keys renamed after it) if given,
+    and with the ``extra`` F32 tensors added. Returns the sha256 of
+    ``dst``."""
     r = gguf.GGUFReader(str(src))
     old = r.fields["general.architecture"].contents()
     new = arch if arch is not None else old
@@ -45,6 +53,8 @@ def rewrite(src: Path, dst: Path, *, f32: bool = False, arch: str | None = None)
             w.add_tensor(t.name, data.reshape([int(n) for n in reversed(t.shape)]))
         else:
             w.add_tensor(t.name, t.data, raw_dtype=t.tensor_type)
+    for name, data in (extra or {}).items():
+        w.add_tensor(name, data.astype(np.float32))
     w.write_header_to_file()
     w.write_kv_data_to_file()
     w.write_tensors_to_file()

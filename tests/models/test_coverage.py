@@ -13,6 +13,7 @@ from tests.models import (
 from tests.models import (  # modules, not their classes, which would run again here
     test_command_r,
     test_gemma_family,
+    test_granite_hybrid,
     test_lfm2,
     test_llama_family,
     test_mamba2,
@@ -34,6 +35,7 @@ FAMILIES = (
     test_olmo2.TestOlmo2,
     test_mamba2.TestMamba2,
     test_lfm2.TestLfm2,
+    test_granite_hybrid.TestGraniteHybrid,
     test_quant_types.TestQuantTypes,
 )
 

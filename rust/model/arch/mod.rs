@@ -8,6 +8,7 @@
 pub mod bert;
 pub mod command_r;
 pub mod gemma;
+pub mod granite_hybrid;
 pub mod lfm2;
 pub mod llama;
 pub mod mamba2;
@@ -98,6 +99,11 @@ pub const ARCHS: &[ArchEntry] = &[
         name: "lfm2",
         recurrent: false,
         load: lfm2::load,
+    },
+    ArchEntry {
+        name: "granitehybrid",
+        recurrent: false,
+        load: granite_hybrid::load,
     },
 ];
 

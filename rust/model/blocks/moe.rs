@@ -1,7 +1,8 @@
 //! A mixture-of-experts MLP (Qwen3-MoE): a router scores every expert per
 //! token, the top `n_used` by softmax probability run (each a SwiGLU MLP),
 //! and their outputs are summed weighted by the renormalized
-//! probabilities, in selection order as llama.cpp sums them.
+//! probabilities, in selection order as llama.cpp sums them. A shared
+//! expert (Granite-4.0-H), when present, runs on every token and is added.
 
 use crate::model::pass::{fit, Pass, Scratch};
 use crate::model::weights::{expert_matrices, MatRef, Tensors};
@@ -15,6 +16,15 @@ pub struct MoeWeights {
     up: Vec<MatRef>,
     down: Vec<MatRef>,
     n_used: usize,
+    ff: usize,
+    shared: Option<SharedExpert>,
+}
+
+/// A SwiGLU MLP every token goes through beside its routed experts.
+struct SharedExpert {
+    gate: MatRef,
+    up: MatRef,
+    down: MatRef,
     ff: usize,
 }
 
@@ -39,7 +49,19 @@ impl MoeWeights {
             down: expert_matrices(t.f, &t.weight_name("ffn_down_exps"), ff, e, n_expert)?,
             n_used,
             ff,
+            shared: None,
         })
+    }
+
+    /// Adds the shared expert `ffn_{gate,up,down}_shexp` of width `ff`.
+    pub fn with_shared(mut self, t: &Tensors<'_>, e: usize, ff: usize) -> Result<Self> {
+        self.shared = Some(SharedExpert {
+            gate: t.matrix("ffn_gate_shexp", e, ff)?,
+            up: t.matrix("ffn_up_shexp", e, ff)?,
+            down: t.matrix("ffn_down_shexp", ff, e)?,
+            ff,
+        });
+        Ok(self)
     }
 
     /// The experts each token uses and their weights, `n x n_used`.
@@ -133,6 +155,28 @@ impl MoeWeights {
                 let src = &outs[(t * k + j) * e..(t * k + j + 1) * e];
                 dst.iter_mut().zip(src).for_each(|(a, &b)| *a += b);
             }
+        }
+        if let Some(sh) = &self.shared {
+            fit(&mut g, n * sh.ff);
+            fit(&mut u, n * sh.ff);
+            matmul_multi(
+                p.pool,
+                &[sh.gate.view(p.file), sh.up.view(p.file)],
+                &s.h,
+                n,
+                &mut [&mut g[..], &mut u[..]],
+                &mut s.acts,
+            );
+            swiglu(p.pool, &mut g, &u);
+            matmul(
+                p.pool,
+                sh.down.view(p.file),
+                &g,
+                n,
+                fit(&mut y, n * e),
+                &mut s.acts,
+            );
+            s.f.iter_mut().zip(&y).for_each(|(a, &b)| *a += b);
         }
     }
 }
