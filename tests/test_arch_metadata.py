@@ -69,6 +69,7 @@ ARCHS = [
     "olmo2",
     "mamba2",
     "lfm2",
+    "lfm2moe",
     "granitehybrid",
 ]
 

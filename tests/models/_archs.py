@@ -491,6 +491,54 @@ def lfm2(w: gguf.GGUFWriter, b: Builder) -> None:
     b.norm(tn(T.TOKEN_EMBD_NORM), (N_EMBD,), around=TIED_OUT_NORM)
 
 
+def lfm2moe(w: gguf.GGUFWriter, b: Builder) -> None:
+    """LFM2 with routed experts after one dense layer: sigmoid scores, a
+    selection bias per expert, renormalised weights."""
+    n_layer, n_head, n_ff = len(LFM2_KV_HEADS), 8, 128
+    n_expert, n_used, n_ff_exp = 4, 2, 64
+    hd = N_EMBD // n_head
+    w.add_context_length(2048)
+    w.add_embedding_length(N_EMBD)
+    w.add_block_count(n_layer)
+    w.add_feed_forward_length(n_ff)
+    w.add_head_count(n_head)
+    w.add_head_count_kv(list(LFM2_KV_HEADS))
+    w.add_rope_freq_base(1e6)
+    w.add_layer_norm_rms_eps(1e-5)
+    w.add_shortconv_l_cache(LFM2_L_CACHE)
+    w.add_vocab_size(N_VOCAB)
+    w.add_leading_dense_block_count(1)
+    w.add_expert_count(n_expert)
+    w.add_expert_used_count(n_used)
+    w.add_expert_feed_forward_length(n_ff_exp)
+    w.add_expert_gating_func(gguf.ExpertGatingFuncType.SIGMOID)
+    embeddings(b, tied=True)
+    r = b.rng
+    for i, n_kv in enumerate(LFM2_KV_HEADS):
+        b.norm(tn(T.ATTN_NORM, i), (N_EMBD,))
+        if n_kv == 0:
+            b.mat(tn(T.SHORTCONV_INPROJ, i), N_EMBD, 3 * N_EMBD, 1.5)
+            b.const(tn(T.SHORTCONV_CONV, i), 0.6 * r.standard_normal((N_EMBD, LFM2_L_CACHE)))
+            b.mat(tn(T.SHORTCONV_OUTPROJ, i), N_EMBD, N_EMBD, RES_GAIN)
+        else:
+            attention(b, i, n_head, n_kv, hd)
+            b.norm(tn(T.ATTN_Q_NORM, i), (hd,), around=1.5)
+            b.norm(tn(T.ATTN_K_NORM, i), (hd,), around=1.5)
+        b.norm(tn(T.FFN_NORM, i), (N_EMBD,))
+        if i == 0:
+            gated_ffn(b, i, n_ff)
+            continue
+        # Router logits of RMS 1 keep the sigmoid off its flat ends, where
+        # saturated experts would tie.
+        b.mat(tn(T.FFN_GATE_INP, i), N_EMBD, n_expert, 1.0)
+        # Large enough to change which experts win against sigmoid scores.
+        b.bias(tn(T.FFN_EXP_PROBS_B, i, "bias"), n_expert, 0.2)
+        b.mat3(tn(T.FFN_GATE_EXP, i), N_EMBD, n_ff_exp, n_expert)
+        b.mat3(tn(T.FFN_UP_EXP, i), N_EMBD, n_ff_exp, n_expert)
+        b.mat3(tn(T.FFN_DOWN_EXP, i), n_ff_exp, N_EMBD, n_expert, RES_GAIN)
+    b.norm(tn(T.TOKEN_EMBD_NORM), (N_EMBD,), around=TIED_OUT_NORM)
+
+
 # Granite-4.0-H: llama.cpp requires d_inner = 2 n_embd; 16 heads of 32 in
 # two groups. Mamba-2, attention, Mamba-2, picked by the KV head counts.
 GH_D_INNER, GH_D_STATE, GH_N_GROUP, GH_HEAD_DIM, GH_D_CONV = 2 * N_EMBD, 16, 2, 32, 4
@@ -805,6 +853,13 @@ FIXTURES: dict[str, Fixture] = {
             "granitehybrid",
             granitehybrid_dense,
             "as granitehybrid with dense SwiGLU MLPs, RoPE on, q/k/v biases, untied output",
+        ),
+        Fixture(
+            "lfm2moe",
+            "lfm2moe",
+            lfm2moe,
+            "lfm2's layers; a dense SwiGLU in layer 0, then 4 experts top-2 with sigmoid "
+            "scores, a per-expert selection bias (exp_probs_b) and renormalised weights",
         ),
     )
 }

@@ -1,7 +1,8 @@
-"""lfm2 (rust/model/arch/lfm2.rs), a hybrid of short convolutions and
-attention: the common and the hybrid checks against llama.cpp
-(``_hybrid.HybridSuite``), then LFM2's own: the size of its convolution
-state, and each layer's kind picked by its KV head count."""
+"""lfm2 and lfm2moe (rust/model/arch/lfm2.rs), hybrids of short
+convolutions and attention: the common and the hybrid checks against
+llama.cpp (``_hybrid.HybridSuite``), then LFM2's own: the size of its
+convolution state, each layer's kind picked by its KV head count, and the
+expert gating functions LFM2-MoE may name."""
 
 from __future__ import annotations
 
@@ -19,7 +20,7 @@ from tests.models._hybrid import HybridSuite
 
 
 class TestLfm2(HybridSuite):
-    names = ("lfm2",)
+    names = ("lfm2", "lfm2moe")
 
 
 @pytest.fixture(scope="module")
@@ -77,3 +78,38 @@ def test_the_per_layer_kv_heads_pick_each_layer_s_kind(
     assert m.config()["n_head_kv"] == max(heads)
     kv = _native.Session(m, 32, c.THREADS, "f32")
     assert kv.eval(np.asarray(ref.tokens[:5], dtype=np.uint32), False).shape == (N_VOCAB,)
+
+
+def _with_u32(path: Path, key: str, value: int) -> bytes:
+    data = bytearray(path.read_bytes())
+    raw = key.encode()
+    at = data.find(struct.pack("<Q", len(raw)) + raw) + 8 + len(raw)
+    assert struct.unpack_from("<I", data, at) == (4,)  # uint32
+    struct.pack_into("<I", data, at + 4, value)
+    return bytes(data)
+
+
+@pytest.mark.parametrize("func", [0, 3, 4])
+def test_lfm2moe_refuses_a_gating_function_it_does_not_run(func: int) -> None:
+    """llama.cpp's softmax (1) and sigmoid (2) run; the softmax of the
+    chosen weights (3), sqrt-softplus (4) and unknown values are refused
+    naming the value."""
+    path = c.reference("lfm2moe").path
+    data = _with_u32(path, "lfm2moe.expert_gating_func", func)
+    with pytest.raises(LoadError, match=rf"expert_gating_func {func} is not supported"):
+        _native.Model(_native.GgufFile.from_bytes(data))
+
+
+def test_lfm2moe_routes_by_its_gating_function() -> None:
+    """The fixture's sigmoid scores, read as a softmax instead, choose and
+    weight the experts otherwise: the key is read, not assumed."""
+    ref = c.reference("lfm2moe")
+    toks = np.asarray(ref.tokens[:16], dtype=np.uint32)
+
+    def logits(data: bytes) -> np.ndarray:
+        kv = _native.Session(_native.Model(_native.GgufFile.from_bytes(data)), 32, c.THREADS)
+        return kv.eval(toks, True)
+
+    sigmoid = logits(ref.path.read_bytes())
+    softmax = logits(_with_u32(ref.path, "lfm2moe.expert_gating_func", 1))
+    assert not np.array_equal(sigmoid, softmax)

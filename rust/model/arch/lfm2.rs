@@ -7,11 +7,17 @@
 //! the output projection. The last `l_cache - 1` inputs of the convolution
 //! are the sequence's recurrent state; attention layers keep keys and
 //! values in the KV cache (which holds only them) and norm q and k per head.
+//! LFM2-MoE (`lfm2moe`) is the same with routed experts (sigmoid or softmax
+//! scores, a per-expert selection bias) after `leading_dense_block_count`
+//! dense layers.
 
 use crate::gguf::GgufFile;
-use crate::model::blocks::ffn::Activation;
+use crate::model::blocks::ffn::{Activation, Ffn};
+use crate::model::blocks::moe::{Gating, MoeWeights};
 use crate::model::blocks::{residual_add, AttnOpts, AttnWeights, FfnWeights, Norm};
-use crate::model::config::{Meta, ModelConfig, NormKind, SsmConfig, MAX_DIM};
+use crate::model::config::{
+    per_layer_u, Meta, ModelConfig, NormKind, PerLayer, SsmConfig, MAX_DIM,
+};
 use crate::model::family::{Arch, Loaded};
 use crate::model::pass::{fit, Pass, Scratch};
 use crate::model::weights::{MatRef, Tensors};
@@ -48,7 +54,7 @@ struct Layer {
 fn conv_shape(l_cache: usize, n_embd: usize) -> Result<SsmConfig> {
     if !(2..=64).contains(&l_cache) || n_embd > MAX_DIM {
         return Err(Error::load(format!(
-            "lfm2 shortconv.l_cache {l_cache} is out of range (2 to 64)"
+            "shortconv.l_cache {l_cache} is out of range (2 to 64)"
         )));
     }
     Ok(SsmConfig {
@@ -60,8 +66,61 @@ fn conv_shape(l_cache: usize, n_embd: usize) -> Result<SsmConfig> {
     })
 }
 
+/// LFM2-MoE's experts: from which layer on, their widths, their routing.
+struct Experts {
+    dense_lead: usize,
+    n_expert: usize,
+    n_used: usize,
+    /// Expert width of each layer.
+    ff: Vec<usize>,
+    gating: Gating,
+}
+
+impl Experts {
+    fn read(m: &Meta<'_>, n_layer: usize) -> Result<Self> {
+        let ff = match per_layer_u(m, "expert_feed_forward_length", n_layer)? {
+            Some(PerLayer::One(v)) => vec![v; n_layer],
+            Some(PerLayer::Each(v)) => v,
+            None => {
+                return Err(Error::load(format!(
+                    "metadata {} is missing",
+                    m.key("expert_feed_forward_length")
+                )))
+            }
+        };
+        Ok(Experts {
+            dense_lead: m.opt_u("leading_dense_block_count")?.unwrap_or(0),
+            n_expert: m.u("expert_count")?,
+            n_used: m.u("expert_used_count")?,
+            ff,
+            gating: Gating::from_gguf(m.u("expert_gating_func")?)?,
+        })
+    }
+
+    fn ffn(&self, t: &Tensors<'_>, e: usize) -> Result<FfnWeights> {
+        let moe = MoeWeights::load(t, e, self.ff[t.il], self.n_expert, self.n_used)?.with_routing(
+            t,
+            self.gating,
+            true,
+        )?;
+        Ok(FfnWeights(Ffn::Moe(Box::new(moe))))
+    }
+}
+
 pub fn load(f: &GgufFile, cfg: &mut ModelConfig) -> Result<Loaded> {
-    let m = Meta { f, arch: "lfm2" };
+    load_with(f, cfg, "lfm2")
+}
+
+pub fn load_lfm2moe(f: &GgufFile, cfg: &mut ModelConfig) -> Result<Loaded> {
+    load_with(f, cfg, "lfm2moe")
+}
+
+fn load_with(f: &GgufFile, cfg: &mut ModelConfig, arch: &str) -> Result<Loaded> {
+    let m = Meta { f, arch };
+    let experts = match arch {
+        "lfm2moe" => Some(Experts::read(&m, cfg.n_layer)?),
+        _ => None,
+    };
     let e = cfg.n_embd;
     let l_cache = m.u("shortconv.l_cache")?;
     if cfg.recr_layers.len() != cfg.n_layer {
@@ -78,7 +137,7 @@ pub fn load(f: &GgufFile, cfg: &mut ModelConfig) -> Result<Loaded> {
     let (qd, ..) = cfg.attn_dims();
     if qd != e {
         return Err(Error::load(format!(
-            "lfm2 attention width {qd} (heads x head size) must equal the embedding {e}"
+            "{arch} attention width {qd} (heads x head size) must equal the embedding {e}"
         )));
     }
     let opts = AttnOpts {
@@ -102,7 +161,10 @@ pub fn load(f: &GgufFile, cfg: &mut ModelConfig) -> Result<Loaded> {
                 norm: Norm::load(&t, "attn_norm", e, NormKind::Rms, eps)?,
                 mixer,
                 ffn_norm: Norm::load(&t, "ffn_norm", e, NormKind::Rms, eps)?,
-                ffn: FfnWeights::gated(&t, e, cfg.n_ff, Activation::Silu)?,
+                ffn: match &experts {
+                    Some(x) if il >= x.dense_lead => x.ffn(&t, e)?,
+                    _ => FfnWeights::gated(&t, e, cfg.n_ff, Activation::Silu)?,
+                },
             })
         })
         .collect::<Result<Vec<_>>>()?;

@@ -101,6 +101,11 @@ pub const ARCHS: &[ArchEntry] = &[
         load: lfm2::load,
     },
     ArchEntry {
+        name: "lfm2moe",
+        recurrent: false,
+        load: lfm2::load_lfm2moe,
+    },
+    ArchEntry {
         name: "granitehybrid",
         recurrent: false,
         load: granite_hybrid::load,

@@ -3,6 +3,9 @@
 //! and their outputs are summed weighted by the renormalized
 //! probabilities, in selection order as llama.cpp sums them. A shared
 //! expert (Granite-4.0-H), when present, runs on every token and is added.
+//! LFM2-MoE scores with a sigmoid instead of the softmax and picks the top
+//! experts by score plus a per-expert selection bias, weighting them by the
+//! unbiased scores, as llama.cpp's `build_moe_ffn` does.
 
 use crate::model::pass::{fit, Pass, Scratch};
 use crate::model::weights::{expert_matrices, MatRef, Tensors};
@@ -18,6 +21,30 @@ pub struct MoeWeights {
     n_used: usize,
     ff: usize,
     shared: Option<SharedExpert>,
+    gating: Gating,
+    /// Added to the scores for choosing experts only (`exp_probs_b`).
+    selection_bias: Option<Vec<f32>>,
+}
+
+/// How the router's logits become expert scores.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Gating {
+    Softmax,
+    Sigmoid,
+}
+
+impl Gating {
+    /// llama.cpp's `expert_gating_func` values; the others (the softmax of
+    /// the chosen weights, sqrt-softplus) are refused naming the value.
+    pub fn from_gguf(v: usize) -> Result<Self> {
+        match v {
+            1 => Ok(Gating::Softmax),
+            2 => Ok(Gating::Sigmoid),
+            other => Err(Error::load(format!(
+                "expert_gating_func {other} is not supported (1: softmax, 2: sigmoid)"
+            ))),
+        }
+    }
 }
 
 /// A SwiGLU MLP every token goes through beside its routed experts.
@@ -50,7 +77,19 @@ impl MoeWeights {
             n_used,
             ff,
             shared: None,
+            gating: Gating::Softmax,
+            selection_bias: None,
         })
+    }
+
+    /// Scores by `gating`, and chooses by scores plus the layer's
+    /// `exp_probs_b` bias when `biased`.
+    pub fn with_routing(mut self, t: &Tensors<'_>, gating: Gating, biased: bool) -> Result<Self> {
+        self.gating = gating;
+        if biased {
+            self.selection_bias = Some(t.bias("exp_probs_b", self.gate.len())?);
+        }
+        Ok(self)
     }
 
     /// Adds the shared expert `ffn_{gate,up,down}_shexp` of width `ff`.
@@ -79,19 +118,35 @@ impl MoeWeights {
         let mut sel = Vec::with_capacity(n * self.n_used);
         let mut w = Vec::with_capacity(n * self.n_used);
         let mut order: Vec<usize> = Vec::with_capacity(ne);
+        let mut chosen = vec![0f32; ne];
         for row in logits.chunks_exact_mut(ne) {
-            let max = row.iter().fold(f32::NEG_INFINITY, |m, &x| m.max(x));
-            let mut sum = 0f64;
-            for x in row.iter_mut() {
-                *x = (*x - max).exp();
-                sum += *x as f64;
+            match self.gating {
+                Gating::Softmax => {
+                    let max = row.iter().fold(f32::NEG_INFINITY, |m, &x| m.max(x));
+                    let mut sum = 0f64;
+                    for x in row.iter_mut() {
+                        *x = (*x - max).exp();
+                        sum += *x as f64;
+                    }
+                    let inv = (1.0 / sum) as f32;
+                    row.iter_mut().for_each(|x| *x *= inv);
+                }
+                Gating::Sigmoid => row.iter_mut().for_each(|x| *x = 1.0 / (1.0 + (-*x).exp())),
             }
-            let inv = (1.0 / sum) as f32;
-            row.iter_mut().for_each(|x| *x *= inv);
+            let by: &[f32] = match &self.selection_bias {
+                Some(b) => {
+                    chosen
+                        .iter_mut()
+                        .zip(row.iter().zip(b))
+                        .for_each(|(c, (&p, &bv))| *c = p + bv);
+                    &chosen
+                }
+                None => row,
+            };
             order.clear();
             order.extend(0..ne);
-            // Highest probability first; ties keep the lower expert.
-            order.sort_by(|&a, &b| row[b].total_cmp(&row[a]).then(a.cmp(&b)));
+            // Highest score first; ties keep the lower expert.
+            order.sort_by(|&a, &b| by[b].total_cmp(&by[a]).then(a.cmp(&b)));
             let top = &order[..self.n_used];
             let total: f32 = top.iter().map(|&i| row[i]).sum::<f32>().max(6.103_515_6e-5);
             for &i in top {
