@@ -4,7 +4,8 @@ the cache holds only the attention layers, rollback goes only to kept
 states, a rewind evaluates again from the nearest one, forks keep their
 states apart, a snapshot carries both the rows and the state (from an
 AsyncSession with other requests in flight, and through a KV-type
-conversion), and a server session keeps both between requests."""
+conversion), a server session keeps both between requests, and
+speculative decoding rolls both back together."""
 
 from __future__ import annotations
 
@@ -18,7 +19,7 @@ import numpy as np
 import pytest
 from starlette.testclient import TestClient
 
-from oxillama import AsyncEngine, Engine, Model, _native
+from oxillama import AsyncEngine, Engine, Model, SpeculativeEngine, _native
 from oxillama.errors import ParameterError
 from oxillama.serving.http import build_app
 from tests.models import _checks as c
@@ -163,3 +164,18 @@ class HybridSuite(ArchitectureSuite):
         finally:
             asyncio.run(ae.close())
         assert got == want
+
+    @pytest.mark.parametrize("role", ["target", "draft"])
+    def test_speculative_decoding_is_exact(self, name: str, role: str) -> None:
+        """The llama fixture (same vocabulary) drafts for the hybrid and the
+        other way round; rejected drafts roll the hybrid's state and rows
+        back together."""
+        ref, llama = c.reference(name), c.reference("llama")
+        target, draft = (ref, llama) if role == "target" else (llama, ref)
+        spec = SpeculativeEngine(
+            c.engine(target.path, target), c.engine(draft.path, draft), num_speculative=4
+        )
+        got = spec.generate(ref.greedy_prompt, 24, sampler=c.GREEDY, ignore_eos=True).tokens
+        lone = c.engine(target.path, target).generate(ref.greedy_prompt, 24, ignore_eos=True)
+        assert got == lone.tokens
+        assert spec.stats.rejected > 0, spec.stats
