@@ -179,3 +179,37 @@ class HybridSuite(ArchitectureSuite):
         lone = c.engine(target.path, target).generate(ref.greedy_prompt, 24, ignore_eos=True)
         assert got == lone.tokens
         assert spec.stats.rejected > 0, spec.stats
+
+    def test_idle_sessions_hibernate_and_come_back_exactly(self, name: str) -> None:
+        """Six AsyncSessions in a pool with room for about three: the idle
+        ones are copied out (rows and state) and back, and each continues
+        as a lone engine does."""
+        ref = c.reference(name)
+        bos = ref.tokens[0]
+        prompts = [[bos, *ref.tokens[1 + 7 * i : 1 + 7 * i + 12]] for i in range(6)]
+        more = ref.tokens[50:53]
+
+        def lone(p: list[int]) -> list[list[int]]:
+            e = c.engine(ref.path, ref)
+            return [e.generate(p, 12, ignore_eos=True).tokens, e.generate(more, 12).tokens]
+
+        want = [lone(p) for p in prompts]
+        # 8 pages of 16 positions, a session's 2 turns need 3 (40 positions).
+        ae = AsyncEngine(
+            ref.path, context_size=64, threads=c.THREADS, kv_pages=8, prefix_cache_bytes=0
+        )
+
+        async def main() -> list[list[list[int]]]:
+            sessions = [ae.session(sampler=c.GREEDY) for _ in prompts]
+            turns = zip(sessions, prompts, strict=True)
+            first = await asyncio.gather(*(s.generate(p, 12, ignore_eos=True) for s, p in turns))
+            second = await asyncio.gather(*(s.generate(more, 12) for s in sessions))
+            return [[a.tokens, b.tokens] for a, b in zip(first, second, strict=True)]
+
+        try:
+            got = asyncio.run(main())
+            m = ae.metrics()
+        finally:
+            asyncio.run(ae.close())
+        assert got == want
+        assert m["session_hibernations"] > 0 and m["session_wakes"] > 0
