@@ -491,6 +491,13 @@ def lfm2(w: gguf.GGUFWriter, b: Builder) -> None:
     b.norm(tn(T.TOKEN_EMBD_NORM), (N_EMBD,), around=TIED_OUT_NORM)
 
 
+def lfm2_swa(w: gguf.GGUFWriter, b: Builder) -> None:
+    """lfm2 with a sliding window, which llama.cpp applies to every
+    attention layer."""
+    lfm2(w, b)
+    w.add_sliding_window(8)
+
+
 def lfm2moe(w: gguf.GGUFWriter, b: Builder) -> None:
     """LFM2 with routed experts after one dense layer: sigmoid scores, a
     selection bias per expert, renormalised weights."""
@@ -860,6 +867,12 @@ FIXTURES: dict[str, Fixture] = {
             lfm2moe,
             "lfm2's layers; a dense SwiGLU in layer 0, then 4 experts top-2 with sigmoid "
             "scores, a per-expert selection bias (exp_probs_b) and renormalised weights",
+        ),
+        Fixture(
+            "lfm2_swa",
+            "lfm2",
+            lfm2_swa,
+            "lfm2 with attention.sliding_window 8 on its attention layer",
         ),
     )
 }

@@ -20,7 +20,7 @@ from tests.models._hybrid import HybridSuite
 
 
 class TestLfm2(HybridSuite):
-    names = ("lfm2", "lfm2moe")
+    names = ("lfm2", "lfm2_swa", "lfm2moe")
 
 
 @pytest.fixture(scope="module")
