@@ -45,6 +45,32 @@ class HybridSuite(ArchitectureSuite):
         rows = 10 * cfg["kv_layers"] * cfg["n_head_kv"] * (cfg["dim_k"] + cfg["dim_v"]) * 4
         assert kv.export_kv_len() == rows + cfg["ssm"]["state_bytes"]
 
+    def test_imported_rows_and_state_continue_exactly_and_bad_data_changes_nothing(
+        self, name: str
+    ) -> None:
+        """A session's export imported into a fresh session continues with
+        the same logits; data with a non-finite state value, or of the wrong
+        length, is refused before anything changes."""
+        ref = c.reference(name)
+        m = Model(ref.path).native
+        toks = np.asarray(ref.tokens, dtype=np.uint32)
+        src = _native.Session(m, ref.n_ctx, c.THREADS)
+        src.eval(toks[:20], False)
+        data = src.export_kv()
+        dst = _native.Session(m, ref.n_ctx, c.THREADS)
+        dst.eval(toks[30:35], False)
+        bad = bytearray(data)
+        bad[-4:] = np.float32(np.nan).tobytes()
+        for wrong in (bytes(bad), data[:-4], data + b"\0" * 4):
+            with pytest.raises(ParameterError):
+                dst.import_kv(20, wrong)
+            assert dst.n_past == 5
+        lone = _native.Session(m, ref.n_ctx, c.THREADS)
+        lone.eval(toks[30:35], False)
+        assert np.array_equal(dst.eval(toks[35:40], True), lone.eval(toks[35:40], True))
+        dst.import_kv(20, data)
+        assert np.array_equal(dst.eval(toks[20:30], True), src.eval(toks[20:30], True))
+
     def test_rolling_back_where_no_state_was_kept_is_a_typed_error(self, name: str) -> None:
         ref = c.reference(name)
         kv = _native.Session(Model(ref.path).native, ref.n_ctx, c.THREADS)
