@@ -125,6 +125,26 @@ mod tests {
     }
 
     #[test]
+    fn the_short_convolution_is_linear_and_keeps_its_last_inputs() {
+        // LFM2's: no bias, no activation, oldest tap first.
+        let w = [1.0, 2.0, 3.0, 0.5, 0.0, -1.0];
+        let mut state = vec![0f32; 4];
+        let mut out = [0f32; 2];
+        causal_conv_step(&mut state, &[1.0, 2.0], &w, 3, &mut out);
+        assert_eq!(
+            (state.as_slice(), out),
+            (&[0.0, 1.0, 0.0, 2.0][..], [3.0, -2.0])
+        );
+        causal_conv_step(&mut state, &[4.0, -8.0], &w, 3, &mut out);
+        assert_eq!(
+            (state.as_slice(), out),
+            (&[1.0, 4.0, 2.0, -8.0][..], [14.0, 8.0])
+        );
+        causal_conv_step(&mut state, &[0.0, 0.0], &w, 3, &mut out);
+        assert_eq!(out, [1.0 + 8.0, 1.0]);
+    }
+
+    #[test]
     fn scan_matches_the_recurrence_in_f64() {
         let sh = ScanShape {
             n_head: 4,
