@@ -154,6 +154,17 @@ class HybridSuite(ArchitectureSuite):
         assert history == ref.greedy_prompt + first
         assert rest == whole.tokens[before:]
 
+    def test_a_quantized_rotated_cache_round_trips(self, name: str) -> None:
+        """q8_0 rows (Hadamard-rotated, as a quantized side is by default)
+        and the f32 state restore as they were: the restored engine
+        continues as the original does."""
+        ref = c.reference(name)
+        e = c.engine(ref.path, ref, kv_dtype="q8_0")
+        e.generate(ref.greedy_prompt, 8, ignore_eos=True)
+        back = Engine.restore_bytes(e.snapshot_bytes())
+        want = e.generate("", 12, ignore_eos=True).tokens
+        assert back.generate("", 12, ignore_eos=True).tokens == want
+
     def test_a_snapshot_converts_its_rows_and_keeps_its_state(self, name: str) -> None:
         """Converting a snapshot's KV type touches only the attention rows;
         the state after them travels as it is. f16 rows widen to f32 and
