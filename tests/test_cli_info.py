@@ -159,6 +159,7 @@ def test_help_teaches(capsys: pytest.CaptureFixture[str]) -> None:
                 "layer kinds     1 attention, 2 recurrent (0,2)",
                 "experts         4 (2 used), shared expert 128 wide",
                 "ssm             inner 512, state 16, conv kernel 4",
+                "rope            none (rope.scaling.finetuned false)",
             ],
         ),
     ],

@@ -185,6 +185,10 @@ def render(s: GgufSummary, *, tensors: bool = False, full: bool = False) -> str:
             factor = h.get("rope_scaling_factor")
             rope.append(f"scaling {h['rope_scaling']}" + (f" x{_num(factor)}" if factor else ""))
         rows.append(("rope", ", ".join(rope)))
+    if s.arch == "granitehybrid" and h.get("rope_finetuned") is False:
+        # llama.cpp reads Granite-4.0-H's rope.scaling.finetuned as the
+        # switch for RoPE: false is no positional encoding at all.
+        rows.append(("rope", "none (rope.scaling.finetuned false)"))
     rows += [
         ("rms norm eps", h.get("norm_rms_eps")),
         ("norm eps", h.get("norm_eps")),

@@ -333,6 +333,7 @@ class GgufSummary:
             "ssm_d_inner": self._arch_key("ssm.inner_size"),
             "ssm_d_state": self._arch_key("ssm.state_size"),
             "shortconv_l_cache": self._arch_key("shortconv.l_cache"),
+            "rope_finetuned": self._arch_key("rope.scaling.finetuned"),
         }
         return {k: v for k, v in h.items() if v is not None}
 

@@ -15,9 +15,7 @@ use crate::gguf::GgufFile;
 use crate::model::blocks::ffn::{Activation, Ffn};
 use crate::model::blocks::moe::{Gating, MoeWeights};
 use crate::model::blocks::{residual_add, AttnOpts, AttnWeights, FfnWeights, Norm};
-use crate::model::config::{
-    per_layer_u, Meta, ModelConfig, NormKind, PerLayer, SsmConfig, MAX_DIM,
-};
+use crate::model::config::{per_layer_u, Meta, ModelConfig, NormKind, PerLayer, SsmConfig};
 use crate::model::family::{Arch, Loaded};
 use crate::model::pass::{fit, Pass, Scratch};
 use crate::model::weights::{MatRef, Tensors};
@@ -52,7 +50,7 @@ struct Layer {
 /// The convolution state's shape in the recurrent-state layout Mamba-2
 /// uses: one "inner" channel per embedding channel and no SSM state.
 fn conv_shape(l_cache: usize, n_embd: usize) -> Result<SsmConfig> {
-    if !(2..=64).contains(&l_cache) || n_embd > MAX_DIM {
+    if !(2..=64).contains(&l_cache) {
         return Err(Error::load(format!(
             "shortconv.l_cache {l_cache} is out of range (2 to 64)"
         )));
