@@ -74,6 +74,57 @@ CASES: list[dict[str, Any]] = [
         "ftype": "Q5_K_M",
         "imatrix": "gguf",
     },
+    # The low-bit i-quants: their mixes (llama.cpp's type rules) with an
+    # importance matrix, as llama-quantize needs for most of them.
+    {
+        "id": "llama-iq2_xxs-imatrix-gguf",
+        "input": ["llama", 8, "f16"],
+        "ftype": "IQ2_XXS",
+        "imatrix": "gguf",
+    },
+    {
+        "id": "llama-iq2_xs-imatrix-dat",
+        "input": ["llama", 8, "f16"],
+        "ftype": "IQ2_XS",
+        "imatrix": "dat",
+    },
+    {
+        "id": "llama-iq2_m-imatrix-gguf",
+        "input": ["llama", 8, "f16"],
+        "ftype": "IQ2_M",
+        "imatrix": "gguf",
+    },
+    {
+        "id": "llama-iq3_xxs-imatrix-gguf",
+        "input": ["llama", 8, "f16"],
+        "ftype": "IQ3_XXS",
+        "imatrix": "gguf",
+    },
+    {
+        "id": "llama-iq3_m-imatrix-gguf",
+        "input": ["llama", 8, "f16"],
+        "ftype": "IQ3_M",
+        "imatrix": "gguf",
+    },
+    {"id": "llama-iq3_s", "input": ["llama", 8, "f16"], "ftype": "IQ3_S"},
+    {
+        "id": "llama-iq1_s-imatrix-gguf",
+        "input": ["llama", 8, "f16"],
+        "ftype": "IQ1_S",
+        "imatrix": "gguf",
+    },
+    {
+        "id": "llama-iq1_m-imatrix-dat",
+        "input": ["llama", 8, "f16"],
+        "ftype": "IQ1_M",
+        "imatrix": "dat",
+    },
+    {
+        "id": "moe-iq2_xxs-imatrix-gguf",
+        "input": ["qwen3moe", 8, "f16"],
+        "ftype": "IQ2_XXS",
+        "imatrix": "gguf",
+    },
     {
         "id": "llama-q8_0-keep-split",
         "input": ["llama", 8, "f16"],

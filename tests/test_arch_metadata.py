@@ -68,6 +68,8 @@ ARCHS = [
     "starcoder2",
     "olmo2",
     "mamba2",
+    "smollm3",
+    "gpt-oss",
     "lfm2",
     "lfm2moe",
     "granitehybrid",

@@ -67,10 +67,28 @@ def test_refusals_name_the_problem_before_any_output(
     assert list(tmp_path.iterdir()) == []
 
 
-def test_a_type_we_do_not_write_is_refused_by_name(llama8: Path, tmp_path: Path) -> None:
+def test_a_type_we_do_not_write_is_refused_by_name(
+    llama8: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Every type a mix can choose is written today; a native module without
+    # one of them (an older build) must still refuse it up front.
+    from oxillama.model.quantize import run
+
+    monkeypatch.setattr(run, "writes_type", lambda name: name != "IQ2_XXS")
     imatrix = write_imatrix("gguf", llama8, tmp_path / "imatrix.gguf")
     with pytest.raises(ParameterError, match="does not write IQ2_XXS"):
         quantize_fn(llama8, tmp_path / "o.gguf", "IQ2_XXS", imatrix=imatrix, progress=False)
+    assert not (tmp_path / "o.gguf").exists()
+
+
+def test_iq3_xxs_without_an_imatrix_is_refused_as_llama_cpp_does(
+    llama8: Path, tmp_path: Path
+) -> None:
+    # The IQ3_XXS mix puts attn_k in IQ2_S, which needs one.
+    with pytest.raises(
+        ParameterError, match=r"blk\.0\.attn_k\.weight would be IQ2_S, which needs an importance"
+    ):
+        quantize_fn(llama8, tmp_path / "o.gguf", "IQ3_XXS", progress=False)
     assert not (tmp_path / "o.gguf").exists()
 
 

@@ -30,9 +30,10 @@ def test_rows_equal_ggml(key: str) -> None:
     assert hashlib.sha256(out).hexdigest() == REFS[key]
 
 
-def test_bytes_do_not_depend_on_threads() -> None:
+@pytest.mark.parametrize("name", ["Q4_K", "IQ2_XS", "IQ1_M"])
+def test_bytes_do_not_depend_on_threads(name: str) -> None:
     big = np.tile(rows(), (8, 1)).reshape(-1)
-    t = GGML_TYPES["Q4_K"]
+    t = GGML_TYPES[name]
     one = _native.quantize_rows(t, big, N_PER_ROW, W, 1)
     assert _native.quantize_rows(t, big, N_PER_ROW, W, 2) == one
     assert _native.quantize_rows(t, big, N_PER_ROW, W, 3) == one
@@ -46,7 +47,34 @@ def test_bad_shapes_and_types_are_refused() -> None:
         _native.quantize_rows(q4k, X[:384], 384)
     with pytest.raises(ValueError, match="importance vector of 3"):
         _native.quantize_rows(q4k, X, N_PER_ROW, W[:3])
-    with pytest.raises(ValueError, match="no quantizer writes IQ2_XXS"):
-        _native.quantize_rows(GGML_TYPES["IQ2_XXS"], X, N_PER_ROW)
-    assert not _native.can_quantize(GGML_TYPES["IQ2_XXS"])
+    with pytest.raises(ValueError, match="no quantizer writes Q8_K"):
+        _native.quantize_rows(GGML_TYPES["Q8_K"], X, N_PER_ROW)
+    assert not _native.can_quantize(GGML_TYPES["Q8_K"])
     assert _native.can_quantize(GGML_TYPES["IQ4_XS"])
+    assert _native.can_quantize(GGML_TYPES["IQ1_M"])
+
+
+@pytest.mark.parametrize("name", ["IQ2_XXS", "IQ2_XS", "IQ1_S"])
+def test_types_ggml_fits_only_with_weights_need_an_importance_vector(name: str) -> None:
+    with pytest.raises(ValueError, match=f"{name} needs an importance vector"):
+        _native.quantize_rows(GGML_TYPES[name], X, N_PER_ROW)
+
+
+CODEBOOK_TYPES = ["IQ3_XXS", "IQ3_S", "IQ2_XXS", "IQ2_XS", "IQ2_S", "IQ1_S", "IQ1_M"]
+
+
+@pytest.mark.parametrize("name", CODEBOOK_TYPES)
+def test_codebook_types_take_non_finite_rows_without_failing(name: str) -> None:
+    """ggml aborts on some of these; we must write whole rows and return."""
+    x = rows()[:4].copy()
+    x[0, 3] = np.nan
+    x[1, :40] = np.nan
+    x[2, 7] = np.inf
+    x[3, 300] = -np.inf
+    x[3, 301] = 3e38
+    w = W.copy()
+    w[5] = np.inf
+    w[6] = np.nan
+    for qw in (w, W):
+        out = _native.quantize_rows(GGML_TYPES[name], x.reshape(-1), N_PER_ROW, qw, 2)
+        assert len(out) == row_bytes(GGML_TYPES[name], N_PER_ROW) * 4

@@ -110,6 +110,27 @@ class HybridSuite(ArchitectureSuite):
             lone.eval(toks[:20], False)
             assert np.array_equal(lone.eval(tail, True), g)
 
+    def test_engine_forks_continue_apart_as_copies_would(self, name: str) -> None:
+        """Engine.fork shares the KV rows copy on write and copies the
+        recurrent state: the original and its fork, given different
+        continuations, each give a lone engine's tokens."""
+        ref = c.reference(name)
+        e = Engine(
+            ref.path,
+            context_size=ref.n_ctx,
+            threads=c.THREADS,
+            sampler=c.GREEDY,
+            kv_positions=2 * ref.n_ctx,
+        )
+        e.generate(ref.greedy_prompt, 6, ignore_eos=True)
+        f = e.fork()
+        a = e.generate(ref.tokens[30:34], 10, ignore_eos=True).tokens
+        b = f.generate(ref.tokens[40:44], 10, ignore_eos=True).tokens
+        for tail, got in ((ref.tokens[30:34], a), (ref.tokens[40:44], b)):
+            lone = c.engine(ref.path, ref)
+            lone.generate(ref.greedy_prompt, 6, ignore_eos=True)
+            assert lone.generate(tail, 10, ignore_eos=True).tokens == got
+
     def test_async_session_snapshot_with_requests_in_flight_continues_elsewhere(
         self, name: str, tmp_path: Path
     ) -> None:

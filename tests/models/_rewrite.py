@@ -13,6 +13,7 @@ fails loudly instead of comparing against logits of a different file."""
 from __future__ import annotations
 
 import hashlib
+from collections.abc import Mapping
 from pathlib import Path
 
 import gguf
@@ -28,11 +29,13 @@ def rewrite(
     *,
     f32: bool = False,
     arch: str | None = None,
-    extra: dict[str, np.ndarray] | None = None,
+    strings: Mapping[str, str] | None = None,
+    extra: Mapping[str, np.ndarray] | None = None,
 ) -> str:
     """Writes ``dst`` from ``src``, with F32 tensors if ``f32``, with
     ``arch`` as the architecture (its own keys renamed after it) if given,
-    and with the ``extra`` F32 tensors added. Returns the sha256 of
+    with the string keys ``strings`` and the ``extra`` F32 tensors added.
+    Returns the sha256 of
     ``dst``."""
     r = gguf.GGUFReader(str(src))
     old = r.fields["general.architecture"].contents()
@@ -47,6 +50,8 @@ def rewrite(
         if key.startswith(old + "."):
             key = new + key[len(old) :]
         w.add_key_value(key, field.contents(), kind, sub_type=sub)
+    for key, value in (strings or {}).items():
+        w.add_string(key, value)
     for t in r.tensors:
         if f32:
             data = dequantize(t.data, t.tensor_type).astype(np.float32)

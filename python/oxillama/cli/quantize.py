@@ -50,8 +50,10 @@ examples:
 
 Which to choose: Q4_K_M is the usual 4-bit choice; Q5_K_M and Q6_K trade
 size for quality, Q8_0 is near lossless; IQ4_XS is smaller than Q4_K_S at
-about its quality, better still with --imatrix; MXFP4_MOE is for MoE
-models (experts in MXFP4, other tensors Q8_0).
+about its quality, better still with --imatrix; IQ3_M and IQ3_S go below
+4 bits; IQ3_XXS and the IQ2 and IQ1 mixes need --imatrix (for 2 bits and
+less, an importance matrix from text like the model's use is what keeps it
+usable); MXFP4_MOE is for MoE models (experts in MXFP4, other tensors Q8_0).
 
 """
 
@@ -75,8 +77,8 @@ def add_parser(sub: Any) -> None:
         "--imatrix",
         metavar="FILE",
         help="importance matrix from llama-imatrix (GGUF or the older .dat): steers the "
-        "K-quants, legacy quants and IQ4 toward the weights that matter; the low-bit "
-        "i-quants and Q2_K_S need one",
+        "K-quants, legacy quants and i-quants toward the weights that matter; the "
+        "IQ3_XXS, IQ2 and IQ1 mixes and Q2_K_S need one",
     )
     q.add_argument(
         "--allow-requantize",

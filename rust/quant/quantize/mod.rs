@@ -13,7 +13,12 @@
 //! checked against ggml's operation order.
 #![allow(clippy::needless_range_loop)]
 
+mod iq1;
+mod iq2;
+mod iq3;
 mod iq4;
+mod iq_search;
+mod iq_tables;
 mod mxfp4;
 mod q2_k;
 mod q3_k;
@@ -61,6 +66,13 @@ pub fn row_quantizer(ty: GgmlType) -> Option<RowFn> {
         T::Q6K => q6_k::quantize,
         T::IQ4NL => iq4::quantize_nl,
         T::IQ4XS => iq4::quantize_xs,
+        T::IQ3XXS => iq3::quantize_xxs,
+        T::IQ3S => iq3::quantize_s,
+        T::IQ2XXS => iq2::quantize_xxs,
+        T::IQ2XS => iq2::quantize_xs,
+        T::IQ2S => iq2::quantize_s,
+        T::IQ1S => iq1::quantize_s,
+        T::IQ1M => iq1::quantize_m,
         T::MXFP4 => mxfp4::quantize,
         T::TQ1_0 => ternary::quantize_tq1_0,
         T::TQ2_0 => ternary::quantize_tq2_0,
@@ -74,7 +86,24 @@ pub fn uses_imatrix(ty: GgmlType) -> bool {
     matches!(
         ty,
         T::Q4_0 | T::Q4_1 | T::Q5_0 | T::Q5_1 | T::Q2K | T::Q3K | T::Q4K | T::Q5K | T::Q6K
-    ) || matches!(ty, T::IQ4NL | T::IQ4XS)
+    ) || matches!(
+        ty,
+        T::IQ4NL
+            | T::IQ4XS
+            | T::IQ3XXS
+            | T::IQ3S
+            | T::IQ2XXS
+            | T::IQ2XS
+            | T::IQ2S
+            | T::IQ1S
+            | T::IQ1M
+    )
+}
+
+/// Whether ggml's quantizer for `ty` refuses to run without an importance
+/// vector (`ggml_quantize_requires_imatrix`).
+pub fn requires_imatrix(ty: GgmlType) -> bool {
+    matches!(ty, GgmlType::IQ2XXS | GgmlType::IQ2XS | GgmlType::IQ1S)
 }
 
 /// Rows per parallel chunk: enough work (~16K elements, as llama.cpp's
@@ -129,6 +158,12 @@ pub fn quantize_rows(
                 w.len()
             )));
         }
+    }
+    if imatrix.is_none() && requires_imatrix(ty) {
+        return Err(Error::invalid(format!(
+            "{} needs an importance vector (an imatrix)",
+            ty.name()
+        )));
     }
     let qw = imatrix.filter(|_| uses_imatrix(ty));
     let per = rows_per_chunk(n_per_row);

@@ -108,7 +108,7 @@ FILE_TYPES: tuple[FileType, ...] = (
     FileType("TQ2_0", 37, "TQ2_0", "ternary, token embeddings Q4_K"),
     FileType("Q2_K", 10, "Q2_K", "attn_v Q3_K/Q4_K, ffn_down and attn_output Q3_K"),
     FileType("Q2_K_S", 21, "Q2_K", "smaller Q2_K mix, needs --imatrix"),
-    FileType("IQ3_XXS", 23, "IQ3_XXS", "i-quant mix"),
+    FileType("IQ3_XXS", 23, "IQ3_XXS", "i-quant mix, needs --imatrix (attn_k IQ2_S)"),
     FileType("IQ3_S", 26, "IQ3_S", "i-quant mix"),
     FileType("IQ3_M", 27, "IQ3_S", "i-quant mix, attn_v and attn_output Q4_K"),
     FileType("Q3_K_S", 11, "Q3_K", "Q3_K throughout"),

@@ -63,6 +63,8 @@ class AppSpec:
     routed_by_session_header: bool = False
     #: The chat page at ``/`` (``--no-webui`` turns it off).
     webui: bool = True
+    #: ``--reranking``: serve /v1/rerank with a reranker model.
+    reranking: bool = False
 
     def keys(self) -> tuple[str, ...]:
         return load_api_keys(self.api_keys, self.api_key_file)
@@ -102,4 +104,5 @@ class AppSpec:
             reasoning_format=self.reasoning_format,
             reasoning_budget=self.reasoning_budget,
             webui=self.webui,
+            reranking=self.reranking,
         )
