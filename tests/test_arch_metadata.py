@@ -70,6 +70,9 @@ ARCHS = [
     "mamba2",
     "smollm3",
     "gpt-oss",
+    "lfm2",
+    "lfm2moe",
+    "granitehybrid",
 ]
 
 # Values that reach edge cases: zero, one, huge, negative or non-finite

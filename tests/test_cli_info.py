@@ -147,3 +147,29 @@ def test_help_teaches(capsys: pytest.CaptureFixture[str]) -> None:
     text = capsys.readouterr().out
     for word in ("--tensors", "--template", "--json", "examples", "chat template"):
         assert word in text
+
+
+@pytest.mark.parametrize(
+    ("fixture", "rows"),
+    [
+        ("lfm2", ["layer kinds     1 attention, 2 recurrent (0,2)", "short conv      kernel 3"]),
+        (
+            "granitehybrid",
+            [
+                "layer kinds     1 attention, 2 recurrent (0,2)",
+                "experts         4 (2 used), shared expert 128 wide",
+                "ssm             inner 512, state 16, conv kernel 4",
+                "rope            none (rope.scaling.finetuned false)",
+            ],
+        ),
+    ],
+)
+def test_a_hybrid_s_layer_kinds_and_mixers(
+    fixture: str, rows: list[str], capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Which layers attend and which carry a recurrent state, from the
+    per-layer KV head counts, and the recurrent mixers' shapes."""
+    path = Path(__file__).parent / "models" / "fixtures" / f"{fixture}.gguf"
+    out = info(capsys, str(path))
+    for row in rows:
+        assert f"  {row}\n" in out, out

@@ -41,10 +41,38 @@ pub struct Target {
 }
 
 /// Per-layer projections each architecture multiplies through the shared
-/// blocks (or, for mamba2, its own two products), all hooked.
+/// blocks (or, for mamba2 and the hybrids, their mixers' own products), all
+/// hooked. A name a layer lacks (an attention projection in a recurrent
+/// layer of a hybrid) is simply not there to target.
 fn layer_names(arch: &str, fused_qkv: bool) -> &'static [&'static str] {
     match arch {
         "mamba2" => &["ssm_in", "ssm_out"],
+        // lfm2moe's routed experts are 3-D and not hooked: its dense layers'
+        // MLPs are.
+        "lfm2" | "lfm2moe" => &[
+            "attn_q",
+            "attn_k",
+            "attn_v",
+            "attn_output",
+            "shortconv.in_proj",
+            "shortconv.out_proj",
+            "ffn_gate",
+            "ffn_up",
+            "ffn_down",
+        ],
+        // The shared expert's products are not hooked, so refused.
+        "granitehybrid" => &[
+            "attn_qkv",
+            "attn_q",
+            "attn_k",
+            "attn_v",
+            "attn_output",
+            "ssm_in",
+            "ssm_out",
+            "ffn_gate",
+            "ffn_up",
+            "ffn_down",
+        ],
         "phi3" if fused_qkv => &["attn_qkv", "attn_output", "ffn_up", "ffn_down"],
         "phi3" => &[
             "attn_q",

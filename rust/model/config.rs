@@ -85,9 +85,13 @@ pub struct ModelConfig {
     pub embed_mul: Option<f32>,
     /// Each block's output is multiplied by this before the residual add.
     pub residual_mul: f32,
-    /// Recurrent (Mamba-2) models: the state a session carries instead of
-    /// keys and values.
+    /// Recurrent (Mamba-2) and hybrid (LFM2, Granite-4.0-H) models: the
+    /// state a session carries beside (or instead of) keys and values.
     pub ssm: Option<SsmConfig>,
+    /// Layers that carry a recurrent state and keep no keys and values
+    /// (all of a Mamba-2's; a hybrid's convolution or SSM layers; none of
+    /// an attention model's, which leaves this empty).
+    pub recr_layers: Vec<bool>,
     /// Llama-4 style attention temperature: queries at position `p` are
     /// multiplied by `ln(floor(p / floor) + 1) * scale + 1`.
     pub attn_temp: Option<(f32, usize)>,
@@ -171,14 +175,30 @@ impl ModelConfig {
         let n_layer = m.u("block_count")?;
         let n_embd = m.u("embedding_length")?;
         let n_ff = m.opt_u("feed_forward_length")?.unwrap_or(0);
+        let mut recr_layers = Vec::new();
         let (n_head, n_head_kv) = if recurrent {
             (1, 1)
         } else {
             let n_head = m.opt_u("attention.head_count")?.unwrap_or(1);
-            (
-                n_head,
-                m.opt_u("attention.head_count_kv")?.unwrap_or(n_head),
-            )
+            let n_head_kv = match per_layer_u(&m, "attention.head_count_kv", n_layer)? {
+                None => n_head,
+                Some(PerLayer::One(v)) => v,
+                Some(PerLayer::Each(kv)) => {
+                    // A hybrid (LFM2, Granite-4.0-H) writes 0 for the
+                    // layers without attention, as llama.cpp reads them.
+                    recr_layers = kv.iter().map(|&v| v == 0).collect();
+                    let mut heads = kv.iter().copied().filter(|&v| v != 0);
+                    let first = heads.next().unwrap_or(n_head);
+                    if heads.any(|v| v != first) {
+                        return Err(Error::load(format!(
+                            "metadata {arch}.attention.head_count_kv differs between \
+                             attention layers ({kv:?}): not supported"
+                        )));
+                    }
+                    first
+                }
+            };
+            (n_head, n_head_kv)
         };
         for (name, v) in [
             ("block_count", n_layer),
@@ -265,6 +285,7 @@ impl ModelConfig {
             embed_mul: None,
             residual_mul: 1.0,
             ssm: None,
+            recr_layers,
             attn_temp: None,
             causal: true,
         })
@@ -341,13 +362,30 @@ impl ModelConfig {
         Ok(())
     }
 
-    /// Layers that keep keys and values (none in a recurrent model).
+    /// Layers that keep keys and values (none in a recurrent model, the
+    /// attention layers of a hybrid).
     pub fn kv_layers(&self) -> usize {
-        if self.ssm.is_some() {
-            0
-        } else {
-            self.n_layer
+        self.n_layer - self.recr_layers.iter().filter(|&&r| r).count()
+    }
+
+    /// Whether layer `il` carries a recurrent state instead of keys and
+    /// values.
+    pub fn is_recr_layer(&self, il: usize) -> bool {
+        self.recr_layers.get(il).copied().unwrap_or(false)
+    }
+
+    /// The KV cache's layer of attention layer `il`: a hybrid's cache
+    /// holds only its attention layers, in order.
+    pub fn kv_index(&self, il: usize) -> usize {
+        if self.recr_layers.is_empty() {
+            return il;
         }
+        il - self.recr_layers[..il].iter().filter(|&&r| r).count()
+    }
+
+    /// A hybrid: a recurrent state and a KV cache both.
+    pub fn is_hybrid(&self) -> bool {
+        self.ssm.is_some() && self.kv_layers() > 0
     }
 
     /// Widths of the q, k, v projections and of the attention output.
@@ -364,6 +402,54 @@ impl ModelConfig {
     pub fn has_logit_transform(&self) -> bool {
         self.final_softcap.is_some() || self.logit_mul != 1.0
     }
+}
+
+/// A per-layer key: one value for every layer, or one each.
+pub enum PerLayer {
+    One(usize),
+    Each(Vec<usize>),
+}
+
+/// `<arch>.<k>` as a number or an array of `n_layer` non-negative integers.
+pub fn per_layer_u(m: &Meta<'_>, k: &str, n_layer: usize) -> Result<Option<PerLayer>> {
+    let key = m.key(k);
+    let Some(v) = m.f.get(&key) else {
+        return Ok(None);
+    };
+    if let Value::Array(a) = v {
+        let vals: Option<Vec<u64>> = match a {
+            Array::U8(x) => Some(x.iter().map(|&v| v.into()).collect()),
+            Array::U16(x) => Some(x.iter().map(|&v| v.into()).collect()),
+            Array::U32(x) => Some(x.iter().map(|&v| v.into()).collect()),
+            Array::U64(x) => Some(x.clone()),
+            Array::I8(x) => x.iter().map(|&v| u64::try_from(v).ok()).collect(),
+            Array::I16(x) => x.iter().map(|&v| u64::try_from(v).ok()).collect(),
+            Array::I32(x) => x.iter().map(|&v| u64::try_from(v).ok()).collect(),
+            Array::I64(x) => x.iter().map(|&v| u64::try_from(v).ok()).collect(),
+            _ => None,
+        };
+        let vals = vals
+            .filter(|v| v.len() == n_layer)
+            .and_then(|v| {
+                v.into_iter()
+                    .map(|x| usize::try_from(x).ok().filter(|&x| x <= MAX_DIM))
+                    .collect::<Option<Vec<usize>>>()
+            })
+            .ok_or_else(|| {
+                Error::load(format!(
+                    "metadata {key} must be {n_layer} non-negative integers (one per layer)"
+                ))
+            })?;
+        return Ok(Some(PerLayer::Each(vals)));
+    }
+    v.as_u64()
+        .and_then(|x| usize::try_from(x).ok())
+        .map(|x| Some(PerLayer::One(x)))
+        .ok_or_else(|| {
+            Error::load(format!(
+                "metadata {key} must be a non-negative integer, got {v:?}"
+            ))
+        })
 }
 
 fn swa_period(n_layer: usize, p: usize) -> Vec<bool> {

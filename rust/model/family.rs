@@ -28,6 +28,9 @@ pub struct Loaded {
     pub tied_output: bool,
     /// An encoder's position and token-type embeddings and their norm.
     pub encoder: Option<EncoderInput>,
+    /// The final norm's tensor name, without `.weight` (LFM2 names it
+    /// `token_embd_norm`).
+    pub output_norm: &'static str,
 }
 
 impl Loaded {
@@ -36,6 +39,7 @@ impl Loaded {
             arch: Box::new(arch),
             tied_output: false,
             encoder: None,
+            output_norm: "output_norm",
         }
     }
 }

@@ -112,16 +112,25 @@ impl Model {
         let tok_embd = matrix(f, "token_embd.weight", e, None)?;
         cfg.n_vocab = tok_embd.rows;
         let loaded = (entry.load)(f, &mut cfg)?;
+        if let Some(il) = (0..cfg.n_layer).find(|&il| cfg.is_recr_layer(il)) {
+            if cfg.ssm.is_none() {
+                return Err(Error::load(format!(
+                    "metadata {name}.attention.head_count_kv is 0 for layer {il}: \
+                     {name} has no layers without attention"
+                )));
+            }
+        }
         let output = if f.tensor("output.weight").is_some() && !loaded.tied_output {
             matrix(f, "output.weight", e, Some(cfg.n_vocab))?
         } else {
             tok_embd
         };
-        let output_norm = if cfg.causal || f.tensor("output_norm.weight").is_some() {
+        let on = loaded.output_norm;
+        let output_norm = if cfg.causal || f.tensor(&format!("{on}.weight")).is_some() {
             Some(Norm::from_vectors(
                 cfg.norm,
-                vector(f, "output_norm.weight", e)?,
-                opt_vector(f, "output_norm.bias", e)?,
+                vector(f, &format!("{on}.weight"), e)?,
+                opt_vector(f, &format!("{on}.bias"), e)?,
                 cfg.norm_eps,
             ))
         } else {

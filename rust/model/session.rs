@@ -322,7 +322,8 @@ impl Session {
     }
 
     /// The KV cache up to the current position, as raw little-endian bytes
-    /// (a recurrent model's state instead: it is what a session carries).
+    /// (a recurrent model's state instead: it is what a session carries; a
+    /// hybrid's KV rows, then its recurrent state).
     pub fn export_kv(&self) -> Result<Vec<u8>> {
         let mut out = vec![0u8; self.export_kv_len()];
         self.export_kv_into(&mut out)?;
@@ -332,6 +333,9 @@ impl Session {
     /// Size in bytes of `export_kv()`.
     pub fn export_kv_len(&self) -> usize {
         match &self.rec {
+            Some(r) if self.model.cfg.is_hybrid() => {
+                self.kv.export_len(self.n_past) + r.state.export_len()
+            }
             Some(r) => r.state.export_len(),
             None => self.kv.export_len(self.n_past),
         }
@@ -340,6 +344,19 @@ impl Session {
     /// `export_kv` into a buffer of exactly `export_kv_len()` bytes.
     pub fn export_kv_into(&self, out: &mut [u8]) -> Result<()> {
         match &self.rec {
+            Some(r) if self.model.cfg.is_hybrid() => {
+                let kv_len = self.kv.export_len(self.n_past);
+                if out.len() != kv_len + r.state.export_len() {
+                    return Err(Error::invalid(format!(
+                        "session export needs {} bytes, got a buffer of {}",
+                        kv_len + r.state.export_len(),
+                        out.len()
+                    )));
+                }
+                let (kv, rec) = out.split_at_mut(kv_len);
+                self.kv.export_into(self.n_past, kv, &self.pool)?;
+                r.state.export_into(rec)
+            }
             Some(r) => r.state.export_into(out),
             None => self.kv.export_into(self.n_past, out, &self.pool),
         }
@@ -350,7 +367,24 @@ impl Session {
     /// previous position (its cache may be partly overwritten only after
     /// validation passed, which cannot fail midway).
     pub fn import_kv(&mut self, n: usize, data: &[u8]) -> Result<()> {
+        let hybrid = self.model.cfg.is_hybrid();
         match &mut self.rec {
+            Some(r) if hybrid => {
+                let rec_len = r.state.export_len();
+                let Some(kv_len) = data.len().checked_sub(rec_len) else {
+                    return Err(Error::invalid(format!(
+                        "session data has {} bytes, less than this model's recurrent state of {rec_len}",
+                        data.len()
+                    )));
+                };
+                // The state is checked in a copy first, so a bad one
+                // leaves the session as it was.
+                let mut state = r.state.clone();
+                state.import(&data[kv_len..])?;
+                self.kv.import(n, &data[..kv_len], &self.pool)?;
+                r.state = state;
+                r.forget_checkpoints();
+            }
             Some(r) => {
                 if n > self.kv.n_ctx {
                     return Err(Error::invalid(format!(

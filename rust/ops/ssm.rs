@@ -23,6 +23,23 @@ pub fn conv_step(
     d_conv: usize,
     out: &mut [f32],
 ) {
+    causal_conv_step(state, input, w, d_conv, out);
+    for (o, &b) in out.iter_mut().zip(bias) {
+        let v = *o + b;
+        *o = v / (1.0 + (-v).exp());
+    }
+}
+
+/// The convolution alone, without bias or activation (LFM2's short
+/// convolution): `out[c] = sum_i window[c][i] * w[c][i]`, summed oldest
+/// input first as ggml's `ssm_conv` does.
+pub fn causal_conv_step(
+    state: &mut [f32],
+    input: &[f32],
+    w: &[f32],
+    d_conv: usize,
+    out: &mut [f32],
+) {
     let keep = d_conv - 1;
     for (c, (&x, o)) in input.iter().zip(out.iter_mut()).enumerate() {
         let st = &mut state[c * keep..(c + 1) * keep];
@@ -36,8 +53,7 @@ pub fn conv_step(
             st.copy_within(1.., 0);
             st[keep - 1] = x;
         }
-        let v = sum + bias[c];
-        *o = v / (1.0 + (-v).exp());
+        *o = sum;
     }
 }
 
@@ -106,6 +122,26 @@ mod tests {
         assert_eq!(state, [1.0, 4.0, 2.0, 8.0]);
         assert!((out[0] - silu(2.0 + 12.0)).abs() < 1e-5);
         assert!((out[1] - silu(0.0 - 8.0)).abs() < 1e-6);
+    }
+
+    #[test]
+    fn the_short_convolution_is_linear_and_keeps_its_last_inputs() {
+        // LFM2's: no bias, no activation, oldest tap first.
+        let w = [1.0, 2.0, 3.0, 0.5, 0.0, -1.0];
+        let mut state = vec![0f32; 4];
+        let mut out = [0f32; 2];
+        causal_conv_step(&mut state, &[1.0, 2.0], &w, 3, &mut out);
+        assert_eq!(
+            (state.as_slice(), out),
+            (&[0.0, 1.0, 0.0, 2.0][..], [3.0, -2.0])
+        );
+        causal_conv_step(&mut state, &[4.0, -8.0], &w, 3, &mut out);
+        assert_eq!(
+            (state.as_slice(), out),
+            (&[1.0, 4.0, 2.0, -8.0][..], [14.0, 8.0])
+        );
+        causal_conv_step(&mut state, &[0.0, 0.0], &w, 3, &mut out);
+        assert_eq!(out, [1.0 + 8.0, 1.0]);
     }
 
     #[test]

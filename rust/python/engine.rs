@@ -164,6 +164,11 @@ impl PyModel {
         d.set_item("rope_dims", c.rope_dims)?;
         d.set_item("sliding_window", c.sliding_window)?;
         d.set_item("recurrent", c.ssm.is_some())?;
+        // A hybrid keeps keys and values for its attention layers too.
+        d.set_item("hybrid", c.is_hybrid())?;
+        d.set_item("kv_layers", c.kv_layers())?;
+        let recr: Vec<usize> = (0..c.n_layer).filter(|&il| c.is_recr_layer(il)).collect();
+        d.set_item("recurrent_layers", recr)?;
         if let Some(ssm) = &c.ssm {
             let r = PyDict::new(py);
             r.set_item("d_conv", ssm.d_conv)?;

@@ -19,8 +19,16 @@ QUANT_BASE_SEED = 31
 #: Prompt for the llama fixture (vocabulary of 304).
 FIXTURE_TOKENS = [1, 17, 88, 203, 45, 12, 260, 301, 7, 99, 150, 3]
 #: What an adapter may target in a fixture: every projection, Mamba-2's
-#: two products, and the embedding and head when the head is separate.
-LAYER_TARGETS = (*adapters.SEVEN, "attn_qkv", "ssm_in", "ssm_out")
+#: two products, LFM2's short-convolution projections, and the embedding
+#: and head when the head is separate.
+LAYER_TARGETS = (
+    *adapters.SEVEN,
+    "attn_qkv",
+    "ssm_in",
+    "ssm_out",
+    "shortconv.in_proj",
+    "shortconv.out_proj",
+)
 FIXTURE_TARGETS = [f"blk.{il}.{p}.weight" for il in range(64) for p in LAYER_TARGETS] + [
     "token_embd.weight",
     "output.weight",

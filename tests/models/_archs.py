@@ -455,6 +455,193 @@ def mamba2(w: gguf.GGUFWriter, b: Builder) -> None:
     head(b, tied=False)
 
 
+LFM2_L_CACHE = 3
+# Convolution, attention, convolution: llama.cpp picks each layer's kind
+# from the per-layer KV head count (0: convolution).
+LFM2_KV_HEADS = (0, 2, 0)
+
+
+def lfm2(w: gguf.GGUFWriter, b: Builder) -> None:
+    n_layer, n_head, n_ff = len(LFM2_KV_HEADS), 8, 128
+    hd = N_EMBD // n_head
+    w.add_context_length(2048)
+    w.add_embedding_length(N_EMBD)
+    w.add_block_count(n_layer)
+    w.add_feed_forward_length(n_ff)
+    w.add_head_count(n_head)
+    w.add_head_count_kv(list(LFM2_KV_HEADS))
+    w.add_rope_freq_base(1e6)
+    w.add_layer_norm_rms_eps(1e-5)
+    w.add_shortconv_l_cache(LFM2_L_CACHE)
+    w.add_vocab_size(N_VOCAB)
+    embeddings(b, tied=True)
+    r = b.rng
+    for i, n_kv in enumerate(LFM2_KV_HEADS):
+        b.norm(tn(T.ATTN_NORM, i), (N_EMBD,))
+        if n_kv == 0:
+            # B, C and x: B x through the convolution, then gated by C.
+            b.mat(tn(T.SHORTCONV_INPROJ, i), N_EMBD, 3 * N_EMBD, 1.5)
+            b.const(tn(T.SHORTCONV_CONV, i), 0.6 * r.standard_normal((N_EMBD, LFM2_L_CACHE)))
+            b.mat(tn(T.SHORTCONV_OUTPROJ, i), N_EMBD, N_EMBD, RES_GAIN)
+        else:
+            attention(b, i, n_head, n_kv, hd)
+            b.norm(tn(T.ATTN_Q_NORM, i), (hd,), around=1.5)
+            b.norm(tn(T.ATTN_K_NORM, i), (hd,), around=1.5)
+        b.norm(tn(T.FFN_NORM, i), (N_EMBD,))
+        gated_ffn(b, i, n_ff)
+    # LFM2's final norm is named token_embd_norm (llama.cpp's
+    # LLM_TENSOR_OUTPUT_NORM_LFM2); the output is the tied embedding.
+    b.norm(tn(T.TOKEN_EMBD_NORM), (N_EMBD,), around=TIED_OUT_NORM)
+
+
+def lfm2_swa(w: gguf.GGUFWriter, b: Builder) -> None:
+    """lfm2 with a sliding window, which llama.cpp applies to every
+    attention layer."""
+    lfm2(w, b)
+    w.add_sliding_window(8)
+
+
+def lfm2moe(w: gguf.GGUFWriter, b: Builder) -> None:
+    """LFM2 with routed experts after one dense layer: sigmoid scores, a
+    selection bias per expert, renormalised weights."""
+    n_layer, n_head, n_ff = len(LFM2_KV_HEADS), 8, 128
+    n_expert, n_used, n_ff_exp = 4, 2, 64
+    hd = N_EMBD // n_head
+    w.add_context_length(2048)
+    w.add_embedding_length(N_EMBD)
+    w.add_block_count(n_layer)
+    w.add_feed_forward_length(n_ff)
+    w.add_head_count(n_head)
+    w.add_head_count_kv(list(LFM2_KV_HEADS))
+    w.add_rope_freq_base(1e6)
+    w.add_layer_norm_rms_eps(1e-5)
+    w.add_shortconv_l_cache(LFM2_L_CACHE)
+    w.add_vocab_size(N_VOCAB)
+    w.add_leading_dense_block_count(1)
+    w.add_expert_count(n_expert)
+    w.add_expert_used_count(n_used)
+    w.add_expert_feed_forward_length(n_ff_exp)
+    w.add_expert_gating_func(gguf.ExpertGatingFuncType.SIGMOID)
+    embeddings(b, tied=True)
+    r = b.rng
+    for i, n_kv in enumerate(LFM2_KV_HEADS):
+        b.norm(tn(T.ATTN_NORM, i), (N_EMBD,))
+        if n_kv == 0:
+            b.mat(tn(T.SHORTCONV_INPROJ, i), N_EMBD, 3 * N_EMBD, 1.5)
+            b.const(tn(T.SHORTCONV_CONV, i), 0.6 * r.standard_normal((N_EMBD, LFM2_L_CACHE)))
+            b.mat(tn(T.SHORTCONV_OUTPROJ, i), N_EMBD, N_EMBD, RES_GAIN)
+        else:
+            attention(b, i, n_head, n_kv, hd)
+            b.norm(tn(T.ATTN_Q_NORM, i), (hd,), around=1.5)
+            b.norm(tn(T.ATTN_K_NORM, i), (hd,), around=1.5)
+        b.norm(tn(T.FFN_NORM, i), (N_EMBD,))
+        if i == 0:
+            gated_ffn(b, i, n_ff)
+            continue
+        # Router logits of RMS 1 keep the sigmoid off its flat ends, where
+        # saturated experts would tie.
+        b.mat(tn(T.FFN_GATE_INP, i), N_EMBD, n_expert, 1.0)
+        # Large enough to change which experts win against sigmoid scores.
+        b.bias(tn(T.FFN_EXP_PROBS_B, i, "bias"), n_expert, 0.2)
+        b.mat3(tn(T.FFN_GATE_EXP, i), N_EMBD, n_ff_exp, n_expert)
+        b.mat3(tn(T.FFN_UP_EXP, i), N_EMBD, n_ff_exp, n_expert)
+        b.mat3(tn(T.FFN_DOWN_EXP, i), n_ff_exp, N_EMBD, n_expert, RES_GAIN)
+    b.norm(tn(T.TOKEN_EMBD_NORM), (N_EMBD,), around=TIED_OUT_NORM)
+
+
+# Granite-4.0-H: llama.cpp requires d_inner = 2 n_embd; 16 heads of 32 in
+# two groups. Mamba-2, attention, Mamba-2, picked by the KV head counts.
+GH_D_INNER, GH_D_STATE, GH_N_GROUP, GH_HEAD_DIM, GH_D_CONV = 2 * N_EMBD, 16, 2, 32, 4
+GH_KV_HEADS = (0, 2, 0)
+
+
+def mamba2_mixer(b: Builder, i: int, d_inner: int, d_state: int, n_group: int, hd: int) -> None:
+    """One Mamba-2 mixer's tensors (without its pre-norm)."""
+    n_head = d_inner // hd
+    conv_dim = d_inner + 2 * n_group * d_state
+    r = b.rng
+    b.mat(tn(T.SSM_IN, i), N_EMBD, d_inner + conv_dim + n_head)  # z, xBC, dt
+    b.const(tn(T.SSM_CONV1D, i), 0.4 * r.standard_normal((conv_dim, GH_D_CONV)))
+    b.bias(tn(T.SSM_CONV1D, i, "bias"), conv_dim)
+    # dt between 0.05 and 0.5 and A in [-8, -1], as in the mamba2 fixture.
+    dt = np.exp(r.uniform(math.log(0.05), math.log(0.5), n_head))
+    b.const(tn(T.SSM_DT, i, "bias"), np.log(np.expm1(dt)))
+    b.const(tn(T.SSM_A, i, ""), -r.uniform(1.0, 8.0, (n_head, 1)))
+    b.const(tn(T.SSM_D, i, ""), 1.0 + 0.1 * r.standard_normal((n_head, 1)))
+    b.norm(tn(T.SSM_NORM, i), (n_group, d_inner // n_group))
+    b.mat(tn(T.SSM_OUT, i), d_inner, N_EMBD, RES_GAIN)
+
+
+def granitehybrid_common(w: gguf.GGUFWriter, n_ff: int, logit_scale: float) -> None:
+    n_head = 8
+    w.add_context_length(2048)
+    w.add_embedding_length(N_EMBD)
+    w.add_block_count(len(GH_KV_HEADS))
+    w.add_feed_forward_length(n_ff)
+    w.add_head_count(n_head)
+    w.add_head_count_kv(list(GH_KV_HEADS))
+    w.add_layer_norm_rms_eps(1e-5)
+    w.add_vocab_size(N_VOCAB)
+    w.add_ssm_conv_kernel(GH_D_CONV)
+    w.add_ssm_inner_size(GH_D_INNER)
+    w.add_ssm_state_size(GH_D_STATE)
+    w.add_ssm_time_step_rank(GH_D_INNER // GH_HEAD_DIM)
+    w.add_ssm_group_count(GH_N_GROUP)
+    w.add_embedding_scale(4.0)
+    w.add_residual_scale(0.5)
+    w.add_attention_scale(0.25)  # default would be 1/sqrt(32) ~ 0.177
+    w.add_logit_scale(logit_scale)  # logits are divided by it
+
+
+def granitehybrid(w: gguf.GGUFWriter, b: Builder) -> None:
+    """MoE with a shared expert, NoPE (rope.scaling.finetuned false, as
+    Granite-4.0-H ships), an attention output bias, tied output."""
+    n_head, hd, logit_scale = 8, N_EMBD // 8, 2.0
+    n_expert, n_used, n_ff_exp, n_ff_sh = 4, 2, 64, 128
+    granitehybrid_common(w, n_ff_exp, logit_scale)
+    w.add_rope_scaling_finetuned(False)
+    w.add_expert_count(n_expert)
+    w.add_expert_used_count(n_used)
+    w.add_expert_shared_feed_forward_length(n_ff_sh)
+    embeddings(b, tied=True)
+    for i, n_kv in enumerate(GH_KV_HEADS):
+        b.norm(tn(T.ATTN_NORM, i), (N_EMBD,))
+        if n_kv == 0:
+            mamba2_mixer(b, i, GH_D_INNER, GH_D_STATE, GH_N_GROUP, GH_HEAD_DIM)
+        else:
+            attention(b, i, n_head, n_kv, hd, out_bias=True)
+        b.norm(tn(T.FFN_NORM, i), (N_EMBD,))
+        b.mat(tn(T.FFN_GATE_INP, i), N_EMBD, n_expert, 3.0)
+        b.mat3(tn(T.FFN_GATE_EXP, i), N_EMBD, n_ff_exp, n_expert)
+        b.mat3(tn(T.FFN_UP_EXP, i), N_EMBD, n_ff_exp, n_expert)
+        b.mat3(tn(T.FFN_DOWN_EXP, i), n_ff_exp, N_EMBD, n_expert, RES_GAIN)
+        b.mat(tn(T.FFN_GATE_SHEXP, i), N_EMBD, n_ff_sh)
+        b.mat(tn(T.FFN_UP_SHEXP, i), N_EMBD, n_ff_sh)
+        b.mat(tn(T.FFN_DOWN_SHEXP, i), n_ff_sh, N_EMBD, RES_GAIN)
+    head(b, tied=True, norm=TIED_OUT_NORM * logit_scale)
+
+
+def granitehybrid_dense(w: gguf.GGUFWriter, b: Builder) -> None:
+    """Dense SwiGLU MLPs, RoPE on (no finetuned key: llama.cpp's default),
+    q/k/v biases, untied output."""
+    n_head, hd, n_ff, logit_scale = 8, N_EMBD // 8, 128, 2.0
+    granitehybrid_common(w, n_ff, logit_scale)
+    w.add_rope_dimension_count(hd)
+    w.add_rope_freq_base(10000.0)
+    embeddings(b, tied=False)
+    for i, n_kv in enumerate(GH_KV_HEADS):
+        b.norm(tn(T.ATTN_NORM, i), (N_EMBD,))
+        if n_kv == 0:
+            mamba2_mixer(b, i, GH_D_INNER, GH_D_STATE, GH_N_GROUP, GH_HEAD_DIM)
+        else:
+            attention(b, i, n_head, n_kv, hd, qkv_bias=0.5)
+        b.norm(tn(T.FFN_NORM, i), (N_EMBD,))
+        gated_ffn(b, i, n_ff)
+    # The logits are divided by the logit scale: the output norm undoes it.
+    b.norm(tn(T.OUTPUT_NORM), (N_EMBD,), around=logit_scale)
+    b.mat(tn(T.OUTPUT), N_EMBD, N_VOCAB, OUT_GAIN)
+
+
 def olmo2(w: gguf.GGUFWriter, b: Builder) -> None:
     n_layer, n_head, n_kv, n_ff = 2, 8, 2, 128
     hd = N_EMBD // n_head
@@ -723,6 +910,42 @@ FIXTURES: dict[str, Fixture] = {
             smollm3,
             "4 layers, layer 3 without RoPE (llama.cpp's fixed interval of 4); GQA 8/2; "
             "tied output",
+        ),
+        Fixture(
+            "lfm2",
+            "lfm2",
+            lfm2,
+            "short-convolution layers 0 and 2 (kernel 3, B x gated by C, state carried), "
+            "attention layer 1 (GQA 8/2, per-head q/k RMSNorm, NEOX rope); SwiGLU; tied "
+            "output after token_embd_norm",
+        ),
+        Fixture(
+            "granitehybrid",
+            "granitehybrid",
+            granitehybrid,
+            "Mamba-2 layers 0 and 2 (d_inner 512 = 2 n_embd, 16 heads of 32 in 2 groups), "
+            "attention layer 1 (GQA 8/2, output bias, NoPE: rope.scaling.finetuned false); "
+            "4 experts top-2 plus a shared expert; embedding x4, residual x0.5, attention "
+            "scale 0.25, logits / 2; tied output",
+        ),
+        Fixture(
+            "granitehybrid_dense",
+            "granitehybrid",
+            granitehybrid_dense,
+            "as granitehybrid with dense SwiGLU MLPs, RoPE on, q/k/v biases, untied output",
+        ),
+        Fixture(
+            "lfm2moe",
+            "lfm2moe",
+            lfm2moe,
+            "lfm2's layers; a dense SwiGLU in layer 0, then 4 experts top-2 with sigmoid "
+            "scores, a per-expert selection bias (exp_probs_b) and renormalised weights",
+        ),
+        Fixture(
+            "lfm2_swa",
+            "lfm2",
+            lfm2_swa,
+            "lfm2 with attention.sliding_window 8 on its attention layer",
         ),
     )
 }

@@ -30,10 +30,12 @@ def rewrite(
     f32: bool = False,
     arch: str | None = None,
     strings: Mapping[str, str] | None = None,
+    extra: Mapping[str, np.ndarray] | None = None,
 ) -> str:
     """Writes ``dst`` from ``src``, with F32 tensors if ``f32``, with
     ``arch`` as the architecture (its own keys renamed after it) if given,
-    and with the string keys ``strings`` added. Returns the sha256 of
+    with the string keys ``strings`` and the ``extra`` F32 tensors added.
+    Returns the sha256 of
     ``dst``."""
     r = gguf.GGUFReader(str(src))
     old = r.fields["general.architecture"].contents()
@@ -56,6 +58,8 @@ def rewrite(
             w.add_tensor(t.name, data.reshape([int(n) for n in reversed(t.shape)]))
         else:
             w.add_tensor(t.name, t.data, raw_dtype=t.tensor_type)
+    for name, data in (extra or {}).items():
+        w.add_tensor(name, data.astype(np.float32))
     w.write_header_to_file()
     w.write_kv_data_to_file()
     w.write_tensors_to_file()

@@ -14,6 +14,8 @@ from tests.models import (  # modules, not their classes, which would run again 
     test_command_r,
     test_gemma_family,
     test_gpt_oss,
+    test_granite_hybrid,
+    test_lfm2,
     test_llama_family,
     test_mamba2,
     test_olmo2,
@@ -36,6 +38,8 @@ FAMILIES = (
     test_olmo2.TestOlmo2,
     test_mamba2.TestMamba2,
     test_smollm3.TestSmolLM3,
+    test_lfm2.TestLfm2,
+    test_granite_hybrid.TestGraniteHybrid,
     test_quant_types.TestQuantTypes,
 )
 

@@ -151,8 +151,30 @@ def render(s: GgufSummary, *, tensors: bool = False, full: bool = False) -> str:
     if "head_dim_k" in h:
         k, v = h["head_dim_k"], h["head_dim_v"]
         rows.append(("head dim", _num(k) if k == v else f"{_num(k)} (K), {_num(v)} (V)"))
+    kv = h.get("n_head_kv")
+    if isinstance(kv, list) and 0 in kv:
+        # A hybrid: llama.cpp's per-layer KV head count of 0 marks a layer
+        # without attention (a convolution or Mamba-2 layer).
+        recr = [str(i) for i, n in enumerate(kv) if n == 0]
+        rows.append(
+            (
+                "layer kinds",
+                f"{len(kv) - len(recr)} attention, {len(recr)} recurrent ({','.join(recr)})",
+            )
+        )
     if "n_expert" in h:
-        rows.append(("experts", f"{h['n_expert']} ({h.get('n_expert_used', '?')} used)"))
+        shared = f", shared expert {_num(h['n_ff_shexp'])} wide" if h.get("n_ff_shexp") else ""
+        rows.append(("experts", f"{h['n_expert']} ({h.get('n_expert_used', '?')} used){shared}"))
+    if "ssm_d_inner" in h:
+        rows.append(
+            (
+                "ssm",
+                f"inner {_num(h['ssm_d_inner'])}, state {_num(h.get('ssm_d_state', '?'))}, "
+                f"conv kernel {_num(h.get('ssm_d_conv', '?'))}",
+            )
+        )
+    if "shortconv_l_cache" in h:
+        rows.append(("short conv", f"kernel {_num(h['shortconv_l_cache'])}"))
     if "rope_freq_base" in h or "rope_dims" in h:
         rope = [f"freq base {_num(h['rope_freq_base'])}"] if "rope_freq_base" in h else []
         if "rope_freq_base_swa" in h:
@@ -163,6 +185,10 @@ def render(s: GgufSummary, *, tensors: bool = False, full: bool = False) -> str:
             factor = h.get("rope_scaling_factor")
             rope.append(f"scaling {h['rope_scaling']}" + (f" x{_num(factor)}" if factor else ""))
         rows.append(("rope", ", ".join(rope)))
+    if s.arch == "granitehybrid" and h.get("rope_finetuned") is False:
+        # llama.cpp reads Granite-4.0-H's rope.scaling.finetuned as the
+        # switch for RoPE: false is no positional encoding at all.
+        rows.append(("rope", "none (rope.scaling.finetuned false)"))
     rows += [
         ("rms norm eps", h.get("norm_rms_eps")),
         ("norm eps", h.get("norm_eps")),

@@ -328,6 +328,12 @@ class GgufSummary:
             "norm_rms_eps": self._arch_key("attention.layer_norm_rms_epsilon"),
             "norm_eps": self._arch_key("attention.layer_norm_epsilon"),
             "sliding_window": self._arch_key("attention.sliding_window"),
+            "n_ff_shexp": self._arch_key("expert_shared_feed_forward_length"),
+            "ssm_d_conv": self._arch_key("ssm.conv_kernel"),
+            "ssm_d_inner": self._arch_key("ssm.inner_size"),
+            "ssm_d_state": self._arch_key("ssm.state_size"),
+            "shortconv_l_cache": self._arch_key("shortconv.l_cache"),
+            "rope_finetuned": self._arch_key("rope.scaling.finetuned"),
         }
         return {k: v for k, v in h.items() if v is not None}
 

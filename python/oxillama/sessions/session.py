@@ -100,7 +100,7 @@ def snapshot_size(state: SessionState) -> int:
 def _kv_rot(state: SessionState) -> tuple[int, int]:
     """The Hadamard block sizes the session's cached keys and values are
     stored under (0: none; a recurrent model caches no rows)."""
-    if state.model.config.get("recurrent"):
+    if _state_only(state.model.config):
         return (0, 0)
     k, v = state.kv.kv_rot
     return (int(k), int(v))
@@ -461,7 +461,7 @@ def _restore_checked(
         raise SnapshotError(f"cannot re-apply the snapshot's offload policy: {e}") from e
     swapped = None
     kv_data: Any = secs[S.KV]
-    if not m.config.get("recurrent"):
+    if not _state_only(m.config):
         rot = (int(kv.kv_rot[0]), int(kv.kv_rot[1]))
         if kv.kv_dtype != snap_dtype or rot != snap_rot:
             src, dst = (snap_dtype, snap_rot), (kv.kv_dtype, rot)
@@ -554,31 +554,51 @@ def _loras(model: Model, d: dict[str, Any]) -> dict[LoraAdapter, float]:
     return out
 
 
+def _state_only(cfg: dict[str, Any]) -> bool:
+    """Whether the KV section holds only a recurrent state (Mamba-2): no
+    attention rows, whose types and rotation would matter."""
+    return bool(cfg.get("recurrent")) and not cfg.get("hybrid")
+
+
+def _kv_layers(cfg: dict[str, Any]) -> int:
+    """Layers whose keys and values the cache holds (a hybrid's attention
+    layers only)."""
+    return int(cfg.get("kv_layers", cfg["n_layer"]))
+
+
 def _kv_layout(cfg: dict[str, Any]) -> dict[str, Any]:
     """What the KV section holds, for readers of the metadata: attention
     keys and values, or (``"recurrent"``) Mamba-2's convolution and SSM
-    states, all layers, as little-endian f32."""
-    if cfg.get("recurrent"):
+    states, all layers, as little-endian f32; a hybrid's (LFM2,
+    Granite-4.0-H) keys and values of its attention layers first, then its
+    recurrent state."""
+    if _state_only(cfg):
         return {"n_layer": cfg["n_layer"], "recurrent": dict(cfg["ssm"])}
-    return {
+    out = {
         "n_layer": cfg["n_layer"],
         "n_head_kv": cfg["n_head_kv"],
         "dim_k": cfg["dim_k"],
         "dim_v": cfg["dim_v"],
     }
+    if cfg.get("hybrid"):
+        out["kv_layers"] = _kv_layers(cfg)
+        out["recurrent_layers"] = list(cfg["recurrent_layers"])
+        out["recurrent"] = dict(cfg["ssm"])
+    return out
 
 
 def _kv_bytes(model: Model, kv_dtype: str, n: int) -> int:
     """Bytes of the KV section: keys and values of ``n`` positions in the
     cache's types (quantized rows as their blocks), or a recurrent model's
-    whole state (the same size at any position)."""
+    whole state (the same size at any position), or a hybrid's both."""
     c = model.config
-    if c.get("recurrent"):
-        return int(c["ssm"]["state_bytes"])
+    state = int(c["ssm"]["state_bytes"]) if c.get("recurrent") else 0
+    if _state_only(c):
+        return state
     per = kv_position_bytes(
-        kv_dtype, int(c["n_layer"]), int(c["n_head_kv"]), int(c["dim_k"]), int(c["dim_v"])
+        kv_dtype, _kv_layers(c), int(c["n_head_kv"]), int(c["dim_k"]), int(c["dim_v"])
     )
-    return n * per
+    return n * per + state
 
 
 def snap_rot_of(eng: dict[str, Any]) -> tuple[int, int]:
@@ -653,18 +673,26 @@ def _convert_kv(
             stacklevel=3,
         )
     c = model.config
+    # A hybrid's recurrent state follows its rows, in f32 whatever the
+    # cache's types: it travels as it is.
+    state = int(c["ssm"]["state_bytes"]) if c.get("hybrid") else 0
+    view = memoryview(data)
+    rows, tail = view[: len(view) - state], bytes(view[len(view) - state :])
     try:
-        return _native.convert_kv(
-            data,
-            int(c["n_layer"]),
-            int(c["n_head_kv"]),
-            int(c["dim_k"]),
-            int(c["dim_v"]),
-            n,
-            src_t,
-            dst_t,
-            src_rot,
-            dst_rot,
+        return (
+            _native.convert_kv(
+                rows,
+                _kv_layers(c),
+                int(c["n_head_kv"]),
+                int(c["dim_k"]),
+                int(c["dim_v"]),
+                n,
+                src_t,
+                dst_t,
+                src_rot,
+                dst_rot,
+            )
+            + tail
         )
     except OxiLlamaError as e:
         raise SnapshotError(

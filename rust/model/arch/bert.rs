@@ -82,6 +82,7 @@ pub fn load(f: &GgufFile, cfg: &mut ModelConfig) -> Result<Loaded> {
         arch: Box::new(Bert { layers }),
         tied_output: true,
         encoder: Some(input),
+        output_norm: "output_norm",
     })
 }
 

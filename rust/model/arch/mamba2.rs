@@ -1,20 +1,15 @@
-//! Mamba-2: no attention. Each layer is an RMS pre-norm, an input
-//! projection into z, xBC and dt, a causal convolution over xBC, the
-//! selective state-space scan (one decay per head, B and C shared by groups
-//! of heads), the skip `D x`, the gate `silu(z)`, an RMSNorm per group, and
-//! the output projection. The per-sequence state lives in the segment's
-//! `RecurrentState`; the rows of a segment are scanned in order.
+//! Mamba-2: no attention. Each layer is an RMS pre-norm and the Mamba-2
+//! mixer (`blocks::ssm`), added to the residual stream. The per-sequence
+//! state lives in the segment's `RecurrentState`.
 
 use crate::gguf::GgufFile;
+use crate::model::blocks::ssm::{ssm_config, SsmMixer};
 use crate::model::blocks::{residual_add, Norm};
-use crate::model::config::{Meta, ModelConfig, NormKind, SsmConfig};
+use crate::model::config::{Meta, ModelConfig, NormKind};
 use crate::model::family::{Arch, Loaded};
 use crate::model::pass::{fit, Pass, Scratch};
-use crate::model::weights::{vector, MatRef, Tensors};
-use crate::ops::matmul::matmul;
-use crate::ops::norm::rms_norm_inplace;
-use crate::ops::ssm::{conv_step, scan_step, ScanShape};
-use crate::{Error, Result};
+use crate::model::weights::Tensors;
+use crate::Result;
 
 pub struct Mamba2 {
     layers: Vec<Layer>,
@@ -22,64 +17,21 @@ pub struct Mamba2 {
 
 struct Layer {
     norm: Norm,
-    ssm_in: MatRef,
-    conv_w: Vec<f32>,
-    conv_b: Vec<f32>,
-    dt_b: Vec<f32>,
-    a: Vec<f32>,
-    d: Vec<f32>,
-    /// `n_group x (d_inner / n_group)`: one RMSNorm weight per group.
-    ssm_norm: Vec<f32>,
-    ssm_out: MatRef,
-}
-
-fn ssm_config(m: &Meta<'_>) -> Result<SsmConfig> {
-    let c = SsmConfig {
-        d_conv: m.u("ssm.conv_kernel")?,
-        d_inner: m.u("ssm.inner_size")?,
-        d_state: m.u("ssm.state_size")?,
-        n_group: m.opt_u("ssm.group_count")?.unwrap_or(1),
-        n_head: m.u("ssm.time_step_rank")?,
-    };
-    let dims = [c.d_conv, c.d_inner, c.d_state, c.n_group, c.n_head];
-    if dims
-        .iter()
-        .any(|&v| v == 0 || v > crate::model::config::MAX_DIM)
-        || c.d_conv > 64
-        || !c.d_inner.is_multiple_of(c.n_head)
-        || !c.d_inner.is_multiple_of(c.n_group)
-        || !c.n_head.is_multiple_of(c.n_group)
-    {
-        return Err(Error::load(format!(
-            "mamba2 ssm shape is out of range or inconsistent: conv kernel {}, inner {}, \
-             state {}, groups {}, heads {}",
-            c.d_conv, c.d_inner, c.d_state, c.n_group, c.n_head
-        )));
-    }
-    Ok(c)
+    mixer: SsmMixer,
 }
 
 pub fn load(f: &GgufFile, cfg: &mut ModelConfig) -> Result<Loaded> {
     let m = Meta { f, arch: "mamba2" };
     let c = ssm_config(&m)?;
     cfg.ssm = Some(c);
+    cfg.recr_layers = vec![true; cfg.n_layer];
     let (e, eps) = (cfg.n_embd, cfg.norm_eps);
-    let d_in_proj = 2 * c.d_inner + 2 * c.n_group * c.d_state + c.n_head;
     let layers = (0..cfg.n_layer)
         .map(|il| {
             let t = Tensors { f, il };
-            // A and D carry no `.weight` suffix in llama.cpp's names.
-            let bare = |name: &str, len: usize| vector(f, &format!("blk.{il}.{name}"), len);
             Ok(Layer {
                 norm: Norm::load(&t, "attn_norm", e, NormKind::Rms, eps)?,
-                ssm_in: t.matrix("ssm_in", e, d_in_proj)?,
-                conv_w: t.vector("ssm_conv1d", c.conv_dim() * c.d_conv)?,
-                conv_b: t.bias("ssm_conv1d", c.conv_dim())?,
-                dt_b: t.bias("ssm_dt", c.n_head)?,
-                a: bare("ssm_a", c.n_head)?,
-                d: bare("ssm_d", c.n_head)?,
-                ssm_norm: t.vector("ssm_norm", c.d_inner)?,
-                ssm_out: t.matrix("ssm_out", c.d_inner, e)?,
+                mixer: SsmMixer::load(&t, &c, e)?,
             })
         })
         .collect::<Result<Vec<_>>>()?;
@@ -88,72 +40,10 @@ pub fn load(f: &GgufFile, cfg: &mut ModelConfig) -> Result<Loaded> {
 
 impl Arch for Mamba2 {
     fn layer(&self, p: &mut Pass<'_, '_, '_>, s: &mut Scratch, il: usize) {
-        let Some(c) = p.cfg.ssm else { return };
         let l = &self.layers[il];
-        let (n, e, f) = (p.n, p.cfg.n_embd, p.file);
-        let (di, cd, ng, ds) = (c.d_inner, c.conv_dim(), c.n_group, c.d_state);
-        let width = 2 * di + 2 * ng * ds + c.n_head;
+        let (n, e) = (p.n, p.cfg.n_embd);
         l.norm.apply(p.pool, &s.x, fit(&mut s.h, n * e));
-        matmul(
-            p.pool,
-            l.ssm_in.view(f),
-            &s.h,
-            n,
-            fit(&mut s.gate, n * width),
-            &mut s.acts,
-        );
-        crate::lora::apply(p, &l.ssm_in, &s.h, &mut s.gate);
-        let sh = ScanShape {
-            n_head: c.n_head,
-            head_dim: c.head_dim(),
-            d_state: ds,
-            n_group: ng,
-        };
-        fit(&mut s.att, n * di);
-        let mut xbc = vec![0f32; cd];
-        let mut dt = vec![0f32; c.n_head];
-        for (g, seg) in p.segs.iter_mut().enumerate() {
-            let Some(rec) = seg.rec.as_deref_mut() else {
-                continue;
-            };
-            let (conv, ssm) = rec.layer_mut(il);
-            for t in p.starts[g]..p.starts[g + 1] {
-                let row = &s.gate[t * width..(t + 1) * width];
-                let (z, rest) = row.split_at(di);
-                let (xbc_in, dt_in) = rest.split_at(cd);
-                conv_step(conv, xbc_in, &l.conv_w, &l.conv_b, c.d_conv, &mut xbc);
-                dt.iter_mut()
-                    .zip(dt_in)
-                    .zip(&l.dt_b)
-                    .for_each(|((o, &v), &b)| *o = v + b);
-                let (x, bc) = xbc.split_at(di);
-                let (b, cc) = bc.split_at(ng * ds);
-                let y = &mut s.att[t * di..(t + 1) * di];
-                scan_step(&sh, ssm, x, &dt, &l.a, b, cc, y);
-                let hd = c.head_dim();
-                for (h, &dh) in l.d.iter().enumerate() {
-                    for i in h * hd..(h + 1) * hd {
-                        y[i] += x[i] * dh;
-                    }
-                }
-                for (v, &zv) in y.iter_mut().zip(z) {
-                    *v *= zv / (1.0 + (-zv).exp());
-                }
-                let gl = di / ng;
-                for (grp, w) in y.chunks_exact_mut(gl).zip(l.ssm_norm.chunks_exact(gl)) {
-                    rms_norm_inplace(grp, w, p.cfg.norm_eps, 0.0);
-                }
-            }
-        }
-        matmul(
-            p.pool,
-            l.ssm_out.view(f),
-            &s.att,
-            n,
-            fit(&mut s.o, n * e),
-            &mut s.acts,
-        );
-        crate::lora::apply(p, &l.ssm_out, &s.att, &mut s.o);
+        l.mixer.forward(p, s, il);
         residual_add(p.pool, &mut s.x, &s.o, 1.0);
     }
 }

@@ -9,6 +9,8 @@ pub mod bert;
 pub mod command_r;
 pub mod gemma;
 pub mod gpt_oss;
+pub mod granite_hybrid;
+pub mod lfm2;
 pub mod llama;
 pub mod mamba2;
 pub mod olmo2;
@@ -103,6 +105,21 @@ pub const ARCHS: &[ArchEntry] = &[
         name: "mamba2",
         recurrent: true,
         load: mamba2::load,
+    },
+    ArchEntry {
+        name: "lfm2",
+        recurrent: false,
+        load: lfm2::load,
+    },
+    ArchEntry {
+        name: "lfm2moe",
+        recurrent: false,
+        load: lfm2::load_lfm2moe,
+    },
+    ArchEntry {
+        name: "granitehybrid",
+        recurrent: false,
+        load: granite_hybrid::load,
     },
 ];
 

@@ -223,12 +223,14 @@ impl AttnWeights {
                 }
             });
         }
+        // A hybrid's cache holds only its attention layers.
+        let kl = c.kv_index(il);
         for (g, seg) in p.segs.iter_mut().enumerate() {
             let rot = seg.kv.rot();
             for t in p.starts[g]..p.starts[g + 1] {
                 hadamard::rotate(&mut s.v[t * vd..(t + 1) * vd], rot.v);
                 seg.kv.store(
-                    il,
+                    kl,
                     p.rows_pos[t],
                     &s.k[t * kd..(t + 1) * kd],
                     &s.v[t * vd..(t + 1) * vd],
@@ -247,7 +249,7 @@ impl AttnWeights {
             sinks: self.sinks.as_deref(),
         };
         fit(&mut s.att, n * od);
-        attend(p, s, il, &params);
+        attend(p, s, kl, &params);
         for (g, seg) in p.segs.iter().enumerate() {
             let (a, b) = (p.starts[g], p.starts[g + 1]);
             hadamard::rotate(&mut s.att[a * od..b * od], seg.kv.rot().v);
@@ -269,7 +271,8 @@ impl AttnWeights {
 
 /// Multi-token segments (prefill) attend as blocks; every single-token row
 /// (decode, and rows attended one by one) goes into one batched decode,
-/// two pool dispatches for the layer instead of two per row.
+/// two pool dispatches for the layer instead of two per row. `il` is the
+/// cache's layer.
 fn attend(p: &Pass<'_, '_, '_>, s: &mut Scratch, il: usize, params: &AttnParams) {
     let od = p.cfg.n_head * p.cfg.dim_v;
     let qd = p.cfg.n_head * p.cfg.dim_k;

@@ -7,6 +7,7 @@ pub mod attention;
 pub mod ffn;
 pub mod moe;
 pub mod norm;
+pub mod ssm;
 
 pub use add::{add_bias, residual_add};
 pub use attention::{AttnOpts, AttnWeights};

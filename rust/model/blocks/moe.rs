@@ -3,7 +3,11 @@
 //! weighted by their routing weights, in selection order as llama.cpp sums
 //! them. Qwen3-MoE takes the top experts by softmax probability and
 //! renormalizes; gpt-oss takes the top router logits (plus a router bias)
-//! and softmaxes over just those, with biased experts and a clamped SwiGLU.
+//! and softmaxes over just those, with biased experts and a clamped SwiGLU;
+//! LFM2-MoE scores with a sigmoid and picks the top experts by score plus a
+//! per-expert selection bias, weighting them by the unbiased scores
+//! renormalized. A shared expert (Granite-4.0-H), when present, runs on
+//! every token and is added.
 
 use super::add::add_bias;
 use crate::model::pass::{fit, Pass, Scratch};
@@ -21,6 +25,24 @@ pub enum Gating {
     SoftmaxNorm,
     /// The top `n_used` logits, then a softmax over only those (gpt-oss).
     TopKSoftmax,
+    /// A sigmoid of every logit, the top `n_used`, renormalized to sum 1
+    /// (LFM2-MoE).
+    SigmoidNorm,
+}
+
+impl Gating {
+    /// llama.cpp's `expert_gating_func` values for the families that name
+    /// it; the others (the softmax of the chosen weights, sqrt-softplus)
+    /// are refused naming the value.
+    pub fn from_gguf(v: usize) -> Result<Self> {
+        match v {
+            1 => Ok(Gating::SoftmaxNorm),
+            2 => Ok(Gating::SigmoidNorm),
+            other => Err(Error::load(format!(
+                "expert_gating_func {other} is not supported (1: softmax, 2: sigmoid)"
+            ))),
+        }
+    }
 }
 
 /// An expert's activation between its gate/up and down projections.
@@ -60,6 +82,17 @@ pub struct MoeWeights {
     ff: usize,
     opts: MoeOpts,
     biases: Option<MoeBiases>,
+    shared: Option<SharedExpert>,
+    /// Added to the scores for choosing experts only (`exp_probs_b`).
+    selection_bias: Option<Vec<f32>>,
+}
+
+/// A SwiGLU MLP every token goes through beside its routed experts.
+struct SharedExpert {
+    gate: MatRef,
+    up: MatRef,
+    down: MatRef,
+    ff: usize,
 }
 
 impl MoeWeights {
@@ -105,7 +138,30 @@ impl MoeWeights {
             } else {
                 None
             },
+            shared: None,
+            selection_bias: None,
         })
+    }
+
+    /// Adds the shared expert `ffn_{gate,up,down}_shexp` of width `ff`.
+    pub fn with_shared(mut self, t: &Tensors<'_>, e: usize, ff: usize) -> Result<Self> {
+        self.shared = Some(SharedExpert {
+            gate: t.matrix("ffn_gate_shexp", e, ff)?,
+            up: t.matrix("ffn_up_shexp", e, ff)?,
+            down: t.matrix("ffn_down_shexp", ff, e)?,
+            ff,
+        });
+        Ok(self)
+    }
+
+    /// Scores by `gating`, and chooses by scores plus the layer's
+    /// `exp_probs_b` bias when `biased` (as llama.cpp's `build_moe_ffn`).
+    pub fn with_routing(mut self, t: &Tensors<'_>, gating: Gating, biased: bool) -> Result<Self> {
+        self.opts.gating = gating;
+        if biased {
+            self.selection_bias = Some(t.bias("exp_probs_b", self.gate.len())?);
+        }
+        Ok(self)
     }
 
     /// The experts each token uses and their weights, `n x n_used`.
@@ -126,6 +182,7 @@ impl MoeWeights {
         let mut sel = Vec::with_capacity(n * self.n_used);
         let mut w = Vec::with_capacity(n * self.n_used);
         let mut order: Vec<usize> = Vec::with_capacity(ne);
+        let mut chosen = vec![0f32; ne];
         for row in logits.chunks_exact_mut(ne) {
             if self.opts.gating == Gating::TopKSoftmax {
                 order.clear();
@@ -145,18 +202,32 @@ impl MoeWeights {
                 w[first..].iter_mut().for_each(|x| *x *= inv);
                 continue;
             }
-            let max = row.iter().fold(f32::NEG_INFINITY, |m, &x| m.max(x));
-            let mut sum = 0f64;
-            for x in row.iter_mut() {
-                *x = (*x - max).exp();
-                sum += *x as f64;
+            if self.opts.gating == Gating::SigmoidNorm {
+                row.iter_mut().for_each(|x| *x = 1.0 / (1.0 + (-*x).exp()));
+            } else {
+                let max = row.iter().fold(f32::NEG_INFINITY, |m, &x| m.max(x));
+                let mut sum = 0f64;
+                for x in row.iter_mut() {
+                    *x = (*x - max).exp();
+                    sum += *x as f64;
+                }
+                let inv = (1.0 / sum) as f32;
+                row.iter_mut().for_each(|x| *x *= inv);
             }
-            let inv = (1.0 / sum) as f32;
-            row.iter_mut().for_each(|x| *x *= inv);
+            let by: &[f32] = match &self.selection_bias {
+                Some(b) => {
+                    chosen
+                        .iter_mut()
+                        .zip(row.iter().zip(b))
+                        .for_each(|(c, (&p, &bv))| *c = p + bv);
+                    &chosen
+                }
+                None => row,
+            };
             order.clear();
             order.extend(0..ne);
-            // Highest probability first; ties keep the lower expert.
-            order.sort_by(|&a, &b| row[b].total_cmp(&row[a]).then(a.cmp(&b)));
+            // Highest score first; ties keep the lower expert.
+            order.sort_by(|&a, &b| by[b].total_cmp(&by[a]).then(a.cmp(&b)));
             let top = &order[..self.n_used];
             let total: f32 = top.iter().map(|&i| row[i]).sum::<f32>().max(6.103_515_6e-5);
             for &i in top {
@@ -230,6 +301,28 @@ impl MoeWeights {
                 let src = &outs[(t * k + j) * e..(t * k + j + 1) * e];
                 dst.iter_mut().zip(src).for_each(|(a, &b)| *a += b);
             }
+        }
+        if let Some(sh) = &self.shared {
+            fit(&mut g, n * sh.ff);
+            fit(&mut u, n * sh.ff);
+            matmul_multi(
+                p.pool,
+                &[sh.gate.view(p.file), sh.up.view(p.file)],
+                &s.h,
+                n,
+                &mut [&mut g[..], &mut u[..]],
+                &mut s.acts,
+            );
+            swiglu(p.pool, &mut g, &u);
+            matmul(
+                p.pool,
+                sh.down.view(p.file),
+                &g,
+                n,
+                fit(&mut y, n * e),
+                &mut s.acts,
+            );
+            s.f.iter_mut().zip(&y).for_each(|(a, &b)| *a += b);
         }
     }
 }
