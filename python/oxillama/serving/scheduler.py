@@ -89,6 +89,7 @@ from oxillama.errors import (
     OxiLlamaError,
     ParameterError,
 )
+from oxillama.kv_store.binding import StoreBinding
 from oxillama.serving.mailbox import wakeups_held
 from oxillama.serving.prefix_cache import PrefixCache
 from oxillama.text.assembler import TextAssembler
@@ -336,6 +337,7 @@ class Scheduler:
         prefix_cache_bytes: int = 256 << 20,
         kv_pages: int | None = None,
         context_shift: ContextShift | None = None,
+        kv_store: StoreBinding | None = None,
     ) -> None:
         if max_batch < 1 or prefill_chunk < 1 or max_queue < 1:
             raise ParameterError("max_batch, prefill_chunk and max_queue must be at least 1")
@@ -381,6 +383,10 @@ class Scheduler:
             if prefix_cache_bytes > 0 and not self._recurrent
             else None
         )
+        #: The prefix store below the prefix cache (None: none): one-shot
+        #: requests without adapters restore their prompt's stored blocks
+        #: and store their blocks when they finish.
+        self.store = kv_store
         #: Live sessions (busy or idle), by id; guarded by ``_cv``.
         self._convs: dict[int, Conversation] = {}
         self._jobs: collections.deque[tuple[Callable[[], Any], concurrent.futures.Future[Any]]]
@@ -588,6 +594,8 @@ class Scheduler:
             self._closed = True
             self._cv.notify()
         self._thread.join()
+        if self.store is not None:
+            self.store.store.close()  # a graceful stop stores what is queued
 
     def metrics(self) -> dict[str, float | int]:
         m = self._metrics
@@ -637,7 +645,25 @@ class Scheduler:
             if m.spec_drafted
             else 0.0,
             **self._prefix_metrics(),
+            **self._store_metrics(),
         }
+
+    def _store_metrics(self) -> dict[str, float | int]:
+        """The prefix store's counts per tier; the prefix cache is its
+        memory tier."""
+        out: dict[str, float | int] = {}
+        p = self.prefix
+        if p is not None:
+            out = {
+                "kv_store_hits_memory": p.hits,
+                "kv_store_misses_memory": p.misses,
+                "kv_store_corrupt_blocks_memory": 0,  # shared pages, nothing to check
+                "kv_store_tokens_saved_memory": p.hit_tokens,
+                "kv_store_bytes_saved_memory": p.hit_tokens * self._page_bytes // PAGE,
+            }
+        if self.store is not None:
+            out.update(self.store.store.metrics())
+        return out
 
     def _prefix_metrics(self) -> dict[str, float | int]:
         p = self.prefix
@@ -1012,6 +1038,8 @@ class Scheduler:
                     s.session.prefill_chunk = self.prefill_chunk
                     self._feed_sampler(s, n)
                     s.fed = n
+            if not s.lora and self.store is not None and replay is None:
+                self._from_store(s)
         # The prompt goes through the normal prefill; tokens generated before
         # a preemption are evaluated row by row as they first were, and the
         # context shifted where it first was: before a token that found it full.
@@ -1062,6 +1090,45 @@ class Scheduler:
                     fork = s.session.fork(n)
                     self.prefix.store(s.prompt, n, fork, fork.pages_held * self._page_bytes)
         return True
+
+    def _from_store(self, s: Request) -> None:
+        """Restores the stored blocks of ``s``'s prompt past what its
+        session holds (a prefix cache hit, or nothing) into a new session,
+        when the pool has room for them; a store that fails is a miss."""
+        assert self.store is not None and s.session is not None
+        try:
+            got = self.store.fetch(s.prompt, s.fed)
+        except Exception:  # a bug in a tier must not fail the request
+            log.exception("kv_store: lookup failed; prefilling instead")
+            return
+        if got is None:
+            return
+        n, data = got
+        need = -(-n // PAGE)
+        while need > self._pool.free_pages - self._reserved:
+            if self.prefix is None or not self.prefix.evict_one():
+                return  # no room: the prompt is prefilled instead
+        kv = _native.Session(
+            self._model, self._n_ctx, self._threads, self._kv_dtype, pool=self._pool
+        )
+        kv.prefill_chunk = self.prefill_chunk
+        kv.import_kv(n, data)
+        s.session = kv
+        self._feed_sampler(s, n)
+        s.fed = n
+
+    def _to_store(self, s: Request) -> None:
+        """Stores the blocks of a finished one-shot request (its prompt and
+        what it generated) that the store lacks."""
+        kv = s.session
+        if self.store is None or kv is None or s.conv is not None or s.lora:
+            return
+        if s.window is not None or s.replay is not None:
+            return  # shifted, or cut short mid-recomputation
+        try:
+            self.store.save(s.prompt + s.generated, kv)
+        except Exception:
+            log.exception("kv_store: storing a response's blocks failed")
 
     def _start_from_leader(self, s: Request, sh: PromptShare) -> None:
         """A follower's prompt: a fork of the leader's, and its logits."""
@@ -1429,6 +1496,8 @@ class Scheduler:
                 s.share = None
         if s.conv is not None:
             self._end_turn(s)
+        elif done is not None:
+            self._to_store(s)
         with self._cv:
             s.session = None
             s.logits = None
