@@ -128,6 +128,9 @@ class Engine:
     docs/prefix-store.md.
     """
 
+    _store: StoreBinding | None
+    _store_loras: LoraKey | None
+
     def __init__(
         self,
         model: Model | str | os.PathLike[str] | None = None,
@@ -250,8 +253,8 @@ class Engine:
         #: The prefix store (None: none), and the adapters every position
         #: of the context was computed under (None: unknown or mixed, so
         #: the context is neither looked up nor stored until it is empty).
-        self._store: StoreBinding | None = None
-        self._store_loras: LoraKey | None = None
+        self._store = None
+        self._store_loras = None
 
     # ---------------------------------------------------------------- state
     #

@@ -46,7 +46,9 @@ class KvLayout:
         ``n`` positions (no copies: writes go through to ``flat``)."""
         per = n * self.position_bytes
         if per == 0 or flat.size % per:
-            raise ParameterError(f"kv_store: {flat.size} bytes are not a KV export of {n} positions")
+            raise ParameterError(
+                f"kv_store: {flat.size} bytes are not a KV export of {n} positions"
+            )
         layers = flat.reshape(flat.size // per, per)
         split = self.n_head_kv * n * self.row_k
         k = layers[:, :split].view()

@@ -21,7 +21,8 @@ class RedisTier:
             import redis
         except ImportError as e:
             raise ParameterError(
-                "kv_store: a redis:// tier needs the 'redis' package (pip install 'oxillama[redis]')"
+                "kv_store: a redis:// tier needs the 'redis' package "
+                "(pip install 'oxillama[redis]')"
             ) from e
         self.url = url
         self.errors: tuple[type[BaseException], ...] = (redis.RedisError, OSError)

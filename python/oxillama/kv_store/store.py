@@ -47,6 +47,12 @@ class Tier(Protocol):
 _Job = tuple[list[bytes], list[bytes], list[Tier]]
 
 
+def _close_at_exit(ref: weakref.ref[KvStore]) -> None:
+    store = ref()
+    if store is not None:
+        store.close()
+
+
 class KvStore:
     """Tiers in lookup order (fastest first). Thread-safe."""
 
@@ -61,8 +67,7 @@ class KvStore:
         self._thread: threading.Thread | None = None
         self._closed = False
         # A graceful exit stores what is queued (weakly: the store may go first).
-        ref = weakref.ref(self)
-        atexit.register(lambda: (s := ref()) is not None and s.close())
+        atexit.register(_close_at_exit, weakref.ref(self))
 
     # ------------------------------------------------------------- failures
 
