@@ -15,6 +15,8 @@ import threading
 import uuid
 from pathlib import Path
 
+from oxillama.errors import ParameterError
+
 SUFFIX = ".kvb"
 
 
@@ -27,7 +29,10 @@ class DiskTier:
         self.root = Path(path)
         self.max_bytes = max_bytes
         # The folder is made now; its contents are read only on demand.
-        self.root.mkdir(parents=True, exist_ok=True)
+        try:
+            self.root.mkdir(parents=True, exist_ok=True)
+        except OSError as e:
+            raise ParameterError(f"kv_store: cannot create the folder {self.root}: {e}") from e
         self._lock = threading.Lock()
         #: Bytes in the folder as last counted plus what this process wrote
         #: since (None: not counted yet); other writers are found by the
