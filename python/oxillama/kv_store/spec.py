@@ -42,21 +42,22 @@ def open_store(spec: KvStoreSpec | None, max_bytes: int | None = None) -> KvStor
     items = _items(spec)
     if not items:
         return None
-    tiers: list[Tier] = []
+    kinds: list[tuple[str, str]] = []
     for x in items:
         scheme = x.split("://", 1)[0].lower() if "://" in x else ""
         if scheme in ("redis", "rediss", "unix"):
-            tiers.append(RedisTier(x))
+            kinds.append(("redis", x))
         elif scheme:
             raise ParameterError(
                 f"kv_store: unsupported tier {x!r}: expected a folder or a redis:// URL"
             )
         else:
-            tiers.append(DiskTier(x, max_bytes))
-    kinds = [t.name for t in tiers]
-    for k in set(kinds):
-        if kinds.count(k) > 1:
-            raise ParameterError(f"kv_store: at most one {k} tier, got {kinds.count(k)}")
-    if max_bytes is not None and "disk" not in kinds:
+            kinds.append(("disk", x))
+    names = [k for k, _ in kinds]
+    for k in sorted(set(names)):
+        if names.count(k) > 1:
+            raise ParameterError(f"kv_store: at most one {k} tier, got {names.count(k)}")
+    if max_bytes is not None and "disk" not in names:
         raise ParameterError("kv_store_bytes needs a kv_store directory")
+    tiers: list[Tier] = [RedisTier(x) if k == "redis" else DiskTier(x, max_bytes) for k, x in kinds]
     return KvStore(tiers)
