@@ -11,6 +11,7 @@ from oxillama.errors import ParameterError
 from oxillama.kv_store.key import StoreContext
 from oxillama.kv_store.layout import KvLayout
 from oxillama.kv_store.store import KvStore
+from oxillama.model.fingerprint import prefetch_fingerprint
 
 #: A LoRA stack as keys see it: (adapter file digest, scale) pairs.
 LoraKey = tuple[tuple[str, float], ...]
@@ -42,11 +43,14 @@ class StoreBinding:
         self.layout = KvLayout.of(config, kv_dtype)
         self._rope = {k: config.get(k) for k in ("rope_base", "rope_dims", "n_ctx_train")}
         self._roots: dict[LoraKey, bytes] = {}
+        # The model file is fingerprinted on a thread now (it is not the
+        # store), so the first lookup does not wait for it.
+        self._fingerprinted = prefetch_fingerprint(model.model_path)
 
     def root(self, loras: LoraKey = ()) -> bytes:
         r = self._roots.get(loras)
         if r is None:
-            # The model file is fingerprinted on first use, not at startup.
+            self._fingerprinted()
             fp = self.model.fingerprint().to_dict()
             fp.pop("mtime_ns", None)  # a copied file keeps its bytes, not its mtime
             ctx = StoreContext(fp, self.kv_dtype, self.kv_rot, self._rope, loras)

@@ -696,6 +696,9 @@ class Scheduler:
                 ):
                     self._cv.wait()
                 if self._closed:
+                    for s in self._running:
+                        if s.conv is None:
+                            self._to_store(s)  # a graceful stop keeps what was computed
                     for s in [*self._running, *self._waiting]:
                         s.emit(None, None, GenerateError("the engine was closed"))
                     for _, fut in self._jobs:
@@ -721,6 +724,10 @@ class Scheduler:
                 self._metrics.cancelled += 1
                 if s.conv is not None:
                     self._end_turn(s)
+                else:
+                    # What it evaluated is as good as a finished request's
+                    # (a client that hangs up after the first token, say).
+                    self._to_store(s)
                 s.session = None  # its KV memory is released here
             m = self._metrics
             passes = m.decode_seconds + m.prefill_seconds
