@@ -20,11 +20,13 @@ from oxillama.engine.kv_types import kv_position_bytes
 from oxillama.errors import ParameterError
 from oxillama.kv_store.blockfile import MAGIC
 from oxillama.kv_store.disk import SUFFIX
-from oxillama.kv_store.key import CHUNK, StoreContext, chain
+from oxillama.kv_store.key import CHUNK, PAGES_PER_CHUNK, StoreContext, chain
 from tests._kv_store_text import prompt
 from tests._redis import RedisServer, redis_server
 
-PROMPT = prompt(28)  # 609 tokens: two blocks and 97 more
+PROMPT = prompt(28)  # 609 tokens: two blocks, and 96 positions in a third
+#: Restored: whole pages that leave at least one token to evaluate.
+SAVED = 608
 N_GEN = 12
 
 
@@ -76,7 +78,8 @@ def stored(
     m = e.metrics()
     # A cold prefill: nothing was stored yet, so this is the reference.
     assert m["kv_store_hits_disk"] == m["kv_store_hits_redis"] == 0
-    assert m["kv_store_writes_disk"] == m["kv_store_writes_redis"] == 2
+    # Two whole blocks and the prompt's partial one.
+    assert m["kv_store_writes_disk"] == m["kv_store_writes_redis"] == 3
     assert len(out.tokens) == N_GEN
     return Stored(folder, url, out.tokens, kv_dtype)
 
@@ -85,22 +88,24 @@ def test_blocks_are_in_the_kv_type(stored: Stored, model_path: Path) -> None:
     e = _engine(model_path)
     c = e.config
     files = _blocks(stored.folder)
-    assert len(files) == 2
+    assert len(files) == 3
     shape = (c["n_layer"], c["n_head_kv"], c["dim_k"], c["dim_v"])
     per_pos = kv_position_bytes(stored.kv_dtype, *shape)
+    sizes = []
     for f in files:
         data = f.read_bytes()
         assert data[:8] == MAGIC
-        # Header (52 bytes), payload, digest (32 bytes).
-        assert len(data) == 52 + CHUNK * per_pos + 32
+        sizes.append(len(data))
+    # Header (52 bytes), payload, digest (32 bytes).
+    assert sorted(sizes) == sorted(52 + n * per_pos + 32 for n in (CHUNK, CHUNK, SAVED - 2 * CHUNK))
 
 
 def test_restore_from_folder_is_exact(stored: Stored, model_path: Path) -> None:
     e = _engine(model_path, stored.kv_dtype, kv_store=stored.folder)
     out = e.generate(PROMPT, N_GEN)
     m = e.metrics()
-    assert m["kv_store_hits_disk"] == 2
-    assert m["kv_store_tokens_saved_disk"] == 2 * CHUNK
+    assert m["kv_store_hits_disk"] == 3
+    assert m["kv_store_tokens_saved_disk"] == SAVED
     assert m["kv_store_bytes_saved_disk"] > 0
     assert out.tokens == stored.tokens
 
@@ -109,8 +114,8 @@ def test_restore_from_redis_is_exact(stored: Stored, model_path: Path) -> None:
     e = _engine(model_path, stored.kv_dtype, kv_store=stored.url)
     out = e.generate(PROMPT, N_GEN)
     m = e.metrics()
-    assert m["kv_store_hits_redis"] == 2
-    assert m["kv_store_tokens_saved_redis"] == 2 * CHUNK
+    assert m["kv_store_hits_redis"] == 3
+    assert m["kv_store_tokens_saved_redis"] == SAVED
     assert out.tokens == stored.tokens
 
 
@@ -156,7 +161,7 @@ def test_restart_in_a_new_process_hits_the_folder(f16: Stored, model_path: Path)
     r = _result(_child(model_path, str(f16.folder)))
     m = r["metrics"]
     assert isinstance(m, dict)
-    assert m["kv_store_hits_disk"] == 2
+    assert (m["kv_store_hits_disk"], m["kv_store_tokens_saved_disk"]) == (3, SAVED)
     assert r["tokens"] == f16.tokens
 
 
@@ -165,8 +170,8 @@ def test_flipped_byte_is_a_counted_miss(f16: Stored, model_path: Path, tmp_path:
     shutil.copytree(f16.folder, folder)
     e = _engine(model_path, kv_store=folder)
     root = e._store.root() if e._store is not None else b""
-    keys = chain(root, e.tokenize(PROMPT, add_special=True), 2)
-    second = next(p for p in _blocks(folder) if p.stem == keys[1].hex())
+    pages = chain(root, e.tokenize(PROMPT, add_special=True), 2 * PAGES_PER_CHUNK)
+    second = next(p for p in _blocks(folder) if p.stem == pages[-1].hex())
     data = bytearray(second.read_bytes())
     data[len(data) // 2] ^= 0x40
     second.write_bytes(bytes(data))
@@ -187,8 +192,8 @@ def test_truncated_file_is_a_counted_miss(f16: Stored, model_path: Path, tmp_pat
     shutil.copytree(f16.folder, folder)
     e = _engine(model_path, kv_store=folder)
     root = e._store.root() if e._store is not None else b""
-    keys = chain(root, e.tokenize(PROMPT, add_special=True), 2)
-    second = next(p for p in _blocks(folder) if p.stem == keys[1].hex())
+    pages = chain(root, e.tokenize(PROMPT, add_special=True), 2 * PAGES_PER_CHUNK)
+    second = next(p for p in _blocks(folder) if p.stem == pages[-1].hex())
     second.write_bytes(second.read_bytes()[:1000])
     out = e.generate(PROMPT, N_GEN)
     m = e.metrics()
@@ -213,10 +218,10 @@ def test_failing_disk_degrades_to_redis(
     m = e.metrics()
     assert out.tokens == f16.tokens
     assert m["kv_store_errors_disk"] >= 1
-    assert m["kv_store_writes_redis"] == 2
+    assert m["kv_store_writes_redis"] == 3
     again = _engine(model_path, kv_store=url)
     assert again.generate(PROMPT, N_GEN).tokens == f16.tokens
-    assert again.metrics()["kv_store_hits_redis"] == 2
+    assert again.metrics()["kv_store_hits_redis"] == 3
     # A folder that cannot be made is a configuration error, named at once.
     with pytest.raises(ParameterError, match="cannot create the folder"):
         _engine(model_path, kv_store=[folder, url])
@@ -233,8 +238,8 @@ def test_redis_stopped_mid_run_degrades(f16: Stored, model_path: Path, tmp_path:
         e.kv_store.flush()
         m = e.metrics()
         # Found in the folder, and copied up into the faster-listed Redis.
-        assert m["kv_store_hits_disk"] == 2
-        assert m["kv_store_writes_redis"] == 2
+        assert m["kv_store_hits_disk"] == 3
+        assert m["kv_store_writes_redis"] == 3
     finally:
         r.stop()
     # Redis is gone: the lookup fails there, counted, and the folder serves.
@@ -243,7 +248,7 @@ def test_redis_stopped_mid_run_degrades(f16: Stored, model_path: Path, tmp_path:
     m = e2.metrics()
     assert out.tokens == f16.tokens
     assert m["kv_store_errors_redis"] >= 1
-    assert m["kv_store_hits_disk"] == 2
+    assert m["kv_store_hits_disk"] == 3
 
 
 def test_two_processes_write_the_same_blocks(f16: Stored, model_path: Path, tmp_path: Path) -> None:
@@ -252,13 +257,14 @@ def test_two_processes_write_the_same_blocks(f16: Stored, model_path: Path, tmp_
     procs = [_child(model_path, str(folder), text) for _ in range(2)]
     results = [_result(p) for p in procs]
     assert results[0]["tokens"] == results[1]["tokens"]
+    # One whole block, and partial ones up to the prompt and the context.
     files = _blocks(folder)
-    assert len(files) == 1
+    assert len(files) == 3
     assert not [p for p in folder.rglob("*.tmp")]
     e = _engine(model_path, kv_store=folder)
     out = e.generate(text, N_GEN)
     m = e.metrics()
-    assert m["kv_store_hits_disk"] == 1
+    assert (m["kv_store_hits_disk"], m["kv_store_tokens_saved_disk"]) == (2, 336)
     assert m["kv_store_corrupt_blocks_disk"] == 0
     assert out.tokens == results[0]["tokens"]
 
@@ -288,10 +294,13 @@ def test_keys_cover_model_kv_type_and_adapters() -> None:
     roots = {base.root(), *(o.root() for o in others)}
     assert len(roots) == 1 + len(others)
     toks = list(range(3 * CHUNK))
-    a = chain(base.root(), toks, 3)
-    b = chain(base.root(), [*toks[:CHUNK], 7, *toks[CHUNK + 1 :]], 3)
-    # The first block agrees; every later one covers the changed token.
-    assert a[0] == b[0] and a[1] != b[1] and a[2] != b[2]
+    n = 3 * PAGES_PER_CHUNK
+    a = chain(base.root(), toks, n)
+    b = chain(base.root(), [*toks[:CHUNK], 7, *toks[CHUNK + 1 :]], n)
+    # The pages before the changed token agree; every later one covers it.
+    k = PAGES_PER_CHUNK
+    assert a[:k] == b[:k]
+    assert all(x != y for x, y in zip(a[k:], b[k:], strict=True))
 
 
 def test_construction_reads_nothing(tmp_path: Path, model_path: Path) -> None:

@@ -612,6 +612,8 @@ class Engine:
         if prompt_tokens:
             self._state.shift_for(len(prompt_tokens))
         check_fits(len(prompt_tokens), self.n_past, self.n_ctx)
+        # Where a later lookup of this same prompt stops (see ``_to_store``).
+        mark = self.n_past + len(prompt_tokens) - 1
         t0 = time.perf_counter()
         if prompt_tokens:
             self.eval(self._from_store(prompt_tokens))
@@ -694,7 +696,7 @@ class Engine:
             finish = "length"  # complete, but only because the budget closed it
         t2 = time.perf_counter()
         self._metrics.record(len(prompt_tokens), t1 - t0, len(generated), t2 - t1)
-        self._to_store()
+        self._to_store(mark)
         result.append(
             Completion(
                 text=out.text,
@@ -753,13 +755,14 @@ class Engine:
         self._last_logits = None
         return full[n:]
 
-    def _to_store(self) -> None:
+    def _to_store(self, mark: int) -> None:
         """Queues the context's new blocks for the store (written on its
-        thread; :meth:`KvStore.flush` waits for them)."""
+        thread; :meth:`KvStore.flush` waits for them), with a partial block
+        up to ``mark`` (the prompt's end less the token a lookup leaves)."""
         key = self._store_usable()
         if key is not None:
             assert self._store is not None
-            self._store.save(self._tokens, self._session, key)
+            self._store.save(self._tokens, self._session, (mark,), key)
 
     def _room(self, budget: int) -> int:
         """Tokens a generation may still add: its budget, and without a

@@ -62,5 +62,7 @@ class StoreBinding:
     ) -> tuple[int, bytearray] | None:
         return self.store.fetch(self.root(loras), self.layout, tokens, have)
 
-    def save(self, tokens: Sequence[int], session: Any, loras: LoraKey = ()) -> int:
-        return self.store.save(self.root(loras), self.layout, tokens, session)
+    def save(
+        self, tokens: Sequence[int], session: Any, marks: Sequence[int] = (), loras: LoraKey = ()
+    ) -> int:
+        return self.store.save(self.root(loras), self.layout, tokens, session, marks)

@@ -63,22 +63,27 @@ class KvLayout:
         k, v = self._views(np.frombuffer(export, dtype=np.uint8), n)
         return [k[:, :, a:b].tobytes() + v[:, :, a:b].tobytes() for a, b in spans]
 
-    def join(self, blocks: Sequence[bytes | memoryview], chunk: int) -> bytearray:
-        """The export of ``len(blocks) * chunk`` positions made of blocks of
-        ``chunk`` positions each, in order."""
-        n = len(blocks) * chunk
-        size = sum(len(b) for b in blocks)
+    def join(self, blocks: Sequence[tuple[int, bytes | memoryview]]) -> bytearray:
+        """The export of the positions of ``blocks`` (each ``(positions,
+        payload)``), one after the other."""
+        n = sum(p for p, _ in blocks)
+        per = self.position_bytes
+        size = sum(len(b) for _, b in blocks)
+        if n == 0 or size % (n * per):
+            raise ParameterError("kv_store: blocks that do not make one KV export")
+        n_layer = size // (n * per)
         out = bytearray(size)
         k, v = self._views(np.frombuffer(out, dtype=np.uint8), n)
-        n_layer = k.shape[0]
-        k_bytes = n_layer * self.n_head_kv * chunk * self.row_k
-        for j, b in enumerate(blocks):
-            if len(b) != size // len(blocks):
-                raise ParameterError("kv_store: blocks of different sizes")
+        at = 0
+        for p, b in blocks:
+            if len(b) != n_layer * p * per:
+                raise ParameterError("kv_store: a block of another size")
             src = np.frombuffer(b, dtype=np.uint8)
+            k_bytes = n_layer * self.n_head_kv * p * self.row_k
             bk, bv = src[:k_bytes].view(), src[k_bytes:].view()
-            bk.shape = (n_layer, self.n_head_kv, chunk, self.row_k)
-            bv.shape = (n_layer, self.n_head_kv, chunk, self.row_v)
-            k[:, :, j * chunk : (j + 1) * chunk] = bk
-            v[:, :, j * chunk : (j + 1) * chunk] = bv
+            bk.shape = (n_layer, self.n_head_kv, p, self.row_k)
+            bv.shape = (n_layer, self.n_head_kv, p, self.row_v)
+            k[:, :, at : at + p] = bk
+            v[:, :, at : at + p] = bv
+            at += p
         return out

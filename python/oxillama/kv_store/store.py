@@ -20,7 +20,7 @@ from typing import Any, Protocol
 
 from oxillama.kv_store import blockfile
 from oxillama.kv_store.counters import Counters
-from oxillama.kv_store.key import CHUNK, chain
+from oxillama.kv_store.key import CHUNK, PAGE, PAGES_PER_CHUNK, chain
 from oxillama.kv_store.layout import KvLayout
 
 log = logging.getLogger("oxillama.kv_store")
@@ -88,18 +88,11 @@ class KvStore:
 
     # --------------------------------------------------------------- lookup
 
-    def fetch(
-        self, root: bytes, layout: KvLayout, tokens: Sequence[int], have: int = 0
-    ) -> tuple[int, bytearray] | None:
-        """The KV of the longest run of stored blocks at the start of
-        ``tokens`` that leaves at least one token to evaluate, as
-        ``(positions, export bytes)``; None when it would not go past the
-        ``have`` positions the caller already holds."""
-        m = (len(tokens) - 1) // CHUNK
-        if m <= 0 or m * CHUNK <= have:
-            return None
-        keys = chain(root, tokens, m)
+    def _probe(self, keys: list[bytes]) -> list[list[int]]:
+        """For each key, the tiers (up now) that hold it."""
         where: list[list[int]] = [[] for _ in keys]
+        if not keys:
+            return where
         for i, t in enumerate(self.tiers):
             if not self._up(i):
                 continue
@@ -111,40 +104,71 @@ class KvStore:
             for j, ok in enumerate(found):
                 if ok:
                     where[j].append(i)
-        payloads: list[memoryview] = []
-        took: list[int] = []
-        for j, key in enumerate(keys):
-            got = self._read(key, where[j])
-            if got is None:
+        return where
+
+    def fetch(
+        self, root: bytes, layout: KvLayout, tokens: Sequence[int], have: int = 0
+    ) -> tuple[int, bytearray] | None:
+        """The KV of the longest run of stored blocks at the start of
+        ``tokens`` that leaves at least one token to evaluate, as
+        ``(positions, export bytes)``; None when it would not go past the
+        ``have`` positions the caller already holds."""
+        n_pages = (len(tokens) - 1) // PAGE
+        if n_pages <= 0 or n_pages * PAGE <= have:
+            return None
+        pages = chain(root, tokens, n_pages)
+        # Whole blocks first, then the longest partial block after them.
+        full = n_pages // PAGES_PER_CHUNK
+        ends = [(c + 1) * PAGES_PER_CHUNK for c in range(full)]
+        where = self._probe([pages[e - 1] for e in ends])
+        plan: list[tuple[int, list[int]]] = []  # (end page, tiers)
+        for e, w in zip(ends, where, strict=True):
+            if not w:
                 break
-            took.append(got[0])
-            payloads.append(got[1])
-        n = len(payloads)
-        if n < m:
+            plan.append((e, w))
+        lo = len(plan) * PAGES_PER_CHUNK
+        hi = min(n_pages, lo + PAGES_PER_CHUNK - 1)
+        if hi > lo:
+            tails = list(range(hi, lo, -1))
+            for e, w in zip(tails, self._probe([pages[e - 1] for e in tails]), strict=True):
+                if w:
+                    plan.append((e, w))
+                    break
+        got: list[tuple[int, int, memoryview]] = []  # (tier, positions, payload)
+        start = 0
+        for e, w in plan:
+            positions = (e - start) * PAGE
+            read = self._read(pages[e - 1], positions, w)
+            if read is None:
+                break
+            got.append((read[0], positions, read[1]))
+            start = e
+        n = start * PAGE
+        if n < n_pages * PAGE:
             for i, t in enumerate(self.tiers):
-                if i not in where[n] and self._up(i):
+                if self._up(i) and not any(g[0] == i for g in got):
                     self.counters.add(t.name, misses=1)
-            with self._lock:
-                self._known.pop(keys[n], None)
-        if n * CHUNK <= have:
+        if n <= have:
             return None
         promote: dict[int, tuple[list[bytes], list[bytes]]] = {}
-        for j, (i, p) in enumerate(zip(took, payloads, strict=True)):
-            saved = CHUNK - max(0, min(CHUNK, have - j * CHUNK))
+        at = 0
+        for (i, positions, p), (e, w) in zip(got, plan, strict=False):
+            saved = max(0, at + positions - max(at, have))
+            at += positions
             self.counters.add(
                 self.tiers[i].name, hits=1, tokens_saved=saved, bytes_saved=len(p) if saved else 0
             )
             # Faster tiers that lacked the block get it (in the background).
             for k in range(i):
-                if k not in where[j]:
+                if k not in w:
                     ks, ds = promote.setdefault(k, ([], []))
-                    ks.append(keys[j])
-                    ds.append(blockfile.encode(keys[j], CHUNK, bytes(p)))
+                    ks.append(pages[e - 1])
+                    ds.append(blockfile.encode(pages[e - 1], positions, bytes(p)))
         for k, (ks, ds) in promote.items():
             self._enqueue((ks, ds, [self.tiers[k]]))
-        return n * CHUNK, layout.join(payloads, CHUNK)
+        return n, layout.join([(positions, p) for _, positions, p in got])
 
-    def _read(self, key: bytes, tiers: list[int]) -> tuple[int, memoryview] | None:
+    def _read(self, key: bytes, positions: int, tiers: list[int]) -> tuple[int, memoryview] | None:
         for i in tiers:
             t = self.tiers[i]
             if not self._up(i):
@@ -157,7 +181,7 @@ class KvStore:
             if data is None:
                 continue  # evicted since the probe
             try:
-                return i, blockfile.decode(key, CHUNK, data)
+                return i, blockfile.decode(key, positions, data)
             except blockfile.CorruptBlock as e:
                 self.counters.add(t.name, corrupt_blocks=1)
                 log.warning("kv_store: %s block %s is corrupt (%s): a miss", t.name, key.hex(), e)
@@ -169,27 +193,44 @@ class KvStore:
 
     # ---------------------------------------------------------------- saves
 
-    def save(self, root: bytes, layout: KvLayout, tokens: Sequence[int], session: Any) -> int:
+    def save(
+        self,
+        root: bytes,
+        layout: KvLayout,
+        tokens: Sequence[int],
+        session: Any,
+        marks: Sequence[int] = (),
+    ) -> int:
         """Queues the blocks of ``tokens`` whose KV ``session`` holds (its
-        first ``n_past`` positions) that are not known to be stored yet;
-        returns how many. The export happens now, the writes on the
-        writer thread."""
+        first ``n_past`` positions) that are not known to be stored yet:
+        every whole block, and a partial block ending at the last page
+        boundary at or before each of ``marks`` and the end (a prompt's
+        length less one is the mark its own lookup needs). Returns how many.
+        The export happens now, the writes on the writer thread."""
         n = min(int(session.n_past), len(tokens))
-        m = n // CHUNK
-        if m == 0 or not self.tiers:
+        n_pages = n // PAGE
+        if n_pages == 0 or not self.tiers:
             return 0
-        keys = chain(root, tokens, m)
+        pages = chain(root, tokens, n_pages)
+        ends = {(c + 1) * PAGES_PER_CHUNK for c in range(n_pages // PAGES_PER_CHUNK)}
+        for mark in (*marks, n):
+            e = min(mark, n) // PAGE
+            if e > 0:
+                ends.add(e)
         with self._lock:
-            new = [j for j, k in enumerate(keys) if k not in self._known]
+            new = sorted(e for e in ends if pages[e - 1] not in self._known)
         if not new:
             return 0
         export = session.export_kv()
         past = int(session.n_past)
-        spans = [(j * CHUNK, (j + 1) * CHUNK) for j in new]
+        spans = [((e - 1) // PAGES_PER_CHUNK * CHUNK, e * PAGE) for e in new]
         blocks = layout.split(export, past, spans)
         del export
-        data = [blockfile.encode(keys[j], CHUNK, b) for j, b in zip(new, blocks, strict=True)]
-        self._enqueue(([keys[j] for j in new], data, list(self.tiers)))
+        data = [
+            blockfile.encode(pages[e - 1], (b - a), blk)
+            for e, (a, b), blk in zip(new, spans, blocks, strict=True)
+        ]
+        self._enqueue(([pages[e - 1] for e in new], data, list(self.tiers)))
         return len(new)
 
     def _enqueue(self, job: _Job) -> None:

@@ -1133,7 +1133,8 @@ class Scheduler:
         if s.window is not None or s.replay is not None:
             return  # shifted, or cut short mid-recomputation
         try:
-            self.store.save(s.prompt + s.generated, kv)
+            # A partial block up to where a lookup of this prompt stops.
+            self.store.save(s.prompt + s.generated, kv, (len(s.prompt) - 1,))
         except Exception:
             log.exception("kv_store: storing a response's blocks failed")
 
