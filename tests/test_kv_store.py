@@ -309,3 +309,36 @@ def test_construction_reads_nothing(tmp_path: Path, model_path: Path) -> None:
     assert folder.is_dir()  # a missing folder is created
     m = e.metrics()
     assert sum(v for k, v in m.items() if k.startswith("kv_store_")) == 0
+
+
+def test_adapters_are_in_the_key(f16: Stored, model_path: Path, tmp_path: Path) -> None:
+    from tests.lora import cases
+
+    adapter = tmp_path / "smol_a.gguf"
+    cases.smol_a(model_path, adapter)
+    folder = tmp_path / "store"
+    shutil.copytree(f16.folder, folder)
+    text = prompt(16)
+    e = _engine(model_path, kv_store=folder, lora={str(adapter): 1.0})
+    tuned = e.generate(text, N_GEN)
+    m = e.metrics()
+    # The base model's blocks (the same first 256 tokens) do not match.
+    assert (m["kv_store_hits_disk"], m["kv_store_misses_disk"]) == (0, 1)
+    assert e.kv_store is not None
+    e.kv_store.flush()
+    # The adapter's own blocks restore under the same adapter, exactly ...
+    again = _engine(model_path, kv_store=folder, lora={str(adapter): 1.0})
+    assert again.generate(text, N_GEN).tokens == tuned.tokens
+    assert again.metrics()["kv_store_hits_disk"] == 2
+    # ... also as a per-call adapter of a base engine; the context it leaves
+    # (computed under the adapter) is then neither looked up nor stored
+    # under the base model's key.
+    base = _engine(model_path, kv_store=folder)
+    assert base.generate(text, N_GEN, lora={str(adapter): 1.0}).tokens == tuned.tokens
+    assert base.metrics()["kv_store_hits_disk"] == 2
+    base.generate(" More.", 1)
+    assert base.kv_store is not None
+    base.kv_store.flush()
+    m = base.metrics()
+    assert (m["kv_store_hits_disk"], m["kv_store_misses_disk"]) == (2, 0)
+    assert m["kv_store_writes_disk"] == 0

@@ -211,3 +211,17 @@ def test_recurrent_models_refuse_the_store_by_name(tmp_path: Path) -> None:
         Engine(path, context_size=64, kv_store=tmp_path)
     with pytest.raises(ParameterError, match="'mamba2' is a recurrent model"):
         AsyncEngine(path, context_size=64, kv_store=tmp_path)
+
+
+def test_a_dead_writers_temporary_file_is_cleared(tmp_path: Path) -> None:
+    tier = DiskTier(tmp_path, max_bytes=100)
+    sub = tmp_path / "ab"
+    sub.mkdir()
+    stale, fresh = sub / ".x.kvb.1.dead.tmp", sub / ".y.kvb.2.live.tmp"
+    stale.write_bytes(b"half a block")
+    fresh.write_bytes(b"being written")
+    old = time.time() - 2 * 3600
+    os.utime(stale, (old, old))
+    assert tier.put(b"\x01" * 32, b"z" * 200) is False  # larger than the bound
+    assert tier.put(b"\x02" * 32, b"z" * 60)
+    assert not stale.exists() and fresh.exists()

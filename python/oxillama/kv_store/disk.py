@@ -12,12 +12,16 @@ from __future__ import annotations
 import contextlib
 import os
 import threading
+import time
 import uuid
 from pathlib import Path
 
 from oxillama.errors import ParameterError
 
 SUFFIX = ".kvb"
+#: Age past which a temporary file is a dead writer's, deleted when the
+#: folder is counted.
+STALE_TMP_SECONDS = 3600.0
 
 
 class DiskTier:
@@ -91,14 +95,18 @@ class DiskTier:
 
     def _files(self) -> list[tuple[float, int, Path]]:
         out = []
+        stale = time.time() - STALE_TMP_SECONDS
         for sub in self.root.iterdir():
             if not sub.is_dir():
                 continue
             for e in os.scandir(sub):
-                if e.name.endswith(SUFFIX):
-                    with contextlib.suppress(FileNotFoundError):
-                        st = e.stat()
+                with contextlib.suppress(FileNotFoundError):
+                    st = e.stat()
+                    if e.name.endswith(SUFFIX):
                         out.append((st.st_mtime, st.st_size, Path(e.path)))
+                    elif e.name.endswith(".tmp") and st.st_mtime < stale:
+                        # A writer that died mid-block (the rename never came).
+                        os.unlink(e.path)
         return out
 
     def _bound(self) -> None:
