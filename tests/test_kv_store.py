@@ -342,3 +342,20 @@ def test_adapters_are_in_the_key(f16: Stored, model_path: Path, tmp_path: Path) 
     m = base.metrics()
     assert (m["kv_store_hits_disk"], m["kv_store_misses_disk"]) == (2, 0)
     assert m["kv_store_writes_disk"] == 0
+
+
+def test_gemma3_sliding_window_restores_exactly(tmp_path: Path) -> None:
+    from tests._gguf_meta import gemma3_path
+
+    # Past Gemma-3's 512-position window: the restored positions include
+    # some that only the global layers still attend to.
+    path, text = gemma3_path(), prompt(32)
+    kw = {"context_size": 1024, "threads": 2, "sampler": SamplerConfig.greedy()}
+    cold = Engine(path, kv_store=tmp_path, **kw)  # type: ignore[arg-type]
+    first = cold.generate(text, N_GEN)
+    assert cold.kv_store is not None
+    cold.kv_store.flush()
+    warm = Engine(path, kv_store=tmp_path, **kw)  # type: ignore[arg-type]
+    assert warm.generate(text, N_GEN).tokens == first.tokens
+    m = warm.metrics()
+    assert m["kv_store_hits_disk"] == 3 and m["kv_store_tokens_saved_disk"] > 512
