@@ -58,10 +58,10 @@ class Stored:
         self.folder, self.url, self.tokens, self.kv_dtype = folder, url, tokens, kv_dtype
 
 
-_DBS = {"f16": 1, "q8_0": 2, "q4_0": 3}
+_DBS = {"f16": 1, "q8_0": 2, "q4_0": 3, "q8_0/f16": 4}
 
 
-@pytest.fixture(scope="module", params=["f16", "q8_0", "q4_0"])
+@pytest.fixture(scope="module", params=list(_DBS))
 def stored(
     request: pytest.FixtureRequest,
     model_path: Path,
@@ -69,7 +69,7 @@ def stored(
     tmp_path_factory: pytest.TempPathFactory,
 ) -> Stored:
     kv_dtype = request.param
-    folder = tmp_path_factory.mktemp(f"store-{kv_dtype}")
+    folder = tmp_path_factory.mktemp("store-" + kv_dtype.replace("/", "-"))
     url = redis.url(_DBS[kv_dtype])
     e = _engine(model_path, kv_dtype, kv_store=[folder, url])
     out = e.generate(PROMPT, N_GEN)
