@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import importlib
+import logging
 import os
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
@@ -56,6 +57,8 @@ from oxillama.model.offload import OffloadPolicy
 from oxillama.text.assembler import TextAssembler
 
 __all__ = ["Engine"]
+
+_log = logging.getLogger("oxillama.engine")
 
 
 class SnapshotCodec(Protocol):
@@ -744,11 +747,16 @@ class Engine:
         assert self._store is not None
         held = self._tokens
         full = held + prompt_tokens
-        got = self._store.fetch(full, self.n_past, key)
-        if got is None:
+        try:
+            got = self._store.fetch(full, self.n_past, key)
+            if got is None:
+                return prompt_tokens
+            n, data = got
+            # On error the session is unchanged, and the prompt prefilled.
+            self._session.import_kv(n, data)
+        except Exception:
+            _log.exception("kv_store: restoring stored blocks failed; prefilling instead")
             return prompt_tokens
-        n, data = got
-        self._session.import_kv(n, data)
         for t in full[len(held) : n]:
             self._sampler.accept(t)
         self._tokens = full[:n]
@@ -762,7 +770,10 @@ class Engine:
         key = self._store_usable()
         if key is not None:
             assert self._store is not None
-            self._store.save(self._tokens, self._session, (mark,), key)
+            try:
+                self._store.save(self._tokens, self._session, (mark,), key)
+            except Exception:  # the generation is done; storing it is a bonus
+                _log.exception("kv_store: storing the context's blocks failed")
 
     def _room(self, budget: int) -> int:
         """Tokens a generation may still add: its budget, and without a

@@ -18,7 +18,7 @@ class CorruptBlock(Exception):
     (a miss, counted; never raised to a user)."""
 
 
-def encode(key: bytes, positions: int, payload: bytes) -> bytes:
+def encode(key: bytes, positions: int, payload: bytes | memoryview) -> bytes:
     body = _HEAD.pack(MAGIC, key, positions, len(payload)) + payload
     return body + bytes(_native.blake3(body))
 

@@ -9,13 +9,14 @@ counted and deleted. Neither reaches the caller: the prompt is prefilled.
 from __future__ import annotations
 
 import atexit
+import functools
 import logging
 import queue
 import threading
 import time
 import weakref
 from collections import OrderedDict
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any, Protocol
 
 from oxillama.kv_store import blockfile
@@ -44,7 +45,14 @@ class Tier(Protocol):
     def discard(self, key: bytes) -> None: ...
 
 
-_Job = tuple[list[bytes], list[bytes], list[Tier]]
+#: Keys, the bytes the job holds, what makes the encoded blocks (on the
+#: writer thread: cutting and checksumming a long export takes a while),
+#: and the tiers to write.
+_Job = tuple[list[bytes], int, Callable[[], list[bytes]], list[Tier]]
+
+
+def _encode_all(blocks: list[tuple[bytes, int, memoryview]]) -> list[bytes]:
+    return [blockfile.encode(key, positions, p) for key, positions, p in blocks]
 
 
 def _close_at_exit(ref: weakref.ref[KvStore]) -> None:
@@ -150,7 +158,7 @@ class KvStore:
                     self.counters.add(t.name, misses=1)
         if n <= have:
             return None
-        promote: dict[int, tuple[list[bytes], list[bytes]]] = {}
+        promote: dict[int, list[tuple[bytes, int, memoryview]]] = {}
         at = 0
         for (i, positions, p), (e, w) in zip(got, plan, strict=False):
             saved = max(0, at + positions - max(at, have))
@@ -161,11 +169,16 @@ class KvStore:
             # Faster tiers that lacked the block get it (in the background).
             for k in range(i):
                 if k not in w:
-                    ks, ds = promote.setdefault(k, ([], []))
-                    ks.append(pages[e - 1])
-                    ds.append(blockfile.encode(pages[e - 1], positions, bytes(p)))
-        for k, (ks, ds) in promote.items():
-            self._enqueue((ks, ds, [self.tiers[k]]))
+                    promote.setdefault(k, []).append((pages[e - 1], positions, p))
+        for k, blocks in promote.items():
+            self._enqueue(
+                (
+                    [key for key, _, _ in blocks],
+                    sum(len(p) for _, _, p in blocks),
+                    functools.partial(_encode_all, blocks),
+                    [self.tiers[k]],
+                )
+            )
         return n, layout.join([(positions, p) for _, positions, p in got])
 
     def _read(self, key: bytes, positions: int, tiers: list[int]) -> tuple[int, memoryview] | None:
@@ -223,18 +236,21 @@ class KvStore:
             return 0
         export = session.export_kv()
         past = int(session.n_past)
+        keys = [pages[e - 1] for e in new]
         spans = [((e - 1) // PAGES_PER_CHUNK * CHUNK, e * PAGE) for e in new]
-        blocks = layout.split(export, past, spans)
-        del export
-        data = [
-            blockfile.encode(pages[e - 1], (b - a), blk)
-            for e, (a, b), blk in zip(new, spans, blocks, strict=True)
-        ]
-        self._enqueue(([pages[e - 1] for e in new], data, list(self.tiers)))
+
+        def encode() -> list[bytes]:
+            blocks = layout.split(export, past, spans)
+            return [
+                blockfile.encode(k, b - a, blk)
+                for k, (a, b), blk in zip(keys, spans, blocks, strict=True)
+            ]
+
+        self._enqueue((keys, len(export), encode, list(self.tiers)))
         return len(new)
 
     def _enqueue(self, job: _Job) -> None:
-        size = sum(len(d) for d in job[1])
+        size = job[1]
         with self._lock:
             if self._closed:
                 return
@@ -260,7 +276,13 @@ class KvStore:
                 self._queue.task_done()
 
     def _write(self, job: _Job) -> None:
-        keys, data, tiers = job
+        keys, size, make, tiers = job
+        try:
+            data = make()
+        except Exception:  # a bug here must not stop the writer
+            log.exception("kv_store: encoding blocks failed; not stored")
+            data = []
+            keys = []
         stored = [True] * len(keys)
         for t in tiers:
             i = self.tiers.index(t)
@@ -275,7 +297,7 @@ class KvStore:
                     stored[j] = False
                     self._failed(i, "write", e)
         with self._lock:
-            self._pending -= sum(len(d) for d in data)
+            self._pending -= size
             if len(tiers) == len(self.tiers):
                 for k, ok in zip(keys, stored, strict=True):
                     if ok:

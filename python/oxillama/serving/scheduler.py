@@ -1119,7 +1119,11 @@ class Scheduler:
             self._model, self._n_ctx, self._threads, self._kv_dtype, pool=self._pool
         )
         kv.prefill_chunk = self.prefill_chunk
-        kv.import_kv(n, data)
+        try:
+            kv.import_kv(n, data)
+        except OxiLlamaError:
+            log.exception("kv_store: importing %d stored positions failed; prefilling instead", n)
+            return
         s.session = kv
         self._feed_sampler(s, n)
         s.fed = n
