@@ -68,6 +68,8 @@ ARCHS = [
     "starcoder2",
     "olmo2",
     "mamba2",
+    "smollm3",
+    "gpt-oss",
 ]
 
 # Values that reach edge cases: zero, one, huge, negative or non-finite

@@ -110,6 +110,9 @@ def test_the_served_document_matches_real_responses(served: tuple[str, dict[str,
         ("/v1/completions", "post", {"prompt": "Hi", "model": "other"}, 404),
         ("/v1/chat/completions", "post", {"messages": [{"role": "user", "content": "Hi"}]}, 200),
         ("/v1/sessions/x/save", "post", {}, 400),
+        ("/v1/responses", "post", {"input": "Hi", "max_output_tokens": 3}, 200),
+        ("/v1/responses", "post", {"input": "Hi", "tools": [{"type": "web_search"}]}, 400),
+        ("/v1/responses", "post", {"input": "Hi", "previous_response_id": "resp_x"}, 404),
     ]
     for path, method, body, status in cases:
         got, out = call(path, body)

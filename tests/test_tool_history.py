@@ -2,7 +2,9 @@
 (``null`` content beside tool calls, several calls in one turn, text and a
 call, tool results) renders through the templates of our test models and
 of the tool-calling families, with tools in the request and without; and a
-call or a result is never silently dropped."""
+call, a result or a text is never silently dropped. Templates that insist
+on alternating roles get runs of one role joined into one turn; Mistral's
+tool templates keep what their format cannot hold out (named below)."""
 
 from __future__ import annotations
 
@@ -11,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from oxillama.decoding.tool_calls.history import history_for_template, render_history
+from oxillama.decoding.tool_calls.history import history_for_template, joined_turns, render_history
 from oxillama.errors import TemplateError
 from oxillama.text.chat_template import CHATML, ChatTemplate
 from tests._gguf_meta import read_metadata, smollm2_path
@@ -64,6 +66,36 @@ SHAPES: dict[str, list[dict[str, Any]]] = {
         },
         {"role": "tool", "tool_call_id": "call00004", "name": "get_weather", "content": "18C"},
     ],
+    # Anthropic's user turn holding tool_result blocks and then text, as
+    # the tool messages and a user message that follows them.
+    "results, then the user's words": [
+        {"role": "user", "content": "Weather in Paris?"},
+        {"role": "assistant", "content": None, "tool_calls": [_call("call00005", "Paris")]},
+        {"role": "tool", "tool_call_id": "call00005", "content": "18C and sunny"},
+        {"role": "user", "content": "And should I take a coat?"},
+    ],
+    # An agent loop's whole run: two rounds of calls, the final answer and
+    # the next question.
+    "two rounds, an answer, a follow-up": [
+        {"role": "user", "content": "Is Rome warmer than Paris?"},
+        {"role": "assistant", "content": None, "tool_calls": [_call("call00006", "Paris")]},
+        {"role": "tool", "tool_call_id": "call00006", "content": "18C and sunny"},
+        {
+            "role": "assistant",
+            "content": "Now Rome.",
+            "tool_calls": [_call("call00007", "Rome")],
+        },
+        {"role": "tool", "tool_call_id": "call00007", "content": "25C"},
+        {"role": "assistant", "content": "Yes, Rome is warmer."},
+        {"role": "user", "content": "And Oslo?"},
+    ],
+    # A client that sends the text and the call as two assistant turns.
+    "text, then the call in a turn of its own": [
+        {"role": "user", "content": "Weather in Oslo?"},
+        {"role": "assistant", "content": "I will look it up."},
+        {"role": "assistant", "content": None, "tool_calls": [_call("call00008", "Oslo")]},
+        {"role": "tool", "tool_call_id": "call00008", "content": "3C"},
+    ],
 }
 
 
@@ -85,6 +117,9 @@ def _templates() -> dict[str, str]:
         "phi-3.5-mini-instruct",
         "mistral-nemo-instruct-2407",
         "mistral-small-3.2-24b-instruct-2506",
+        "gemma-2-2b-it",
+        "gemma-7b-it",
+        "mistral-7b-instruct-v0.2",
     )
     out = {"smollm2": _smollm2_template(), "chatml": CHATML}
     out.update({n: (TEMPLATES / f"{n}.jinja").read_text() for n in names})
@@ -92,6 +127,17 @@ def _templates() -> dict[str, str]:
 
 
 ALL = _templates()
+
+#: Mistral's templates render an assistant turn with tool calls as its
+#: [TOOL_CALLS] alone: text beside the calls is not in their format (as in
+#: llama.cpp, which renders the same template).
+DROPS_TEXT_BESIDE_CALLS = {"mistral-nemo-instruct-2407", "mistral-small-3.2-24b-instruct-2506"}
+#: ... and their alternation rule, which skips tool turns, refuses a user
+#: turn right after tool results: a TemplateError that says so.
+REFUSED = {
+    (name, "results, then the user's words")
+    for name in ("mistral-nemo-instruct-2407", "mistral-small-3.2-24b-instruct-2506")
+}
 
 
 @pytest.mark.parametrize("with_tools", [False, True], ids=["no tools", "tools"])
@@ -102,10 +148,16 @@ def test_tool_history_renders_with_every_call_and_result(
 ) -> None:
     t = ChatTemplate(ALL[name], bos_token="<s>", eos_token="</s>")
     kwargs: dict[str, Any] = {"tools": TOOLS} if with_tools else {}
+    if (name, shape) in REFUSED:
+        with pytest.raises(TemplateError, match="roles must alternate"):
+            render_history(t, SHAPES[shape], **kwargs)
+        return
     out = render_history(t, SHAPES[shape], **kwargs)
     for m in SHAPES[shape]:
-        if m["role"] == "tool":
-            assert m["content"] in out, f"{name}: the tool result {m['content']!r} was dropped"
+        if isinstance(m["content"], str):
+            beside_calls = bool(m.get("tool_calls")) and name in DROPS_TEXT_BESIDE_CALLS
+            rendered = m["content"] in out
+            assert rendered != beside_calls, f"{name}: {m['role']} text {m['content']!r}"
         for c in m.get("tool_calls", []):
             city = c["function"]["arguments"]
             city = city["city"] if isinstance(city, dict) else city.split('"')[3]
@@ -146,3 +198,49 @@ def test_a_template_that_refuses_the_conversation_still_says_why() -> None:
     msgs = [{"role": "system", "content": "Be brief."}, *SHAPES["null content, one call"]]
     with pytest.raises(TemplateError, match="System role not supported"):
         render_history(t, msgs)
+
+
+def test_an_alternating_template_gets_one_user_turn_for_two_results() -> None:
+    # Gemma-2 has no tool role: each result is a user <tool_response> turn,
+    # and two in a row are joined into the one turn its template allows.
+    source = ALL["gemma-2-2b-it"]
+    history = history_for_template(SHAPES["two calls in one turn"], source)
+    assert [m["role"] for m in history] == ["user", "assistant", "user"]
+    assert history[2]["content"] == (
+        "<tool_response>\n18C and sunny\n</tool_response>\n\n<tool_response>\n25C\n</tool_response>"
+    )
+    out = ChatTemplate(source, bos_token="<bos>").render(history)
+    assert out.count("<start_of_turn>user") == 2
+
+
+def test_joined_turns_joins_runs_of_text_only() -> None:
+    msgs: list[dict[str, Any]] = [
+        {"role": "system", "content": "s1"},
+        {"role": "system", "content": "s2"},
+        {"role": "user", "content": "a"},
+        {"role": "user", "content": ""},
+        {"role": "user", "content": "b"},
+        {"role": "assistant", "content": "c"},
+        {"role": "assistant", "content": [{"type": "text", "text": "d"}]},
+        {"role": "tool", "content": "e"},
+        {"role": "tool", "content": "f"},
+    ]
+    before = repr(msgs)
+    assert joined_turns(msgs) == [
+        {"role": "system", "content": "s1"},
+        {"role": "system", "content": "s2"},
+        {"role": "user", "content": "a\n\nb"},
+        {"role": "assistant", "content": "c"},
+        {"role": "assistant", "content": [{"type": "text", "text": "d"}]},
+        {"role": "tool", "content": "e"},
+        {"role": "tool", "content": "f"},
+    ]
+    assert repr(msgs) == before
+
+
+@pytest.mark.parametrize("name", ["gemma-2-2b-it", "gemma-7b-it", "mistral-7b-instruct-v0.2"])
+def test_two_user_turns_in_a_row_render_where_roles_must_alternate(name: str) -> None:
+    t = ChatTemplate(ALL[name], bos_token="<s>", eos_token="</s>")
+    msgs = [{"role": "user", "content": "First."}, {"role": "user", "content": "Second."}]
+    out = render_history(t, msgs)
+    assert "First.\n\nSecond." in out

@@ -7,12 +7,15 @@ The tests send a message and watch the reply stream in; stop replies
 (the Stop button and Escape); fork from the first answer and continue the
 fork exactly; reload and find the sessions listed; restart the server and
 continue a saved session exactly; enter the API key; and check the 375 px
-layout and dark mode. They write the screenshots of the docs
-(``docs/img/webui-*.png``)."""
+layout and dark mode. They take the screenshots of the docs
+(``docs/img/webui-*.png``): into that folder when ``OXILLAMA_DOC_SCREENSHOTS=1``
+is set, into a temporary folder otherwise, so a test run leaves the working
+tree as it found it."""
 
 from __future__ import annotations
 
 import json
+import os
 import signal
 import socket
 import subprocess
@@ -38,7 +41,7 @@ from oxillama.sessions import info as snapshot_info
 KEY = "sk-webui-test"
 CHROMIUM = "/usr/bin/chromium"
 CHROMEDRIVER = "/usr/bin/chromedriver"
-IMG = Path(__file__).resolve().parent.parent / "docs" / "img"
+DOC_IMG = Path(__file__).resolve().parent.parent / "docs" / "img"
 
 
 def _port() -> int:
@@ -242,7 +245,8 @@ def test_controls_have_their_accessible_names(page: WebDriver) -> None:
         one(page, role, name)
 
 
-def test_narrow_and_dark_layouts(page: WebDriver, served: Served) -> None:
+def test_narrow_and_dark_layouts(page: WebDriver, served: Served, tmp_path: Path) -> None:
+    IMG = DOC_IMG if os.environ.get("OXILLAMA_DOC_SCREENSHOTS") == "1" else tmp_path
     sid = new_session(page)
     page_settings(page, {**SAMPLING, "max_tokens": 120})
     send(page, "Show a Python function that reverses a string, in a code block.")
@@ -268,6 +272,8 @@ def test_narrow_and_dark_layouts(page: WebDriver, served: Served) -> None:
         rect = e.rect
         assert e.is_displayed() and rect["x"] >= 0 and rect["x"] + rect["width"] <= inner, name
     page.save_screenshot(str(IMG / "webui-narrow.png"))
+    for name in ("light", "dark", "narrow"):
+        assert (IMG / f"webui-{name}.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     one(page, "button", "Show sessions").click()
     wait(page, lambda d: one(d, "list", "Sessions").is_displayed())
     wait(page, lambda d: one(d, "button", "New session").rect["x"] >= 0)

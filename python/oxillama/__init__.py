@@ -53,6 +53,7 @@ if TYPE_CHECKING:
     from oxillama.decoding.tool_calls import Custom, ToolCall, ToolCallDetector
     from oxillama.engine.embeddings import EmbedInput, Pooling
     from oxillama.engine.engine import Engine
+    from oxillama.engine.rerank import RerankResult
     from oxillama.engine.session_state import SessionState
     from oxillama.engine.speculative import SpeculativeEngine
     from oxillama.model.lora import LoraAdapter
@@ -82,6 +83,7 @@ _LAZY: dict[str, str] = {
     "Piece": "oxillama.decoding.completion",
     "PinnedHotSet": "oxillama.model.offload",
     "Pooling": "oxillama.engine.embeddings",
+    "RerankResult": "oxillama.engine.rerank",
     "SamplerConfig": "oxillama.decoding.sampling",
     "SessionState": "oxillama.engine.session_state",
     "Speculation": "oxillama.decoding.completion",
@@ -125,6 +127,7 @@ __all__ = [
     "Piece",
     "PinnedHotSet",
     "Pooling",
+    "RerankResult",
     "SamplerConfig",
     "SessionState",
     "SnapshotError",

@@ -70,6 +70,11 @@ pub struct ModelConfig {
     pub sliding_window: Option<usize>,
     /// Which layers use the sliding window (and the local rope base).
     pub swa_layers: Vec<bool>,
+    /// Local layers' rope scaling (none unless the family scales them like
+    /// its global layers, as gpt-oss does).
+    pub rope_scaling_local: RopeScaling,
+    /// Layers whose q and k get no rotary embedding (SmolLM3's NoPE).
+    pub nope_layers: Vec<bool>,
     pub attn_scale: f32,
     pub attn_softcap: Option<f32>,
     pub final_softcap: Option<f32>,
@@ -252,6 +257,8 @@ impl ModelConfig {
             rope_attn_factor,
             sliding_window: None,
             swa_layers: Vec::new(),
+            rope_scaling_local: RopeScaling::None,
+            nope_layers: Vec::new(),
             attn_softcap: None,
             final_softcap: None,
             logit_mul: 1.0,
@@ -266,6 +273,11 @@ impl ModelConfig {
     /// Whether layer `il` uses the sliding window (and the local rope base).
     pub fn is_local_layer(&self, il: usize) -> bool {
         self.sliding_window.is_some() && self.swa_layers.get(il).copied().unwrap_or(false)
+    }
+
+    /// Whether layer `il` rotates its queries and keys.
+    pub fn uses_rope(&self, il: usize) -> bool {
+        !self.nope_layers.get(il).copied().unwrap_or(false)
     }
 
     /// Reads `attention.sliding_window` and the layer pattern as llama.cpp

@@ -142,7 +142,7 @@ impl Model {
             cfg.rope_order,
             cfg.rope_dims,
             cfg.rope_base_local,
-            &RopeScaling::None,
+            &cfg.rope_scaling_local,
         )
         .with_factors(Vec::new(), af);
         let (global, long) = match RopeFactors::read(f, &cfg)? {
@@ -523,7 +523,11 @@ impl Model {
         global.shift_angles(delta, &mut cs_g);
         local.shift_angles(delta, &mut cs_l);
         let rotate = |il: usize, row: &mut [f32]| {
-            if c.is_local_layer(il) {
+            if !c.uses_rope(il) {
+                // A NoPE layer's keys carry no position to move (llama.cpp
+                // 0.3.36 rotates SmolLM3's anyway: its K-shift asks
+                // `has_rope`, which its NoPE interval does not set).
+            } else if c.is_local_layer(il) {
                 local.apply(row, c.dim_k, &cs_l);
             } else {
                 global.apply(row, c.dim_k, &cs_g);

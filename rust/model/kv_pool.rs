@@ -38,9 +38,58 @@ pub use super::kv_dtype::Side;
 /// not promise that: a recycled `calloc` block is zeroed by hand, which
 /// touches all of it. The pointer is taken once; the mapping never moves.
 struct Store {
-    _map: MmapMut,
+    map: Option<MmapMut>,
     data: Data,
     len: usize,
+}
+
+/// Mappings of dropped stores, kept for the next store of the same size
+/// (oldest first), at most `SPARE_BYTES` of them (virtual size).
+///
+/// Why: a session restored into a new engine (`Engine.restore_bytes`, a
+/// server adopting a saved session) writes its whole KV into a new pool,
+/// and on a fresh anonymous mapping every 4 KiB of it is a page fault
+/// that the kernel zeroes first: for 561 positions of SmolLM2 that was
+/// most of the restore (an import into a pool already used took a sixth
+/// of the time). A dropped engine's mappings are already faulted in, so
+/// the next pool of that shape takes them. Their old rows are never read:
+/// a pool hands out pages that earlier sequences wrote (the free list),
+/// and readers only read positions their sequence wrote.
+static SPARE: Mutex<Vec<MmapMut>> = Mutex::new(Vec::new());
+
+/// The most virtual bytes of dropped mappings kept (`OXILLAMA_KV_SPARE_MB`,
+/// default 512; 0 keeps none).
+fn spare_bytes() -> usize {
+    static BYTES: std::sync::OnceLock<usize> = std::sync::OnceLock::new();
+    *BYTES.get_or_init(|| {
+        std::env::var("OXILLAMA_KV_SPARE_MB")
+            .ok()
+            .and_then(|v| v.trim().parse::<usize>().ok())
+            .unwrap_or(512)
+            .saturating_mul(1 << 20)
+    })
+}
+
+fn take_spare(bytes: usize) -> Option<MmapMut> {
+    let mut spare = SPARE.lock().unwrap_or_else(|p| p.into_inner());
+    let i = spare.iter().position(|m| m.len() == bytes)?;
+    Some(spare.remove(i))
+}
+
+impl Drop for Store {
+    fn drop(&mut self) {
+        let Some(map) = self.map.take() else { return };
+        let limit = spare_bytes();
+        if map.len() > limit {
+            return;
+        }
+        let mut spare = SPARE.lock().unwrap_or_else(|p| p.into_inner());
+        let mut held: usize = spare.iter().map(|m| m.len()).sum();
+        while held + map.len() > limit && !spare.is_empty() {
+            held -= spare.remove(0).len();
+        }
+        spare.push(map);
+    }
 }
 
 #[derive(Clone, Copy)]
@@ -51,12 +100,32 @@ enum Data {
     Q4_0(*mut u8),
 }
 
+impl Data {
+    fn at(dtype: KvDtype, p: *mut u8) -> Self {
+        match dtype {
+            KvDtype::F16 => Data::F16(p.cast::<u16>()),
+            KvDtype::F32 => Data::F32(p.cast::<f32>()),
+            KvDtype::Q8_0 => Data::Q8_0(p),
+            KvDtype::Q4_0 => Data::Q4_0(p),
+        }
+    }
+}
+
 impl Store {
     fn new(dtype: KvDtype, n: usize) -> Result<Self> {
         let bytes = n
             .checked_mul(dtype.unit())
             .ok_or_else(|| Error::invalid("a KV pool of this size does not fit in memory"))?;
-        let mut map = MmapMut::map_anon(bytes.max(1)).map_err(|e| {
+        let bytes = bytes.max(1);
+        if let Some(mut map) = take_spare(bytes) {
+            let data = Data::at(dtype, map.as_mut_ptr());
+            return Ok(Store {
+                map: Some(map),
+                data,
+                len: n,
+            });
+        }
+        let mut map = MmapMut::map_anon(bytes).map_err(|e| {
             Error::invalid(format!(
                 "cannot reserve {bytes} bytes for the KV cache ({e}); use a smaller context_size"
             ))
@@ -64,15 +133,9 @@ impl Store {
         // Advice only: a batched decode step reads every row of eight
         // sequences' caches, and huge pages spare it a TLB miss per 4 KiB.
         let _ = map.advise(memmap2::Advice::HugePage);
-        let p = map.as_mut_ptr();
-        let data = match dtype {
-            KvDtype::F16 => Data::F16(p.cast::<u16>()),
-            KvDtype::F32 => Data::F32(p.cast::<f32>()),
-            KvDtype::Q8_0 => Data::Q8_0(p),
-            KvDtype::Q4_0 => Data::Q4_0(p),
-        };
+        let data = Data::at(dtype, map.as_mut_ptr());
         Ok(Store {
-            _map: map,
+            map: Some(map),
             data,
             len: n,
         })

@@ -29,6 +29,17 @@ pub fn swiglu(pool: &ThreadPool, gate: &mut [f32], up: &[f32]) {
     });
 }
 
+/// gpt-oss's clamped SwiGLU (ggml's `swiglu_oai`): the gate is capped at
+/// `limit` from above, the up projection clamped to `[-limit, limit]`, and
+/// `x * sigmoid(alpha x) * (up + 1)` written over the gate.
+pub fn swiglu_oai(gate: &mut [f32], up: &[f32], alpha: f32, limit: f32) {
+    for (g, &u) in gate.iter_mut().zip(up) {
+        let x = g.min(limit);
+        let y = u.clamp(-limit, limit);
+        *g = x / (1.0 + (alpha * -x).exp()) * (y + 1.0);
+    }
+}
+
 type SwigluFn = fn(&mut [f32], &[f32]);
 
 fn best() -> SwigluFn {
@@ -128,6 +139,34 @@ pub fn gelu(x: &mut [f32]) {
 mod tests {
     use super::*;
     use rand::{Rng, SeedableRng};
+
+    /// Both clamps bite: a gate above the limit counts as the limit, an up
+    /// beyond either side as that side.
+    #[test]
+    fn swiglu_oai_clamps_gate_above_and_up_both_sides() {
+        let (alpha, limit) = (1.702f32, 7.0f32);
+        let gate = [-3.0f32, 0.5, 9.0, 7.0, 2.0];
+        let up = [0.25f32, -8.0, 1.0, 12.0, -0.5];
+        let mut got = gate;
+        swiglu_oai(&mut got, &up, alpha, limit);
+        let want = |g: f32, u: f32| {
+            let x = g.min(limit) as f64;
+            let y = u.max(-limit).min(limit) as f64;
+            (x / (1.0 + (-alpha as f64 * x).exp()) * (y + 1.0)) as f32
+        };
+        for i in 0..gate.len() {
+            let w = want(gate[i], up[i]);
+            assert!(
+                (got[i] - w).abs() <= 1e-5 * w.abs().max(1.0),
+                "{i}: {} vs {w}",
+                got[i]
+            );
+        }
+        // 9 is capped at 7: the same output as a gate of 7 with that up.
+        let mut capped = [9.0f32, 7.0];
+        swiglu_oai(&mut capped, &[1.0, 1.0], alpha, limit);
+        assert_eq!(capped[0], capped[1]);
+    }
 
     #[test]
     fn swiglu_matches_its_definition_and_simd_its_scalar_twin() {

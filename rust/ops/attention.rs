@@ -46,7 +46,7 @@ thread_local! {
     static UNIT_BUFS: std::cell::RefCell<UnitBufs> = std::cell::RefCell::new(UnitBufs::default());
 }
 
-pub struct AttnParams {
+pub struct AttnParams<'a> {
     pub n_head: usize,
     pub n_head_kv: usize,
     pub dim_k: usize,
@@ -59,6 +59,15 @@ pub struct AttnParams {
     /// Whether a query sees only earlier keys; an encoder (BERT) sees the
     /// whole block it was evaluated with.
     pub causal: bool,
+    /// One learned logit per query head that joins every softmax's
+    /// denominator and takes no value (gpt-oss's attention sinks).
+    pub sinks: Option<&'a [f32]>,
+}
+
+impl AttnParams<'_> {
+    fn sink(&self, hq: usize) -> Option<f32> {
+        self.sinks.and_then(|s| s.get(hq).copied())
+    }
 }
 
 /// Rounds queries (back to back, each a multiple of 32 long) as llama.cpp
@@ -320,8 +329,14 @@ fn row_max(s: &[f32]) -> f32 {
 
 /// Scores to weights in place, given the row's maximum: the one softmax
 /// every attention path uses, so they all round alike.
-fn softmax(vk: &VecKernels, s: &mut [f32], max: f32, round: bool) {
-    let sum = exp_sum(vk, s, max);
+/// A sink joins the maximum and the sum as ggml's `soft_max` with sinks
+/// has it: `exp(sink - max)`, added to the f64 sum last.
+fn softmax(vk: &VecKernels, s: &mut [f32], max: f32, round: bool, sink: Option<f32>) {
+    let max = sink.map_or(max, |k| max.max(k));
+    let mut sum = exp_sum(vk, s, max);
+    if let Some(k) = sink {
+        sum += (k - max).exp() as f64;
+    }
     normalize(vk, s, sum, round);
 }
 
@@ -404,7 +419,7 @@ pub fn attention(
         );
         for (i, qr) in queries.iter().enumerate() {
             let s = &mut rows[i * stride + qr.lo - base..i * stride + qr.hi - base];
-            softmax(vk, s, row_max(s), round);
+            softmax(vk, s, row_max(s), round, p.sink(g * group + i % group));
         }
         let mut accs: Vec<&mut [f32]> = (t0..t1)
             .flat_map(|t| heads.clone().map(move |hq| (t, hq)))
@@ -452,9 +467,10 @@ fn whole_split_row<'o>(
     partial: &mut Vec<f32>,
     tile: &mut Vec<f32>,
     out: impl Fn(usize) -> &'o mut [f32],
+    sinks: impl Fn(usize) -> Option<f32>,
 ) {
-    for row in scores.chunks_exact_mut(pl.span) {
-        softmax(vk, row, row_max(row), round);
+    for (gi, row) in scores.chunks_exact_mut(pl.span).enumerate() {
+        softmax(vk, row, row_max(row), round, sinks(gi));
     }
     let group = scores.len() / pl.span;
     partial.clear();
@@ -704,12 +720,13 @@ fn decode_rows(
                         partial,
                         tile,
                         out,
+                        |gi| p.sink(g * group + gi),
                     );
                     return;
                 }
                 if !split(i) {
-                    for row in local.chunks_exact_mut(b - a) {
-                        softmax(vk, row, row_max(row), round);
+                    for (gi, row) in local.chunks_exact_mut(b - a).enumerate() {
+                        softmax(vk, row, row_max(row), round, p.sink(g * group + gi));
                     }
                     let mut accs: Vec<&mut [f32]> = (0..group)
                         .map(|gi| {
@@ -763,7 +780,7 @@ fn decode_rows(
             let m = row_max(&maxes[i][hq * pl.n_split..(hq + 1) * pl.n_split]);
             // SAFETY: unit (i, hq) alone owns head hq's scores of row i.
             let row = unsafe { shs[i].slice(hq * pl.span, pl.span) };
-            softmax(vk, row, m, round);
+            softmax(vk, row, m, round, p.sink(hq));
         });
     }
     // Weighted values per split, then a fixed-order sum of splits.
@@ -822,15 +839,22 @@ mod tests {
     use crate::ops::vec;
     use rand::{Rng, SeedableRng};
 
-    /// Naive softmax attention, the oracle.
-    fn reference(q: &[f32], ks: &[Vec<f32>], vs: &[Vec<f32>], scale: f32) -> Vec<f32> {
+    /// Naive softmax attention, the oracle; a sink adds `exp(sink)` to the
+    /// denominator only.
+    fn reference(
+        q: &[f32],
+        ks: &[Vec<f32>],
+        vs: &[Vec<f32>],
+        scale: f32,
+        sink: Option<f32>,
+    ) -> Vec<f32> {
         let s: Vec<f32> = ks
             .iter()
             .map(|k| k.iter().zip(q).map(|(a, b)| a * b).sum::<f32>() * scale)
             .collect();
         let m = s.iter().cloned().fold(f32::NEG_INFINITY, f32::max);
         let w: Vec<f32> = s.iter().map(|x| (x - m).exp()).collect();
-        let z: f32 = w.iter().sum();
+        let z: f32 = w.iter().sum::<f32>() + sink.map_or(0.0, |k| (k - m).exp());
         let mut o = vec![0f32; vs[0].len()];
         for (wi, v) in w.iter().zip(vs) {
             for (oi, vi) in o.iter_mut().zip(v) {
@@ -845,7 +869,13 @@ mod tests {
         let mut rng = rand::rngs::StdRng::seed_from_u64(3);
         let (n_head, n_kv, d) = (6, 2, 16);
         let n = 150; // crosses key blocks and query blocks
-        for dtype in [KvDtype::F32, KvDtype::F16] {
+                     // Sinks on either side of the scores' range, so both bite.
+        let sink_logits: Vec<f32> = (0..n_head).map(|h| h as f32 - 2.5).collect();
+        for (dtype, sinks) in [
+            (KvDtype::F32, None),
+            (KvDtype::F16, None),
+            (KvDtype::F32, Some(&sink_logits[..])),
+        ] {
             for threads in [1, 2, 3] {
                 let pool = ThreadPool::new(threads);
                 let mut cache = KvCache::new(dtype, 1, 256, n_kv, d, d).unwrap();
@@ -873,6 +903,7 @@ mod tests {
                     window: None,
                     softcap: None,
                     causal: true,
+                    sinks,
                 };
                 // Prefill of positions 0..n-1, then a decode at the last position.
                 let mut out = vec![0f32; (n - 1) * n_head * d];
@@ -904,7 +935,9 @@ mod tests {
                     for h in 0..n_head {
                         let g = h / (n_head / n_kv);
                         let qo = (t * n_head + h) * d;
-                        let want = reference(&q[qo..qo + d], &ks[g][..=t], &vs[g][..=t], 0.25);
+                        let sink = sinks.map(|k| k[h]);
+                        let want =
+                            reference(&q[qo..qo + d], &ks[g][..=t], &vs[g][..=t], 0.25, sink);
                         let got = if t == n - 1 {
                             &dec[h * d..(h + 1) * d]
                         } else {
@@ -936,6 +969,7 @@ mod tests {
             window: None,
             softcap: None,
             causal: true,
+            sinks: None,
         };
         let pool = ThreadPool::new(2);
         for dtype in [KvDtype::Q8_0, KvDtype::Q4_0] {
@@ -1010,17 +1044,23 @@ mod tests {
         use std::sync::Arc;
         let mut rng = rand::rngs::StdRng::seed_from_u64(9);
         let (n_head, n_kv, d) = (6, 2, 16);
-        let p = AttnParams {
-            n_head,
-            n_head_kv: n_kv,
-            dim_k: d,
-            dim_v: d,
-            scale: 0.3,
-            window: None,
-            softcap: None,
-            causal: true,
-        };
-        for dtype in [KvDtype::F16, KvDtype::F32] {
+        let sink_logits: Vec<f32> = (0..n_head).map(|h| 0.5 * h as f32 - 1.0).collect();
+        for (dtype, sinks) in [
+            (KvDtype::F16, None),
+            (KvDtype::F32, None),
+            (KvDtype::F16, Some(&sink_logits[..])),
+        ] {
+            let p = AttnParams {
+                n_head,
+                n_head_kv: n_kv,
+                dim_k: d,
+                dim_v: d,
+                scale: 0.3,
+                window: None,
+                softcap: None,
+                causal: true,
+                sinks,
+            };
             let kvp = Arc::new(KvPool::new(dtype, 1, 64, n_kv, d, d).unwrap());
             let mut fill = |c: &mut KvCache, from: usize, to: usize| {
                 c.reserve(from, to).unwrap();

@@ -311,6 +311,13 @@ impl PySession {
         self.inner.kv.pages_held()
     }
 
+    /// Free pages of the pool this session draws from (shared pages are
+    /// counted once: a fork takes none until it writes).
+    #[getter]
+    fn pool_free_pages(&self) -> usize {
+        self.inner.kv.pool().free_pages()
+    }
+
     /// Whether this session's pages come from `pool` (an engine's own
     /// session has a private pool of its own).
     fn in_pool(&self, pool: &PyKvPool) -> bool {

@@ -688,8 +688,9 @@ pub fn weights_may_move() -> bool {
 }
 
 /// Whether matrices of `ty` are repacked for decode on this CPU: Q4_K,
-/// Q6_K, Q8_0, Q4_0, Q4_1, Q5_0 and Q5_1 where AVX-512 VNNI (and, for
-/// the last four, VBMI) is available, unless `OXILLAMA_REPACK=0`.
+/// Q6_K, Q8_0, IQ4_XS, TQ2_0, the grid i-quants (IQ3_S, IQ3_XXS, IQ2_S,
+/// IQ2_XS, IQ2_XXS), Q4_0, Q4_1, Q5_0 and Q5_1 where AVX-512 VNNI (and,
+/// for the last four, VBMI) is available, unless `OXILLAMA_REPACK=0`.
 /// Decided once per process.
 pub fn packs(ty: GgmlType) -> bool {
     static ON: OnceLock<bool> = OnceLock::new();
@@ -703,6 +704,10 @@ pub fn packs(ty: GgmlType) -> bool {
     #[cfg(target_arch = "x86_64")]
     if on && avx2::q4_packed::packed_block(ty).is_some() {
         return avx2::q4_packed::available();
+    }
+    #[cfg(target_arch = "x86_64")]
+    if on && avx2::grid_packed::format(ty).is_some() {
+        return true;
     }
     on && matches!(
         ty,
@@ -729,6 +734,9 @@ pub fn packed_len(ty: GgmlType, rows: usize, cols: usize) -> Option<usize> {
         }
         GgmlType::TQ2_0 if cols.is_multiple_of(QK_K) => {
             Some(rows / PACKED_GROUP_ROWS * (cols / QK_K) * avx2::tq2_packed::PACKED_BLOCK)
+        }
+        _ if avx2::grid_packed::format(ty).is_some() && cols.is_multiple_of(QK_K) => {
+            Some(rows / PACKED_GROUP_ROWS * (cols / QK_K) * avx2::grid_packed::PACKED_BLOCK)
         }
         GgmlType::Q8_0 if cols.is_multiple_of(32) => {
             Some(rows / PACKED_GROUP_ROWS * (cols / 32) * avx2::q8_0_packed::PACKED_BLOCK)
@@ -762,6 +770,9 @@ pub fn pack_matrix_into(
             GgmlType::Q8_0 => avx2::q8_0_packed::pack(rows, cols, data, out),
             GgmlType::IQ4XS => avx2::iq4xs_packed::pack(rows, cols, data, out),
             GgmlType::TQ2_0 => avx2::tq2_packed::pack(rows, cols, data, out),
+            _ if avx2::grid_packed::format(ty).is_some() => {
+                avx2::grid_packed::pack(ty, rows, cols, data, out)
+            }
             _ => avx2::q4_packed::pack_for(ty, rows, cols, data, out),
         }
     }
@@ -819,6 +830,7 @@ pub fn packed_side(ty: GgmlType, n: usize, acts: &[&[u8]], out: &mut Vec<BlockSi
     #[cfg(target_arch = "x86_64")]
     match ty {
         GgmlType::Q4K | GgmlType::Q6K | GgmlType::IQ4XS | GgmlType::TQ2_0 => {}
+        _ if avx2::grid_packed::format(ty).is_some() => {}
         GgmlType::Q8_0 => avx2::q8_0_packed::side(n, acts, out),
         _ => avx2::q4_packed::side_for(ty, n, acts, out),
     }
@@ -846,6 +858,9 @@ pub fn packed_tile(
         GgmlType::Q6K => avx2::q6k_packed::tile(n, packed, groups, acts, outs),
         GgmlType::IQ4XS => avx2::iq4xs_packed::tile(n, packed, groups, acts, outs),
         GgmlType::TQ2_0 => avx2::tq2_packed::tile(n, packed, groups, acts, outs),
+        _ if avx2::grid_packed::format(ty).is_some() => {
+            avx2::grid_packed::tile(ty, n, packed, groups, acts, outs)
+        }
         GgmlType::Q8_0 => avx2::q8_0_packed::tile(n, packed, groups, acts, side, outs),
         _ => avx2::q4_packed::tile_for(ty, n, packed, groups, acts, side, outs),
     }

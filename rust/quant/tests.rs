@@ -825,7 +825,19 @@ fn packed_rows_equal_the_file_layouts_bits() {
     for (ty, block_elems) in formats
         .into_iter()
         .chain([(T::Q4_1, 32), (T::Q5_0, 32), (T::Q5_1, 32)])
-        .chain([(T::IQ4NL, 32), (T::MXFP4, 32)])
+        .chain([
+            (T::IQ4NL, 32),
+            (T::MXFP4, 32),
+            (T::IQ4XS, QK_K),
+            (T::TQ2_0, QK_K),
+        ])
+        .chain([
+            (T::IQ3S, QK_K),
+            (T::IQ3XXS, QK_K),
+            (T::IQ2S, QK_K),
+            (T::IQ2XS, QK_K),
+        ])
+        .chain([(T::IQ2XXS, QK_K)])
     {
         if !crate::quant::packs(ty) {
             eprintln!(
@@ -863,7 +875,8 @@ fn packed_rows_equal_the_file_layouts_bits() {
                 for (t, out) in bufs.iter().enumerate() {
                     for (i, v) in out.iter().enumerate() {
                         let r = g0 * 16 + i;
-                        let want = if matches!(ty, T::Q4K | T::Q6K) {
+                        // Every Q8_K format's paths give the scalar bits.
+                        let want = if k.act == T::Q8K {
                             (s.vec_dot)(n, &ws[r], ar[t])
                         } else {
                             tiled[r * ntok + t]

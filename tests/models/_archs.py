@@ -90,6 +90,9 @@ class Fixture:
     weight_type: Q | None = None
     experts_only: bool = False
     file_type: FT | None = None
+    # With the 13-format cycle: the MoE experts all in this type instead
+    # (gpt-oss ships MXFP4 experts), the other matrices cycling.
+    experts_type: Q | None = None
 
     def type_of(self, tensor: str) -> Q:
         assert self.weight_type is not None
@@ -491,6 +494,59 @@ def qwen3moe(w: gguf.GGUFWriter, b: Builder) -> None:
     head(b, tied=False)
 
 
+def smollm3(w: gguf.GGUFWriter, b: Builder) -> None:
+    # Four layers: llama.cpp skips RoPE on every fourth (layer 3 here).
+    n_layer, n_head, n_kv, n_ff = 4, 8, 2, 128
+    hd = N_EMBD // n_head
+    hparams(w, n_layer, n_head, n_kv, n_ff, rms_eps=1e-6, rope_base=5e6)
+    w.add_vocab_size(N_VOCAB)
+    w.add_rope_dimension_count(hd)
+    embeddings(b, tied=True)
+    for i in range(n_layer):
+        b.norm(tn(T.ATTN_NORM, i), (N_EMBD,))
+        attention(b, i, n_head, n_kv, hd)
+        b.norm(tn(T.FFN_NORM, i), (N_EMBD,))
+        gated_ffn(b, i, n_ff)
+    head(b, tied=True)
+
+
+def gpt_oss(w: gguf.GGUFWriter, b: Builder) -> None:
+    # Three layers: 0 and 2 in the sliding window (llama.cpp's default
+    # pattern of 2), 1 global. Heads of 64 as the real model, so the q
+    # projection (512) is wider than the residual (256).
+    n_layer, n_head, n_kv, hd = 3, 8, 2, 64
+    n_expert, n_used, n_ff_exp = 4, 2, 64
+    hparams(w, n_layer, n_head, n_kv, n_ff_exp, rope_base=150000.0, head_dim=hd)
+    w.add_expert_count(n_expert)
+    w.add_expert_used_count(n_used)
+    w.add_expert_feed_forward_length(n_ff_exp)
+    w.add_sliding_window(8)
+    w.add_rope_scaling_type(gguf.RopeScalingType.YARN)
+    w.add_rope_scaling_factor(4.0)
+    w.add_rope_scaling_orig_ctx_len(16)
+    embeddings(b, tied=False)
+    r = b.rng
+    for i in range(n_layer):
+        b.norm(tn(T.ATTN_NORM, i), (N_EMBD,))
+        attention(b, i, n_head, n_kv, hd, qkv_bias=0.5, out_bias=True)
+        # Sink logits around the scores' own range: each takes a share of
+        # the softmax that varies with the query.
+        b.const(tn(T.ATTN_SINKS, i), r.uniform(-1.0, 3.0, n_head))
+        b.norm(tn(T.ATTN_POST_NORM, i), (N_EMBD,))
+        b.mat(tn(T.FFN_GATE_INP, i), N_EMBD, n_expert, 3.0)
+        b.bias(tn(T.FFN_GATE_INP, i, "bias"), n_expert, 1.0)
+        # Gate and up wide enough (std 4) that the clamp at 7 bites.
+        b.mat3(tn(T.FFN_GATE_EXP, i), N_EMBD, n_ff_exp, n_expert, 4.0)
+        b.const(tn(T.FFN_GATE_EXP, i, "bias"), 0.5 * r.standard_normal((n_expert, n_ff_exp)))
+        b.mat3(tn(T.FFN_UP_EXP, i), N_EMBD, n_ff_exp, n_expert, 4.0)
+        b.const(tn(T.FFN_UP_EXP, i, "bias"), 0.5 * r.standard_normal((n_expert, n_ff_exp)))
+        # The clamped SwiGLU's outputs run to ~60: a small down keeps the
+        # branch near the others.
+        b.mat3(tn(T.FFN_DOWN_EXP, i), n_ff_exp, N_EMBD, n_expert, RES_GAIN / 8)
+        b.const(tn(T.FFN_DOWN_EXP, i, "bias"), 0.1 * r.standard_normal((n_expert, N_EMBD)))
+    head(b, tied=False)
+
+
 def llama_one_type(w: gguf.GGUFWriter, b: Builder) -> None:
     """A plain llama whose every matrix, token embedding and output
     included, can hold a 256-element block: n_ff 256, untied output."""
@@ -650,6 +706,23 @@ FIXTURES: dict[str, Fixture] = {
             "qwen3moe",
             qwen3moe,
             "4 experts, top-2 with renormalised softmax weights; per-head q/k norms",
+        ),
+        Fixture(
+            "gpt-oss",
+            "gpt-oss",
+            gpt_oss,
+            "3 layers: sliding window 8 on layers 0 and 2, layer 1 global; YaRN x4 from 16 "
+            "tokens on both kinds; attention sinks; q/k/v/o biases; head_dim 64 (q 512 wide); "
+            "4 MXFP4 experts, top-2 router logits (with bias) softmaxed; expert biases; "
+            "clamped SwiGLU (alpha 1.702, limit 7); NeoX rope; untied output",
+            experts_type=Q.MXFP4,
+        ),
+        Fixture(
+            "smollm3",
+            "smollm3",
+            smollm3,
+            "4 layers, layer 3 without RoPE (llama.cpp's fixed interval of 4); GQA 8/2; "
+            "tied output",
         ),
     )
 }

@@ -13,6 +13,7 @@ fails loudly instead of comparing against logits of a different file."""
 from __future__ import annotations
 
 import hashlib
+from collections.abc import Mapping
 from pathlib import Path
 
 import gguf
@@ -22,10 +23,18 @@ from gguf.quants import dequantize
 _VT = gguf.GGUFValueType
 
 
-def rewrite(src: Path, dst: Path, *, f32: bool = False, arch: str | None = None) -> str:
-    """Writes ``dst`` from ``src``, with F32 tensors if ``f32``, and with
-    ``arch`` as the architecture (its own keys renamed after it) if given.
-    Returns the sha256 of ``dst``."""
+def rewrite(
+    src: Path,
+    dst: Path,
+    *,
+    f32: bool = False,
+    arch: str | None = None,
+    strings: Mapping[str, str] | None = None,
+) -> str:
+    """Writes ``dst`` from ``src``, with F32 tensors if ``f32``, with
+    ``arch`` as the architecture (its own keys renamed after it) if given,
+    and with the string keys ``strings`` added. Returns the sha256 of
+    ``dst``."""
     r = gguf.GGUFReader(str(src))
     old = r.fields["general.architecture"].contents()
     new = arch if arch is not None else old
@@ -39,6 +48,8 @@ def rewrite(src: Path, dst: Path, *, f32: bool = False, arch: str | None = None)
         if key.startswith(old + "."):
             key = new + key[len(old) :]
         w.add_key_value(key, field.contents(), kind, sub_type=sub)
+    for key, value in (strings or {}).items():
+        w.add_string(key, value)
     for t in r.tensors:
         if f32:
             data = dequantize(t.data, t.tensor_type).astype(np.float32)

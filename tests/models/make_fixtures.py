@@ -79,13 +79,16 @@ def write_fixture(fx: Fixture, preferred_start: int) -> tuple[int | None, dict[s
     fx.build(w, b)
     VOCAB.write(w)
     mats = [t for t in b.tensors if t.matrix]
-    shapes = [t.data.shape for t in mats]
     start: int | None = None
     if fx.weight_type is not None:
         fmt_of = {t.name: fx.type_of(t.name) for t in mats}
     else:
+        cycled = [t for t in mats if fx.experts_type is None or "_exps." not in t.name]
+        shapes = [t.data.shape for t in cycled]
         start = best_start(shapes, preferred_start)
-        fmt_of = dict(zip((t.name for t in mats), assign_formats(shapes, start), strict=True))
+        fmt_of = dict(zip((t.name for t in cycled), assign_formats(shapes, start), strict=True))
+        if fx.experts_type is not None:
+            fmt_of |= {t.name: fx.experts_type for t in mats if "_exps." in t.name}
     formats: dict[str, str] = {}
     for t in b.tensors:
         fmt = fmt_of.get(t.name, Q.F32)

@@ -25,6 +25,7 @@ TEMPLATE_FILES: dict[str, tuple[str, str]] = {
     "mistral-7b-instruct-v0.2": ("<s>", "</s>"),
     "mistral-nemo-instruct-2407": ("<s>", "</s>"),
     "mistral-small-3.2-24b-instruct-2506": ("<s>", "</s>"),
+    "openai-gpt-oss-120b": ("<|startoftext|>", "<|return|>"),
 }
 
 #: Vocabulary-only GGUFs (scripts/fetch_vocabs.py) that carry a template.

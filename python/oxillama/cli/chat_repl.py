@@ -14,6 +14,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TextIO
 
+from oxillama.decoding.reasoning import HarmonyParser, speaks_harmony
 from oxillama.errors import OxiLlamaError
 
 __all__ = ["HELP", "ChatRepl"]
@@ -108,13 +109,22 @@ class ChatRepl:
 
     def reply(self, text: str) -> None:
         self.messages.append({"role": "user", "content": text})
-        pieces = []
+        # A harmony model (gpt-oss) shows and keeps its final answer only:
+        # its analysis and the channel markers are not for the terminal,
+        # and its template wants the answer alone back in the history.
+        harmony = HarmonyParser() if speaks_harmony(self.engine.chat_template_source) else None
+        shown = []
         for piece in self.engine.chat_stream(self.messages, self.max_tokens):
-            pieces.append(piece)
+            if harmony is not None:
+                piece = harmony.feed(piece).content
+            shown.append(piece)
             self.out.write(piece)
             self.out.flush()
+        if harmony is not None:
+            shown.append(harmony.finish().content)
+            self.out.write(shown[-1])
         self._say("")
-        self.messages.append({"role": "assistant", "content": "".join(pieces)})
+        self.messages.append({"role": "assistant", "content": "".join(shown)})
 
     def command(self, line: str) -> str | None:
         """Runs one slash command; ``"bye"`` ends the loop."""

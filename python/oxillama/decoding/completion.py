@@ -5,6 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Literal
 
+from oxillama.decoding.tool_calls.detector import ToolCall
+
 __all__ = [
     "Completion",
     "FinishReason",
@@ -107,7 +109,7 @@ class Completion:
     ``logprobs`` holds one :class:`TokenLogprob` per token of ``tokens``
     when the call asked for them (``logprobs=k``), else ``None``.
     ``speculation`` is set by :class:`~oxillama.SpeculativeEngine` only;
-    ``reasoning`` by :meth:`~oxillama.Engine.chat` only.
+    ``reasoning`` and ``tool_calls`` by :meth:`~oxillama.Engine.chat` only.
     """
 
     text: str
@@ -120,6 +122,9 @@ class Completion:
     #: A thinking model's reasoning, kept apart from ``text`` by
     #: :meth:`oxillama.Engine.chat` (``None`` when the reply had none).
     reasoning: str | None = None
+    #: Tool calls a harmony reply (gpt-oss) addressed to functions, parsed
+    #: out of ``text`` by :meth:`oxillama.Engine.chat` (empty otherwise).
+    tool_calls: tuple[ToolCall, ...] = ()
 
     @property
     def prompt_tokens_per_second(self) -> float:

@@ -32,24 +32,30 @@ EmbedInput = str | Sequence[int] | Sequence[str] | Sequence[Sequence[int]]
 
 # `<arch>.pooling_type` as llama.cpp numbers it.
 _GGUF_POOLING: dict[int, Pooling] = {0: "none", 1: "mean", 2: "cls", 3: "last"}
-_GGUF_UNSUPPORTED = {4: "rank"}
+#: llama.cpp's RANK: a reranker, whose output is a score, not a vector.
+_GGUF_RANK = 4
 
 #: Rows of one native pass; larger passes do not read the weights fewer
 #: times per token in a way that pays for their activation memory.
 PASS_ROWS = 2048
 
 
-def default_pooling(metadata: Mapping[str, Any], arch: str) -> Pooling:
-    """The file's ``<arch>.pooling_type``, else ``"last"``."""
+def default_pooling(metadata: Mapping[str, Any], arch: str, *, reranker: bool = False) -> Pooling:
+    """The file's ``<arch>.pooling_type``, else ``"last"``. A reranker
+    (``reranker``: the model has a classifier head) whose file names no
+    other pooling has none: its output is a score, not a vector."""
     key = f"{arch}.pooling_type"
     v = metadata.get(key)
+    if reranker and v in (None, _GGUF_RANK):
+        raise ParameterError(
+            "this model is a reranker (a classifier head, pooling type "
+            f"{'rank' if v is not None else 'not set'}): rerank() scores query-document "
+            "pairs; embed() needs an explicit pooling"
+        )
     if v is None:
         return "last"
-    if isinstance(v, int) and not isinstance(v, bool):
-        if v in _GGUF_POOLING:
-            return _GGUF_POOLING[v]
-        if v in _GGUF_UNSUPPORTED:
-            raise LoadError(f"metadata {key} = {v} ({_GGUF_UNSUPPORTED[v]}) is not supported")
+    if isinstance(v, int) and not isinstance(v, bool) and v in _GGUF_POOLING:
+        return _GGUF_POOLING[v]
     raise LoadError(f"metadata {key} = {v!r} is not a pooling type we know")
 
 

@@ -27,17 +27,21 @@ from oxillama.decoding.reasoning import (
     ReasoningFormat,
     check_reasoning,
     opens_reasoning,
+    parse_harmony,
+    speaks_harmony,
     split_reasoning,
     thinks,
 )
 from oxillama.decoding.sampling import SamplerConfig
 from oxillama.decoding.tool_calls.history import render_history
 from oxillama.engine import embeddings as _emb
+from oxillama.engine import rerank as _rerank
 from oxillama.engine.embeddings import EmbedInput, Pooling
 from oxillama.engine.kv_types import kv_types
 from oxillama.engine.metrics import EngineMetrics
 from oxillama.engine.perplexity import OnChunk, Perplexity
 from oxillama.engine.perplexity import run as _perplexity
+from oxillama.engine.rerank import RerankResult
 from oxillama.engine.session_state import (
     ContextShift,
     SessionState,
@@ -54,6 +58,7 @@ from oxillama.model.lora import apply as apply_loras
 from oxillama.model.lora import resolve as _resolve_loras
 from oxillama.model.model import Model
 from oxillama.model.offload import OffloadPolicy
+from oxillama.model.rank_head import RankHead
 from oxillama.text.assembler import TextAssembler
 
 __all__ = ["Engine"]
@@ -152,6 +157,7 @@ class Engine:
         kv_dtype_v: str | None = None,
         kv_store: KvStoreSpec | None = None,
         kv_store_bytes: int | None = None,
+        kv_positions: int | None = None,
     ) -> None:
         if isinstance(model, Model):
             if tokenizer_path is not None:
@@ -164,7 +170,7 @@ class Engine:
             # not loaded again.
             m = Model(model, tokenizer_path=tokenizer_path)
         kv = kv_types(kv_dtype, kv_dtype_k, kv_dtype_v)
-        self._init(m, context_size, threads, sampler, kv, prefill_chunk, offload)
+        self._init(m, context_size, threads, sampler, kv, prefill_chunk, offload, kv_positions)
         self._state.context_shift = ContextShift.of(context_shift, n_keep, m)
         store = open_store(kv_store, kv_store_bytes)
         if store is not None:
@@ -228,13 +234,30 @@ class Engine:
         kv_dtype: str,
         prefill_chunk: int,
         offload: OffloadPolicy | None = None,
+        kv_positions: int | None = None,
     ) -> None:
         if context_size is not None and (not isinstance(context_size, int) or context_size < 1):
             raise ParameterError(f"context_size must be a positive integer, got {context_size!r}")
         if threads is not None and (not isinstance(threads, int) or threads < 1):
             raise ParameterError(f"threads must be a positive integer, got {threads!r}")
         n_ctx = context_size if context_size is not None else model.n_ctx_train
-        session = _native.Session(model.native, n_ctx, threads, kv_dtype)
+        if kv_positions is None:
+            session = _native.Session(model.native, n_ctx, threads, kv_dtype)
+        else:
+            if (
+                isinstance(kv_positions, bool)
+                or not isinstance(kv_positions, int)
+                or kv_positions < n_ctx
+            ):
+                raise ParameterError(
+                    f"kv_positions must be an integer of at least the context size ({n_ctx}), "
+                    f"got {kv_positions!r}"
+                )
+            # A pool for the engine and its forks: address space, committed
+            # only where a position is written.
+            probe = _native.KvPool(model.native, 1, kv_dtype)
+            pool = _native.KvPool(model.native, -(-kv_positions // probe.page_size), kv_dtype)
+            session = _native.Session(model.native, n_ctx, threads, kv_dtype, pool=pool)
         session.prefill_chunk = prefill_chunk
         model.apply_offload(offload)
         self._bind(model)
@@ -435,8 +458,10 @@ class Engine:
     @property
     def pooling(self) -> Pooling:
         """The pooling ``embed`` uses by default: the file's
-        ``<arch>.pooling_type``, else ``"last"``."""
-        return _emb.default_pooling(self.metadata, self.arch)
+        ``<arch>.pooling_type``, else ``"last"`` (a reranker has none:
+        :class:`ParameterError`)."""
+        reranker = self.model.rank_head is not None
+        return _emb.default_pooling(self.metadata, self.arch, reranker=reranker)
 
     def embed(
         self,
@@ -461,6 +486,34 @@ class Engine:
         # The session's active LoRA adapters apply, as to its generation.
         loras = [(a.native, float(s)) for a, s in self._state.loras.items() if s != 0.0]
         return _emb.embed(self._model, prepared, mode, normalize, self.threads, n, loras)
+
+    def rerank(
+        self, query: str, documents: Sequence[str], *, top_n: int | None = None
+    ) -> list[RerankResult]:
+        """Scores each of ``documents`` against ``query`` with a reranker
+        (a cross-encoder: a BERT GGUF with a classifier head) and returns them
+        best first, the first ``top_n`` (all by default): each result's
+        ``index`` in ``documents`` and ``relevance_score``, the classifier's
+        raw logit, as llama-server's ``/v1/rerank`` gives it. The pairs run
+        in forward passes of their own; the generation session is left as
+        it was. A :class:`ParameterError` if the model is not a reranker; a
+        :class:`GenerateError` names a pair longer than the model takes."""
+        query, docs, n = _rerank.check_request(query, documents, top_n)
+        head = self._require_rank_head()
+        limit = _emb.max_len(self._model, self.n_ctx)
+        seqs = _rerank.prepare(head, self.tokenizer, query, docs, limit)
+        loras = [(a.native, float(s)) for a, s in self._state.loras.items() if s != 0.0]
+        hidden = self._model.embed_hidden(seqs, self.threads, limit, _emb.PASS_ROWS, loras)
+        return _rerank.rank(head, hidden, seqs, n)
+
+    def _require_rank_head(self) -> RankHead:
+        head = self.model.rank_head
+        if head is None:
+            raise ParameterError(
+                "this model is not a reranker: reranking needs a cross-encoder, a BERT "
+                "with a classifier head (tensors cls.weight or cls.output.weight)"
+            )
+        return head
 
     def metrics(self) -> dict[str, float | int]:
         """Running totals of this engine's generation calls, under
@@ -1004,7 +1057,12 @@ class Engine:
         reports token log-probabilities, as in :meth:`generate`. A thinking
         model's ``<think>`` reasoning comes apart in ``reasoning``
         (``reasoning_format``: ``"auto"`` for a model that has the markers,
-        ``"deepseek"`` always, ``"none"`` never: it stays in ``text``)."""
+        ``"deepseek"`` always, ``"none"`` never: it stays in ``text``).
+        A model whose template speaks harmony (gpt-oss) has its reply
+        split by channel unless ``reasoning_format`` is ``"none"``: the
+        ``analysis`` messages in ``reasoning``, the ``final`` ones in
+        ``text``, and ``commentary`` messages to ``functions.NAME`` in
+        ``tool_calls``."""
         check_reasoning(reasoning_format, -1)
         constraint = _constraint(grammar, json_schema)
         text = self.apply_chat_template(messages, add_generation_prompt=True, **template_kwargs)
@@ -1019,6 +1077,11 @@ class Engine:
             grammar=constraint,
             logprobs=logprobs,
         )
+        if reasoning_format != "none" and speaks_harmony(self.chat_template_source):
+            h = parse_harmony(done.text)
+            return dataclasses.replace(
+                done, text=h.content, reasoning=h.reasoning or None, tool_calls=tuple(h.calls)
+            )
         if reasoning_format == "none" or (
             reasoning_format == "auto" and not thinks(self.chat_template_source, self.tokenize)
         ):
@@ -1149,8 +1212,26 @@ class Engine:
         return (_from_snapshot, (self.snapshot_bytes(),))
 
     def __deepcopy__(self, memo: dict[int, Any]) -> Engine:
-        """Forks the session: an independent engine with the same state."""
+        """An independent engine with the same state, its KV copied (see
+        :meth:`fork` for one that shares it)."""
         return Engine.restore_bytes(self.snapshot_bytes())
+
+    def fork(self) -> Engine:
+        """A new engine that continues exactly as this one would: the same
+        tokens, next-token logits, sampler state (RNG included), grammar
+        state, adapters and context shift. Its KV is this engine's, shared
+        copy on write: the fork costs no KV memory until one of the two
+        writes a page they share (the last, partly filled page at once,
+        every later page as it fills). Each continues independently and
+        snapshots on its own.
+
+        The forks of an engine draw their new pages from the engine's KV
+        pool, which holds ``kv_positions`` positions (by default the
+        context size), as llama.cpp's sequences share one context's cells:
+        give an engine that will be forked room for every branch, e.g.
+        ``Engine(path, context_size=4096, kv_positions=8192)``. A branch
+        that finds the pool full raises an error that says so."""
+        return Engine.from_state(self._state.fork())
 
     def __repr__(self) -> str:
         src = str(self.model_path) if self.model_path else "<bytes>"

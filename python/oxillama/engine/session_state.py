@@ -174,6 +174,36 @@ class SessionState:
         config = _seeded(config)
         return cls(model=model, kv=kv, sampler_config=config, sampler=_sampler(model, config))
 
+    def fork(self) -> SessionState:
+        """A state that continues exactly as this one would, its KV pages
+        shared copy on write (``Session.fork``: recurrent state copied) and
+        everything else copied: tokens, next-token logits, the live
+        sampler's state, the grammar matcher's state, adapters, the context
+        shift. A hibernated state's fork shares its exported KV bytes."""
+        kv = self.kv.fork(0 if self.swapped is not None else self.kv.n_past)
+        sampler = _sampler(self.model, self.sampler_config)
+        sampler.set_state(self.sampler.get_state())
+        grammar = None
+        if self.grammar is not None:
+            g, matcher = self.grammar
+            twin = g.matcher(self.model.tokenizer)
+            twin.import_state(matcher.export_state())
+            grammar = (g, twin)
+        return SessionState(
+            model=self.model,
+            kv=kv,
+            sampler_config=self.sampler_config,
+            sampler=sampler,
+            tokens=list(self.tokens),
+            logits=None if self.logits is None else self.logits.copy(),
+            hidden=None if self.hidden is None else self.hidden.copy(),
+            grammar=grammar,
+            swapped=self.swapped,
+            loras=dict(self.loras),
+            context_shift=self.context_shift,
+            shifts=self.shifts,
+        )
+
     def set_sampler(self, config: SamplerConfig) -> None:
         """Replaces the live sampler with a fresh one built from ``config``."""
         config = _seeded(config)

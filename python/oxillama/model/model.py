@@ -16,6 +16,7 @@ from oxillama.model.hub import HubRef
 from oxillama.model.hub import download as hub_download
 from oxillama.model.offload import OffloadPolicy, check_policy, native_args
 from oxillama.model.paths import resolve_model_path
+from oxillama.model.rank_head import RankHead, is_reranker, load_head
 from oxillama.text.chat_template import ChatTemplate
 from oxillama.text.tokenizer import Tokenizer
 
@@ -59,6 +60,9 @@ class Model:
     tokenizer: Tokenizer
     chat_template: ChatTemplate
     native: _native.Model
+    #: A reranker's classifier head (a BERT with ``cls.*`` tensors, or with
+    #: ``<arch>.pooling_type`` = rank), else None.
+    rank_head: RankHead | None
     #: Where the file came from when loaded by hub name (recorded in snapshots).
     hub: HubRef | None
     _fingerprint: Any
@@ -132,6 +136,10 @@ class Model:
                 f"embedding has {self.native.n_vocab} rows"
             )
         self.chat_template = ChatTemplate.from_metadata(self.metadata)
+        arch = str(self.native.arch)
+        self.rank_head = (
+            load_head(gguf, self.metadata, arch) if is_reranker(gguf, self.metadata, arch) else None
+        )
         self.hub = None
         self._fingerprint = None
         self._offload = None

@@ -20,9 +20,11 @@ from oxillama.decoding.grammar import constraint as _constraint
 from oxillama.decoding.ngram_draft import NgramCache, NgramDraft
 from oxillama.decoding.sampling import SamplerConfig
 from oxillama.engine import embeddings as _emb
+from oxillama.engine import rerank as _rerank
 from oxillama.engine.embeddings import EmbedInput, Pooling
 from oxillama.engine.engine import Engine, Message, Prompt
 from oxillama.engine.kv_types import kv_types
+from oxillama.engine.rerank import RerankResult
 from oxillama.engine.session_state import SessionState
 from oxillama.errors import GenerateError, LoraError, ParameterError
 from oxillama.kv_store.binding import StoreBinding
@@ -373,16 +375,54 @@ class AsyncEngine:
         mode = eng.pooling if pooling is None else _emb.check_pooling(pooling)
         n = _emb.max_len(eng._model, eng.n_ctx)
         prepared = _emb.prepare(texts, eng.tokenizer, n, truncate=truncate)
+        return _emb.finish(await self._hidden(prepared.seqs, lora), prepared, mode, normalize)
+
+    async def _hidden(self, seqs: list[list[int]], lora: str | None) -> npt.NDArray[np.float32]:
+        """The encoder's hidden states of ``seqs`` (row after row), in jobs
+        of at most ``EMBED_JOB_ROWS`` tokens on the worker."""
+        eng = self._engine
+        n = _emb.max_len(eng._model, eng.n_ctx)
         native, threads = eng._model, eng.threads
         loras = list(self._lora(lora))
         rows = EMBED_JOB_ROWS
         parts = []
-        for group in _emb.groups(prepared.seqs, rows):
+        for group in _emb.groups(seqs, rows):
             job = self._scheduler.call(
                 lambda g=group: native.embed_hidden(g, threads, n, rows, loras)  # type: ignore[misc]
             )
             parts.append(await asyncio.wrap_future(job))
-        return _emb.finish(np.concatenate(parts), prepared, mode, normalize)
+        return np.concatenate(parts)
+
+    async def rerank(
+        self,
+        query: str,
+        documents: Sequence[str],
+        *,
+        top_n: int | None = None,
+        lora: str | None = None,
+    ) -> list[RerankResult]:
+        """:meth:`Engine.rerank` on the worker that runs generation, between
+        decode steps as :meth:`embed` runs."""
+        seqs, n = self.rerank_pairs(query, documents, top_n)
+        return await self.rerank_tokens(seqs, n, lora=lora)
+
+    def rerank_pairs(
+        self, query: str, documents: Sequence[str], top_n: int | None
+    ) -> tuple[list[list[int]], int]:
+        """The checked arguments of a rerank as the token ids of each pair
+        and the number of results to return."""
+        eng = self._engine
+        query, docs, n = _rerank.check_request(query, documents, top_n)
+        head = eng._require_rank_head()
+        limit = _emb.max_len(eng._model, eng.n_ctx)
+        return _rerank.prepare(head, eng.tokenizer, query, docs, limit), n
+
+    async def rerank_tokens(
+        self, seqs: list[list[int]], top_n: int, *, lora: str | None = None
+    ) -> list[RerankResult]:
+        """The best ``top_n`` of the pairs ``seqs`` (from :meth:`rerank_pairs`)."""
+        head = self._engine._require_rank_head()
+        return _rerank.rank(head, await self._hidden(seqs, lora), seqs, top_n)
 
     # ------------------------------------------------------------ requests
 

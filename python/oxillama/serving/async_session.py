@@ -136,10 +136,25 @@ class AsyncSession:
             turn.tokens = self._engine.engine._check_tokens(prompt)
         return turn
 
-    def _submit(self, turn: Turn, max_tokens: int, stop: Sequence[str], ignore_eos: bool) -> Any:
+    def _submit(
+        self,
+        turn: Turn,
+        max_tokens: int,
+        stop: Sequence[str],
+        ignore_eos: bool,
+        trigger: str | None = None,
+    ) -> Any:
         if not isinstance(max_tokens, int) or max_tokens < 0:
             raise ParameterError(f"max_tokens must be a non-negative integer, got {max_tokens!r}")
         stops = [stop] if isinstance(stop, str) else list(stop)
+        lazy = None
+        if trigger is not None:
+            if not isinstance(trigger, str) or not trigger:
+                raise ParameterError("grammar_trigger must be a non-empty string")
+            if turn.grammar is None:
+                raise ParameterError("grammar_trigger needs a grammar or json_schema")
+            # The grammar waits for its trigger instead of applying at once.
+            lazy, turn.grammar = (trigger, turn.grammar), None
         sched = self._engine.scheduler
         return lambda emit: sched.submit_turn(
             self._conv,
@@ -149,6 +164,7 @@ class AsyncSession:
             ignore_eos=ignore_eos,
             emit=emit,
             logprobs=turn.logprobs,
+            lazy=lazy,
         )
 
     async def generate(
@@ -203,8 +219,9 @@ class AsyncSession:
         stop: Sequence[str],
         ignore_eos: bool,
         result: list[Completion] | None,
+        trigger: str | None = None,
     ) -> AsyncGenerator[str, None]:
-        submit = self._submit(make_turn(), max_tokens, stop, ignore_eos)
+        submit = self._submit(make_turn(), max_tokens, stop, ignore_eos, trigger)
         async with self._lock:
             self._check_open()
             pieces = self._engine._pieces(submit, result)
@@ -232,11 +249,15 @@ class AsyncSession:
         grammar: str | Grammar | None = None,
         json_schema: Mapping[str, Any] | Any | None = None,
         logprobs: int | None = None,
+        grammar_trigger: str | None = None,
         **template_kwargs: Any,
     ) -> Completion:
         """Replies to a conversation; only the part of the rendered chat that
         differs from the session's context is evaluated, as in
-        :meth:`Engine.chat <oxillama.Engine.chat>`."""
+        :meth:`Engine.chat <oxillama.Engine.chat>`. With ``grammar_trigger``,
+        ``grammar`` / ``json_schema`` apply only from the first occurrence
+        of that text in the reply on (a tool call the model may or may not
+        make)."""
         turn = self._turn(
             None,
             self._chat_tokens(messages, template_kwargs),
@@ -245,7 +266,7 @@ class AsyncSession:
             json_schema,
             logprobs,
         )
-        submit = self._submit(turn, max_tokens, stop, ignore_eos)
+        submit = self._submit(turn, max_tokens, stop, ignore_eos, grammar_trigger)
         async with self._lock:
             self._check_open()
             return await self._engine._complete(submit)
@@ -262,6 +283,7 @@ class AsyncSession:
         json_schema: Mapping[str, Any] | Any | None = None,
         result: list[Completion] | None = None,
         logprobs: int | None = None,
+        grammar_trigger: str | None = None,
         **template_kwargs: Any,
     ) -> AsyncGenerator[str, None]:
         """Streaming form of :meth:`chat`."""
@@ -278,9 +300,45 @@ class AsyncSession:
             stop,
             ignore_eos,
             result,
+            grammar_trigger,
         )
 
+    async def truncate(self, n: int) -> bool:
+        """Keeps the first ``n`` tokens of the context and forgets the rest
+        (as :meth:`Engine.truncate <oxillama.Engine.truncate>`), between
+        turns, on the scheduler's worker. Returns False, keeping everything,
+        when the session's KV is out of the pool (hibernated under memory
+        pressure): it cannot be cut there."""
+        state = self._conv.state
+        async with self._lock:
+            self._check_open()
+            if not 0 <= n <= self.n_past:
+                raise ParameterError(f"truncate: n must be between 0 and {self.n_past}, got {n}")
+
+            def cut() -> bool:
+                if state.swapped is not None:
+                    return False
+                state.truncate(n)
+                return True
+
+            fut = self._engine.scheduler.call(cut)
+            return bool(await asyncio.wrap_future(fut))
+
     # ------------------------------------------------------------- snapshots
+
+    async def fork(self) -> AsyncSession:
+        """A new session of the same engine that continues exactly as this
+        one would (tokens, next-token logits, sampler and grammar state,
+        adapters), its KV pages shared with this one copy on write: the
+        fork costs no KV memory until one of the two writes a shared page.
+        Taken between turns; each then continues independently and
+        snapshots on its own."""
+        state = self._conv.state
+        async with self._lock:
+            self._check_open()
+            fut = self._engine.scheduler.call(state.fork)
+            twin = await asyncio.wrap_future(fut)
+        return AsyncSession(self._engine, self._engine.scheduler.open_session(twin))
 
     async def snapshot_bytes(self) -> bytes:
         """The session as OXISNAP1 bytes (taken between turns)."""

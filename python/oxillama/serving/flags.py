@@ -16,7 +16,7 @@ __all__ = ["add_serve_parser", "app_spec", "ray_options", "serve_options_from_ma
 
 DESCRIPTION = (
     "Serve the model over an OpenAI-compatible API (/v1/completions, "
-    "/v1/chat/completions, /v1/models, /health, /ready, /metrics). Concurrent "
+    "/v1/chat/completions, /v1/responses, /v1/models, /health, /ready, /metrics). Concurrent "
     'requests are batched. A request with "session": "<id>" (or the header '
     "X-Session-Id: <id>) continues that session's context: its KV stays in the shared "
     "pool between turns and its turns batch with everything else. GET /openapi.json "
@@ -173,6 +173,12 @@ def _add_serve_args(sv: argparse.ArgumentParser) -> None:
         "blocks are deleted first (default: unbounded)",
     )
     sv.add_argument(
+        "--reranking",
+        action="store_true",
+        help="serve POST /v1/rerank (and /rerank) in llama-server's shape; the model must be "
+        "a reranker (a cross-encoder: a BERT GGUF with a classifier head)",
+    )
+    sv.add_argument(
         "--drain-seconds",
         type=float,
         default=30.0,
@@ -233,6 +239,7 @@ def app_spec(args: argparse.Namespace) -> Any:
         webui=args.webui,
         kv_store=tuple(args.kv_store or ()),
         kv_store_bytes=args.kv_store_bytes,
+        reranking=args.reranking,
     )
 
 
@@ -456,7 +463,8 @@ def _add_serve_safety_args(sv: argparse.ArgumentParser) -> None:
         type=int,
         default=64,
         metavar="N",
-        help="live stateful sessions; past it the least recently used idle one is "
+        help="live stateful sessions (stored /v1/responses included); past it the least "
+        "recently used idle one is "
         "hibernated to --sessions-dir, or without one evicted (its next request gets a 404 "
         "saying why); 503 with Retry-After when all are in a turn (default: 64)",
     )

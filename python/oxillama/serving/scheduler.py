@@ -534,9 +534,13 @@ class Scheduler:
         ignore_eos: bool,
         emit: Emit,
         logprobs: int | None = None,
+        lazy: tuple[str, Grammar] | None = None,
     ) -> Request:
         """Queues a session turn (the caller runs one turn of a session at a
-        time); its prompt is resolved when it starts."""
+        time); its prompt is resolved when it starts. ``lazy`` is a grammar
+        that applies from its trigger text on, as in :meth:`submit`."""
+        if lazy is not None and turn.grammar is not None:
+            raise ParameterError("a request has a grammar or a lazy grammar, not both")
         if conv.closed:
             raise GenerateError("this session is closed")
         seq = Request(
@@ -552,6 +556,7 @@ class Scheduler:
             conv=conv,
             turn=turn,
             logprobs=check_logprobs(logprobs),
+            lazy=lazy,
         )
         with self._cv:
             if self._closed:

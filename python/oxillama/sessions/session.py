@@ -249,6 +249,10 @@ def _private_kv(model: Model, n_ctx: int, threads: int | None, kv_dtype: str) ->
     return _native.Session(model.native, n_ctx, threads, kv_dtype)
 
 
+def _no_wait() -> None:
+    pass
+
+
 def _model_for(
     meta: dict[str, Any],
     model: Model | None,
@@ -331,7 +335,11 @@ def restore(
     # A fresh process loads the model while the checksum runs (both long,
     # and the hash needs no GIL); until verified() nothing is changed by
     # the file's contents, and an error in them defers to the checksum.
-    meta, secs, verified = parse_verifying(blob, background=model is None)
+    # Into a new private session (a restore in a process that holds the
+    # model) the checksum also runs beside the parsing below: nothing
+    # outside this call sees the new session until it returns.
+    fresh = make_kv is _private_kv
+    meta, secs, verified = parse_verifying(blob, background=model is None or fresh)
     try:
         eng = meta["engine"]
         if not isinstance(eng, dict):
@@ -343,10 +351,53 @@ def restore(
             raise SnapshotFormatError(f"meta.engine.offload is invalid: {e}") from None
         shift = _context_shift(eng)
         shifts = _int(meta, "context_shifts", "meta") if "context_shifts" in meta else 0
-        m = _model_for(meta, model, model_path, verified)
+        # The model in hand: its checks need not wait for the checksum
+        # (an error waits for it below, and reports it first).
+        m = _model_for(meta, model, model_path, _no_wait if fresh and model else verified)
     except BaseException:
         verified()
         raise
+    try:
+        return _restore_checked(
+            meta,
+            secs,
+            verified,
+            m,
+            eng,
+            n_past,
+            offload,
+            shift,
+            shifts,
+            threads=threads,
+            make_kv=make_kv,
+            context_size=context_size,
+            defer_kv=defer_kv,
+            kv_dtype=kv_dtype,
+        )
+    except BaseException:
+        verified()  # a corrupt file reports its checksum, not what it broke
+        raise
+
+
+def _restore_checked(
+    meta: dict[str, Any],
+    secs: dict[int, memoryview],
+    verified: Callable[[], None],
+    m: Model,
+    eng: dict[str, Any],
+    n_past: int,
+    offload: Any,
+    shift: ContextShift | None,
+    shifts: int,
+    *,
+    threads: int | None,
+    make_kv: MakeKv,
+    context_size: int | None,
+    defer_kv: bool,
+    kv_dtype: str | None,
+) -> SessionState:
+    """The rest of :func:`restore`, once the model is known; ``verified()``
+    is called before anything outside the new state changes."""
     vocab = m.vocab_size
     tokens = S.decode_u32(secs[S.TOKENS], "tokens")
     if len(tokens) != n_past:
@@ -401,6 +452,7 @@ def restore(
         # by the caller (a scheduler's context): it does not fit here.
         kind = SnapshotFormatError if kv.n_ctx == n_ctx and context_size is None else SnapshotError
         raise kind(f"the snapshot holds {n_past} positions, the context holds {kv.n_ctx}")
+    verified()
     try:
         # Last but the KV import, which cannot fail on a checked file: an
         # error before here leaves the model as it was.

@@ -1,7 +1,8 @@
 //! The llama family: llama (and Mistral files, which llama.cpp writes as
 //! `llama`), Granite (four multipliers), Qwen2 (q/k/v biases) and Qwen3
-//! (per-head q/k RMSNorm), Qwen3-MoE (Qwen3 with routed experts).
-//! Pre-norm attention, then a pre-norm SwiGLU MLP.
+//! (per-head q/k RMSNorm), Qwen3-MoE (Qwen3 with routed experts),
+//! SmolLM3 (every fourth layer without RoPE). Pre-norm attention, then a
+//! pre-norm SwiGLU MLP.
 
 use crate::gguf::GgufFile;
 use crate::model::blocks::ffn::{Activation, Ffn};
@@ -104,6 +105,28 @@ pub fn load_mistral3(f: &GgufFile, cfg: &mut ModelConfig) -> Result<Loaded> {
         cfg.attn_temp = Some((t, floor));
     }
     load(f, cfg, AttnOpts::default())
+}
+
+/// SmolLM3: llama whose every fourth layer (3, 7, ...) attends without
+/// RoPE. llama.cpp fixes the interval at 4 and reads no key for it; its
+/// loader takes q/k/v biases and a fused `attn_qkv` when the file has them.
+pub fn load_smollm3(f: &GgufFile, cfg: &mut ModelConfig) -> Result<Loaded> {
+    const NO_ROPE_EVERY: usize = 4;
+    if cfg.rope_dims != cfg.dim_k {
+        return Err(crate::Error::load(format!(
+            "smollm3 rotates whole heads: rope.dimension_count {} must equal the head size {}",
+            cfg.rope_dims, cfg.dim_k
+        )));
+    }
+    cfg.nope_layers = (0..cfg.n_layer)
+        .map(|il| (il + 1) % NO_ROPE_EVERY == 0)
+        .collect();
+    let opts = AttnOpts {
+        qkv_bias: true,
+        fused_qkv: true,
+        ..AttnOpts::default()
+    };
+    load(f, cfg, opts)
 }
 
 pub fn load_granite(f: &GgufFile, cfg: &mut ModelConfig) -> Result<Loaded> {

@@ -8,6 +8,7 @@
 pub mod bert;
 pub mod command_r;
 pub mod gemma;
+pub mod gpt_oss;
 pub mod llama;
 pub mod mamba2;
 pub mod olmo2;
@@ -47,6 +48,16 @@ pub const ARCHS: &[ArchEntry] = &[
         name: "qwen3moe",
         recurrent: false,
         load: llama::load_qwen3moe,
+    },
+    ArchEntry {
+        name: "smollm3",
+        recurrent: false,
+        load: llama::load_smollm3,
+    },
+    ArchEntry {
+        name: "gpt-oss",
+        recurrent: false,
+        load: gpt_oss::load,
     },
     ArchEntry {
         name: "olmo2",

@@ -1,6 +1,7 @@
 //! The self-attention block: projections (separate or fused q/k/v, with
-//! optional biases), optional per-head q/k norms, RoPE, the KV write, the
-//! attention itself, and the output projection.
+//! optional biases), optional per-head q/k norms, RoPE (skipped on NoPE
+//! layers), the KV write, the attention itself (with optional per-head
+//! sinks), and the output projection.
 //!
 //! A cache that stores its rows Hadamard-rotated (`KvRot`, on by default
 //! for quantized sides, as llama.cpp) gets them rotated here, after RoPE:
@@ -44,6 +45,8 @@ pub struct AttnOpts {
     pub out_bias: bool,
     /// `attn_qkv` when the file has it instead of separate matrices.
     pub fused_qkv: bool,
+    /// Per-head `attn_sinks` logits join each softmax (gpt-oss).
+    pub sinks: bool,
 }
 
 pub struct AttnWeights {
@@ -56,6 +59,7 @@ pub struct AttnWeights {
     k_norm: Option<Norm>,
     wo: MatRef,
     bo: Option<Vec<f32>>,
+    sinks: Option<Vec<f32>>,
 }
 
 impl AttnWeights {
@@ -124,6 +128,11 @@ impl AttnWeights {
             } else {
                 None
             },
+            sinks: if opts.sinks {
+                Some(t.vector("attn_sinks", cfg.n_head)?)
+            } else {
+                None
+            },
         })
     }
 
@@ -185,7 +194,7 @@ impl AttnWeights {
             }
         }
         let cs = if local { &s.cs_local } else { &s.cs };
-        let rd = c.rope_dims;
+        let (rd, roped) = (c.rope_dims, c.uses_rope(il));
         let (rope, rows_pos) = (p.rope, &p.rows_pos);
         for (g, seg) in p.segs.iter().enumerate() {
             let (a, b, rot) = (p.starts[g], p.starts[g + 1], seg.kv.rot());
@@ -193,7 +202,9 @@ impl AttnWeights {
             // depend on how they are split.
             p.pool.for_rows(&mut s.q[a * qd..b * qd], qd, |r0, block| {
                 for (t, q) in (a + r0..).zip(block.chunks_exact_mut(qd)) {
-                    rope.apply(q, c.dim_k, &cs[t * rd..(t + 1) * rd]);
+                    if roped {
+                        rope.apply(q, c.dim_k, &cs[t * rd..(t + 1) * rd]);
+                    }
                     if let Some((scale, floor)) = c.attn_temp {
                         let pos = rows_pos[t] as f64;
                         let m = ((pos / floor as f64).floor() + 1.0).ln() * scale as f64 + 1.0;
@@ -205,7 +216,9 @@ impl AttnWeights {
             });
             p.pool.for_rows(&mut s.k[a * kd..b * kd], kd, |r0, block| {
                 for (t, k) in (a + r0..).zip(block.chunks_exact_mut(kd)) {
-                    rope.apply(k, c.dim_k, &cs[t * rd..(t + 1) * rd]);
+                    if roped {
+                        rope.apply(k, c.dim_k, &cs[t * rd..(t + 1) * rd]);
+                    }
                     hadamard::rotate(k, rot.k);
                 }
             });
@@ -231,6 +244,7 @@ impl AttnWeights {
             window: if local { c.sliding_window } else { None },
             softcap: c.attn_softcap,
             causal: c.causal,
+            sinks: self.sinks.as_deref(),
         };
         fit(&mut s.att, n * od);
         attend(p, s, il, &params);

@@ -1,13 +1,55 @@
-//! A mixture-of-experts MLP (Qwen3-MoE): a router scores every expert per
-//! token, the top `n_used` by softmax probability run (each a SwiGLU MLP),
-//! and their outputs are summed weighted by the renormalized
-//! probabilities, in selection order as llama.cpp sums them.
+//! A mixture-of-experts MLP: a router scores every expert per token, the
+//! top `n_used` run (each a gated MLP), and their outputs are summed
+//! weighted by their routing weights, in selection order as llama.cpp sums
+//! them. Qwen3-MoE takes the top experts by softmax probability and
+//! renormalizes; gpt-oss takes the top router logits (plus a router bias)
+//! and softmaxes over just those, with biased experts and a clamped SwiGLU.
 
+use super::add::add_bias;
 use crate::model::pass::{fit, Pass, Scratch};
 use crate::model::weights::{expert_matrices, MatRef, Tensors};
-use crate::ops::activation::swiglu;
+use crate::ops::activation::{swiglu, swiglu_oai};
 use crate::ops::matmul::{matmul, matmul_multi};
 use crate::{Error, Result};
+
+/// How the router's logits become the chosen experts and their weights.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Gating {
+    /// Softmax over every expert, the top `n_used`, renormalized to sum 1
+    /// (Qwen3-MoE).
+    #[default]
+    SoftmaxNorm,
+    /// The top `n_used` logits, then a softmax over only those (gpt-oss).
+    TopKSoftmax,
+}
+
+/// An expert's activation between its gate/up and down projections.
+#[derive(Debug, Clone, Copy, PartialEq, Default)]
+pub enum ExpertAct {
+    #[default]
+    Silu,
+    /// gpt-oss's clamped SwiGLU: `alpha` in the sigmoid, gate capped and up
+    /// clamped at `limit`, and `up + 1` as the multiplier.
+    SwigluOai { alpha: f32, limit: f32 },
+}
+
+/// What a family's experts have beyond gate/up/down matrices.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct MoeOpts {
+    pub gating: Gating,
+    pub act: ExpertAct,
+    /// Router and per-expert gate/up/down biases are read (all required).
+    pub biases: bool,
+}
+
+/// Per-expert biases: `n_expert` rows each of gate, up (`ff` long) and
+/// down (`n_embd` long), and the router's (`n_expert`).
+struct MoeBiases {
+    router: Vec<f32>,
+    gate: Vec<f32>,
+    up: Vec<f32>,
+    down: Vec<f32>,
+}
 
 pub struct MoeWeights {
     router: MatRef,
@@ -16,6 +58,8 @@ pub struct MoeWeights {
     down: Vec<MatRef>,
     n_used: usize,
     ff: usize,
+    opts: MoeOpts,
+    biases: Option<MoeBiases>,
 }
 
 impl MoeWeights {
@@ -25,6 +69,17 @@ impl MoeWeights {
         ff: usize,
         n_expert: usize,
         n_used: usize,
+    ) -> Result<Self> {
+        Self::load_with(t, e, ff, n_expert, n_used, MoeOpts::default())
+    }
+
+    pub fn load_with(
+        t: &Tensors<'_>,
+        e: usize,
+        ff: usize,
+        n_expert: usize,
+        n_used: usize,
+        opts: MoeOpts,
     ) -> Result<Self> {
         if n_expert == 0 || n_used == 0 || n_used > n_expert || n_expert > 4096 {
             return Err(Error::load(format!(
@@ -39,6 +94,17 @@ impl MoeWeights {
             down: expert_matrices(t.f, &t.weight_name("ffn_down_exps"), ff, e, n_expert)?,
             n_used,
             ff,
+            opts,
+            biases: if opts.biases {
+                Some(MoeBiases {
+                    router: t.bias("ffn_gate_inp", n_expert)?,
+                    gate: t.bias("ffn_gate_exps", n_expert * ff)?,
+                    up: t.bias("ffn_up_exps", n_expert * ff)?,
+                    down: t.bias("ffn_down_exps", n_expert * e)?,
+                })
+            } else {
+                None
+            },
         })
     }
 
@@ -54,10 +120,31 @@ impl MoeWeights {
             &mut logits,
             &mut s.acts,
         );
+        if let Some(b) = &self.biases {
+            add_bias(&mut logits, &b.router);
+        }
         let mut sel = Vec::with_capacity(n * self.n_used);
         let mut w = Vec::with_capacity(n * self.n_used);
         let mut order: Vec<usize> = Vec::with_capacity(ne);
         for row in logits.chunks_exact_mut(ne) {
+            if self.opts.gating == Gating::TopKSoftmax {
+                order.clear();
+                order.extend(0..ne);
+                order.sort_by(|&a, &b| row[b].total_cmp(&row[a]).then(a.cmp(&b)));
+                let top = &order[..self.n_used];
+                let max = row[top[0]];
+                let mut sum = 0f64;
+                let first = w.len();
+                for &i in top {
+                    let x = (row[i] - max).exp();
+                    sel.push(i);
+                    w.push(x);
+                    sum += x as f64;
+                }
+                let inv = (1.0 / sum) as f32;
+                w[first..].iter_mut().for_each(|x| *x *= inv);
+                continue;
+            }
             let max = row.iter().fold(f32::NEG_INFINITY, |m, &x| m.max(x));
             let mut sum = 0f64;
             for x in row.iter_mut() {
@@ -108,7 +195,14 @@ impl MoeWeights {
                 &mut [&mut g[..], &mut u[..]],
                 &mut s.acts,
             );
-            swiglu(p.pool, &mut g, &u);
+            if let Some(b) = &self.biases {
+                add_bias(&mut g, &b.gate[ex * ff..(ex + 1) * ff]);
+                add_bias(&mut u, &b.up[ex * ff..(ex + 1) * ff]);
+            }
+            match self.opts.act {
+                ExpertAct::Silu => swiglu(p.pool, &mut g, &u),
+                ExpertAct::SwigluOai { alpha, limit } => swiglu_oai(&mut g, &u, alpha, limit),
+            }
             matmul(
                 p.pool,
                 self.down[ex].view(p.file),
@@ -117,6 +211,9 @@ impl MoeWeights {
                 fit(&mut y, m * e),
                 &mut s.acts,
             );
+            if let Some(b) = &self.biases {
+                add_bias(&mut y, &b.down[ex * e..(ex + 1) * e]);
+            }
             for (r, &i) in slots.iter().enumerate() {
                 let wi = w[i];
                 outs[i * e..(i + 1) * e]

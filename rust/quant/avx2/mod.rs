@@ -20,6 +20,7 @@ pub use crate::simd::x86::hsum;
 mod float;
 mod gemm;
 mod gemm_vnni;
+pub mod grid_packed;
 mod iq4_nl;
 pub mod iq4xs_packed;
 mod iquants;

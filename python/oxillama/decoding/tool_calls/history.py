@@ -14,6 +14,11 @@ answer. Every such history must render:
   result as plain content; where the template has no ``tool`` role
   either, the result comes back as a user turn holding a
   ``<tool_response>`` block, so it is never silently dropped;
+- a template that insists on alternating roles (Gemma's and Mistral's
+  ``raise_exception('Conversation roles must alternate ...')``) and does
+  not render tools gets consecutive turns of one role joined into one (two
+  tool results, now two user turns, or results and the user's next
+  words), the contents separated by a blank line;
 - an assistant turn's ``null`` content becomes ``""`` where the template
   cannot take ``None`` (:func:`without_null_content`, for the retry); a
   user's ``null`` content, which the API does not allow, stays an error.
@@ -29,8 +34,10 @@ from oxillama.errors import TemplateError
 from oxillama.text.chat_template import ChatTemplate
 
 __all__ = [
+    "alternates_roles",
     "has_null_content",
     "history_for_template",
+    "joined_turns",
     "native_message",
     "plain_message",
     "render_history",
@@ -105,6 +112,30 @@ def renders_tool_role(source: str | None) -> bool:
     return source is not None and ("'tool'" in source or '"tool"' in source)
 
 
+def alternates_roles(source: str | None) -> bool:
+    """Whether the template refuses two turns of one role in a row."""
+    return source is not None and "must alternate" in source
+
+
+def joined_turns(messages: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
+    """``messages`` with each run of user (or assistant) turns with text
+    content joined into one turn, the texts separated by a blank line."""
+    out: list[dict[str, Any]] = []
+    for m in messages:
+        prev = out[-1] if out else None
+        if (
+            prev is not None
+            and m.get("role") in ("user", "assistant")
+            and prev.get("role") == m.get("role")
+            and isinstance(prev.get("content"), str)
+            and isinstance(m.get("content"), str)
+        ):
+            prev["content"] = "\n\n".join(t for t in (prev["content"], m["content"]) if t)
+        else:
+            out.append(dict(m))
+    return out
+
+
 def history_for_template(
     messages: Sequence[Mapping[str, Any]], source: str | None
 ) -> list[dict[str, Any]]:
@@ -113,7 +144,8 @@ def history_for_template(
     if renders_tool_calls(source):
         return [native_message(m) for m in messages]
     role = renders_tool_role(source)
-    return [plain_message(m, tool_role=role) for m in messages]
+    plain = [plain_message(m, tool_role=role) for m in messages]
+    return joined_turns(plain) if alternates_roles(source) else plain
 
 
 def _null_assistant(m: Mapping[str, Any]) -> bool:

@@ -2,6 +2,8 @@
 
 Routes: ``GET /health``, ``GET /v1/models``, ``POST /v1/completions``,
 ``POST /v1/chat/completions`` (both with ``stream: true`` over SSE),
+OpenAI's Responses API (``POST /v1/responses``, ``GET`` and ``DELETE
+/v1/responses/{id}``; a stored response is a session),
 ``POST /v1/sessions/{id}/save`` and ``.../restore``, ``GET /metrics``
 (``prometheus_client``'s text) and ``GET /openapi.json`` (OpenAPI 3.1, the request
 schemas the routes check bodies against). Sampling fields beyond OpenAI's

@@ -38,20 +38,25 @@ from oxillama.decoding.reasoning import (
     ReasoningSplitter,
     check_reasoning,
     opens_reasoning,
+    speaks_harmony,
     split_reasoning,
     thinks,
 )
 from oxillama.decoding.sampling import SamplerConfig
 from oxillama.decoding.tool_calls import ToolFormat
-from oxillama.errors import OxiLlamaError
+from oxillama.errors import OxiLlamaError, ParameterError
 from oxillama.serving.async_engine import AsyncEngine
 from oxillama.serving.async_session import AsyncSession
 from oxillama.serving.http import session_routes, text_routes
 from oxillama.serving.http import webui as webui_files
 from oxillama.serving.http.access_log import RequestLog, note
+from oxillama.serving.http.anthropic import errors as anthropic_errors
+from oxillama.serving.http.anthropic import routes as anthropic_routes
+from oxillama.serving.http.anthropic.schemas import definitions as anthropic_definitions
 from oxillama.serving.http.api_error import ApiError, error_body, from_library_error
 from oxillama.serving.http.auth import ApiKeys, AuthMiddleware
 from oxillama.serving.http.embeddings_route import embeddings
+from oxillama.serving.http.harmony import HarmonyChoice
 from oxillama.serving.http.json_body import parse_json_object
 from oxillama.serving.http.latency_metrics import LatencyMetrics
 from oxillama.serving.http.limits import BodyLimitMiddleware, Limits
@@ -60,6 +65,14 @@ from oxillama.serving.http.merged import merged
 from oxillama.serving.http.metrics import ServerCollector, exposition
 from oxillama.serving.http.openapi import openapi_document
 from oxillama.serving.http.request_schemas import SESSION_ID, UNSUPPORTED, RequestSchemas
+from oxillama.serving.http.rerank_route import rerank
+from oxillama.serving.http.responses import (
+    StoredResponses,
+    create_response,
+    delete_response,
+    get_response,
+    response_request,
+)
 from oxillama.serving.http.schema_check import SchemaViolation, check
 from oxillama.serving.http.session_header import HEADER, with_session_header
 from oxillama.serving.http.session_notes import SessionNotes
@@ -137,8 +150,16 @@ class Server:
         reasoning_format: ReasoningFormat = "auto",
         reasoning_budget: int = -1,
         webui: bool = False,
+        reranking: bool = False,
     ) -> None:
         check_reasoning(reasoning_format, reasoning_budget)
+        if reranking and engine.engine.model.rank_head is None:
+            raise ParameterError(
+                "--reranking needs a reranker: a cross-encoder GGUF, a BERT with a "
+                "classifier head (tensors cls.weight or cls.output.weight)"
+            )
+        #: ``--reranking``: /v1/rerank and /rerank score documents.
+        self.reranking = reranking
         self.engine = engine
         self.tool_format = tool_format
         self.reasoning_budget = reasoning_budget
@@ -147,6 +168,12 @@ class Server:
             reasoning_format == "auto"
             and thinks(engine.engine.chat_template_source, engine.engine.tokenize)
         )
+        # A harmony model's (gpt-oss) replies are split by channel instead.
+        self.harmony = reasoning_format != "none" and speaks_harmony(
+            engine.engine.chat_template_source
+        )
+        if self.harmony:
+            self.splits_reasoning = False
         self.model_name = model_name
         self.limits = limits
         self.n_ctx = engine.engine.n_ctx
@@ -157,7 +184,11 @@ class Server:
         #: Under a context shift a prompt may fill the context.
         self.shifts = engine.engine.context_shift is not None
         self.schemas = RequestSchemas(self.n_ctx, self.vocab, limits, chars, self.shifts)
-        self.defs = self.schemas.definitions(dim=int(engine.engine.config["n_embd"]))
+        self.defs = {
+            **self.schemas.definitions(dim=int(engine.engine.config["n_embd"])),
+            **anthropic_definitions(self.schemas),
+        }
+        self.defs["ResponseRequest"] = response_request(self.schemas)
         self.sessions = SessionTable(
             engine,
             max_sessions=limits.max_sessions,
@@ -166,6 +197,9 @@ class Server:
             persist_turns=limits.persist_turns,
             max_kv_bytes=limits.max_session_memory,
         )
+        #: The stored responses' objects and conversations (their KV is
+        #: in their sessions).
+        self.responses = StoredResponses(sessions_dir)
         #: What clients keep beside each session (the chat page's titles
         #: and messages).
         self.notes = SessionNotes(sessions_dir)
@@ -551,6 +585,14 @@ class Server:
             # Thinking off where the template has the switch (Qwen3's).
             variables.setdefault("enable_thinking", False)
         if treq is not None:
+            if self.harmony and (treq.grammar is not None or treq.lazy is not None):
+                raise ApiError(
+                    400,
+                    "a required, named or strict tool call runs under a grammar in the "
+                    "model's call syntax, which harmony (gpt-oss) replies do not have yet: "
+                    "use tool_choice 'auto' without strict tools",
+                    param="tool_choice",
+                )
             if treq.grammar is not None or treq.lazy is not None:
                 if opts.kwargs.get("grammar") is not None or "json_schema" in opts.kwargs:
                     raise ApiError(
@@ -562,12 +604,7 @@ class Server:
             if treq.grammar is not None:
                 opts.kwargs["grammar"] = treq.grammar
             if treq.lazy is not None:
-                if opts.session is not None:
-                    raise ApiError(
-                        400,
-                        "strict tools with tool_choice 'auto' cannot continue a session",
-                        param="tools",
-                    )
+                # A session turn takes it as a one-shot request does.
                 opts.kwargs["grammar_trigger"], opts.kwargs["grammar"] = treq.lazy
             messages, tool_vars = treq.template_input(messages)
             variables.update(tool_vars)
@@ -583,11 +620,17 @@ class Server:
 
         want_lp = "logprobs" in opts.kwargs
         tok = self.engine.engine.tokenizer
-        found = [ChoiceCalls(treq.fmt) for _ in range(opts.n)] if treq is not None else []
+        harmony = [HarmonyChoice() for _ in range(opts.n)] if self.harmony else []
+        found = (
+            [ChoiceCalls(treq.fmt) for _ in range(opts.n)]
+            if treq is not None and not harmony
+            else []
+        )
 
         def finish_of(i: int, finish: str | None) -> str | None:
             # A reply cut by max_tokens says so, calls or not.
-            if finish == "stop" and found and found[i].calls:
+            calls = (found and found[i].calls) or (harmony and harmony[i].calls)
+            if finish == "stop" and calls:
                 return "tool_calls"
             return finish
 
@@ -598,7 +641,10 @@ class Server:
             sp = split[i]
             if sp is not None:
                 reasoning, piece = sp.feed(piece) if finish is None else sp.finish()
-            if found:
+            if harmony:
+                h = harmony[i]
+                delta = h.delta(piece) if finish is None else h.end(piece)
+            elif found:
                 if finish is None:
                     delta = found[i].delta(piece)
                 else:
@@ -626,6 +672,8 @@ class Server:
             }
 
         def message(i: int, out: Completion) -> dict[str, Any]:
+            if harmony:
+                return harmony[i].message(out.text)
             reasoning, text = (
                 split_reasoning(out.text, inside=inside)
                 if self.splits_reasoning
@@ -714,6 +762,15 @@ class Server:
     async def embeddings(self, request: Request) -> Response:
         return await embeddings(self, request)
 
+    async def rerank(self, request: Request) -> Response:
+        return await rerank(self, request)
+
+    async def messages(self, request: Request) -> Response:
+        return await anthropic_routes.messages(self, request)
+
+    async def count_tokens(self, request: Request) -> Response:
+        return await anthropic_routes.count_tokens(self, request)
+
     async def tokenize(self, request: Request) -> Response:
         return await text_routes.tokenize(self, request)
 
@@ -722,6 +779,14 @@ class Server:
 
     async def apply_template(self, request: Request) -> Response:
         return await text_routes.apply_template(self, request)
+
+    async def responses_create(self, request: Request) -> Response:
+        return await create_response(self, request)
+
+    async def response(self, request: Request) -> Response:
+        if request.method == "DELETE":
+            return await delete_response(self, request)
+        return await get_response(self, request)
 
     async def models(self, request: Request) -> Response:
         return JSONResponse(
@@ -850,7 +915,8 @@ def _guarded(handler: Callable[[Request], Awaitable[Response]]) -> Callable[...,
 async def _http_error(request: Request, exc: Exception) -> Response:
     assert isinstance(exc, HTTPException)
     kind = "not_found_error" if exc.status_code == 404 else "invalid_request_error"
-    return ApiError(exc.status_code, str(exc.detail), kind=kind, headers=exc.headers).response()
+    err = ApiError(exc.status_code, str(exc.detail), kind=kind, headers=exc.headers)
+    return anthropic_errors.for_path(request.url.path, err)
 
 
 def build_app(
@@ -866,6 +932,7 @@ def build_app(
     reasoning_format: ReasoningFormat = "auto",
     reasoning_budget: int = -1,
     webui: bool = True,
+    reranking: bool = False,
 ) -> Starlette:
     """The Starlette app serving ``engine``.
 
@@ -873,15 +940,17 @@ def build_app(
     keep snapshots and where idle sessions past ``limits.max_sessions`` are
     hibernated (replicas sharing it can hand sessions to each other).
     With ``api_keys``, every ``/v1/*`` route, the text tools
-    (``/tokenize``, ``/detokenize``, ``/apply-template``) and, with
-    ``metrics_auth``, ``/metrics`` require ``Authorization: Bearer <key>``. ``limits``
+    (``/tokenize``, ``/detokenize``, ``/apply-template``), ``/rerank`` and, with
+    ``metrics_auth``, ``/metrics`` require ``Authorization: Bearer <key>``
+    (or Anthropic's ``x-api-key: <key>``). ``limits``
     bounds what one request may ask for (:class:`Limits`). ``tool_format``
     overrides the tool-call syntax read from the chat template. A session
     is named by the body's ``session`` or the ``X-Session-Id`` header; with
     ``routed_by_session_header`` (behind a router that routes by it),
     ``oxillama:session_requests_without_affinity_total`` counts the
     session requests named in the body only. ``webui`` serves the chat
-    page at ``/``."""
+    page at ``/``. ``reranking`` (a reranker model only) serves
+    ``/v1/rerank`` and ``/rerank``; without it they answer 501."""
     limits = limits or Limits()
     folder = Path(sessions_dir) if sessions_dir is not None else None
     if folder is not None:
@@ -899,6 +968,7 @@ def build_app(
         reasoning_format=reasoning_format,
         reasoning_budget=reasoning_budget,
         webui=webui,
+        reranking=reranking,
     )
     routes = [
         Route("/health", _guarded(s.health), methods=["GET"]),
@@ -909,6 +979,16 @@ def build_app(
         Route("/v1/completions", _guarded(s.completions), methods=["POST"]),
         Route("/v1/chat/completions", _guarded(s.chat), methods=["POST"]),
         Route("/v1/embeddings", _guarded(s.embeddings), methods=["POST"]),
+        Route("/v1/rerank", _guarded(s.rerank), methods=["POST"]),
+        Route("/rerank", _guarded(s.rerank), methods=["POST"]),
+        Route("/v1/messages", anthropic_errors.guarded(s.messages), methods=["POST"]),
+        Route(
+            "/v1/messages/count_tokens",
+            anthropic_errors.guarded(s.count_tokens),
+            methods=["POST"],
+        ),
+        Route("/v1/responses", _guarded(s.responses_create), methods=["POST"]),
+        Route("/v1/responses/{rid}", _guarded(s.response), methods=["GET", "DELETE"]),
         Route("/tokenize", _guarded(s.tokenize), methods=["POST"]),
         Route("/detokenize", _guarded(s.detokenize), methods=["POST"]),
         Route("/apply-template", _guarded(s.apply_template), methods=["POST"]),

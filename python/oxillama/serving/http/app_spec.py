@@ -67,6 +67,8 @@ class AppSpec:
     #: URLs; Ray replicas meet in a shared Redis) and the folder's bound.
     kv_store: tuple[str, ...] = ()
     kv_store_bytes: int | None = None
+    #: ``--reranking``: serve /v1/rerank with a reranker model.
+    reranking: bool = False
 
     def keys(self) -> tuple[str, ...]:
         return load_api_keys(self.api_keys, self.api_key_file)
@@ -108,4 +110,5 @@ class AppSpec:
             reasoning_format=self.reasoning_format,
             reasoning_budget=self.reasoning_budget,
             webui=self.webui,
+            reranking=self.reranking,
         )

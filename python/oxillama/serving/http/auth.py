@@ -1,5 +1,8 @@
 """API keys: where they come from, how a request's key is checked, and the
-ASGI middleware that guards ``/v1/*`` (and ``/metrics`` on request)."""
+ASGI middleware that guards ``/v1/*`` (and ``/metrics`` on request).
+
+A key comes as ``Authorization: Bearer <key>`` (OpenAI's clients) or as
+``x-api-key: <key>`` (Anthropic's), on every guarded route."""
 
 from __future__ import annotations
 
@@ -12,9 +15,10 @@ from pathlib import Path
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from oxillama.errors import ParameterError
+from oxillama.serving.http.anthropic.errors import for_path
 from oxillama.serving.http.api_error import ApiError
 
-__all__ = ["ENV_VAR", "ApiKeys", "AuthMiddleware", "load_api_keys"]
+__all__ = ["ENV_VAR", "ApiKeys", "AuthMiddleware", "api_key_header", "load_api_keys"]
 
 #: The environment variable holding one API key.
 ENV_VAR = "OXILLAMA_API_KEY"
@@ -91,6 +95,15 @@ def bearer_token(scope: Scope) -> bytes | None:
     return None
 
 
+def api_key_header(scope: Scope) -> bytes | None:
+    """The key of the request's ``x-api-key`` header (how Anthropic's
+    clients send it)."""
+    for name, value in scope.get("headers", ()):
+        if name == b"x-api-key":
+            return bytes(value.strip()) or None
+    return None
+
+
 def _unauthorized(message: str) -> ApiError:
     return ApiError(
         401,
@@ -100,8 +113,9 @@ def _unauthorized(message: str) -> ApiError:
     )
 
 
-#: llama-server's text tools, guarded by the keys as the API is.
-TEXT_TOOLS = frozenset({"/tokenize", "/detokenize", "/apply-template"})
+#: llama-server's routes outside /v1 (its text tools and /rerank), guarded
+#: by the keys as the API is.
+TEXT_TOOLS = frozenset({"/tokenize", "/detokenize", "/apply-template", "/rerank"})
 
 
 class AuthMiddleware:
@@ -121,15 +135,16 @@ class AuthMiddleware:
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] == "http" and self.keys and self.guards(scope["path"]):
-            token = bearer_token(scope)
+            token = bearer_token(scope) or api_key_header(scope)
+            path = scope["path"]
             if token is None:
                 err = _unauthorized(
-                    "no API key: send the header 'Authorization: Bearer <key>' "
-                    "with a key this server was started with"
+                    "no API key: send the header 'Authorization: Bearer <key>' (or "
+                    "'x-api-key: <key>') with a key this server was started with"
                 )
-                await err.response()(scope, receive, send)
+                await for_path(path, err)(scope, receive, send)
                 return
             if not self.keys.accepts(token):
-                await _unauthorized("incorrect API key").response()(scope, receive, send)
+                await for_path(path, _unauthorized("incorrect API key"))(scope, receive, send)
                 return
         await self.app(scope, receive, send)

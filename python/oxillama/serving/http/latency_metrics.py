@@ -32,6 +32,8 @@ _ROUTES = frozenset(
         "/v1/completions",
         "/v1/chat/completions",
         "/v1/embeddings",
+        "/v1/messages",
+        "/v1/messages/count_tokens",
     }
 )
 _SESSION_ROUTE = re.compile(r"/v1/sessions/[^/]+/(save|restore)")

@@ -9,6 +9,7 @@ from dataclasses import dataclass
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from oxillama.errors import ParameterError
+from oxillama.serving.http.anthropic.errors import for_path
 from oxillama.serving.http.api_error import ApiError
 
 __all__ = ["BodyLimitMiddleware", "Limits", "format_size", "parse_size"]
@@ -125,10 +126,10 @@ class BodyLimitMiddleware:
             if name == b"content-length":
                 if not value.strip().isdigit():
                     err = ApiError(400, "the Content-Length header is not a number")
-                    await err.response()(scope, receive, send)
+                    await for_path(scope["path"], err)(scope, receive, send)
                     return
                 if int(value) > self.limit:
-                    await _too_large(self.limit).response()(scope, receive, send)
+                    await for_path(scope["path"], _too_large(self.limit))(scope, receive, send)
                     return
         parts: list[bytes] = []
         size = 0
@@ -139,7 +140,7 @@ class BodyLimitMiddleware:
             chunk = message.get("body", b"")
             size += len(chunk)
             if size > self.limit:
-                await _too_large(self.limit).response()(scope, receive, send)
+                await for_path(scope["path"], _too_large(self.limit))(scope, receive, send)
                 return
             parts.append(chunk)
             if not message.get("more_body", False):

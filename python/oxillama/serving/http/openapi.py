@@ -10,7 +10,9 @@ from collections.abc import Mapping
 from typing import Any
 
 from oxillama._native import __version__
+from oxillama.serving.http.anthropic.openapi import messages_paths, messages_schemas
 from oxillama.serving.http.request_schemas import SESSION_ID
+from oxillama.serving.http.responses.schema import RESPONSE_ID, response_schemas
 
 __all__ = ["openapi_document"]
 
@@ -107,6 +109,7 @@ _RESPONSES: dict[str, tuple[str, str]] = {
     "404": ("NotFound", "No such model, or no such (or an evicted) session."),
     "409": ("Conflict", "A session with that id already exists."),
     "413": ("TooLarge", "The request body is over --max-body-bytes."),
+    "501": ("NotSupported", "This server was not started to serve this route."),
     "503": ("Unavailable", "The server is full for now: retry after Retry-After seconds."),
 }
 
@@ -220,6 +223,8 @@ def openapi_document(
     )
     schemas: dict[str, Schema] = {
         **request_schemas,
+        **messages_schemas(),
+        **response_schemas(),
         "Error": _ERROR,
         "Completion": _reply("text_completion", text_choice),
         "ChatCompletion": _reply("chat.completion", chat_choice),
@@ -230,6 +235,14 @@ def openapi_document(
                 "data": _array(embedding),
                 "model": _STR,
                 "usage": _object({"prompt_tokens": _INT, "total_tokens": _INT}),
+            }
+        ),
+        "RerankList": _object(
+            {
+                "model": _STR,
+                "object": _const("list"),
+                "usage": _object({"prompt_tokens": _INT, "total_tokens": _INT}),
+                "results": _array(_object({"index": _INT, "relevance_score": _NUM})),
             }
         ),
         "SessionSaved": _object({"id": _STR, "tokens": _INT, "path": _STR}),
@@ -301,12 +314,28 @@ def openapi_document(
             body=body,
         )
 
+    rerank = _operation(
+        "Score documents against a query with a reranker (llama-server's shape; the server "
+        "needs --reranking), best first",
+        ok("Each document's index and relevance score", _json(_ref("RerankList"))),
+        ("501", "503"),
+        guarded=v1,
+        body="RerankRequest",
+    )
     sid = [
         {
             "name": "sid",
             "in": "path",
             "required": True,
             "schema": {"type": "string", "pattern": SESSION_ID},
+        }
+    ]
+    rid = [
+        {
+            "name": "rid",
+            "in": "path",
+            "required": True,
+            "schema": {"type": "string", "pattern": RESPONSE_ID},
         }
     ]
     paths: Schema = {
@@ -348,6 +377,51 @@ def openapi_document(
         "/v1/chat/completions": {
             "post": generation("Reply to a conversation", "ChatCompletionRequest", "ChatCompletion")
         },
+        **messages_paths(guarded=v1),
+        "/v1/responses": {
+            "post": _operation(
+                "Reply to input items, optionally continuing a stored response "
+                "(OpenAI's Responses API)",
+                ok(
+                    "The response, or its stream of events with 'stream': true",
+                    {
+                        **_json(_ref("Response")),
+                        "text/event-stream": {
+                            "schema": {
+                                "type": "string",
+                                "description": "Server-sent events 'event: <type>' / 'data: "
+                                "<event JSON>' with sequence_number: response.created, "
+                                "response.in_progress, then per output item "
+                                "response.output_item.added, its parts and deltas "
+                                "(output_text, reasoning_text, function_call_arguments) "
+                                "and response.output_item.done, then response.completed "
+                                "(response.incomplete when cut by max_output_tokens), or an "
+                                "'error' event if the generation fails midway.",
+                            }
+                        },
+                    },
+                ),
+                ("404", "503"),
+                guarded=v1,
+                body="ResponseRequest",
+            )
+        },
+        "/v1/responses/{rid}": {
+            "get": _operation(
+                "A stored response",
+                ok("The response", _json(_ref("Response"))),
+                ("404",),
+                guarded=v1,
+                params=rid,
+            ),
+            "delete": _operation(
+                "Delete a stored response and its session",
+                ok("Deleted", _json(_ref("ResponseDeleted"))),
+                ("404",),
+                guarded=v1,
+                params=rid,
+            ),
+        },
         "/v1/embeddings": {
             "post": _operation(
                 "Embed texts or token ids",
@@ -357,6 +431,8 @@ def openapi_document(
                 body="EmbeddingRequest",
             )
         },
+        "/v1/rerank": {"post": rerank},
+        "/rerank": {"post": rerank},
         "/tokenize": {
             "post": _operation(
                 "Text to token ids (llama-server's shape)",
@@ -500,7 +576,11 @@ def openapi_document(
         },
     }
     if auth:
-        components["securitySchemes"] = {"bearer": {"type": "http", "scheme": "bearer"}}
+        components["securitySchemes"] = {
+            "bearer": {"type": "http", "scheme": "bearer"},
+            # Anthropic's clients send the key in this header.
+            "apiKey": {"type": "apiKey", "in": "header", "name": "x-api-key"},
+        }
     return {
         "openapi": "3.1.0",
         "info": {

@@ -328,6 +328,31 @@ class RequestSchemas:
             "additionalProperties": False,
         }
 
+    def rerank(self) -> Schema:
+        text = {"type": "string", "maxLength": self.prompt_chars}
+        many = MAX_EMBED_INPUTS
+        return {
+            "type": "object",
+            "properties": {
+                "query": {**text, "description": "What the documents are ranked against"},
+                "documents": {
+                    "type": "array",
+                    "minItems": 1,
+                    "maxItems": many,
+                    "items": text,
+                    "description": f"1 to {many} texts, each scored with the query",
+                },
+                "top_n": {
+                    "type": ["integer", "null"],
+                    "minimum": 1,
+                    "description": "Return only the best N (default: every document)",
+                },
+                "model": {"type": ["string", "null"], "maxLength": 256},
+            },
+            "required": ["query", "documents"],
+            "additionalProperties": False,
+        }
+
     def detokenize(self) -> Schema:
         return {
             "type": "object",
@@ -534,6 +559,7 @@ class RequestSchemas:
             "CompletionRequest": self.completion(),
             "ChatCompletionRequest": self.chat(),
             "EmbeddingRequest": self.embeddings(dim),
+            "RerankRequest": self.rerank(),
             "TokenizeRequest": self.tokenize(),
             "DetokenizeRequest": self.detokenize(),
             "ApplyTemplateRequest": self.apply_template(),

@@ -45,6 +45,7 @@ def serve(
     speculative: str | None = None,
     drain_seconds: float = 30.0,
     webui: bool = True,
+    reranking: bool = False,
 ) -> None:
     """Runs the server until interrupted. The keys are ``api_keys``, the
     lines of ``api_key_file`` and ``$OXILLAMA_API_KEY`` together.
@@ -52,7 +53,8 @@ def serve(
     SIGTERM (or SIGINT) drains: ``/ready`` answers 503 at once, no new
     connection is taken, the requests in flight finish (for at most
     ``drain_seconds``), every live session is saved to ``sessions_dir``,
-    and the process exits 0. ``webui`` serves the chat page at ``/``."""
+    and the process exits 0. ``webui`` serves the chat page at ``/``;
+    ``reranking`` serves ``/v1/rerank`` (a reranker model only)."""
     spec = AppSpec(
         model,
         threads=threads,
@@ -71,6 +73,7 @@ def serve(
         tool_format=tool_format,
         speculative=speculative,
         webui=webui,
+        reranking=reranking,
     )
     run(spec, host=host, port=port, drain_seconds=drain_seconds)
 

@@ -154,6 +154,19 @@ class SessionTable:
         a drain) and has not restored since."""
         return len(self._on_disk)
 
+    def has(self, sid: str) -> bool:
+        """Whether ``sid`` is live or has its file in the folder."""
+        sess = self._live.get(sid)
+        if sess is not None and not sess.closed:
+            return True
+        path = self.path(sid)
+        return path is not None and path.is_file()
+
+    def gone_error(self, sid: str) -> ApiError | None:
+        """The 404 a request for the evicted session ``sid`` gets (saying
+        why), or None when it was not evicted."""
+        return self._evicted_error(sid) if sid in self._evicted else None
+
     # -------------------------------------------------------------- gates
 
     async def _enter(self, sid: str) -> None:
@@ -280,33 +293,40 @@ class SessionTable:
             lease.release()
 
     async def fork(self, src: str, dst: str) -> AsyncSession | None:
-        """A new session ``dst`` holding a copy of ``src``'s state (KV,
-        tokens, sampler), or None when ``src`` has none on this server (never
-        had a turn, or evicted): the fork then starts empty, and its first
-        turn evaluates the whole history. Either way its next turn gives
-        exactly the tokens ``src`` would give for the same messages. Raises a
-        409 when ``dst`` exists."""
+        """A new session ``dst`` continuing ``src``'s state (KV, tokens,
+        sampler), or None when ``src`` has none on this server (never had a
+        turn, or evicted): the fork then starts empty, and its first turn
+        evaluates the whole history. Either way its next turn gives exactly
+        the tokens ``src`` would give for the same messages. The KV is not
+        copied: the fork shares ``src``'s pages copy on write
+        (:meth:`AsyncSession.fork`), after restoring ``src`` from its file
+        if it is not live. Raises a 409 when ``dst`` exists."""
         path = self.path(src)
+        made: AsyncSession | None = None
         if src in self._live or (path is not None and path.is_file()):
-            blob: bytes | None = await self.snapshot_bytes(src)
-        else:
-            blob = None
+            lease = await self.lease(src, create=False)
+            try:
+                made = await lease.session.fork()
+            finally:
+                lease.release()
         await self._enter(dst)
         try:
             dst_path = self.path(dst)
             if dst in self._live or (dst_path is not None and dst_path.is_file()):
+                if made is not None:
+                    await made.close()
                 raise ApiError(
                     409, f"session '{dst}' already exists", param="id", code="session_exists"
                 )
-            if blob is None:
+            if made is None:
                 return None
-            data = blob
+            twin = made
 
-            async def copy() -> AsyncSession:
+            async def take() -> AsyncSession:
                 self.counts.created += 1
-                return await self.engine.restore_session(data)
+                return twin
 
-            sess = await self._admit(dst, copy)
+            sess = await self._admit(dst, take)
             await self._fit_memory()
             return sess
         finally:

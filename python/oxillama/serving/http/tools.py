@@ -20,7 +20,7 @@ from oxillama.decoding.tool_calls.templates import (
 from oxillama.errors import OxiLlamaError
 from oxillama.serving.http.api_error import ApiError
 
-__all__ = ["ChoiceCalls", "ToolRequest", "tool_request"]
+__all__ = ["ChoiceCalls", "ToolRequest", "call_json", "tool_request"]
 
 
 @dataclass(frozen=True)
@@ -126,7 +126,7 @@ class ChoiceCalls:
             d["content"] = content
         if new:
             d["tool_calls"] = [
-                {"index": len(self.calls) + k, **_call_json(c)} for k, c in enumerate(new)
+                {"index": len(self.calls) + k, **call_json(c)} for k, c in enumerate(new)
             ]
             self.calls += new
         return d
@@ -139,11 +139,12 @@ class ChoiceCalls:
         msg: dict[str, Any] = {"role": "assistant", "content": content}
         if self.calls:
             msg["content"] = content if content.strip() else None
-            msg["tool_calls"] = [_call_json(c) for c in self.calls]
+            msg["tool_calls"] = [call_json(c) for c in self.calls]
         return msg
 
 
-def _call_json(c: ToolCall) -> dict[str, Any]:
+def call_json(c: ToolCall) -> dict[str, Any]:
+    """A call as an entry of OpenAI's ``tool_calls``."""
     return {
         "id": c.id,
         "type": "function",
