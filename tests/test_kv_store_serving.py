@@ -225,3 +225,30 @@ def test_a_dead_writers_temporary_file_is_cleared(tmp_path: Path) -> None:
     assert tier.put(b"\x01" * 32, b"z" * 200) is False  # larger than the bound
     assert tier.put(b"\x02" * 32, b"z" * 60)
     assert not stale.exists() and fresh.exists()
+
+
+def test_session_turns_use_the_store(model_path: Path, tmp_path: Path) -> None:
+    """A session's first turn is stored as it ends; a session of a new
+    engine on the same folder restores it, and its second turn (whose
+    prompt extends the first's context) is exact too."""
+    more = "\nQuestion: Who carried the copper kettle?\nAnswer:"
+
+    async def two_turns(engine: AsyncEngine) -> list[list[int]]:
+        s = engine.session(sampler=SamplerConfig.greedy())
+        first = await s.generate(PROMPT, N_GEN)
+        second = await s.generate(more, N_GEN)
+        await s.close()
+        await engine.close()
+        return [first.tokens, second.tokens]
+
+    kw = {"context_size": 512, "threads": 2}
+    cold_engine = AsyncEngine(model_path, kv_store=tmp_path, **kw)  # type: ignore[arg-type]
+    cold = asyncio.run(two_turns(cold_engine))
+    m = cold_engine.metrics()
+    assert m["kv_store_hits_disk"] == 0 and m["kv_store_writes_disk"] >= 3
+    warm_engine = AsyncEngine(model_path, kv_store=tmp_path, **kw)  # type: ignore[arg-type]
+    assert asyncio.run(two_turns(warm_engine)) == cold
+    m = warm_engine.metrics()
+    # The first turn's prompt; the second turn's few new positions are not
+    # worth re-importing the whole context for.
+    assert (m["kv_store_hits_disk"], m["kv_store_tokens_saved_disk"]) == (2, SAVED)

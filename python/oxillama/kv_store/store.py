@@ -31,6 +31,10 @@ RETRY_SECONDS = 5.0
 #: Bytes of blocks waiting for the writer beyond which a save is dropped
 #: (the writer is behind: a slow disk or Redis must not grow memory).
 MAX_PENDING_BYTES = 1 << 30
+#: A restore copies every position from the first, so it must spare the
+#: prefill of at least this fraction of them (and a page): a prefilled
+#: token costs a few hundred times a copied position.
+MIN_GAIN = 1 / 64
 #: Keys remembered as present in every tier (saves skip them).
 KNOWN_KEYS = 1 << 16
 
@@ -49,6 +53,11 @@ class Tier(Protocol):
 #: writer thread: cutting and checksumming a long export takes a while),
 #: and the tiers to write.
 _Job = tuple[list[bytes], int, Callable[[], list[bytes]], list[Tier]]
+
+
+def _worth(n: int, have: int) -> bool:
+    """Whether restoring ``n`` positions pays when ``have`` are held."""
+    return n - have >= max(PAGE, int(n * MIN_GAIN))
 
 
 def _encode_all(blocks: list[tuple[bytes, int, memoryview]]) -> list[bytes]:
@@ -122,7 +131,7 @@ class KvStore:
         ``(positions, export bytes)``; None when it would not go past the
         ``have`` positions the caller already holds."""
         n_pages = (len(tokens) - 1) // PAGE
-        if n_pages <= 0 or n_pages * PAGE <= have:
+        if n_pages <= 0 or not _worth(n_pages * PAGE, have):
             return None
         pages = chain(root, tokens, n_pages)
         # Whole blocks first, then the longest partial block after them.
@@ -156,7 +165,7 @@ class KvStore:
             for i, t in enumerate(self.tiers):
                 if self._up(i) and not any(g[0] == i for g in got):
                     self.counters.add(t.name, misses=1)
-        if n <= have:
+        if not _worth(n, have):
             return None
         promote: dict[int, list[tuple[bytes, int, memoryview]]] = {}
         at = 0

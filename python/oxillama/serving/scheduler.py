@@ -117,6 +117,9 @@ class Conversation:
     busy: bool = False
     closed: bool = False
     last_used: float = field(default_factory=time.perf_counter)
+    #: Whether its whole context was computed from an empty start under the
+    #: base model, unshifted (its KV may then be looked up and stored).
+    store_ok: bool = False
 
 
 @dataclass(eq=False)
@@ -238,6 +241,9 @@ class Request:
     #: LoRA adapters and scales of this request (applied to its rows only;
     #: its prompt bypasses the prefix cache, whose KV is the base model's).
     lora: tuple[tuple[_native.LoraAdapter, float], ...] = ()
+    #: A session turn's context length at its prompt's end less one (the
+    #: partial block a later lookup of it asks for); -1: not stored.
+    store_mark: int = -1
     #: ``logprobs=k`` of the request (None: none reported), the entries
     #: so far, and how many of them went out with streamed pieces.
     logprobs: int | None = None
@@ -1187,6 +1193,7 @@ class Scheduler:
                 return True
             if s.logits is not None:
                 return True  # an empty prompt: it decodes from the next step
+            self._turn_from_store(s)
         if s.pending is not None:
             if not self._room(self._need(kv, 1), conv):
                 return self._no_room(s)
@@ -1213,6 +1220,59 @@ class Scheduler:
             s.logits = out
             s.t_prefilled = time.perf_counter()
         return True
+
+    def _turn_from_store(self, s: Request) -> None:
+        """Restores the stored blocks that extend a session's context along
+        its turn's prompt (a session whose KV is all the base model's,
+        computed from an empty context and never shifted)."""
+        conv = s.conv
+        assert conv is not None and s.session is not None
+        st = conv.state
+        if self.store is None:
+            return
+        if s.lora or st.loras or st.shifts:
+            conv.store_ok = False
+            return
+        if st.n_past == 0:
+            conv.store_ok = True
+        if not conv.store_ok:
+            return
+        held = list(st.tokens[: st.n_past])
+        full = held + s.prompt
+        s.store_mark = len(full) - 1
+        try:
+            got = self.store.fetch(full, st.n_past)
+        except Exception:
+            log.exception("kv_store: lookup failed; prefilling instead")
+            return
+        if got is None:
+            return
+        n, data = got
+        kv = s.session
+        if not self._room(max(0, -(-n // PAGE) - kv.pages_held), conv):
+            return  # no room: the prompt is prefilled instead
+        try:
+            kv.import_kv(n, data)
+        except OxiLlamaError:
+            log.exception("kv_store: importing %d stored positions failed; prefilling instead", n)
+            return
+        s.fed = n - len(held)
+        self._feed_sampler(s, s.fed)
+
+    def _turn_to_store(self, s: Request) -> None:
+        """Stores the blocks of a session whose finished turn left its KV
+        the base model's, unshifted."""
+        conv = s.conv
+        assert conv is not None
+        st = conv.state
+        if self.store is None or s.store_mark < 0 or not conv.store_ok:
+            return
+        if s.lora or st.loras or st.shifts or st.swapped is not None:
+            return
+        try:
+            self.store.save(st.tokens, st.kv, (s.store_mark,))
+        except Exception:
+            log.exception("kv_store: storing a session's blocks failed")
 
     def _no_room(self, s: Request) -> bool:
         """A turn found no free pages: it waits while running sequences hold
@@ -1513,6 +1573,8 @@ class Scheduler:
                 s.share = None
         if s.conv is not None:
             self._end_turn(s)
+            if done is not None:
+                self._turn_to_store(s)
         elif done is not None:
             self._to_store(s)
         with self._cv:
