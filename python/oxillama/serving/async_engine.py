@@ -79,8 +79,8 @@ class AsyncEngine:
 
     ``kv_store`` and ``kv_store_bytes`` add the tiers of the prefix store
     below the in-memory prefix cache, as for :class:`~oxillama.Engine`:
-    one-shot requests restore their prompt's stored blocks and store their
-    own when they finish.
+    requests and session turns without adapters restore their prompt's
+    stored blocks and store their own when they finish.
     """
 
     def __init__(

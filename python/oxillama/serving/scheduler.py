@@ -389,9 +389,9 @@ class Scheduler:
             if prefix_cache_bytes > 0 and not self._recurrent
             else None
         )
-        #: The prefix store below the prefix cache (None: none): one-shot
-        #: requests without adapters restore their prompt's stored blocks
-        #: and store their blocks when they finish.
+        #: The prefix store below the prefix cache (None: none): requests
+        #: and session turns without adapters restore their prompt's stored
+        #: blocks and store their blocks when they finish.
         self.store = kv_store
         #: Live sessions (busy or idle), by id; guarded by ``_cv``.
         self._convs: dict[int, Conversation] = {}
