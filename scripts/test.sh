@@ -17,6 +17,13 @@ if ! command -v nginx >/dev/null && [ ! -x /usr/sbin/nginx ]; then
     apt-get install -y -q nginx-light >/dev/null 2>&1 ||
         { apt-get update -q >/dev/null && apt-get install -y -q nginx-light >/dev/null; }
 fi
+# redis-server (Debian's package) is the shared tier of the prefix store in
+# tests/test_kv_store*.py: the tests start it on a loopback port.
+if [ ! -x /usr/bin/redis-server ]; then
+    export DEBIAN_FRONTEND=noninteractive
+    apt-get install -y -q redis-server >/dev/null 2>&1 ||
+        { apt-get update -q >/dev/null && apt-get install -y -q redis-server >/dev/null; }
+fi
 # Chromium and its driver (Debian's packages) run the chat page in
 # tests/test_webui.py, driven by Selenium.
 if [ ! -x /usr/bin/chromium ] || [ ! -x /usr/bin/chromedriver ]; then

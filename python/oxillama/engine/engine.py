@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import importlib
+import logging
 import os
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
@@ -49,6 +50,9 @@ from oxillama.engine.session_state import (
     matcher_for,
 )
 from oxillama.errors import GenerateError, ParameterError
+from oxillama.kv_store.binding import LoraKey, StoreBinding, lora_key
+from oxillama.kv_store.spec import KvStoreSpec, open_store
+from oxillama.kv_store.store import KvStore
 from oxillama.model.lora import LoraAdapter, LoraSpec
 from oxillama.model.lora import apply as apply_loras
 from oxillama.model.lora import resolve as _resolve_loras
@@ -58,6 +62,8 @@ from oxillama.model.rank_head import RankHead
 from oxillama.text.assembler import TextAssembler
 
 __all__ = ["Engine"]
+
+_log = logging.getLogger("oxillama.engine")
 
 
 class SnapshotCodec(Protocol):
@@ -120,7 +126,18 @@ class Engine:
     positions, and generation goes on. A prompt that does not fit what is
     left shifts the context first. Recurrent architectures refuse it
     (:class:`~oxillama.ParameterError`).
+
+    ``kv_store`` (a folder, a ``redis://HOST:PORT/DB`` URL, or a list of
+    them, tiers in order) keeps the KV of finished generations in
+    content-addressed blocks of 256 positions: a later prompt, in this
+    process or another, that begins with stored blocks restores them and
+    prefills only the rest, with the same output. ``kv_store_bytes``
+    bounds the folder (least recently used blocks go first). See
+    docs/prefix-store.md.
     """
+
+    _store: StoreBinding | None
+    _store_loras: LoraKey | None
 
     def __init__(
         self,
@@ -138,6 +155,8 @@ class Engine:
         n_keep: int = 0,
         kv_dtype_k: str | None = None,
         kv_dtype_v: str | None = None,
+        kv_store: KvStoreSpec | None = None,
+        kv_store_bytes: int | None = None,
         kv_positions: int | None = None,
     ) -> None:
         if isinstance(model, Model):
@@ -153,6 +172,9 @@ class Engine:
         kv = kv_types(kv_dtype, kv_dtype_k, kv_dtype_v)
         self._init(m, context_size, threads, sampler, kv, prefill_chunk, offload, kv_positions)
         self._state.context_shift = ContextShift.of(context_shift, n_keep, m)
+        store = open_store(kv_store, kv_store_bytes)
+        if store is not None:
+            self._store = StoreBinding(store, m, kv, self._session.kv_rot)
         if lora is not None:
             self.set_loras(lora)
 
@@ -254,6 +276,11 @@ class Engine:
         #: The last beam search (its ``peak_pages``, for tests and tuning).
         self._last_beam: BeamSearch | None = None
         self._lora_cache: dict[Path, LoraAdapter] = {}
+        #: The prefix store (None: none), and the adapters every position
+        #: of the context was computed under (None: unknown or mixed, so
+        #: the context is neither looked up nor stored until it is empty).
+        self._store = None
+        self._store_loras = None
 
     # ---------------------------------------------------------------- state
     #
@@ -501,8 +528,12 @@ class Engine:
         (``offload_budget``, ``offload_resident_bytes``,
         ``offload_peak_resident_bytes``, ``offload_pinned_bytes``,
         ``offload_layer_loads``, ``offload_evictions``,
-        ``offload_bytes_read``, ``offload_passes``)."""
-        return {**self._metrics.as_dict(), **self.model.offload_metrics()}
+        ``offload_bytes_read``, ``offload_passes``). With a prefix store,
+        ``kv_store_<count>_<tier>`` for the counts ``hits``, ``misses``,
+        ``corrupt_blocks``, ``tokens_saved``, ``bytes_saved``, ``writes`` and
+        ``errors`` of each tier (``disk``, ``redis``)."""
+        store = {} if self._store is None else self._store.store.metrics()
+        return {**self._metrics.as_dict(), **self.model.offload_metrics(), **store}
 
     # ------------------------------------------------------------- tokenizer
 
@@ -530,6 +561,7 @@ class Engine:
         toks = self._check_tokens(tokens)
         if not toks:
             raise GenerateError("eval needs at least one token")
+        self._note_kv_loras()
         logits = self._session.eval(np.asarray(toks, dtype=np.uint32), all_logits)
         self._tokens.extend(toks)
         self._last_logits = logits[-1] if all_logits else logits
@@ -636,9 +668,11 @@ class Engine:
         if prompt_tokens:
             self._state.shift_for(len(prompt_tokens))
         check_fits(len(prompt_tokens), self.n_past, self.n_ctx)
+        # Where a later lookup of this same prompt stops (see ``_to_store``).
+        mark = self.n_past + len(prompt_tokens) - 1
         t0 = time.perf_counter()
         if prompt_tokens:
-            self.eval(prompt_tokens)
+            self.eval(self._from_store(prompt_tokens))
         elif self._last_logits is None:
             if not self._tokens:
                 raise GenerateError("empty prompt and empty context: nothing to continue from")
@@ -718,6 +752,7 @@ class Engine:
             finish = "length"  # complete, but only because the budget closed it
         t2 = time.perf_counter()
         self._metrics.record(len(prompt_tokens), t1 - t0, len(generated), t2 - t1)
+        self._to_store(mark)
         result.append(
             Completion(
                 text=out.text,
@@ -728,6 +763,70 @@ class Engine:
                 logprobs=None if logprobs is None else tuple(lps),
             )
         )
+
+    # --------------------------------------------------------- prefix store
+
+    @property
+    def kv_store(self) -> KvStore | None:
+        """The prefix store (``kv_store=``), or None."""
+        return None if self._store is None else self._store.store
+
+    def _note_kv_loras(self) -> None:
+        """Records the adapters the context is computed under before new
+        positions are evaluated (see ``_store_loras``)."""
+        if self._store is None:
+            return
+        key = lora_key(self._state.loras)
+        if self.n_past == 0:
+            self._store_loras = key
+        elif self._store_loras != key:
+            self._store_loras = None
+
+    def _store_usable(self) -> LoraKey | None:
+        """The adapters' key when the context may be looked up and stored:
+        computed under one stack of adapters and never shifted."""
+        if self._store is None or self._state.shifts:
+            return None
+        key = lora_key(self._state.loras)
+        return key if self._store_loras == key else None
+
+    def _from_store(self, prompt_tokens: list[int]) -> list[int]:
+        """Restores the stored blocks that extend the context along
+        ``prompt_tokens``; returns the tokens left to evaluate."""
+        self._note_kv_loras()
+        key = self._store_usable()
+        if key is None:
+            return prompt_tokens
+        assert self._store is not None
+        held = self._tokens
+        full = held + prompt_tokens
+        try:
+            got = self._store.fetch(full, self.n_past, key)
+            if got is None:
+                return prompt_tokens
+            n, data = got
+            # On error the session is unchanged, and the prompt prefilled.
+            self._session.import_kv(n, data)
+        except Exception:
+            _log.exception("kv_store: restoring stored blocks failed; prefilling instead")
+            return prompt_tokens
+        for t in full[len(held) : n]:
+            self._sampler.accept(t)
+        self._tokens = full[:n]
+        self._last_logits = None
+        return full[n:]
+
+    def _to_store(self, mark: int) -> None:
+        """Queues the context's new blocks for the store (written on its
+        thread; :meth:`KvStore.flush` waits for them), with a partial block
+        up to ``mark`` (the prompt's end less the token a lookup leaves)."""
+        key = self._store_usable()
+        if key is not None:
+            assert self._store is not None
+            try:
+                self._store.save(self._tokens, self._session, (mark,), key)
+            except Exception:  # the generation is done; storing it is a bonus
+                _log.exception("kv_store: storing the context's blocks failed")
 
     def _room(self, budget: int) -> int:
         """Tokens a generation may still add: its budget, and without a
@@ -1071,6 +1170,7 @@ class Engine:
 
         state = _codec().read(source, model=self.model, make_kv=into_self)
         self._state = state
+        self._store_loras = None
 
     @classmethod
     def restore(

@@ -27,6 +27,9 @@ from oxillama.engine.kv_types import kv_types
 from oxillama.engine.rerank import RerankResult
 from oxillama.engine.session_state import SessionState
 from oxillama.errors import GenerateError, LoraError, ParameterError
+from oxillama.kv_store.binding import StoreBinding
+from oxillama.kv_store.spec import KvStoreSpec, open_store
+from oxillama.kv_store.store import KvStore
 from oxillama.model.lora import LoraAdapter
 from oxillama.model.model import Model
 from oxillama.model.offload import OffloadPolicy
@@ -73,6 +76,11 @@ class AsyncEngine:
     never blocks: the model runs on a worker thread without the GIL.
     Cancelling the awaiting task, or leaving an ``async for`` early, cancels
     the request and frees its memory.
+
+    ``kv_store`` and ``kv_store_bytes`` add the tiers of the prefix store
+    below the in-memory prefix cache, as for :class:`~oxillama.Engine`:
+    requests and session turns without adapters restore their prompt's
+    stored blocks and store their own when they finish.
     """
 
     def __init__(
@@ -96,6 +104,8 @@ class AsyncEngine:
         n_keep: int = 0,
         kv_dtype_k: str | None = None,
         kv_dtype_v: str | None = None,
+        kv_store: KvStoreSpec | None = None,
+        kv_store_bytes: int | None = None,
     ) -> None:
         #: The default draft of requests (None: no speculation); a request's
         #: ``speculative=`` overrides it.
@@ -115,6 +125,12 @@ class AsyncEngine:
         )
         self._kv_dtype = kv_dtype
         self._sampler = sampler or SamplerConfig()
+        store = open_store(kv_store, kv_store_bytes)
+        binding = (
+            None
+            if store is None
+            else StoreBinding(store, self._engine.model, kv_dtype, self._engine._session.kv_rot)
+        )
         self._scheduler = Scheduler(
             self._engine._model,
             self._engine.tokenizer,
@@ -128,6 +144,7 @@ class AsyncEngine:
             prefix_cache_bytes=prefix_cache_bytes,
             kv_pages=kv_pages,
             context_shift=self._engine.context_shift,
+            kv_store=binding,
         )
         if self._draft is not None and self._engine.config.get("recurrent"):
             self._scheduler.close()
@@ -289,13 +306,21 @@ class AsyncEngine:
         """Prompt and generated tokens, prefill and decode seconds, tokens/s,
         queue length, running requests, requests holding KV memory; under
         an offload policy also the pager's ``offload_*`` counters (see
-        :meth:`Engine.metrics`)."""
+        :meth:`Engine.metrics`); ``kv_store_<count>_<tier>`` for the prefix
+        cache (tier ``memory``) and the prefix store's tiers."""
         out = self._scheduler.metrics()
         out.update(self.model.offload_metrics())
         return out
 
+    @property
+    def kv_store(self) -> KvStore | None:
+        """The prefix store (``kv_store=``), or None."""
+        st = self._scheduler.store
+        return None if st is None else st.store
+
     async def close(self) -> None:
-        """Stops the worker; pending requests fail with GenerateError."""
+        """Stops the worker (pending requests fail with GenerateError) and
+        writes the prefix store's queued blocks."""
         await asyncio.get_running_loop().run_in_executor(None, self._scheduler.close)
 
     async def __aenter__(self) -> AsyncEngine:

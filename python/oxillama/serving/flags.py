@@ -155,6 +155,24 @@ def _add_serve_args(sv: argparse.ArgumentParser) -> None:
         help="do not serve the chat page at / (the API is served either way)",
     )
     sv.add_argument(
+        "--kv-store",
+        action="append",
+        metavar="DIR|redis://HOST:PORT/DB",
+        help="a tier of the prefix store below the in-memory prefix cache, repeatable, tiers "
+        "in order: a folder (created if missing; survives restarts) or a Redis every replica "
+        "and process shares. A finished request's KV is kept there in blocks of 256 tokens; "
+        "a prompt that begins with stored blocks restores them and prefills only the rest "
+        "(same output). A corrupt block or a failing tier is a miss, counted on /metrics "
+        "(oxillama:kv_store_*_total{tier=...})",
+    )
+    sv.add_argument(
+        "--kv-store-bytes",
+        type=_size_arg(),
+        metavar="N",
+        help="bound on the --kv-store folder's bytes (e.g. 20G); the least recently used "
+        "blocks are deleted first (default: unbounded)",
+    )
+    sv.add_argument(
         "--reranking",
         action="store_true",
         help="serve POST /v1/rerank (and /rerank) in llama-server's shape; the model must be "
@@ -219,6 +237,8 @@ def app_spec(args: argparse.Namespace) -> Any:
         context_shift=args.context_shift,
         n_keep=args.keep,
         webui=args.webui,
+        kv_store=tuple(args.kv_store or ()),
+        kv_store_bytes=args.kv_store_bytes,
         reranking=args.reranking,
     )
 

@@ -89,6 +89,7 @@ from oxillama.errors import (
     OxiLlamaError,
     ParameterError,
 )
+from oxillama.kv_store.binding import StoreBinding
 from oxillama.serving.mailbox import wakeups_held
 from oxillama.serving.prefix_cache import PrefixCache
 from oxillama.text.assembler import TextAssembler
@@ -116,6 +117,9 @@ class Conversation:
     busy: bool = False
     closed: bool = False
     last_used: float = field(default_factory=time.perf_counter)
+    #: Whether its whole context was computed from an empty start under the
+    #: base model, unshifted (its KV may then be looked up and stored).
+    store_ok: bool = False
 
 
 @dataclass(eq=False)
@@ -237,6 +241,9 @@ class Request:
     #: LoRA adapters and scales of this request (applied to its rows only;
     #: its prompt bypasses the prefix cache, whose KV is the base model's).
     lora: tuple[tuple[_native.LoraAdapter, float], ...] = ()
+    #: A session turn's context length at its prompt's end less one (the
+    #: partial block a later lookup of it asks for); -1: not stored.
+    store_mark: int = -1
     #: ``logprobs=k`` of the request (None: none reported), the entries
     #: so far, and how many of them went out with streamed pieces.
     logprobs: int | None = None
@@ -336,6 +343,7 @@ class Scheduler:
         prefix_cache_bytes: int = 256 << 20,
         kv_pages: int | None = None,
         context_shift: ContextShift | None = None,
+        kv_store: StoreBinding | None = None,
     ) -> None:
         if max_batch < 1 or prefill_chunk < 1 or max_queue < 1:
             raise ParameterError("max_batch, prefill_chunk and max_queue must be at least 1")
@@ -381,6 +389,10 @@ class Scheduler:
             if prefix_cache_bytes > 0 and not self._recurrent
             else None
         )
+        #: The prefix store below the prefix cache (None: none): requests
+        #: and session turns without adapters restore their prompt's stored
+        #: blocks and store their blocks when they finish.
+        self.store = kv_store
         #: Live sessions (busy or idle), by id; guarded by ``_cv``.
         self._convs: dict[int, Conversation] = {}
         self._jobs: collections.deque[tuple[Callable[[], Any], concurrent.futures.Future[Any]]]
@@ -593,6 +605,8 @@ class Scheduler:
             self._closed = True
             self._cv.notify()
         self._thread.join()
+        if self.store is not None:
+            self.store.store.close()  # a graceful stop stores what is queued
 
     def metrics(self) -> dict[str, float | int]:
         m = self._metrics
@@ -642,7 +656,25 @@ class Scheduler:
             if m.spec_drafted
             else 0.0,
             **self._prefix_metrics(),
+            **self._store_metrics(),
         }
+
+    def _store_metrics(self) -> dict[str, float | int]:
+        """The prefix store's counts per tier; the prefix cache is its
+        memory tier."""
+        out: dict[str, float | int] = {}
+        p = self.prefix
+        if p is not None:
+            out = {
+                "kv_store_hits_memory": p.hits,
+                "kv_store_misses_memory": p.misses,
+                "kv_store_corrupt_blocks_memory": 0,  # shared pages, nothing to check
+                "kv_store_tokens_saved_memory": p.hit_tokens,
+                "kv_store_bytes_saved_memory": p.hit_tokens * self._page_bytes // PAGE,
+            }
+        if self.store is not None:
+            out.update(self.store.store.metrics())
+        return out
 
     def _prefix_metrics(self) -> dict[str, float | int]:
         p = self.prefix
@@ -675,6 +707,9 @@ class Scheduler:
                 ):
                     self._cv.wait()
                 if self._closed:
+                    for s in self._running:
+                        if s.conv is None:
+                            self._to_store(s)  # a graceful stop keeps what was computed
                     for s in [*self._running, *self._waiting]:
                         s.emit(None, None, GenerateError("the engine was closed"))
                     for _, fut in self._jobs:
@@ -700,6 +735,10 @@ class Scheduler:
                 self._metrics.cancelled += 1
                 if s.conv is not None:
                     self._end_turn(s)
+                else:
+                    # What it evaluated is as good as a finished request's
+                    # (a client that hangs up after the first token, say).
+                    self._to_store(s)
                 s.session = None  # its KV memory is released here
             m = self._metrics
             passes = m.decode_seconds + m.prefill_seconds
@@ -1017,6 +1056,8 @@ class Scheduler:
                     s.session.prefill_chunk = self.prefill_chunk
                     self._feed_sampler(s, n)
                     s.fed = n
+            if not s.lora and self.store is not None and replay is None:
+                self._from_store(s)
         # The prompt goes through the normal prefill; tokens generated before
         # a preemption are evaluated row by row as they first were, and the
         # context shifted where it first was: before a token that found it full.
@@ -1068,6 +1109,50 @@ class Scheduler:
                     self.prefix.store(s.prompt, n, fork, fork.pages_held * self._page_bytes)
         return True
 
+    def _from_store(self, s: Request) -> None:
+        """Restores the stored blocks of ``s``'s prompt past what its
+        session holds (a prefix cache hit, or nothing) into a new session,
+        when the pool has room for them; a store that fails is a miss."""
+        assert self.store is not None and s.session is not None
+        try:
+            got = self.store.fetch(s.prompt, s.fed)
+        except Exception:  # a bug in a tier must not fail the request
+            log.exception("kv_store: lookup failed; prefilling instead")
+            return
+        if got is None:
+            return
+        n, data = got
+        need = -(-n // PAGE)
+        while need > self._pool.free_pages - self._reserved:
+            if self.prefix is None or not self.prefix.evict_one():
+                return  # no room: the prompt is prefilled instead
+        kv = _native.Session(
+            self._model, self._n_ctx, self._threads, self._kv_dtype, pool=self._pool
+        )
+        kv.prefill_chunk = self.prefill_chunk
+        try:
+            kv.import_kv(n, data)
+        except OxiLlamaError:
+            log.exception("kv_store: importing %d stored positions failed; prefilling instead", n)
+            return
+        s.session = kv
+        self._feed_sampler(s, n)
+        s.fed = n
+
+    def _to_store(self, s: Request) -> None:
+        """Stores the blocks of a finished one-shot request (its prompt and
+        what it generated) that the store lacks."""
+        kv = s.session
+        if self.store is None or kv is None or s.conv is not None or s.lora:
+            return
+        if s.window is not None or s.replay is not None:
+            return  # shifted, or cut short mid-recomputation
+        try:
+            # A partial block up to where a lookup of this prompt stops.
+            self.store.save(s.prompt + s.generated, kv, (len(s.prompt) - 1,))
+        except Exception:
+            log.exception("kv_store: storing a response's blocks failed")
+
     def _start_from_leader(self, s: Request, sh: PromptShare) -> None:
         """A follower's prompt: a fork of the leader's, and its logits."""
         assert sh.kv is not None and sh.logits is not None
@@ -1108,6 +1193,7 @@ class Scheduler:
                 return True
             if s.logits is not None:
                 return True  # an empty prompt: it decodes from the next step
+            self._turn_from_store(s)
         if s.pending is not None:
             if not self._room(self._need(kv, 1), conv):
                 return self._no_room(s)
@@ -1134,6 +1220,59 @@ class Scheduler:
             s.logits = out
             s.t_prefilled = time.perf_counter()
         return True
+
+    def _turn_from_store(self, s: Request) -> None:
+        """Restores the stored blocks that extend a session's context along
+        its turn's prompt (a session whose KV is all the base model's,
+        computed from an empty context and never shifted)."""
+        conv = s.conv
+        assert conv is not None and s.session is not None
+        st = conv.state
+        if self.store is None:
+            return
+        if s.lora or st.loras or st.shifts:
+            conv.store_ok = False
+            return
+        if st.n_past == 0:
+            conv.store_ok = True
+        if not conv.store_ok:
+            return
+        held = list(st.tokens[: st.n_past])
+        full = held + s.prompt
+        s.store_mark = len(full) - 1
+        try:
+            got = self.store.fetch(full, st.n_past)
+        except Exception:
+            log.exception("kv_store: lookup failed; prefilling instead")
+            return
+        if got is None:
+            return
+        n, data = got
+        kv = s.session
+        if not self._room(max(0, -(-n // PAGE) - kv.pages_held), conv):
+            return  # no room: the prompt is prefilled instead
+        try:
+            kv.import_kv(n, data)
+        except OxiLlamaError:
+            log.exception("kv_store: importing %d stored positions failed; prefilling instead", n)
+            return
+        s.fed = n - len(held)
+        self._feed_sampler(s, s.fed)
+
+    def _turn_to_store(self, s: Request) -> None:
+        """Stores the blocks of a session whose finished turn left its KV
+        the base model's, unshifted."""
+        conv = s.conv
+        assert conv is not None
+        st = conv.state
+        if self.store is None or s.store_mark < 0 or not conv.store_ok:
+            return
+        if s.lora or st.loras or st.shifts or st.swapped is not None:
+            return
+        try:
+            self.store.save(st.tokens, st.kv, (s.store_mark,))
+        except Exception:
+            log.exception("kv_store: storing a session's blocks failed")
 
     def _no_room(self, s: Request) -> bool:
         """A turn found no free pages: it waits while running sequences hold
@@ -1434,6 +1573,10 @@ class Scheduler:
                 s.share = None
         if s.conv is not None:
             self._end_turn(s)
+            if done is not None:
+                self._turn_to_store(s)
+        elif done is not None:
+            self._to_store(s)
         with self._cv:
             s.session = None
             s.logits = None

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import json
 import logging
@@ -816,6 +817,10 @@ class Server:
         saved = await self.sessions.save_all()
         if saved:
             log.info("drained: %d live session(s) saved to %s", saved, self.sessions.folder)
+        store = self.engine.kv_store
+        if store is not None:
+            # Finished requests' blocks still queued reach the store.
+            await asyncio.get_running_loop().run_in_executor(None, store.flush)
 
     def metrics_exposition(self) -> bytes:
         """What ``/metrics`` answers: every family of this app's registry in

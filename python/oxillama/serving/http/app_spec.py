@@ -63,6 +63,10 @@ class AppSpec:
     routed_by_session_header: bool = False
     #: The chat page at ``/`` (``--no-webui`` turns it off).
     webui: bool = True
+    #: Tiers of the prefix store (``--kv-store``: folders, ``redis://``
+    #: URLs; Ray replicas meet in a shared Redis) and the folder's bound.
+    kv_store: tuple[str, ...] = ()
+    kv_store_bytes: int | None = None
     #: ``--reranking``: serve /v1/rerank with a reranker model.
     reranking: bool = False
 
@@ -90,6 +94,8 @@ class AppSpec:
             speculative=self.speculative,
             context_shift=self.context_shift,
             n_keep=self.n_keep,
+            kv_store=list(self.kv_store) or None,
+            kv_store_bytes=self.kv_store_bytes,
         )
         path = engine.engine.model_path
         return build_app(

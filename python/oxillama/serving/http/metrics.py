@@ -204,7 +204,7 @@ class ServerCollector(Collector):
     def collect(self) -> Iterator[Metric]:
         m = self.engine_metrics()
         for key, value in m.items():
-            if key in _SPECIAL:
+            if key in _SPECIAL or key.startswith("kv_store_"):
                 continue
             name, kind, doc = ENGINE_FAMILIES.get(key, (key, "gauge", f"engine.metrics()['{key}']"))
             yield _family(name, kind, doc, value)
@@ -230,6 +230,7 @@ class ServerCollector(Collector):
             # No prefix cache (a recurrent model): the families exist, at 0.
             for key in ("prefix_cache_hits", "prefix_cache_hit_rate"):
                 yield _family(*ENGINE_FAMILIES[key], 0)
+        yield from _kv_store(m)
         if self.sessions is not None:
             yield from self._sessions(self.sessions)
 
@@ -279,6 +280,28 @@ class ServerCollector(Collector):
             "reason",
             c.restores,
         )
+
+
+#: The prefix store's families (``oxillama:kv_store_<name>_total``), each
+#: labelled by tier: memory (the prefix cache), disk, redis.
+KV_STORE_FAMILIES = {
+    "hits": "Prefix store blocks found (memory: prefix cache hits), by tier.",
+    "misses": "Prefix store lookups that stopped at a block the tier lacked, by tier.",
+    "corrupt_blocks": "Stored blocks that failed their checksum (each a miss), by tier.",
+    "tokens_saved": "Prompt tokens restored instead of prefilled, by tier.",
+    "bytes_saved": "Bytes of KV restored instead of computed, by tier.",
+    "writes": "Blocks written, by tier.",
+    "errors": "Failed reads or writes of a tier (full disk, Redis down) that fell back to the "
+    "others, by tier.",
+}
+
+
+def _kv_store(m: Mapping[str, float | int]) -> Iterator[Metric]:
+    for name, doc in KV_STORE_FAMILIES.items():
+        head = f"kv_store_{name}_"
+        tiers = {k[len(head) :]: v for k, v in m.items() if k.startswith(head)}
+        if tiers:
+            yield _labelled(f"kv_store_{name}", doc, "tier", tiers)
 
 
 def exposition(registry: CollectorRegistry) -> bytes:
