@@ -3,9 +3,9 @@
 (templates, tool calls, reasoning, JSON schemas).
 
 A stored response (``store``, the default) is a session of the server's
-session table, under the response's id, holding the KV of its prompt (the
-reply's KV, computed row by row as it was decoded, is dropped: a prefill
-of the same tokens need not give the same bits). ``previous_response_id``
+session table, under the response's id, holding the KV of its prompt and
+reply (a decode leaves the bits a prefill of the same tokens leaves, see
+``ops/attention.rs``). ``previous_response_id``
 forks that session into the new response's and renders the whole
 conversation: the session keeps the common prefix of its tokens and the
 new prompt (the stored history, when the template renders it the same way
@@ -195,12 +195,10 @@ class _Turn:
             return
         try:
             if finished and self.ask.store:
-                # The reply's KV was computed one row at a time as it was
-                # decoded, which need not give the bits a prefill of the
-                # same tokens gives: the session keeps the prompt's KV only,
-                # so a continuation evaluates the reply with its new input,
-                # as sending the whole history would, and gives its tokens.
-                await lease.session.truncate(min(len(self.tokens), lease.session.n_past))
+                # The session keeps the reply's KV too: decoding leaves the
+                # bits a prefill of the same tokens would, so a continuation
+                # evaluates only its new input and gives the tokens sending
+                # the whole history gives.
                 await lease.persist()
         finally:
             lease.release()
