@@ -8,9 +8,9 @@
 //! same input (q/k/v, gate/up) go in a single dispatch.
 
 use crate::quant::{
-    gemm_reads_packed, gemm_reads_rows, has_panels, kernels, pack_panel, packed_side, packed_tile,
-    panel_sizes, tile_tokens, unpack_rows, BlockSide, GgmlType, QuantKernels, GEMM_COLS,
-    PACKED_GROUP_ROWS, PACKED_TOKENS,
+    gemm_reads_packed, gemm_reads_rows, has_panels, kernels, pack_panel, packed_gemm,
+    packed_gemm_runs, packed_side, packed_tile, panel_sizes, tile_tokens, unpack_rows, BlockSide,
+    GgmlType, QuantKernels, GEMM_COLS, PACKED_GROUP_ROWS, PACKED_TOKENS,
 };
 use std::sync::Arc;
 
@@ -416,6 +416,32 @@ pub fn matmul_multi(
         // A packed matrix whose file pages left the process: its rows come
         // back from the packed copy (chunks are whole groups of rows).
         if let Some(packed) = w.packed.filter(|_| gemm_reads_packed(w.ty)) {
+            if packed_gemm_runs(w.ty) {
+                if gemm_takes(k, n_tok) {
+                    let nr = r1 - r0;
+                    let groups = (r0 / PACKED_GROUP_ROWS, r1 / PACKED_GROUP_ROWS);
+                    let mut out = vec![0f32; n_tok.div_ceil(GEMM_COLS) * nr * GEMM_COLS];
+                    packed_gemm(w.ty, w.cols, packed, groups, act_rows, &mut out);
+                    for (g, group) in act_rows.chunks(GEMM_COLS).enumerate() {
+                        let tile = &out[g * nr * GEMM_COLS..(g + 1) * nr * GEMM_COLS];
+                        scatter(
+                            &shared[j],
+                            tile,
+                            GEMM_COLS,
+                            group.len(),
+                            g * GEMM_COLS,
+                            rows,
+                            r0,
+                            r1,
+                        );
+                    }
+                    return;
+                }
+                // Too few tokens for the GEMM: the file layout's row tiles.
+                let w_rows: Vec<&[u8]> = w.data[r0 * rb..r1 * rb].chunks_exact(rb).collect();
+                rows_kernels(&w_rows);
+                return;
+            }
             UNPACKED.with(|cell| {
                 let mut buf = cell.borrow_mut();
                 buf.resize((r1 - r0) * rb, 0);
@@ -644,6 +670,11 @@ mod tests {
             GgmlType::MXFP4,
             GgmlType::IQ4XS,
             GgmlType::TQ2_0,
+            GgmlType::IQ3S,
+            GgmlType::IQ3XXS,
+            GgmlType::IQ2S,
+            GgmlType::IQ2XS,
+            GgmlType::IQ2XXS,
         ] {
             let data = weight_bytes(rows * ty.row_bytes(cols).unwrap(), 0x51_7cc1_b727_220a);
             let Some(packed) = crate::quant::pack_matrix(ty, rows, cols, &data) else {
@@ -655,9 +686,10 @@ mod tests {
                 packed: Some(&packed),
                 ..plain
             };
-            // 9 and 40 go through the GEMM, which reads a packed Q6_K
-            // matrix from its packed form.
-            for n_tok in [1, 2, 3, 5, 8, 9, 40] {
+            // 9 and beyond go through the GEMM, which reads a packed Q6_K
+            // matrix from its packed form and builds the grid i-quants'
+            // slots from theirs (300: more tokens than one call's tile).
+            for n_tok in [1, 2, 3, 5, 8, 9, 40, 300] {
                 let x: Vec<f32> = (0..n_tok * cols)
                     .map(|i| ((i * 53 % 97) as f32 - 48.0) / 20.0)
                     .collect();

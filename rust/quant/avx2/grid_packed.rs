@@ -40,8 +40,8 @@ use crate::quant::{iq2_s, iq2_xs, iq2_xxs, iq3_s, iq3_xxs, q8_k, GgmlType, QK_K}
 
 /// Rows per group: the sixteen i32 lanes.
 pub const GROUP_ROWS: usize = 16;
-const SC: usize = 32 * 64;
-const D: usize = SC + 16 * 16;
+pub(crate) const SC: usize = 32 * 64;
+pub(crate) const D: usize = SC + 16 * 16;
 /// Bytes per group and super-block.
 pub const PACKED_BLOCK: usize = D + 2 * GROUP_ROWS;
 
@@ -104,7 +104,7 @@ pub(crate) fn format(ty: GgmlType) -> Option<&'static GridFormat> {
 
 impl GridFormat {
     /// The codebook as `vpdpbusd`'s unsigned operand: each value plus 128.
-    fn table(&self) -> [u8; 16] {
+    pub(crate) fn table(&self) -> [u8; 16] {
         std::array::from_fn(|c| {
             let m = self.magnitudes[c % 8] as i32;
             (if c < 8 { m + 128 } else { 128 - m }) as u8
@@ -128,6 +128,12 @@ impl GridFormat {
 /// Whether the CPU has what the kernel uses.
 pub fn available() -> bool {
     super::q4k_packed::available()
+}
+
+/// Whether the prefill GEMM over the packed copy (`gemm`) may run: the
+/// AVX-512 VNNI GEMM is on.
+pub fn gemm_available() -> bool {
+    super::kgemm::avx512_enabled()
 }
 
 /// Writes into `out` (`rows / 16 * cols / 256 * PACKED_BLOCK` bytes) the
@@ -281,6 +287,26 @@ pub fn tile(
             _ => panic!("{} is not a grid format", ty.name()),
         }
     }
+}
+
+/// Row groups `g0..g1` of a packed matrix of `ty` against `acts` (more
+/// tokens than a decode step: a prefill), in `GemmFn`'s layout for those
+/// rows; the prefill GEMM over the packed copy, so the file's pages are not
+/// read again. Same bits as the file layout's GEMM.
+pub fn gemm(
+    ty: GgmlType,
+    n: usize,
+    packed: &[u8],
+    groups: (usize, usize),
+    acts: &[&[u8]],
+    out: &mut [f32],
+) {
+    assert!(
+        super::kgemm::avx512_enabled(),
+        "packed grid GEMM without AVX-512 VNNI"
+    );
+    let f = format(ty).expect("a grid format");
+    super::kgemm::gemm_grid_packed(f, n, packed, groups, acts, out)
 }
 
 /// `tile` for `FORMATS[F]`.

@@ -316,3 +316,143 @@ pub(super) fn gemm<F: KFormat>(n: usize, w_rows: &[&[u8]], acts: &[&[u8]], out: 
         }
     }
 }
+
+/// The slot of super-block `blk` of a packed group of a grid i-quant
+/// (`grid_packed`'s layout), built without decoding or transposing: its
+/// words already hold four code bytes of each of the sixteen rows, so each
+/// becomes two value words by one `vpshufb` of the codebook plus 128 (low
+/// nibbles: elements `32 ib + 4l ..`, slot word `8 ib + l`; high ones:
+/// `32 ib + 16 + 4l ..`, word `8 ib + 4 + l`). Scales are per sixteen, as
+/// Q6_K's; the correction words carry 4x each scale for the offset of 128,
+/// and `d` carries the format's power of two. The integers and floats of
+/// `decode_group` over the same rows' file blocks, so the same bits.
+///
+/// # Safety
+/// AVX2, F16C and AVX-512 F/BW are available; `blk` holds
+/// `grid_packed::PACKED_BLOCK` bytes and `slot` `SLOT`.
+#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw")]
+unsafe fn grid_slot(blk: *const u8, table: __m512i, factor: f32, slot: *mut u8) {
+    use super::super::grid_packed::{D, SC};
+    let m4 = _mm512_set1_epi8(0x0f);
+    // SAFETY (the block): every offset below lies inside the packed block
+    // or the slot (the caller's contract).
+    unsafe {
+        for ib in 0..8 {
+            for l in 0..4 {
+                let q = _mm512_loadu_si512(blk.add(64 * (4 * ib + l)) as *const __m512i);
+                let lo = _mm512_shuffle_epi8(table, _mm512_and_si512(q, m4));
+                let hi =
+                    _mm512_shuffle_epi8(table, _mm512_and_si512(_mm512_srli_epi16::<4>(q), m4));
+                _mm512_storeu_si512(slot.add(64 * (8 * ib + l)) as *mut __m512i, lo);
+                _mm512_storeu_si512(slot.add(64 * (8 * ib + 4 + l)) as *mut __m512i, hi);
+            }
+        }
+        let scale = |g: usize| {
+            _mm512_cvtepi8_epi32(_mm_loadu_si128(blk.add(SC + 16 * g) as *const __m128i))
+        };
+        for g in 0..16 {
+            _mm512_storeu_si512(slot.add(SCW + 64 * g) as *mut __m512i, scale(g));
+        }
+        let low = _mm512_set1_epi32(0xffff);
+        for k in 0..8 {
+            let (a, b) = (scale(2 * k), scale(2 * k + 1));
+            let w = _mm512_or_si512(
+                _mm512_and_si512(_mm512_slli_epi32::<2>(a), low),
+                _mm512_slli_epi32::<18>(b),
+            );
+            _mm512_storeu_si512(slot.add(CRW + 64 * k) as *mut __m512i, w);
+        }
+        let d = _mm512_cvtph_ps(_mm256_loadu_si256(blk.add(D) as *const __m256i));
+        _mm512_storeu_ps(
+            slot.add(DW) as *mut f32,
+            _mm512_mul_ps(d, _mm512_set1_ps(factor)),
+        );
+        _mm512_storeu_ps(slot.add(MW) as *mut f32, _mm512_setzero_ps());
+    }
+}
+
+/// Row groups `g0..g1` of a packed grid i-quant matrix (`grid_packed`)
+/// against every token of `acts`, in `GemmFn`'s layout for the
+/// `16 * (g1 - g0)` rows: `gemm`'s loop, with each group's slots built
+/// from the packed copy (`grid_slot`) instead of decoded from the file's
+/// blocks. Same bits as `gemm` over those rows.
+pub(super) fn gemm_grid_packed(
+    f: &super::super::grid_packed::GridFormat,
+    n: usize,
+    packed: &[u8],
+    (g0, g1): (usize, usize),
+    acts: &[&[u8]],
+    out: &mut [f32],
+) {
+    use super::super::grid_packed::PACKED_BLOCK;
+    // The slot of a sixteen-scale format without mins: Q6_K's shape.
+    type Shape = super::Q6K;
+    assert!(available(), "AVX-512 K-quant GEMM without AVX-512 VNNI");
+    let nb = n / QK_K;
+    let (rows, nt) = ((g1 - g0) * ROWS, acts.len());
+    assert!(
+        packed.len() >= g1 * nb * PACKED_BLOCK
+            && acts.iter().all(|a| a.len() >= nb * q8_k::BLOCK)
+            && out.len() >= nt.div_ceil(C) * rows * C,
+        "gemm operand too short"
+    );
+    if nt % C != 0 {
+        let g = nt / C;
+        out[g * rows * C..(g + 1) * rows * C].fill(0.0);
+    }
+    if nb == 0 || rows == 0 || nt == 0 {
+        return;
+    }
+    let table: [u8; 16] = f.table();
+    // SAFETY: AVX-512 F was asserted above; sixteen bytes.
+    let table =
+        unsafe { _mm512_broadcast_i32x4(_mm_loadu_si128(table.as_ptr() as *const __m128i)) };
+    let group_bytes = nb * SLOT;
+    let n_groups = g1 - g0;
+    let tile_groups = (L2_WORKING_SET / 2 / group_bytes).clamp(1, n_groups);
+    let tile_tokens =
+        (L2_WORKING_SET / 2 / (nb * q8_k::BLOCK) / TOKENS * TOKENS).clamp(TOKENS, nt.max(TOKENS));
+    let mut dec = vec![0u8; tile_groups * group_bytes];
+    for t0g in (0..n_groups).step_by(tile_groups) {
+        let t1g = (t0g + tile_groups).min(n_groups);
+        for g in t0g..t1g {
+            let src = &packed[(g0 + g) * nb * PACKED_BLOCK..];
+            for i in 0..nb {
+                // SAFETY: features asserted above; packed block i of group
+                // g0 + g and slot i of this group's part of `dec`.
+                unsafe {
+                    grid_slot(
+                        src.as_ptr().add(i * PACKED_BLOCK),
+                        table,
+                        f.factor,
+                        dec.as_mut_ptr().add((g - t0g) * group_bytes + i * SLOT),
+                    )
+                };
+            }
+        }
+        for t0 in (0..nt).step_by(tile_tokens) {
+            let t1 = (t0 + tile_tokens).min(nt);
+            for g in t0g..t1g {
+                let shape = (g * ROWS, ROWS, rows);
+                let d = dec[(g - t0g) * group_bytes..].as_ptr();
+                let mut t = t0;
+                // SAFETY (each call): as in `gemm`.
+                while t1 - t >= TOKENS {
+                    unsafe { tokens::<Shape, TOKENS>(nb, d, acts, t, shape, out) };
+                    t += TOKENS;
+                }
+                if t1 - t >= 4 {
+                    unsafe { tokens::<Shape, 4>(nb, d, acts, t, shape, out) };
+                    t += 4;
+                }
+                if t1 - t >= 2 {
+                    unsafe { tokens::<Shape, 2>(nb, d, acts, t, shape, out) };
+                    t += 2;
+                }
+                if t1 - t >= 1 {
+                    unsafe { tokens::<Shape, 1>(nb, d, acts, t, shape, out) };
+                }
+            }
+        }
+    }
+}
