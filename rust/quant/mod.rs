@@ -793,13 +793,14 @@ pub fn gemm_reads_packed(ty: GgmlType) -> bool {
 }
 
 /// Whether the prefill GEMM of `ty` runs on the packed copy itself
-/// (`packed_gemm`): the grid i-quants where the AVX-512 VNNI GEMM runs.
+/// (`packed_gemm`): the grid i-quants and IQ4_XS where the AVX-512 VNNI
+/// GEMM runs.
 /// Their file blocks cost a grid lookup per four or eight weights to
 /// decode, once per row group per call; the packed codes cost a `vpshufb`
 /// per 64 (IQ3_S's prefill on Zen 4: 130 tok/s from the file's blocks).
 pub fn packed_gemm_runs(ty: GgmlType) -> bool {
     #[cfg(target_arch = "x86_64")]
-    if packs(ty) && avx2::grid_packed::format(ty).is_some() {
+    if packs(ty) && (avx2::grid_packed::format(ty).is_some() || ty == GgmlType::IQ4XS) {
         return avx2::grid_packed::gemm_available();
     }
     let _ = ty;

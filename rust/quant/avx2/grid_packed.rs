@@ -289,10 +289,11 @@ pub fn tile(
     }
 }
 
-/// Row groups `g0..g1` of a packed matrix of `ty` against `acts` (more
-/// tokens than a decode step: a prefill), in `GemmFn`'s layout for those
-/// rows; the prefill GEMM over the packed copy, so the file's pages are not
-/// read again. Same bits as the file layout's GEMM.
+/// Row groups `g0..g1` of a packed matrix of `ty` (a grid format, or
+/// IQ4_XS in `iq4xs_packed`'s layout) against `acts` (more tokens than a
+/// decode step: a prefill), in `GemmFn`'s layout for those rows; the
+/// prefill GEMM over the packed copy, so the file's pages are not read
+/// again. Same bits as the file layout's GEMM.
 pub fn gemm(
     ty: GgmlType,
     n: usize,
@@ -305,8 +306,21 @@ pub fn gemm(
         super::kgemm::avx512_enabled(),
         "packed grid GEMM without AVX-512 VNNI"
     );
-    let f = format(ty).expect("a grid format");
-    super::kgemm::gemm_grid_packed(f, n, packed, groups, acts, out)
+    let lay = match ty {
+        GgmlType::IQ4XS => super::iq4xs_packed::nibbles(),
+        _ => {
+            let f = format(ty).expect("a grid format or IQ4_XS");
+            super::kgemm::Nibbles {
+                table: f.table(),
+                factor: f.factor,
+                sc: SC,
+                d: D,
+                per32: false,
+                block: PACKED_BLOCK,
+            }
+        }
+    };
+    super::kgemm::gemm_nibbles(&lay, n, packed, groups, acts, out)
 }
 
 /// `tile` for `FORMATS[F]`.

@@ -36,6 +36,18 @@ const D: usize = SC + 8 * 16;
 /// Bytes per group and super-block.
 pub const PACKED_BLOCK: usize = D + 2 * GROUP_ROWS;
 
+/// The layout as the prefill GEMM over packed copies reads it.
+pub(super) fn nibbles() -> super::kgemm::Nibbles {
+    super::kgemm::Nibbles {
+        table: KVALUES_IQ4NL.map(|v| (v as i32 + 128) as u8),
+        factor: 1.0,
+        sc: SC,
+        d: D,
+        per32: true,
+        block: PACKED_BLOCK,
+    }
+}
+
 /// Whether the CPU has what the kernel uses.
 pub fn available() -> bool {
     super::q4k_packed::available()

@@ -322,18 +322,20 @@ pub(super) fn gemm_avx512<F: KFormat>(n: usize, w_rows: &[&[u8]], acts: &[&[u8]]
     avx512::gemm::<F>(n, w_rows, acts, out)
 }
 
-/// Row groups of a packed grid i-quant matrix against Q8_K activation rows
-/// on the AVX-512 VNNI kernel, its slots built from the packed copy (see
-/// `grid_packed`). Call only when `avx512_enabled()`.
-pub(super) fn gemm_grid_packed(
-    f: &super::grid_packed::GridFormat,
+pub(crate) use avx512::Nibbles;
+
+/// Row groups of a packed 4-bit-code matrix (the grid i-quants', IQ4_XS's)
+/// against Q8_K activation rows on the AVX-512 VNNI kernel, its slots
+/// built from the packed copy. Call only when `avx512_enabled()`.
+pub(super) fn gemm_nibbles(
+    lay: &Nibbles,
     n: usize,
     packed: &[u8],
     groups: (usize, usize),
     acts: &[&[u8]],
     out: &mut [f32],
 ) {
-    avx512::gemm_grid_packed(f, n, packed, groups, acts, out)
+    avx512::gemm_nibbles(lay, n, packed, groups, acts, out)
 }
 
 /// Q4_K rows against Q8_K activation rows (`GemmFn`'s contract; the

@@ -317,22 +317,34 @@ pub(super) fn gemm<F: KFormat>(n: usize, w_rows: &[&[u8]], acts: &[&[u8]], out: 
     }
 }
 
-/// The slot of super-block `blk` of a packed group of a grid i-quant
-/// (`grid_packed`'s layout), built without decoding or transposing: its
-/// words already hold four code bytes of each of the sixteen rows, so each
-/// becomes two value words by one `vpshufb` of the codebook plus 128 (low
-/// nibbles: elements `32 ib + 4l ..`, slot word `8 ib + l`; high ones:
-/// `32 ib + 16 + 4l ..`, word `8 ib + 4 + l`). Scales are per sixteen, as
-/// Q6_K's; the correction words carry 4x each scale for the offset of 128,
-/// and `d` carries the format's power of two. The integers and floats of
+/// A 4-bit-code packed layout (sixteen rows interleaved, `grid_packed`'s
+/// and `iq4xs_packed`'s): its codebook plus 128, the power of two on `d`,
+/// where its i8 scales and f16 `d`s start, whether a scale covers 32
+/// elements (IQ4_XS) or 16, and its bytes per block.
+pub(crate) struct Nibbles {
+    pub(crate) table: [u8; 16],
+    pub(crate) factor: f32,
+    pub(crate) sc: usize,
+    pub(crate) d: usize,
+    pub(crate) per32: bool,
+    pub(crate) block: usize,
+}
+
+/// The slot of super-block `blk` of a packed group (`Nibbles`), built
+/// without decoding or transposing: its words already hold four code bytes
+/// of each of the sixteen rows, so each becomes two value words by one
+/// `vpshufb` of the codebook plus 128 (low nibbles: elements
+/// `32 ib + 4l ..`, slot word `8 ib + l`; high ones: `32 ib + 16 + 4l ..`,
+/// word `8 ib + 4 + l`). Scales go per sixteen, as Q6_K's (a 32-element
+/// scale twice); the correction words carry 4x each scale for the offset
+/// of 128, and `d` the format's power of two. The integers and floats of
 /// `decode_group` over the same rows' file blocks, so the same bits.
 ///
 /// # Safety
-/// AVX2, F16C and AVX-512 F/BW are available; `blk` holds
-/// `grid_packed::PACKED_BLOCK` bytes and `slot` `SLOT`.
+/// AVX2, F16C and AVX-512 F/BW are available; `blk` holds `lay.block`
+/// bytes and `slot` `SLOT`.
 #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw")]
-unsafe fn grid_slot(blk: *const u8, table: __m512i, factor: f32, slot: *mut u8) {
-    use super::super::grid_packed::{D, SC};
+unsafe fn nibble_slot(blk: *const u8, lay: &Nibbles, table: __m512i, slot: *mut u8) {
     let m4 = _mm512_set1_epi8(0x0f);
     // SAFETY (the block): every offset below lies inside the packed block
     // or the slot (the caller's contract).
@@ -347,9 +359,9 @@ unsafe fn grid_slot(blk: *const u8, table: __m512i, factor: f32, slot: *mut u8) 
                 _mm512_storeu_si512(slot.add(64 * (8 * ib + 4 + l)) as *mut __m512i, hi);
             }
         }
-        let scale = |g: usize| {
-            _mm512_cvtepi8_epi32(_mm_loadu_si128(blk.add(SC + 16 * g) as *const __m128i))
-        };
+        let at = |g: usize| lay.sc + 16 * if lay.per32 { g / 2 } else { g };
+        let scale =
+            |g: usize| _mm512_cvtepi8_epi32(_mm_loadu_si128(blk.add(at(g)) as *const __m128i));
         for g in 0..16 {
             _mm512_storeu_si512(slot.add(SCW + 64 * g) as *mut __m512i, scale(g));
         }
@@ -362,36 +374,35 @@ unsafe fn grid_slot(blk: *const u8, table: __m512i, factor: f32, slot: *mut u8) 
             );
             _mm512_storeu_si512(slot.add(CRW + 64 * k) as *mut __m512i, w);
         }
-        let d = _mm512_cvtph_ps(_mm256_loadu_si256(blk.add(D) as *const __m256i));
+        let d = _mm512_cvtph_ps(_mm256_loadu_si256(blk.add(lay.d) as *const __m256i));
         _mm512_storeu_ps(
             slot.add(DW) as *mut f32,
-            _mm512_mul_ps(d, _mm512_set1_ps(factor)),
+            _mm512_mul_ps(d, _mm512_set1_ps(lay.factor)),
         );
         _mm512_storeu_ps(slot.add(MW) as *mut f32, _mm512_setzero_ps());
     }
 }
 
-/// Row groups `g0..g1` of a packed grid i-quant matrix (`grid_packed`)
-/// against every token of `acts`, in `GemmFn`'s layout for the
-/// `16 * (g1 - g0)` rows: `gemm`'s loop, with each group's slots built
-/// from the packed copy (`grid_slot`) instead of decoded from the file's
-/// blocks. Same bits as `gemm` over those rows.
-pub(super) fn gemm_grid_packed(
-    f: &super::super::grid_packed::GridFormat,
+/// Row groups `g0..g1` of a packed 4-bit-code matrix (`Nibbles`) against
+/// every token of `acts`, in `GemmFn`'s layout for the `16 * (g1 - g0)`
+/// rows: `gemm`'s loop, with each group's slots built from the packed copy
+/// (`nibble_slot`) instead of decoded from the file's blocks. Same bits as
+/// `gemm` over those rows.
+pub(super) fn gemm_nibbles(
+    lay: &Nibbles,
     n: usize,
     packed: &[u8],
     (g0, g1): (usize, usize),
     acts: &[&[u8]],
     out: &mut [f32],
 ) {
-    use super::super::grid_packed::PACKED_BLOCK;
     // The slot of a sixteen-scale format without mins: Q6_K's shape.
     type Shape = super::Q6K;
     assert!(available(), "AVX-512 K-quant GEMM without AVX-512 VNNI");
     let nb = n / QK_K;
     let (rows, nt) = ((g1 - g0) * ROWS, acts.len());
     assert!(
-        packed.len() >= g1 * nb * PACKED_BLOCK
+        packed.len() >= g1 * nb * lay.block
             && acts.iter().all(|a| a.len() >= nb * q8_k::BLOCK)
             && out.len() >= nt.div_ceil(C) * rows * C,
         "gemm operand too short"
@@ -403,10 +414,9 @@ pub(super) fn gemm_grid_packed(
     if nb == 0 || rows == 0 || nt == 0 {
         return;
     }
-    let table: [u8; 16] = f.table();
     // SAFETY: AVX-512 F was asserted above; sixteen bytes.
     let table =
-        unsafe { _mm512_broadcast_i32x4(_mm_loadu_si128(table.as_ptr() as *const __m128i)) };
+        unsafe { _mm512_broadcast_i32x4(_mm_loadu_si128(lay.table.as_ptr() as *const __m128i)) };
     let group_bytes = nb * SLOT;
     let n_groups = g1 - g0;
     let tile_groups = (L2_WORKING_SET / 2 / group_bytes).clamp(1, n_groups);
@@ -416,15 +426,15 @@ pub(super) fn gemm_grid_packed(
     for t0g in (0..n_groups).step_by(tile_groups) {
         let t1g = (t0g + tile_groups).min(n_groups);
         for g in t0g..t1g {
-            let src = &packed[(g0 + g) * nb * PACKED_BLOCK..];
+            let src = &packed[(g0 + g) * nb * lay.block..];
             for i in 0..nb {
                 // SAFETY: features asserted above; packed block i of group
                 // g0 + g and slot i of this group's part of `dec`.
                 unsafe {
-                    grid_slot(
-                        src.as_ptr().add(i * PACKED_BLOCK),
+                    nibble_slot(
+                        src.as_ptr().add(i * lay.block),
+                        lay,
                         table,
-                        f.factor,
                         dec.as_mut_ptr().add((g - t0g) * group_bytes + i * SLOT),
                     )
                 };
