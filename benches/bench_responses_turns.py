@@ -1,7 +1,7 @@
 """Time to first token per turn of a 20-turn agent conversation through
 ``/v1/responses``: once chaining ``previous_response_id`` (each turn
-continues the stored response's session, so only the previous reply and
-the new input are evaluated) and once resending the whole history
+continues the stored response's session, prompt and reply, so only the
+new input is evaluated) and once resending the whole history
 (``store: false``: every turn's prompt is evaluated, but for the blocks
 the server's prefix cache holds from earlier requests).
 
