@@ -352,10 +352,10 @@ fn chunk_sums(
     raw_f16: bool,
     sums: &mut [f32],
 ) {
+    let mut parts: Vec<&mut [f32]> = sums.chunks_exact_mut(d).collect();
     for k in chunks(lo, hi) {
         let (c0, c1) = ((k * VCHUNK).max(lo), ((k + 1) * VCHUNK).min(hi));
-        sums.iter_mut().for_each(|x| *x = 0.0);
-        let mut parts: Vec<&mut [f32]> = sums.chunks_exact_mut(d).collect();
+        parts.iter_mut().for_each(|p| p.fill(0.0));
         tiles(vk, vals, c0, c1, d, buf, raw_f16, |j0, tile| {
             for_runs(queries, j0, tile.len() / d, |(i0, i1), (a, b)| {
                 let (w, ys, ab) = (

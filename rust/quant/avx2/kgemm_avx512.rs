@@ -258,34 +258,56 @@ pub(super) fn gemm<F: KFormat>(n: usize, w_rows: &[&[u8]], acts: &[&[u8]], out: 
     // Rows past the last full group read a zero block (d = 0), and their
     // lanes are not written.
     let zero = vec![0u8; if rows % ROWS == 0 { 0 } else { nb * F::W }];
+    let mut tmp = vec![0u8; ROWS * DEC];
+    let build = |g: usize, slots: &mut [u8]| {
+        let r0 = g * ROWS;
+        let nr = (rows - r0).min(ROWS);
+        let w: [*const u8; ROWS] = std::array::from_fn(|r| {
+            if r < nr {
+                w_rows[r0 + r].as_ptr()
+            } else {
+                zero.as_ptr()
+            }
+        });
+        for i in 0..nb {
+            // SAFETY: features asserted above; every row (or the zero row)
+            // holds nb blocks; tmp and slot i of `slots` are in bounds.
+            unsafe { decode_group::<F>(&w, i, tmp.as_mut_ptr(), slots.as_mut_ptr().add(i * SLOT)) };
+        }
+    };
+    // SAFETY: features asserted above; the operands were checked.
+    unsafe { tiled::<F>(nb, rows, acts, out, build) }
+}
+
+/// The loop every GEMM here shares: row groups and tokens in tiles that fit
+/// L2 together (`L2_WORKING_SET`), each tile of groups built once by
+/// `build(g, slots)` (group `g`'s `nb` slots into `slots`), tokens by eight
+/// within a tile (then four, two, one), into `GemmFn`'s layout for `rows`
+/// rows (the last group may be partial: `rows` bounds its lanes).
+///
+/// # Safety
+/// `F`'s CPU features (AVX-512 VNNI) are present; every activation row
+/// holds `nb` Q8_K blocks and `out` the layout's floats (the callers
+/// check both); `build` fills each slot it is given.
+unsafe fn tiled<F: KFormat>(
+    nb: usize,
+    rows: usize,
+    acts: &[&[u8]],
+    out: &mut [f32],
+    mut build: impl FnMut(usize, &mut [u8]),
+) {
+    let nt = acts.len();
     let group_bytes = nb * SLOT;
     let n_groups = rows.div_ceil(ROWS);
     let tile_groups = (L2_WORKING_SET / 2 / group_bytes).clamp(1, n_groups);
     let tile_tokens =
         (L2_WORKING_SET / 2 / (nb * q8_k::BLOCK) / TOKENS * TOKENS).clamp(TOKENS, nt.max(TOKENS));
     let mut dec = vec![0u8; tile_groups * group_bytes];
-    let mut tmp = vec![0u8; ROWS * DEC];
     for g0 in (0..n_groups).step_by(tile_groups) {
         let g1 = (g0 + tile_groups).min(n_groups);
         for g in g0..g1 {
-            let r0 = g * ROWS;
-            let nr = (rows - r0).min(ROWS);
-            let w: [*const u8; ROWS] = std::array::from_fn(|r| {
-                if r < nr {
-                    w_rows[r0 + r].as_ptr()
-                } else {
-                    zero.as_ptr()
-                }
-            });
             let at = (g - g0) * group_bytes;
-            for i in 0..nb {
-                // SAFETY: features asserted above; every row (or the zero
-                // row) holds nb blocks; tmp and slot i of group g's part
-                // of `dec` are in bounds.
-                unsafe {
-                    decode_group::<F>(&w, i, tmp.as_mut_ptr(), dec.as_mut_ptr().add(at + i * SLOT))
-                };
-            }
+            build(g, &mut dec[at..at + group_bytes]);
         }
         for t0 in (0..nt).step_by(tile_tokens) {
             let t1 = (t0 + tile_tokens).min(nt);
@@ -294,9 +316,9 @@ pub(super) fn gemm<F: KFormat>(n: usize, w_rows: &[&[u8]], acts: &[&[u8]], out: 
                 let shape = (r0, (rows - r0).min(ROWS), rows);
                 let d = dec[(g - g0) * group_bytes..].as_ptr();
                 let mut t = t0;
-                // SAFETY (each call): features asserted above; `d` holds
-                // group g's nb decoded slots, every activation row nb
-                // blocks (asserted), and tokens t..t + N (< t1 <= nt) exist.
+                // SAFETY (each call): the caller's features; `d` holds
+                // group g's nb built slots, every activation row nb blocks,
+                // and tokens t..t + N (< t1 <= nt) exist.
                 while t1 - t >= TOKENS {
                     unsafe { tokens::<F, TOKENS>(nb, d, acts, t, shape, out) };
                     t += TOKENS;
@@ -417,52 +439,21 @@ pub(super) fn gemm_nibbles(
     // SAFETY: AVX-512 F was asserted above; sixteen bytes.
     let table =
         unsafe { _mm512_broadcast_i32x4(_mm_loadu_si128(lay.table.as_ptr() as *const __m128i)) };
-    let group_bytes = nb * SLOT;
-    let n_groups = g1 - g0;
-    let tile_groups = (L2_WORKING_SET / 2 / group_bytes).clamp(1, n_groups);
-    let tile_tokens =
-        (L2_WORKING_SET / 2 / (nb * q8_k::BLOCK) / TOKENS * TOKENS).clamp(TOKENS, nt.max(TOKENS));
-    let mut dec = vec![0u8; tile_groups * group_bytes];
-    for t0g in (0..n_groups).step_by(tile_groups) {
-        let t1g = (t0g + tile_groups).min(n_groups);
-        for g in t0g..t1g {
-            let src = &packed[(g0 + g) * nb * lay.block..];
-            for i in 0..nb {
-                // SAFETY: features asserted above; packed block i of group
-                // g0 + g and slot i of this group's part of `dec`.
-                unsafe {
-                    nibble_slot(
-                        src.as_ptr().add(i * lay.block),
-                        lay,
-                        table,
-                        dec.as_mut_ptr().add((g - t0g) * group_bytes + i * SLOT),
-                    )
-                };
-            }
+    let build = |g: usize, slots: &mut [u8]| {
+        let src = &packed[(g0 + g) * nb * lay.block..];
+        for i in 0..nb {
+            // SAFETY: features asserted above; packed block i of group
+            // g0 + g and slot i of `slots`.
+            unsafe {
+                nibble_slot(
+                    src.as_ptr().add(i * lay.block),
+                    lay,
+                    table,
+                    slots.as_mut_ptr().add(i * SLOT),
+                )
+            };
         }
-        for t0 in (0..nt).step_by(tile_tokens) {
-            let t1 = (t0 + tile_tokens).min(nt);
-            for g in t0g..t1g {
-                let shape = (g * ROWS, ROWS, rows);
-                let d = dec[(g - t0g) * group_bytes..].as_ptr();
-                let mut t = t0;
-                // SAFETY (each call): as in `gemm`.
-                while t1 - t >= TOKENS {
-                    unsafe { tokens::<Shape, TOKENS>(nb, d, acts, t, shape, out) };
-                    t += TOKENS;
-                }
-                if t1 - t >= 4 {
-                    unsafe { tokens::<Shape, 4>(nb, d, acts, t, shape, out) };
-                    t += 4;
-                }
-                if t1 - t >= 2 {
-                    unsafe { tokens::<Shape, 2>(nb, d, acts, t, shape, out) };
-                    t += 2;
-                }
-                if t1 - t >= 1 {
-                    unsafe { tokens::<Shape, 1>(nb, d, acts, t, shape, out) };
-                }
-            }
-        }
-    }
+    };
+    // SAFETY: features asserted above; the operands were checked.
+    unsafe { tiled::<Shape>(nb, rows, acts, out, build) }
 }
