@@ -1,7 +1,8 @@
 //! BLAKE3 of large buffers on the shared thread pool.
 //!
-//! Snapshots checksum tens of megabytes on every save and restore; one core
-//! hashes about 1.6 GB/s on the reference machine. BLAKE3 is a tree hash,
+//! Version 1 and 2 snapshots carry a BLAKE3 of tens of megabytes (newer
+//! ones a cheaper checksum, `crate::checksum`); model fingerprints hash
+//! megabytes too. One core hashes about 1.6 GB/s on the reference machine. BLAKE3 is a tree hash,
 //! so we split the input exactly as the tree does (the left subtree is the
 //! largest power-of-two number of chunks below the whole), hash the leaves
 //! as chaining values on the pool, and merge them back up. The result is
@@ -43,17 +44,9 @@ fn merge(node: &Node, cvs: &[ChainingValue]) -> ChainingValue {
     }
 }
 
-/// `blake3::hash(data)`, computed on the shared pool for large inputs.
+/// `blake3::hash(data)`, computed on the shared pool for large inputs
+/// (model fingerprints, adapters, the prefix store's keys).
 pub fn hash(data: &[u8]) -> blake3::Hash {
-    hash_beside(data, || {})
-}
-
-/// `blake3::hash(data)`, with `side` run in the same pool dispatch: the
-/// first thread free takes `side`, the others hash, and whoever finishes
-/// `side` joins the hashing. Saving a snapshot writes the file (a
-/// single-threaded kernel copy) this way while the checksum is computed,
-/// instead of one after the other.
-pub fn hash_beside(data: &[u8], side: impl Fn() + Sync) -> blake3::Hash {
     // Small inputs hash on this thread; the core count (/proc and cgroup
     // reads, ~0.1 ms) is only asked for when the pool may be used.
     let threads = if data.len() < PARALLEL_MIN {
@@ -62,7 +55,6 @@ pub fn hash_beside(data: &[u8], side: impl Fn() + Sync) -> blake3::Hash {
         physical_cores()
     };
     if threads < 2 {
-        side();
         return blake3::hash(data);
     }
     let leaf_max = (data.len() / (4 * threads)).max(PARALLEL_MIN / 4);
@@ -70,13 +62,7 @@ pub fn hash_beside(data: &[u8], side: impl Fn() + Sync) -> blake3::Hash {
     let root = split(0, data.len(), leaf_max, &mut leaves);
     let mut cvs = vec![[0u8; 32]; leaves.len()];
     let out = SharedMut::new(&mut cvs);
-    // Chunk 0 is `side`: chunks are claimed in order, so it starts first.
-    shared_pool(threads).run(leaves.len() + 1, |c| {
-        if c == 0 {
-            side();
-            return;
-        }
-        let i = c - 1;
+    shared_pool(threads).run(leaves.len(), |i| {
         let (off, len) = leaves[i];
         let cv = blake3::Hasher::new()
             .set_input_offset(off as u64)
@@ -115,19 +101,6 @@ mod tests {
             (9 << 20) + 4097,
         ] {
             assert_eq!(hash(&data[..len]), blake3::hash(&data[..len]), "len {len}");
-        }
-    }
-
-    #[test]
-    fn side_job_runs_once_beside_the_hash() {
-        let data: Vec<u8> = (0..(5usize << 20) + 77).map(|i| (i % 253) as u8).collect();
-        for len in [10, 5 << 20, (5 << 20) + 77] {
-            let runs = std::sync::atomic::AtomicUsize::new(0);
-            let h = hash_beside(&data[..len], || {
-                runs.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-            });
-            assert_eq!(h, blake3::hash(&data[..len]));
-            assert_eq!(runs.into_inner(), 1);
         }
     }
 }

@@ -1,4 +1,4 @@
-//! Writing a snapshot image to its file while it is being checksummed.
+//! Writing a snapshot image to its file while its checksum is computed.
 //!
 //! A save used to fill the image, hash it (two cores), then write it (one
 //! core: the kernel's copy into the page cache), one after the other. The
@@ -9,7 +9,7 @@ use std::fs::File;
 use std::io::{Seek, SeekFrom, Write};
 use std::sync::Mutex;
 
-use crate::hash::hash_beside;
+use crate::checksum::{digest_beside, DIGEST_LEN};
 
 /// Bytes per write() call. Measured on the reference machine's ext4: 24 MB
 /// went to the page cache in 10 ms in writes of up to 128 KiB, but in
@@ -17,11 +17,15 @@ use crate::hash::hash_beside;
 const WRITE_CHUNK: usize = 128 << 10;
 
 /// Writes `data` at byte `offset` of `file` while computing
-/// `blake3::hash(data)` on the shared pool; returns the digest once both
-/// are done, or the write's error.
-pub fn write_hashing(file: &File, data: &[u8], offset: u64) -> std::io::Result<blake3::Hash> {
+/// `checksum::digest(data)` on the shared pool; returns the digest once
+/// both are done, or the write's error.
+pub fn write_checksumming(
+    file: &File,
+    data: &[u8],
+    offset: u64,
+) -> std::io::Result<[u8; DIGEST_LEN]> {
     let failed: Mutex<Option<std::io::Error>> = Mutex::new(None);
-    let digest = hash_beside(data, || {
+    let digest = digest_beside(data, || {
         if let Err(e) = write_at(file, data, offset) {
             *failed.lock().unwrap_or_else(|p| p.into_inner()) = Some(e);
         }
@@ -46,7 +50,7 @@ mod tests {
     use std::io::Read;
 
     #[test]
-    fn writes_the_bytes_and_returns_their_hash() {
+    fn writes_the_bytes_and_returns_their_checksum() {
         let dir = std::env::temp_dir().join(format!("oxi-hw-{}", std::process::id()));
         std::fs::create_dir_all(&dir).unwrap();
         let path = dir.join("img");
@@ -55,8 +59,8 @@ mod tests {
             .collect();
         let file = File::create(&path).unwrap();
         (&file).write_all(b"HEADER").unwrap();
-        let h = write_hashing(&file, &data, 6).unwrap();
-        assert_eq!(h, blake3::hash(&data));
+        let h = write_checksumming(&file, &data, 6).unwrap();
+        assert_eq!(h, crate::checksum::digest(&data));
         drop(file);
         let mut back = Vec::new();
         File::open(&path).unwrap().read_to_end(&mut back).unwrap();
@@ -73,7 +77,7 @@ mod tests {
         std::fs::write(&path, b"x").unwrap();
         let read_only = File::open(&path).unwrap();
         let data = vec![1u8; 2 << 20];
-        assert!(write_hashing(&read_only, &data, 0).is_err());
+        assert!(write_checksumming(&read_only, &data, 0).is_err());
         std::fs::remove_dir_all(&dir).unwrap();
     }
 }

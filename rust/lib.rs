@@ -6,6 +6,7 @@ mod env_switch;
 pub mod error;
 pub mod gguf;
 pub mod grammar;
+pub mod checksum;
 pub mod hash;
 pub mod hashed_write;
 pub mod lora;

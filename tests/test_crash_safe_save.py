@@ -114,12 +114,12 @@ def _fail_midway(monkeypatch: pytest.MonkeyPatch, err: int) -> None:
             raise OSError(err, os.strerror(err))
         return real_write(fd, data)
 
-    def write_hashed(fd: int, data: memoryview, offset: int) -> bytes:
+    def write_checksummed(fd: int, data: memoryview, offset: int) -> bytes:
         os.pwrite(fd, bytes(data[: len(data) // 2]), offset)
         raise OSError(err, os.strerror(err))
 
     monkeypatch.setattr(os, "write", write)
-    monkeypatch.setattr(oxillama._native, "write_hashed", write_hashed)
+    monkeypatch.setattr(oxillama._native, "write_checksummed", write_checksummed)
 
 
 @pytest.mark.parametrize("writer", list(WRITERS))

@@ -130,13 +130,13 @@ def _meta(blob: bytes) -> dict[str, object]:
 
 
 def test_snapshots_record_the_rotation(model_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """A rotated cache's snapshot says so (meta.engine.kv_rot, and format
-    version 2, which readers that predate the rotation refuse); others stay
-    version 1 without the key."""
+    """A rotated cache's snapshot says so (meta.engine.kv_rot, in format
+    version 3, which readers that predate the rotation refuse); others
+    have no such key."""
     e = _engine(model_path, "q4_0")
     e.generate(PROMPT, 4, ignore_eos=True)
     blob = e.snapshot_bytes()
-    assert F.read_header(blob)[0] == F.VERSION_KV_ROT == 2
+    assert F.read_header(blob)[0] == F.VERSION == 3
     eng = _meta(blob)["engine"]
     assert isinstance(eng, dict) and eng["kv_rot"] == {"k": 64, "v": 64}
     assert snapshot.info(blob).kv_rot == (64, 64)
@@ -147,7 +147,7 @@ def test_snapshots_record_the_rotation(model_path: Path, monkeypatch: pytest.Mon
         plain.generate(PROMPT, 4, ignore_eos=True)
         b = plain.snapshot_bytes()
         eng = _meta(b)["engine"]
-        assert F.read_header(b)[0] == 1 and isinstance(eng, dict) and "kv_rot" not in eng, kv
+        assert F.read_header(b)[0] == 3 and isinstance(eng, dict) and "kv_rot" not in eng, kv
         assert snapshot.info(b).kv_rot == (0, 0)
 
 
@@ -158,7 +158,7 @@ def test_a_reader_that_predates_the_rotation_refuses(
     e.generate(PROMPT, 4, ignore_eos=True)
     blob = e.snapshot_bytes()
     monkeypatch.setattr(F, "SUPPORTED_VERSIONS", frozenset({1}))
-    with pytest.raises(SnapshotFormatError, match="version 2"):
+    with pytest.raises(SnapshotFormatError, match="version 3"):
         Engine.restore_bytes(blob)
 
 

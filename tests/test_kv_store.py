@@ -96,8 +96,8 @@ def test_blocks_are_in_the_kv_type(stored: Stored, model_path: Path) -> None:
         data = f.read_bytes()
         assert data[:8] == MAGIC
         sizes.append(len(data))
-    # Header (52 bytes), payload, digest (32 bytes).
-    assert sorted(sizes) == sorted(52 + n * per_pos + 32 for n in (CHUNK, CHUNK, SAVED - 2 * CHUNK))
+    # Header (52 bytes), payload, checksum (16 bytes).
+    assert sorted(sizes) == sorted(52 + n * per_pos + 16 for n in (CHUNK, CHUNK, SAVED - 2 * CHUNK))
 
 
 def test_restore_from_folder_is_exact(stored: Stored, model_path: Path) -> None:

@@ -120,7 +120,7 @@ def test_info_reads_metadata_without_a_model(
     p.write_bytes(blob)
     for src in (p, str(p), blob):
         i = snapshot.info(src)
-        assert i.magic == b"OXISNAP1" and i.version == 1 and i.arch_id == "llama"
+        assert i.magic == b"OXISNAP1" and i.version == 3 and i.arch_id == "llama"
         assert i.model_path == str(model_path) and i.tokenizer_path is None
         assert (i.tokens_count, i.max_context_length, i.kv_dtype) == (e.n_past, 256, "f16")
         assert i.num_threads == 2 and i.size_bytes == len(blob)

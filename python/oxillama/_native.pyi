@@ -22,6 +22,7 @@ __all__ = [
     "bpe_token_pieces",
     "byte_level_pieces",
     "can_quantize",
+    "checksum",
     "convert_kv",
     "count_pool_work",
     "dequantize",
@@ -38,7 +39,7 @@ __all__ = [
     "str_list",
     "token_type_attrs",
     "vec_dot",
-    "write_hashed",
+    "write_checksummed",
 ]
 
 __version__: str
@@ -204,7 +205,8 @@ def eval_batch(
 ) -> npt.NDArray[np.float32]: ...
 def blake3(data: bytes | bytearray | memoryview) -> bytes: ...
 def filled_bytes(n: int, fill: Callable[[memoryview], object]) -> bytes: ...
-def write_hashed(fd: int, data: bytes | bytearray | memoryview, offset: int) -> bytes: ...
+def checksum(data: bytes | bytearray | memoryview) -> bytes: ...
+def write_checksummed(fd: int, data: bytes | bytearray | memoryview, offset: int) -> bytes: ...
 def logprobs(
     logits: npt.NDArray[np.float32], token: int, k: int
 ) -> tuple[float, list[tuple[int, float]]]: ...

@@ -623,12 +623,20 @@ fn blake3_digest<'py>(py: Python<'py>, data: &Bound<'py, PyAny>) -> PyResult<Bou
     Ok(PyBytes::new(py, h.as_bytes()))
 }
 
-/// Writes `data` at byte `offset` of the open file `fd` while hashing it;
-/// returns the BLAKE3 digest. The GIL is released for both, so the caller
-/// must own `data` exclusively for the call (the snapshot writer passes its
-/// private image buffer).
+/// The snapshot checksum (16 bytes, `crate::checksum`) of a bytes-like
+/// object, computed on the shared pool without the GIL.
 #[pyfunction]
-fn write_hashed<'py>(
+fn checksum<'py>(py: Python<'py>, data: &Bound<'py, PyAny>) -> PyResult<Bound<'py, PyBytes>> {
+    let d = guard(|| with_bytes(data, crate::checksum::digest))?;
+    Ok(PyBytes::new(py, &d))
+}
+
+/// Writes `data` at byte `offset` of the open file `fd` while computing its
+/// checksum (as `checksum`), which it returns. The GIL is released for
+/// both, so the caller must own `data` exclusively for the call (the
+/// snapshot writer passes its private image buffer).
+#[pyfunction]
+fn write_checksummed<'py>(
     py: Python<'py>,
     fd: i32,
     data: &Bound<'py, PyAny>,
@@ -637,7 +645,7 @@ fn write_hashed<'py>(
     use std::os::fd::FromRawFd;
     if fd < 0 {
         return Err(crate::Error::invalid(format!(
-            "write_hashed: bad file descriptor {fd}"
+            "write_checksummed: bad file descriptor {fd}"
         )))
         .py_err();
     }
@@ -646,7 +654,7 @@ fn write_hashed<'py>(
     // we read it with the GIL released.
     let Ok(export) = super::buffer::Export::get(data, false) else {
         return Err(crate::Error::invalid(
-            "write_hashed needs a contiguous buffer",
+            "write_checksummed needs a contiguous buffer",
         ))
         .py_err();
     };
@@ -654,9 +662,10 @@ fn write_hashed<'py>(
     // SAFETY: `fd` is non-negative and open in the caller, which keeps it
     // open for the call; ManuallyDrop keeps us from closing it.
     let file = std::mem::ManuallyDrop::new(unsafe { std::fs::File::from_raw_fd(fd) });
-    let digest =
-        guard(|| Ok(py.detach(|| crate::hashed_write::write_hashing(&file, bytes, offset))?))?;
-    Ok(PyBytes::new(py, digest.as_bytes()))
+    let digest = guard(|| {
+        Ok(py.detach(|| crate::hashed_write::write_checksumming(&file, bytes, offset))?)
+    })?;
+    Ok(PyBytes::new(py, &digest))
 }
 
 /// One forward pass that appends `tokens[i]` to `sessions[i]` for every
@@ -725,7 +734,8 @@ pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(convert_kv, m)?)?;
     m.add_function(wrap_pyfunction!(kv_encode_row, m)?)?;
     m.add_function(wrap_pyfunction!(blake3_digest, m)?)?;
-    m.add_function(wrap_pyfunction!(write_hashed, m)?)?;
+    m.add_function(wrap_pyfunction!(write_checksummed, m)?)?;
+    m.add_function(wrap_pyfunction!(checksum, m)?)?;
     m.add_function(wrap_pyfunction!(super::buffer::filled_bytes, m)?)?;
     Ok(())
 }

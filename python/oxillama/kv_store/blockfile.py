@@ -1,6 +1,7 @@
 """One stored block as bytes: a header naming its key, its KV payload and a
-BLAKE3 digest of both, so a flipped or missing byte is detected before the
-block reaches a session."""
+checksum of both (``_native.checksum``, as snapshots carry), so a flipped or
+missing byte is detected before the block reaches a session. Blocks of the
+first layout (``OXIKVB01``, a BLAKE3 digest) read as misses."""
 
 from __future__ import annotations
 
@@ -8,9 +9,9 @@ import struct
 
 import oxillama._native as _native
 
-MAGIC = b"OXIKVB01"
+MAGIC = b"OXIKVB02"
 _HEAD = struct.Struct("<8s32sIQ")  # magic, key, positions, payload bytes
-_DIGEST = 32
+_DIGEST = 16
 
 
 class CorruptBlock(Exception):
@@ -20,7 +21,7 @@ class CorruptBlock(Exception):
 
 def encode(key: bytes, positions: int, payload: bytes | memoryview) -> bytes:
     body = _HEAD.pack(MAGIC, key, positions, len(payload)) + payload
-    return body + bytes(_native.blake3(body))
+    return body + _native.checksum(body)
 
 
 def decode(key: bytes, positions: int, data: bytes) -> memoryview:
@@ -33,7 +34,7 @@ def decode(key: bytes, positions: int, data: bytes) -> memoryview:
     if len(data) != _HEAD.size + size + _DIGEST:
         raise CorruptBlock(f"{len(data)} bytes, the header says {_HEAD.size + size + _DIGEST}")
     view = memoryview(data)
-    if bytes(_native.blake3(view[:-_DIGEST])) != bytes(view[-_DIGEST:]):
+    if _native.checksum(view[:-_DIGEST]) != bytes(view[-_DIGEST:]):
         raise CorruptBlock("checksum mismatch")
     if got_key != key or got_n != positions:
         raise CorruptBlock("the block holds another key")

@@ -35,7 +35,6 @@ from oxillama.sessions.session import (
     capture_into,
     restore,
     snapshot_size,
-    snapshot_version,
     write_atomic,
     writers,
 )
@@ -77,7 +76,7 @@ def dump(
     """Writes the engine's session to ``path`` crash-safely (temp file,
     fsync unless ``durable=False``, rename; see :mod:`.atomic`)."""
     state = _state(engine)
-    write_atomic(path, writers(state), durable=durable, version=snapshot_version(state))
+    write_atomic(path, writers(state), durable=durable)
 
 
 def loads(
@@ -150,7 +149,7 @@ class _Codec:
     """OXISNAP1 for :class:`~oxillama.Engine` (see ``SnapshotCodec``)."""
 
     def dump(self, state: SessionState, path: str | os.PathLike[str], *, durable: bool) -> None:
-        write_atomic(path, writers(state), durable=durable, version=snapshot_version(state))
+        write_atomic(path, writers(state), durable=durable)
 
     def dumps(self, state: SessionState) -> bytes:
         return capture_bytes(state)

@@ -6,10 +6,16 @@ Layout (all integers little-endian)::
     0       8     magic  b"OXISNAP1"
     8       4     u32    format version
     12      8     u64    payload length P
-    20      32    blake3 digest of the payload
+    20      32    checksum of the payload
     52      P     payload: a sequence of sections
 
     section := u32 tag | u64 length L | L bytes
+
+The checksum of version 3 is ``_native.checksum`` (XXH3-128 over 1 MiB
+leaves and then over their digests, see ``rust/checksum.rs``) followed by 16
+zero bytes; versions 1 and 2 carry the payload's BLAKE3 and are still read.
+Both guard against corruption; neither authenticates (whoever writes a file
+can write its digest), so the cheaper one is written.
 
 Readers skip sections whose tag they do not know, so later versions can add
 sections without breaking older readers. Nothing in the payload is used
@@ -27,14 +33,19 @@ import oxillama._native as _native
 from oxillama.errors import ParameterError, SnapshotFormatError
 
 MAGIC = b"OXISNAP1"
-VERSION = 1
-#: The version of a snapshot whose KV rows are stored Hadamard-rotated
-#: (``meta.engine.kv_rot``): a reader that predates the rotation would take
-#: the rotated rows for plain ones, so it must refuse such a file, and its
-#: version check does. Snapshots without rotated rows stay version 1.
+#: BLAKE3 checksums, plain KV rows.
+VERSION_BLAKE3 = 1
+#: BLAKE3 checksums, KV rows possibly stored Hadamard-rotated
+#: (``meta.engine.kv_rot``): version 1 readers would take rotated rows for
+#: plain ones, so such files were given a version they refuse.
 VERSION_KV_ROT = 2
+#: The version written: the XXH3 leaf checksum; ``meta.engine.kv_rot``
+#: says whether rows are rotated (no reader of versions 1 and 2 accepts it).
+VERSION = 3
 #: Versions this reader accepts (every version it has shipped).
-SUPPORTED_VERSIONS = frozenset({1, VERSION_KV_ROT})
+SUPPORTED_VERSIONS = frozenset({VERSION_BLAKE3, VERSION_KV_ROT, VERSION})
+#: A version 3 header's checksum field: the 16-byte checksum, then zeros.
+_PAD = bytes(16)
 HEADER = struct.Struct("<8sIQ32s")
 SECTION = struct.Struct("<IQ")
 
@@ -52,7 +63,14 @@ def encode(sections: Iterable[Section], *, magic: bytes = MAGIC, version: int = 
         parts.append(SECTION.pack(s.tag, len(s.data)))
         parts.append(s.data)
     payload = b"".join(parts)
-    return HEADER.pack(magic, version, len(payload), _native.blake3(payload)) + payload
+    return HEADER.pack(magic, version, len(payload), checksum(payload, version)) + payload
+
+
+def checksum(payload: bytes | bytearray | memoryview, version: int = VERSION) -> bytes:
+    """The header's 32-byte checksum field for ``payload`` in ``version``."""
+    if version >= VERSION:
+        return _native.checksum(payload) + _PAD
+    return _native.blake3(payload)
 
 
 #: A section written in place: (tag, length, fill) where ``fill`` writes
@@ -80,7 +98,7 @@ def encode_into(
     if out is None:
         out = bytearray(encoded_size(secs))
     view = fill_payload(secs, out)
-    seal(view, _native.blake3(view[HEADER.size :]), magic=magic, version=version)
+    seal(view, checksum(view[HEADER.size :], version), magic=magic, version=version)
     return out
 
 
@@ -102,7 +120,10 @@ def fill_payload(sections: list[Writer], out: bytearray | memoryview) -> memoryv
 
 
 def seal(view: memoryview, digest: bytes, *, magic: bytes = MAGIC, version: int = VERSION) -> None:
-    """Writes the header of a filled container, given its payload digest."""
+    """Writes the header of a filled container, given its payload's
+    checksum (:func:`checksum`; a bare 16-byte one is padded)."""
+    if len(digest) == len(_PAD):
+        digest += _PAD
     HEADER.pack_into(view, 0, magic, version, view.nbytes - HEADER.size, digest)
 
 
@@ -160,7 +181,7 @@ def decode_verifying(
         raise SnapshotFormatError(f"{len(view) - end} unexpected bytes after the payload")
     payload = view[HEADER.size : end]
     digest = bytes(view[20:52])
-    verified = _checksum(payload, digest, background)
+    verified = _checksum(payload, digest, version, background)
     try:
         secs = dict(_sections(payload))
     except SnapshotFormatError:
@@ -169,18 +190,21 @@ def decode_verifying(
     return version, secs, verified
 
 
-#: Below this a payload is hashed in place: a thread costs more than it hides.
+#: Below this a payload is hashed in place: a thread costs more than it
+#: hides. A version 3 checksum runs at memory speed on the pool: always.
 _BACKGROUND_MIN = 1 << 20
 
 
-def _checksum(payload: memoryview, digest: bytes, background: bool) -> Callable[[], None]:
-    """The wait for ``payload``'s BLAKE3 to be compared with ``digest``."""
+def _checksum(
+    payload: memoryview, digest: bytes, version: int, background: bool
+) -> Callable[[], None]:
+    """The wait for ``payload``'s checksum to be compared with ``digest``."""
     found: list[bytes] = []
     failed: list[BaseException] = []
 
     def run() -> None:
         try:
-            found.append(_native.blake3(payload))
+            found.append(checksum(payload, version))
         except BaseException as e:  # re-raised by verified(), in the caller's thread
             failed.append(e)
 
@@ -193,7 +217,7 @@ def _checksum(payload: memoryview, digest: bytes, background: bool) -> Callable[
             raise SnapshotFormatError("checksum mismatch: the snapshot is corrupt")
 
     thread = None
-    if background and len(payload) >= _BACKGROUND_MIN:
+    if background and version < VERSION and len(payload) >= _BACKGROUND_MIN:
         # The hash runs without the GIL: a restore loads its model meanwhile.
         thread = threading.Thread(target=run, name="oxillama-snapshot-checksum", daemon=True)
         thread.start()

@@ -42,7 +42,6 @@ from oxillama.sessions.atomic import replace_file
 from oxillama.sessions.format import (
     HEADER,
     VERSION,
-    VERSION_KV_ROT,
     Writer,
     decode_verifying,
     encode_into,
@@ -65,10 +64,8 @@ def capture_bytes(state: SessionState) -> bytes:
     """The session as one OXISNAP1 blob (weights excluded), an immutable
     ``bytes`` written in place (one allocation, one pass; see
     ``_native.filled_bytes``)."""
-    secs, version = writers(state), snapshot_version(state)
-    return _native.filled_bytes(
-        encoded_size(secs), lambda view: encode_into(secs, view, version=version)
-    )
+    secs = writers(state)
+    return _native.filled_bytes(encoded_size(secs), lambda view: encode_into(secs, view))
 
 
 def capture_into(state: SessionState, buffer: Any) -> int:
@@ -88,7 +85,7 @@ def capture_into(state: SessionState, buffer: Any) -> int:
         with view.cast("B") as flat, flat[:n] as out:
             if out.nbytes < n:
                 raise ParameterError(f"the snapshot needs {n} bytes, the buffer has {flat.nbytes}")
-            encode_into(secs, out, version=snapshot_version(state))
+            encode_into(secs, out)
     return n
 
 
@@ -104,12 +101,6 @@ def _kv_rot(state: SessionState) -> tuple[int, int]:
         return (0, 0)
     k, v = state.kv.kv_rot
     return (int(k), int(v))
-
-
-def snapshot_version(state: SessionState) -> int:
-    """The container version the session's snapshot is written as: the
-    first that can hold it (see ``format.VERSION_KV_ROT``)."""
-    return VERSION_KV_ROT if _kv_rot(state) != (0, 0) else VERSION
 
 
 def writers(state: SessionState) -> list[Writer]:
@@ -734,7 +725,7 @@ def write_atomic(
         with _image(size) as image:
             fill_payload(secs, image)
             with image[HEADER.size :] as payload:
-                digest = _native.write_hashed(fd, payload, HEADER.size)
+                digest = _native.write_checksummed(fd, payload, HEADER.size)
             seal(image, digest, version=version)
             with image[: HEADER.size] as header:
                 if os.pwrite(fd, header, 0) != HEADER.size:
