@@ -2,11 +2,11 @@
 //! the KV cache and the sampler. Everything here is plain Rust; the PyO3
 //! wrappers live in `python/` and compile only with the `python` feature.
 
+pub mod checksum;
 mod env_switch;
 pub mod error;
 pub mod gguf;
 pub mod grammar;
-pub mod checksum;
 pub mod hash;
 pub mod hashed_write;
 pub mod lora;

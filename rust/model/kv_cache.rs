@@ -461,55 +461,86 @@ impl KvCache {
     /// must be exactly `export_len(n)` bytes. The cache then holds fresh
     /// pages for exactly those positions.
     pub fn import(&mut self, n: usize, data: &[u8], pool: &ThreadPool) -> Result<()> {
-        if n > self.n_ctx {
+        self.import_at(0, &[(n, data)], pool)
+    }
+
+    /// Keeps positions `0..start` and writes the positions of `blocks`
+    /// after them, one block after another: each `(p, data)` is an export
+    /// of `p` positions (`export_len(p)` bytes, the layout of `export`),
+    /// as the prefix store keeps them. Everything is checked before the
+    /// cache changes; the positions written get pages of their own.
+    pub fn import_at(
+        &mut self,
+        start: usize,
+        blocks: &[(usize, &[u8])],
+        pool: &ThreadPool,
+    ) -> Result<()> {
+        let added = blocks
+            .iter()
+            .try_fold(0usize, |t, &(p, _)| t.checked_add(p));
+        let end = added.and_then(|a| a.checked_add(start));
+        let Some(end) = end.filter(|&e| e <= self.n_ctx) else {
             return Err(Error::invalid(format!(
-                "snapshot holds {n} positions but the context size is {}",
+                "the snapshot or stored blocks hold positions past the context size of {}",
                 self.n_ctx
             )));
-        }
-        if data.len() != self.export_len(n) {
+        };
+        if start > self.pages.len() * PAGE {
             return Err(Error::invalid(format!(
-                "KV data is {} bytes, expected {} for {n} positions",
-                data.len(),
-                self.export_len(n)
+                "cannot import at position {start}: the cache holds {}",
+                self.pages.len() * PAGE
             )));
         }
-        self.truncate(0);
-        self.reserve(0, n)?;
-        let per_layer = self.layer_len(n);
+        for &(p, data) in blocks {
+            if data.len() != self.export_len(p) {
+                return Err(Error::invalid(format!(
+                    "KV data is {} bytes, expected {} for {p} positions",
+                    data.len(),
+                    self.export_len(p)
+                )));
+            }
+        }
+        self.truncate(start);
+        self.reserve(start, end)?;
         let (kv_pool, pages, n_head_kv) = (&*self.pool, &self.pages[..], self.n_head_kv);
         let dims = [
             (Side::K, self.dtype.k.row_bytes(self.dim_k)),
             (Side::V, self.dtype.v.row_bytes(self.dim_v)),
         ];
+        let layer_len = |p: usize| self.layer_len(p);
         // Layers are independent: each pool thread fills whole layers (the
         // first touch of the pages is most of the cost).
         pool.run(self.n_layer(), |l| {
-            let mut off = l * per_layer;
-            for (side, d) in dims {
-                for h in 0..n_head_kv {
-                    let mut j = 0;
-                    while j < n {
-                        let end = ((j / PAGE + 1) * PAGE).min(n);
-                        let len = (end - j) * d;
-                        // SAFETY: `reserve(0, n)` gave us these pages alone
-                        // (fresh after `truncate(0)`), and each layer is
-                        // written by one chunk only.
-                        let rows = unsafe {
-                            kv_pool.rows_mut(
-                                l,
-                                side,
-                                pages[j / PAGE],
-                                h,
-                                j % PAGE,
-                                (end - 1) % PAGE + 1,
-                            )
-                        };
-                        read_le(rows, &data[off..off + len]);
-                        off += len;
-                        j = end;
+            let mut pos = start;
+            for &(p, data) in blocks {
+                let mut off = l * layer_len(p);
+                for (side, d) in dims {
+                    for h in 0..n_head_kv {
+                        let mut j = pos;
+                        while j < pos + p {
+                            let stop = ((j / PAGE + 1) * PAGE).min(pos + p);
+                            let len = (stop - j) * d;
+                            // SAFETY: `reserve(start, end)` made the pages
+                            // of these positions ours alone (fresh, or
+                            // copies of shared ones), and each layer is
+                            // written by one chunk only.
+                            let rows = unsafe {
+                                kv_pool.rows_mut(
+                                    l,
+                                    side,
+                                    pages[j / PAGE],
+                                    h,
+                                    j % PAGE,
+                                    (stop - 1) % PAGE + 1,
+                                )
+                            };
+                            read_le(rows, &data[off..off + len]);
+                            off += len;
+                            j = stop;
+                        }
                     }
                 }
+                pos += p;
             }
         });
         Ok(())

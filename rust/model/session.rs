@@ -403,6 +403,30 @@ impl Session {
         Ok(())
     }
 
+    /// Keeps the first `start` positions and appends the positions of
+    /// `blocks` (each `(p, export of p positions)`), as the prefix store
+    /// restores its blocks: straight from each block's bytes, with no
+    /// joined copy and nothing before `start` written again. Models with
+    /// a recurrent state are refused (their state is not kept per block).
+    /// On error the session is unchanged.
+    pub fn import_kv_at(&mut self, start: usize, blocks: &[(usize, &[u8])]) -> Result<()> {
+        if self.rec.is_some() {
+            return Err(Error::invalid(
+                "a model with a recurrent state cannot import KV blocks",
+            ));
+        }
+        if start > self.n_past {
+            return Err(Error::invalid(format!(
+                "cannot import at position {start}: the context holds {}",
+                self.n_past
+            )));
+        }
+        self.kv.import_at(start, blocks, &self.pool)?;
+        self.n_past = start + blocks.iter().map(|b| b.0).sum::<usize>();
+        self.hidden_valid = false;
+        Ok(())
+    }
+
     /// A session on the same KV pool whose first `n` positions are this
     /// one's, holding the same pages (copied on the first write into one).
     pub fn fork(&self, n: usize) -> Result<Session> {

@@ -79,6 +79,12 @@ impl Export {
         usize::try_from(self.raw.len).unwrap_or(0)
     }
 
+    /// Whether the exporter offered the memory read-only (`bytes`, a
+    /// read-only mapping or memoryview): no Python code can write it.
+    pub fn readonly(&self) -> bool {
+        self.raw.readonly != 0
+    }
+
     /// The exported bytes. The export keeps the memory allocated and the
     /// object from resizing while `self` lives.
     pub fn bytes(&self) -> &[u8] {

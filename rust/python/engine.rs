@@ -526,6 +526,41 @@ impl PySession {
             .run(|| with_bytes(data, |d| session.import_kv(n, d))?.py_err())
     }
 
+    /// Keeps the first `start` positions and appends `blocks`, each a
+    /// `(positions, bytes)` export of that many positions (the prefix
+    /// store's blocks), read where they lie. On error the session is
+    /// unchanged.
+    fn import_kv_at(
+        &mut self,
+        py: Python<'_>,
+        start: usize,
+        blocks: Vec<(usize, Bound<'_, PyAny>)>,
+    ) -> PyResult<()> {
+        // The exports keep every buffer allocated and unresized; read-only
+        // ones (the store's bytes and file mappings) cannot be written by
+        // Python code either, so the GIL is released for them only.
+        let mut held = Vec::with_capacity(blocks.len());
+        for (p, b) in &blocks {
+            let Ok(export) = super::buffer::Export::get(b, false) else {
+                return Err(crate::Error::invalid(
+                    "import_kv_at needs contiguous buffers",
+                ))
+                .py_err();
+            };
+            held.push((*p, export));
+        }
+        let detach = held.iter().all(|(_, e)| e.readonly());
+        let views: Vec<(usize, &[u8])> = held.iter().map(|(p, e)| (*p, e.bytes())).collect();
+        let session = &mut self.inner;
+        self.poison.run(|| {
+            if detach {
+                py.detach(|| session.import_kv_at(start, &views)).py_err()
+            } else {
+                session.import_kv_at(start, &views).py_err()
+            }
+        })
+    }
+
     #[getter]
     fn kv_dtype(&self) -> String {
         self.inner.kv.dtype.name()
@@ -662,9 +697,8 @@ fn write_checksummed<'py>(
     // SAFETY: `fd` is non-negative and open in the caller, which keeps it
     // open for the call; ManuallyDrop keeps us from closing it.
     let file = std::mem::ManuallyDrop::new(unsafe { std::fs::File::from_raw_fd(fd) });
-    let digest = guard(|| {
-        Ok(py.detach(|| crate::hashed_write::write_checksumming(&file, bytes, offset))?)
-    })?;
+    let digest =
+        guard(|| Ok(py.detach(|| crate::hashed_write::write_checksumming(&file, bytes, offset))?))?;
     Ok(PyBytes::new(py, &digest))
 }
 

@@ -52,7 +52,7 @@ from oxillama.engine.session_state import (
 from oxillama.errors import GenerateError, ParameterError
 from oxillama.kv_store.binding import LoraKey, StoreBinding, lora_key
 from oxillama.kv_store.spec import KvStoreSpec, open_store
-from oxillama.kv_store.store import KvStore
+from oxillama.kv_store.store import KvStore, import_blocks
 from oxillama.model.lora import LoraAdapter, LoraSpec
 from oxillama.model.lora import apply as apply_loras
 from oxillama.model.lora import resolve as _resolve_loras
@@ -804,9 +804,9 @@ class Engine:
             got = self._store.fetch(full, self.n_past, key)
             if got is None:
                 return prompt_tokens
-            n, data = got
+            n = got[0]
             # On error the session is unchanged, and the prompt prefilled.
-            self._session.import_kv(n, data)
+            import_blocks(self._session, got, self.n_past)
         except Exception:
             _log.exception("kv_store: restoring stored blocks failed; prefilling instead")
             return prompt_tokens

@@ -10,7 +10,7 @@ from typing import Any
 from oxillama.errors import ParameterError
 from oxillama.kv_store.key import StoreContext
 from oxillama.kv_store.layout import KvLayout
-from oxillama.kv_store.store import KvStore
+from oxillama.kv_store.store import Fetched, KvStore
 from oxillama.model.fingerprint import prefetch_fingerprint
 
 #: A LoRA stack as keys see it: (adapter file digest, scale) pairs.
@@ -57,10 +57,8 @@ class StoreBinding:
             r = self._roots[loras] = ctx.root()
         return r
 
-    def fetch(
-        self, tokens: Sequence[int], have: int = 0, loras: LoraKey = ()
-    ) -> tuple[int, bytearray] | None:
-        return self.store.fetch(self.root(loras), self.layout, tokens, have)
+    def fetch(self, tokens: Sequence[int], have: int = 0, loras: LoraKey = ()) -> Fetched | None:
+        return self.store.fetch(self.root(loras), tokens, have)
 
     def save(
         self, tokens: Sequence[int], session: Any, marks: Sequence[int] = (), loras: LoraKey = ()

@@ -24,7 +24,7 @@ def encode(key: bytes, positions: int, payload: bytes | memoryview) -> bytes:
     return body + _native.checksum(body)
 
 
-def decode(key: bytes, positions: int, data: bytes) -> memoryview:
+def decode(key: bytes, positions: int, data: bytes | memoryview) -> memoryview:
     """The payload of ``data``, checked against ``key`` and ``positions``."""
     if len(data) < _HEAD.size + _DIGEST:
         raise CorruptBlock(f"{len(data)} bytes is shorter than a block header")

@@ -1,10 +1,10 @@
-"""Cutting a session's exported KV into blocks of positions and joining
-blocks back into an export the session imports.
+"""Cutting a session's exported KV into blocks of positions (which
+``Session.import_kv_at`` takes back one after another).
 
 ``Session.export_kv`` lays the cache out per layer: the K rows of each head
 (all positions in order), then the V rows of each head. A block keeps the
-same order restricted to its positions: for each layer and head the K rows
-of its positions, then likewise the V rows. Rows stay in the session's KV
+same order restricted to its positions: it is the export of those
+positions (per layer, each head's K rows, then each head's V rows). Rows stay in the session's KV
 type (f16, q8_0 or q4_0 blocks), so a quantized cache stores smaller blocks.
 """
 
@@ -59,31 +59,14 @@ class KvLayout:
 
     def split(self, export: bytes, n: int, spans: Sequence[tuple[int, int]]) -> list[bytes]:
         """The blocks of positions ``[a, b)`` for each span of an export of
-        ``n`` positions."""
+        ``n`` positions: each is itself the export of its positions (per
+        layer, the K rows of each head, then the V rows), which
+        ``Session.import_kv_at`` writes back where they lie."""
         k, v = self._views(np.frombuffer(export, dtype=np.uint8), n)
-        return [k[:, :, a:b].tobytes() + v[:, :, a:b].tobytes() for a, b in spans]
-
-    def join(self, blocks: Sequence[tuple[int, bytes | memoryview]]) -> bytearray:
-        """The export of the positions of ``blocks`` (each ``(positions,
-        payload)``), one after the other."""
-        n = sum(p for p, _ in blocks)
-        per = self.position_bytes
-        size = sum(len(b) for _, b in blocks)
-        if n == 0 or size % (n * per):
-            raise ParameterError("kv_store: blocks that do not make one KV export")
-        n_layer = size // (n * per)
-        out = bytearray(size)
-        k, v = self._views(np.frombuffer(out, dtype=np.uint8), n)
-        at = 0
-        for p, b in blocks:
-            if len(b) != n_layer * p * per:
-                raise ParameterError("kv_store: a block of another size")
-            src = np.frombuffer(b, dtype=np.uint8)
-            k_bytes = n_layer * self.n_head_kv * p * self.row_k
-            bk, bv = src[:k_bytes].view(), src[k_bytes:].view()
-            bk.shape = (n_layer, self.n_head_kv, p, self.row_k)
-            bv.shape = (n_layer, self.n_head_kv, p, self.row_v)
-            k[:, :, at : at + p] = bk
-            v[:, :, at : at + p] = bv
-            at += p
-        return out
+        n_layer = k.shape[0]
+        return [
+            np.concatenate(
+                (k[:, :, a:b].reshape(n_layer, -1), v[:, :, a:b].reshape(n_layer, -1)), axis=1
+            ).tobytes()
+            for a, b in spans
+        ]

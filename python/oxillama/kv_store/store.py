@@ -44,7 +44,7 @@ class Tier(Protocol):
     errors: tuple[type[BaseException], ...]
 
     def has_many(self, keys: list[bytes]) -> list[bool]: ...
-    def get(self, key: bytes) -> bytes | None: ...
+    def get(self, key: bytes) -> bytes | memoryview | None: ...
     def put(self, key: bytes, data: bytes) -> bool: ...
     def discard(self, key: bytes) -> None: ...
 
@@ -53,6 +53,23 @@ class Tier(Protocol):
 #: writer thread: cutting and checksumming a long export takes a while),
 #: and the tiers to write.
 _Job = tuple[list[bytes], int, Callable[[], list[bytes]], list[Tier]]
+
+
+#: What :meth:`KvStore.fetch` finds: the positions, and the blocks that
+#: hold them from position 0 (each ``(positions, KV export)``).
+Fetched = tuple[int, list[tuple[int, memoryview]]]
+
+
+def import_blocks(session: Any, got: Fetched, have: int) -> None:
+    """Puts fetched blocks into ``session``, which holds ``have`` positions
+    of the same tokens: blocks that end within them are skipped, the rest
+    are written where they lie (no joined copy). On error the session is
+    unchanged."""
+    start, todo = 0, got[1]
+    while todo and start + todo[0][0] <= have:
+        start += todo[0][0]
+        todo = todo[1:]
+    session.import_kv_at(start, todo)
 
 
 def _worth(n: int, have: int) -> bool:
@@ -123,13 +140,12 @@ class KvStore:
                     where[j].append(i)
         return where
 
-    def fetch(
-        self, root: bytes, layout: KvLayout, tokens: Sequence[int], have: int = 0
-    ) -> tuple[int, bytearray] | None:
-        """The KV of the longest run of stored blocks at the start of
-        ``tokens`` that leaves at least one token to evaluate, as
-        ``(positions, export bytes)``; None when it would not go past the
-        ``have`` positions the caller already holds."""
+    def fetch(self, root: bytes, tokens: Sequence[int], have: int = 0) -> Fetched | None:
+        """The longest run of stored blocks at the start of ``tokens`` that
+        leaves at least one token to evaluate, as ``(positions, blocks)``
+        (each block ``(its positions, its KV export)``, in order, for
+        ``Session.import_kv_at``: see :func:`import_blocks`); None when it
+        would not go past the ``have`` positions the caller already holds."""
         n_pages = (len(tokens) - 1) // PAGE
         if n_pages <= 0 or not _worth(n_pages * PAGE, have):
             return None
@@ -188,7 +204,7 @@ class KvStore:
                     [self.tiers[k]],
                 )
             )
-        return n, layout.join([(positions, p) for _, positions, p in got])
+        return n, [(positions, p) for _, positions, p in got]
 
     def _read(self, key: bytes, positions: int, tiers: list[int]) -> tuple[int, memoryview] | None:
         for i in tiers:

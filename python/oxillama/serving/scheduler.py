@@ -90,6 +90,7 @@ from oxillama.errors import (
     ParameterError,
 )
 from oxillama.kv_store.binding import StoreBinding
+from oxillama.kv_store.store import import_blocks
 from oxillama.serving.mailbox import wakeups_held
 from oxillama.serving.prefix_cache import PrefixCache
 from oxillama.text.assembler import TextAssembler
@@ -1121,7 +1122,7 @@ class Scheduler:
             return
         if got is None:
             return
-        n, data = got
+        n = got[0]
         need = -(-n // PAGE)
         while need > self._pool.free_pages - self._reserved:
             if self.prefix is None or not self.prefix.evict_one():
@@ -1131,7 +1132,7 @@ class Scheduler:
         )
         kv.prefill_chunk = self.prefill_chunk
         try:
-            kv.import_kv(n, data)
+            import_blocks(kv, got, 0)
         except OxiLlamaError:
             log.exception("kv_store: importing %d stored positions failed; prefilling instead", n)
             return
@@ -1247,12 +1248,12 @@ class Scheduler:
             return
         if got is None:
             return
-        n, data = got
+        n = got[0]
         kv = s.session
         if not self._room(max(0, -(-n // PAGE) - kv.pages_held), conv):
             return  # no room: the prompt is prefilled instead
         try:
-            kv.import_kv(n, data)
+            import_blocks(kv, got, st.n_past)
         except OxiLlamaError:
             log.exception("kv_store: importing %d stored positions failed; prefilling instead", n)
             return
