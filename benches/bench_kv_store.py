@@ -15,6 +15,12 @@ generated token, each phase in a fresh process (a restart is a new one):
 5. llama-cpp-python with ``LlamaDiskCache``: the request in one process
    (which fills the cache), then again in a fresh process.
 
+Each side's clock starts once its engine is loaded as its server would be
+before it answers: llama.cpp's ``Llama()`` (which repacks weights and
+allocates and clears its KV), our ``AsyncEngine`` after ``ready()`` (the
+repacked weights built; ``oxillama serve`` waits for the same before it
+listens).
+
 Targets (issue 57): after the restart at most 10% of cold, through Redis at
 most 15%, and below LlamaDiskCache after its restart. Run on a quiet machine;
 ``--facts 20`` is a smoke run.
@@ -68,6 +74,9 @@ def _oxillama(args: dict[str, object]) -> list[float]:
             threads=int(str(args["threads"])),
             kv_store=list(args["store"]),  # type: ignore[call-overload]
         )
+        # Loaded as llama.cpp's Llama() is before its request: weights
+        # repacked (oxillama serve waits for this before it listens).
+        await e.ready()
         out = []
         for _ in range(int(str(args["repeat"]))):
             t = time.perf_counter()

@@ -278,6 +278,12 @@ impl GgufFile {
         self.packed.get_or_init(|| build(self));
     }
 
+    /// Whether the weight arena has been built (it may hold nothing, where
+    /// no matrix is repacked or copied on this CPU).
+    pub fn arena_built(&self) -> bool {
+        self.packed.get().is_some()
+    }
+
     /// What a view of the `len` bytes at `offset` (a tensor's data start)
     /// reads, from one arena lookup: the huge-page copy if the arena holds
     /// one, else the file's bytes; and the derived decode layout, if one was

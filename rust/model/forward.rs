@@ -96,6 +96,8 @@ pub struct Model {
     ropes: Ropes,
     /// The memory budget's pager, when the model runs under one.
     pager: RwLock<Option<Arc<LayerPager>>>,
+    /// Set once `prepare_weights` has started the arena's build.
+    preparing: std::sync::atomic::AtomicBool,
 }
 
 impl Model {
@@ -176,6 +178,7 @@ impl Model {
                 long,
             },
             pager: RwLock::new(None),
+            preparing: std::sync::atomic::AtomicBool::new(false),
         })
     }
 
@@ -201,6 +204,40 @@ impl Model {
             let _ = self.file.page(0, self.file.file_size(), Paging::Normal);
         }
         Ok(())
+    }
+
+    /// Starts building the weight arena (the repacked decode layouts and
+    /// huge-page copies the first pass would otherwise build) on a thread
+    /// of its own, with `threads` workers, unless the model runs under an
+    /// offload budget (which never holds them). Returns at once; a pass
+    /// that starts before the build ends waits for it, as it would have
+    /// built it. Why: the build is a load-time cost (0.3 s of Gemma-3's
+    /// first request in a fresh process, most of it faulting in new
+    /// memory), and an engine usually has other work before its first
+    /// pass (a server waits for requests, a request is tokenized and its
+    /// stored blocks read), which it now overlaps. llama.cpp repacks while
+    /// loading too. Once per model.
+    pub fn prepare_weights(self: &Arc<Self>, threads: usize) {
+        use std::sync::atomic::Ordering;
+        if self.current_pager().is_some() || self.preparing.swap(true, Ordering::AcqRel) {
+            return;
+        }
+        let m = Arc::clone(self);
+        // A failed spawn only leaves the build to the first pass.
+        let _ = std::thread::Builder::new()
+            .name("oxillama-weights".into())
+            .spawn(move || m.wait_weights(threads));
+    }
+
+    /// Returns once the weight arena is built (building it on this thread
+    /// if nobody has started), unless the model runs under an offload
+    /// budget: what a caller that wants the first pass to find the weights
+    /// ready (a server before it reports itself ready) waits on.
+    pub fn wait_weights(&self, threads: usize) {
+        if self.current_pager().is_none() {
+            let pool = crate::threadpool::shared_pool(threads.max(1));
+            self.file.ensure_packed(|f| pack_weights(&pool, f));
+        }
     }
 
     pub fn offload(&self) -> Option<(OffloadSpec, PagerStats)> {

@@ -29,6 +29,26 @@ impl PyModel {
         Ok(PyModel { inner: Arc::new(m) })
     }
 
+    /// Starts building the repacked weights on a background thread (see
+    /// `Model::prepare_weights`); returns at once.
+    fn prepare_weights(&self, threads: usize) {
+        self.inner.prepare_weights(threads);
+    }
+
+    /// Whether the repacked weights are built (`prepare_weights` done, or a
+    /// forward pass has run without an offload budget).
+    #[getter]
+    fn weights_ready(&self) -> bool {
+        self.inner.file.arena_built()
+    }
+
+    /// Returns once the repacked weights are built (see
+    /// `Model::wait_weights`), with the GIL released.
+    fn wait_weights(&self, py: Python<'_>, threads: usize) {
+        let m = &self.inner;
+        py.detach(|| m.wait_weights(threads));
+    }
+
     #[getter]
     fn arch(&self) -> &str {
         &self.inner.cfg.arch

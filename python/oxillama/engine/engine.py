@@ -260,6 +260,7 @@ class Engine:
             session = _native.Session(model.native, n_ctx, threads, kv_dtype, pool=pool)
         session.prefill_chunk = prefill_chunk
         model.apply_offload(offload)
+        model.prepare(session.threads)
         self._bind(model)
         config = sampler if sampler is not None else SamplerConfig()
         self._state = SessionState.fresh(model, session, config)

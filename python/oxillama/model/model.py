@@ -219,6 +219,20 @@ class Model:
             )
         self.set_offload(policy)
 
+    def prepare(self, threads: int, *, wait: bool = False) -> None:
+        """Starts building the weights' repacked layouts on a background
+        thread of ``threads`` workers (once per model; not under an offload
+        policy), so the first forward pass does not build them itself:
+        engines call it when they are made, and their first request then
+        finds the work done or under way. ``wait=True`` returns once they
+        are built (what llama.cpp's loader does before it returns): a
+        server that reports itself ready only then, or a benchmark that
+        times requests and not the load."""
+        if self._offload is None:
+            self.native.prepare_weights(threads)
+            if wait:
+                self.native.wait_weights(threads)
+
     def offload_metrics(self) -> dict[str, int]:
         """The pager's counters as ``offload_*`` metrics; empty without a policy."""
         stats = self.native.offload_stats()

@@ -318,6 +318,15 @@ class AsyncEngine:
         st = self._scheduler.store
         return None if st is None else st.store
 
+    async def ready(self) -> None:
+        """Returns once the model's repacked weights are built (they are
+        built in the background from the engine's creation; a request that
+        comes first waits for them in its first forward pass). The server
+        waits for this before it listens, as llama-server loads before it
+        reports ready."""
+        e = self._engine
+        await asyncio.to_thread(e.model.prepare, e.threads, wait=True)
+
     async def close(self) -> None:
         """Stops the worker (pending requests fail with GenerateError) and
         writes the prefix store's queued blocks."""

@@ -450,6 +450,7 @@ def _restore_checked(
         m.apply_offload(offload)
     except OxiLlamaError as e:
         raise SnapshotError(f"cannot re-apply the snapshot's offload policy: {e}") from e
+    m.prepare(kv.threads)
     swapped = None
     kv_data: Any = secs[S.KV]
     if not _state_only(m.config):

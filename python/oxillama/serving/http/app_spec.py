@@ -74,8 +74,8 @@ class AppSpec:
         return load_api_keys(self.api_keys, self.api_key_file)
 
     def build(self, keys: tuple[str, ...] | None = None) -> Starlette:
-        """Loads the model and returns the app (its ``state.server`` is the
-        :class:`~oxillama.serving.http.app.Server`)."""
+        """Loads the model and its repacked weights and returns the app
+        (its ``state.server`` is the :class:`~oxillama.serving.http.app.Server`)."""
         model = self.model
         if self.hf is not None:
             repo, _, name = self.hf.partition(":")
@@ -97,6 +97,9 @@ class AppSpec:
             kv_store=list(self.kv_store) or None,
             kv_store_bytes=self.kv_store_bytes,
         )
+        # Ready means ready to answer at speed: the repacked weights are
+        # built before the server listens (llama-server's load does it too).
+        engine.engine.model.prepare(engine.engine.threads, wait=True)
         path = engine.engine.model_path
         return build_app(
             engine,
