@@ -77,6 +77,38 @@ def test_memory_then_folder_then_redis_are_exact(
     assert other.metrics()["kv_store_hits_redis"] == 2
 
 
+def test_adapter_requests_are_stored_under_their_adapter(model_path: Path, tmp_path: Path) -> None:
+    """A request with a LoRA adapter stores its blocks under the adapter's
+    key: a restart restores them for the same adapter, exactly, and a
+    request without it does not find them."""
+    from tests.lora import cases
+
+    adapter = tmp_path / "smol_a.gguf"
+    cases.smol_a(model_path, adapter)
+    folder = tmp_path / "store"
+    kw = {"context_size": 512, "threads": 2, "loras": {"a": str(adapter)}}
+
+    def run(engine: AsyncEngine, lora: str | None) -> list[int]:
+        async def go() -> list[int]:
+            c = await engine.generate(PROMPT, N_GEN, sampler=SamplerConfig.greedy(), lora=lora)
+            await engine.close()
+            return c.tokens
+
+        return asyncio.run(go())
+
+    first = AsyncEngine(model_path, kv_store=folder, **kw)  # type: ignore[arg-type]
+    tuned = run(first, "a")
+    assert first.metrics()["kv_store_writes_disk"] == 3
+    again = AsyncEngine(model_path, kv_store=folder, **kw)  # type: ignore[arg-type]
+    assert run(again, "a") == tuned
+    m = again.metrics()
+    assert (m["kv_store_hits_disk"], m["kv_store_tokens_saved_disk"]) == (2, SAVED)
+    base = AsyncEngine(model_path, kv_store=folder, **kw)  # type: ignore[arg-type]
+    run(base, None)
+    m = base.metrics()
+    assert (m["kv_store_hits_disk"], m["kv_store_misses_disk"]) == (0, 1)
+
+
 def test_flags_reach_the_app_spec_and_ray() -> None:
     spec, _ = serve_options_from_mapping(
         {

@@ -27,7 +27,7 @@ from oxillama.engine.kv_types import kv_types
 from oxillama.engine.rerank import RerankResult
 from oxillama.engine.session_state import SessionState
 from oxillama.errors import GenerateError, LoraError, ParameterError
-from oxillama.kv_store.binding import StoreBinding
+from oxillama.kv_store.binding import LoraKey, StoreBinding, lora_key
 from oxillama.kv_store.spec import KvStoreSpec, open_store
 from oxillama.kv_store.store import KvStore
 from oxillama.model.lora import LoraAdapter
@@ -204,6 +204,13 @@ class AsyncEngine:
             raise LoraError(f"unknown LoRA adapter {name!r} (registered: {known})")
         adapter, scale = self._loras[name]
         return ((adapter.native, scale),)
+
+    def _lora_key(self, name: str | None) -> LoraKey:
+        """The prefix store's key of adapter ``name`` (checked by _lora)."""
+        if name is None:
+            return ()
+        adapter, scale = self._loras[name]
+        return lora_key({adapter: scale})
 
     # ------------------------------------------------------------- sessions
 
@@ -489,6 +496,7 @@ class AsyncEngine:
             grammar=constraint,
             emit=emit,
             lora=self._lora(ask.lora),
+            lora_key=self._lora_key(ask.lora),
             logprobs=ask.logprobs,
             share=share,
             grammar_budget=ask.grammar_budget,

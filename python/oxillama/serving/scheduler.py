@@ -89,7 +89,7 @@ from oxillama.errors import (
     OxiLlamaError,
     ParameterError,
 )
-from oxillama.kv_store.binding import StoreBinding
+from oxillama.kv_store.binding import LoraKey, StoreBinding
 from oxillama.kv_store.store import import_blocks
 from oxillama.serving.mailbox import wakeups_held
 from oxillama.serving.prefix_cache import PrefixCache
@@ -242,6 +242,9 @@ class Request:
     #: LoRA adapters and scales of this request (applied to its rows only;
     #: its prompt bypasses the prefix cache, whose KV is the base model's).
     lora: tuple[tuple[_native.LoraAdapter, float], ...] = ()
+    #: The prefix store's key of ``lora`` (each adapter file's digest and
+    #: its scale): its blocks are stored and found under it alone.
+    lora_key: LoraKey = ()
     #: A session turn's context length at its prompt's end less one (the
     #: partial block a later lookup of it asks for); -1: not stored.
     store_mark: int = -1
@@ -414,6 +417,7 @@ class Scheduler:
         grammar: Grammar | None,
         emit: Emit,
         lora: tuple[tuple[_native.LoraAdapter, float], ...] = (),
+        lora_key: LoraKey = (),
         logprobs: int | None = None,
         share: PromptShare | None = None,
         grammar_budget: bool = True,
@@ -457,6 +461,7 @@ class Scheduler:
             matcher=None if grammar is None else grammar.matcher(self._tokenizer),
             emit=emit,
             lora=lora,
+            lora_key=lora_key,
             logprobs=check_logprobs(logprobs),
             grammar_budget=bool(grammar_budget),
             lazy=lazy,
@@ -1057,7 +1062,7 @@ class Scheduler:
                     s.session.prefill_chunk = self.prefill_chunk
                     self._feed_sampler(s, n)
                     s.fed = n
-            if not s.lora and self.store is not None and replay is None:
+            if self.store is not None and replay is None:
                 self._from_store(s)
         # The prompt goes through the normal prefill; tokens generated before
         # a preemption are evaluated row by row as they first were, and the
@@ -1116,7 +1121,7 @@ class Scheduler:
         when the pool has room for them; a store that fails is a miss."""
         assert self.store is not None and s.session is not None
         try:
-            got = self.store.fetch(s.prompt, s.fed)
+            got = self.store.fetch(s.prompt, s.fed, s.lora_key)
         except Exception:  # a bug in a tier must not fail the request
             log.exception("kv_store: lookup failed; prefilling instead")
             return
@@ -1131,6 +1136,8 @@ class Scheduler:
             self._model, self._n_ctx, self._threads, self._kv_dtype, pool=self._pool
         )
         kv.prefill_chunk = self.prefill_chunk
+        if s.lora:
+            kv.set_loras(list(s.lora))
         try:
             import_blocks(kv, got, 0)
         except OxiLlamaError:
@@ -1144,13 +1151,13 @@ class Scheduler:
         """Stores the blocks of a finished one-shot request (its prompt and
         what it generated) that the store lacks."""
         kv = s.session
-        if self.store is None or kv is None or s.conv is not None or s.lora:
+        if self.store is None or kv is None or s.conv is not None:
             return
         if s.window is not None or s.replay is not None:
             return  # shifted, or cut short mid-recomputation
         try:
             # A partial block up to where a lookup of this prompt stops.
-            self.store.save(s.prompt + s.generated, kv, (len(s.prompt) - 1,))
+            self.store.save(s.prompt + s.generated, kv, (len(s.prompt) - 1,), s.lora_key)
         except Exception:
             log.exception("kv_store: storing a response's blocks failed")
 
