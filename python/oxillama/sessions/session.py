@@ -393,7 +393,7 @@ def _restore_checked(
     tokens = S.decode_u32(secs[S.TOKENS], "tokens")
     if len(tokens) != n_past:
         raise SnapshotFormatError(f"tokens section holds {len(tokens)} ids, n_past is {n_past}")
-    if any(t >= vocab for t in tokens):
+    if tokens and max(tokens) >= vocab:
         raise SnapshotFormatError("tokens section holds ids outside the vocabulary")
     sampler_state = S.decode_sampler_state(secs[S.SAMPLER_STATE])
     # Everything that can fail is checked before the KV import, so a session
