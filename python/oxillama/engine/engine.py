@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 import importlib
 import logging
 import os
@@ -23,15 +22,7 @@ from oxillama.decoding.grammar import Grammar, allowed_bytes
 from oxillama.decoding.grammar import constraint as _constraint
 from oxillama.decoding.grammar.budget import Items, sample_within_budget
 from oxillama.decoding.logprobs import check_logprobs, token_logprob
-from oxillama.decoding.reasoning import (
-    ReasoningFormat,
-    check_reasoning,
-    opens_reasoning,
-    parse_harmony,
-    speaks_harmony,
-    split_reasoning,
-    thinks,
-)
+from oxillama.decoding.reasoning import ReasoningFormat, ReplySplit
 from oxillama.decoding.sampling import SamplerConfig
 from oxillama.decoding.tool_calls.history import render_history
 from oxillama.engine import embeddings as _emb
@@ -1028,8 +1019,9 @@ class Engine:
             self._chat_template, messages, add_generation_prompt=add_generation_prompt, **kwargs
         )
 
-    def _prime_chat(self, messages: Sequence[Message], kwargs: dict[str, Any]) -> list[int]:
-        text = self.apply_chat_template(messages, add_generation_prompt=True, **kwargs)
+    def _prime_chat(self, text: str) -> list[int]:
+        """The tokens of the rendered chat ``text`` that the context does
+        not already hold, the rest of the context dropped."""
         toks = self.tokenize(text, add_special=True, parse_special=True)
         common = kept_prefix(self._tokens, toks)
         if common < self.n_past:
@@ -1063,10 +1055,10 @@ class Engine:
         ``analysis`` messages in ``reasoning``, the ``final`` ones in
         ``text``, and ``commentary`` messages to ``functions.NAME`` in
         ``tool_calls``."""
-        check_reasoning(reasoning_format, -1)
         constraint = _constraint(grammar, json_schema)
         text = self.apply_chat_template(messages, add_generation_prompt=True, **template_kwargs)
-        rest = self._prime_chat(messages, template_kwargs)
+        split = self._reply_split(text, reasoning_format)
+        rest = self._prime_chat(text)
         done = self.generate(
             rest,
             max_tokens,
@@ -1077,17 +1069,7 @@ class Engine:
             grammar=constraint,
             logprobs=logprobs,
         )
-        if reasoning_format != "none" and speaks_harmony(self.chat_template_source):
-            h = parse_harmony(done.text)
-            return dataclasses.replace(
-                done, text=h.content, reasoning=h.reasoning or None, tool_calls=tuple(h.calls)
-            )
-        if reasoning_format == "none" or (
-            reasoning_format == "auto" and not thinks(self.chat_template_source, self.tokenize)
-        ):
-            return done
-        reasoning, answer = split_reasoning(done.text, inside=opens_reasoning(text))
-        return dataclasses.replace(done, text=answer, reasoning=reasoning)
+        return split.apply(done)
 
     def chat_stream(
         self,
@@ -1099,14 +1081,28 @@ class Engine:
         ignore_eos: bool = False,
         grammar: str | Grammar | None = None,
         json_schema: Mapping[str, Any] | Any | None = None,
+        result: list[Completion] | None = None,
+        reasoning_format: ReasoningFormat = "auto",
         **template_kwargs: Any,
     ) -> Iterator[str]:
-        """Streaming form of :meth:`chat`."""
+        """Streaming form of :meth:`chat`: the reply's text pieces as the
+        model writes them (markers and channels included); ``result``, when
+        given, receives the :class:`Completion` that :meth:`chat` returns,
+        split the same way."""
         constraint = _constraint(grammar, json_schema)
-        rest = self._prime_chat(messages, template_kwargs)
-        yield from self.stream(
-            rest, max_tokens, sampler=sampler, stop=stop, ignore_eos=ignore_eos, grammar=constraint
-        )
+        text = self.apply_chat_template(messages, add_generation_prompt=True, **template_kwargs)
+        split = self._reply_split(text, reasoning_format)
+        rest = self._prime_chat(text)
+        whole: list[Completion] = []
+        yield from self._run(rest, max_tokens, sampler, stop, ignore_eos, None, whole, constraint)
+        if result is not None and whole:
+            result.append(split.apply(whole[-1]))
+
+    def _reply_split(self, prompt: str, reasoning_format: ReasoningFormat = "auto") -> ReplySplit:
+        """How this model's reply to the rendered chat ``prompt`` comes
+        apart under ``reasoning_format``: what :meth:`chat` and the async
+        chats apply to their completions."""
+        return ReplySplit.choose(reasoning_format, self.chat_template_source, self.tokenize, prompt)
 
     # -------------------------------------------------------------- grammar
 

@@ -18,6 +18,7 @@ from oxillama.decoding.completion import Completion
 from oxillama.decoding.grammar import Grammar
 from oxillama.decoding.grammar import constraint as _constraint
 from oxillama.decoding.ngram_draft import NgramCache, NgramDraft
+from oxillama.decoding.reasoning import ReasoningFormat, ReplySplit
 from oxillama.decoding.sampling import SamplerConfig
 from oxillama.engine import embeddings as _emb
 from oxillama.engine import rerank as _rerank
@@ -36,6 +37,7 @@ from oxillama.model.offload import OffloadPolicy
 from oxillama.serving.async_session import AsyncSession
 from oxillama.serving.mailbox import Mailbox
 from oxillama.serving.scheduler import Emit, PromptShare, Request, Scheduler
+from oxillama.serving.split_result import split_result
 
 __all__ = ["AsyncEngine", "AsyncSession"]
 
@@ -777,11 +779,16 @@ class AsyncEngine:
         lora: str | None = None,
         logprobs: int | None = None,
         speculative: str | None = None,
+        reasoning_format: ReasoningFormat = "auto",
         **template_kwargs: Any,
     ) -> Completion:
-        """Replies to a conversation rendered with the model's chat template."""
+        """Replies to a conversation rendered with the model's chat
+        template; the reply comes apart into ``text``, ``reasoning`` and
+        ``tool_calls`` exactly as :meth:`Engine.chat
+        <oxillama.Engine.chat>` splits it (``reasoning_format`` as there)."""
         text = self._engine.apply_chat_template(messages, **template_kwargs)
-        return await self.generate(
+        split = self._engine._reply_split(text, reasoning_format)
+        done = await self.generate(
             self.tokenize(text),
             max_tokens,
             sampler=sampler,
@@ -792,6 +799,7 @@ class AsyncEngine:
             logprobs=logprobs,
             speculative=speculative,
         )
+        return split.apply(done)
 
     def chat_stream(
         self,
@@ -805,21 +813,34 @@ class AsyncEngine:
         lora: str | None = None,
         logprobs: int | None = None,
         speculative: str | None = None,
+        result: list[Completion] | None = None,
+        reasoning_format: ReasoningFormat = "auto",
         **template_kwargs: Any,
     ) -> AsyncGenerator[str, None]:
-        """Streaming form of :meth:`chat`."""
-        text = self._engine.apply_chat_template(messages, **template_kwargs)
-        return self.stream(
-            self.tokenize(text),
-            max_tokens,
-            sampler=sampler,
-            stop=stop,
-            grammar=grammar,
-            json_schema=json_schema,
-            lora=lora,
-            logprobs=logprobs,
-            speculative=speculative,
-        )
+        """Streaming form of :meth:`chat`: the reply's text pieces as the
+        model writes them (markers and channels included); ``result``, when
+        given, receives the :class:`Completion` that :meth:`chat` returns,
+        split the same way. Nothing is rendered, checked or queued until
+        the first piece is awaited."""
+
+        def start(whole: list[Completion]) -> tuple[ReplySplit, AsyncGenerator[str, None]]:
+            text = self._engine.apply_chat_template(messages, **template_kwargs)
+            split = self._engine._reply_split(text, reasoning_format)
+            pieces = self.stream(
+                self.tokenize(text),
+                max_tokens,
+                sampler=sampler,
+                stop=stop,
+                grammar=grammar,
+                json_schema=json_schema,
+                result=whole,
+                lora=lora,
+                logprobs=logprobs,
+                speculative=speculative,
+            )
+            return split, pieces
+
+        return split_result(start, result)
 
 
 def _draft_of(value: str | NgramDraft | None, field: str) -> NgramDraft | None:

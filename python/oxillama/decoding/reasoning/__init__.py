@@ -11,6 +11,7 @@ from oxillama.decoding.reasoning.harmony import (
     parse_harmony,
     speaks_harmony,
 )
+from oxillama.decoding.reasoning.reply import ReplySplit
 from oxillama.decoding.reasoning.splitter import (
     REASONING_FORMATS,
     ReasoningFormat,
@@ -27,6 +28,7 @@ __all__ = [
     "HarmonyParser",
     "ReasoningFormat",
     "ReasoningSplitter",
+    "ReplySplit",
     "check_reasoning",
     "opens_reasoning",
     "parse_harmony",

@@ -706,10 +706,13 @@ class Server:
             }
 
         def stateful(sess: AsyncSession) -> Turn:
-            # Only the turns the session has not seen are evaluated.
+            # Only the turns the session has not seen are evaluated; the
+            # reply comes raw, as a one-shot request's, for shape() to split.
             return (
-                lambda n, **kw: sess.chat(messages, n, **variables, **kw),
-                lambda n, **kw: sess.chat_stream(messages, n, **variables, **kw),
+                lambda n, **kw: sess.chat(messages, n, reasoning_format="none", **variables, **kw),
+                lambda n, **kw: sess.chat_stream(
+                    messages, n, reasoning_format="none", **variables, **kw
+                ),
             )
 
         return await self.run(tokens, opts, shape, final, stateful, note(request.state))

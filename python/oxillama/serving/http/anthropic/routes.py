@@ -284,7 +284,14 @@ async def messages(server: Server, request: Request) -> Response:
         if not body.get("stream"):
             if lease is not None:
                 sess = lease.session
-                out = await sess.chat(prompt.messages, max_tokens, **prompt.variables, **kwargs)
+                # The blocks split the raw reply themselves.
+                out = await sess.chat(
+                    prompt.messages,
+                    max_tokens,
+                    reasoning_format="none",
+                    **prompt.variables,
+                    **kwargs,
+                )
                 await lease.persist()
             else:
                 out = await server.engine.generate(prompt.tokens, max_tokens, **kwargs)
@@ -297,7 +304,12 @@ async def messages(server: Server, request: Request) -> Response:
             return JSONResponse(message(blocks.content, out, reason, stop))
         if lease is not None:
             pieces = lease.session.chat_stream(
-                prompt.messages, max_tokens, result=result, **prompt.variables, **kwargs
+                prompt.messages,
+                max_tokens,
+                result=result,
+                reasoning_format="none",
+                **prompt.variables,
+                **kwargs,
             )
         else:
             pieces = server.engine.stream(prompt.tokens, max_tokens, result=result, **kwargs)

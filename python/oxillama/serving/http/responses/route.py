@@ -290,8 +290,13 @@ async def create_response(server: Server, request: Request) -> Response:
         finished = False
         try:
             if turn.lease is not None:
+                # The route splits the raw reply itself.
                 done = await turn.lease.session.chat(
-                    turn.messages, turn.max_tokens, **turn.kwargs, **turn.variables
+                    turn.messages,
+                    turn.max_tokens,
+                    reasoning_format="none",
+                    **turn.kwargs,
+                    **turn.variables,
                 )
             else:
                 done = await server.engine.generate(turn.tokens, turn.max_tokens, **turn.kwargs)
@@ -310,7 +315,12 @@ async def _stream(turn: _Turn, record: dict[str, Any]) -> Response:
     try:
         if turn.lease is not None:
             pieces = turn.lease.session.chat_stream(
-                turn.messages, turn.max_tokens, result=result, **turn.kwargs, **turn.variables
+                turn.messages,
+                turn.max_tokens,
+                result=result,
+                reasoning_format="none",
+                **turn.kwargs,
+                **turn.variables,
             )
         else:
             pieces = turn.server.engine.stream(
