@@ -22,7 +22,13 @@ from oxillama.decoding.grammar import Grammar, allowed_bytes
 from oxillama.decoding.grammar import constraint as _constraint
 from oxillama.decoding.grammar.budget import Items, sample_within_budget
 from oxillama.decoding.logprobs import check_logprobs, token_logprob
-from oxillama.decoding.reasoning import ReasoningFormat, ReplySplit
+from oxillama.decoding.reasoning import (
+    ReasoningCap,
+    ReasoningFormat,
+    ReplySplit,
+    opens_reasoning,
+    speaks_harmony,
+)
 from oxillama.decoding.sampling import SamplerConfig
 from oxillama.decoding.tool_calls.history import render_history
 from oxillama.engine import embeddings as _emb
@@ -1103,6 +1109,23 @@ class Engine:
         apart under ``reasoning_format``: what :meth:`chat` and the async
         chats apply to their completions."""
         return ReplySplit.choose(reasoning_format, self.chat_template_source, self.tokenize, prompt)
+
+    def _reasoning_cap(self, prompt: str, budget: int | None) -> ReasoningCap | None:
+        """The cap of ``budget`` tokens on the ``<think>`` reasoning of a
+        reply to the rendered chat ``prompt`` (None: no cap). Harmony
+        reasons in a channel, not between markers: refused there."""
+        if budget is None:
+            return None
+        if speaks_harmony(self.chat_template_source):
+            raise ParameterError(
+                "reasoning_budget caps <think> reasoning; this model's template speaks "
+                "harmony (gpt-oss), whose analysis channel it cannot close"
+            )
+        return ReasoningCap.of(
+            budget,
+            lambda t: self.tokenize(t, add_special=False, parse_special=True),
+            inside=opens_reasoning(prompt),
+        )
 
     # -------------------------------------------------------------- grammar
 

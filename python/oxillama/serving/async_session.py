@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 from oxillama.decoding.completion import Completion
 from oxillama.decoding.grammar import Grammar, constraint
 from oxillama.decoding.logprobs import check_logprobs
-from oxillama.decoding.reasoning import ReasoningFormat, ReplySplit
+from oxillama.decoding.reasoning import ReasoningCap, ReasoningFormat, ReplySplit
 from oxillama.decoding.sampling import SamplerConfig
 from oxillama.errors import GenerateError, ParameterError
 from oxillama.serving.scheduler import Conversation, Emit, Request, Scheduler, Turn
@@ -145,6 +145,7 @@ class AsyncSession:
         stop: Sequence[str],
         ignore_eos: bool,
         trigger: str | None = None,
+        cap: ReasoningCap | None = None,
     ) -> Any:
         if not isinstance(max_tokens, int) or max_tokens < 0:
             raise ParameterError(f"max_tokens must be a non-negative integer, got {max_tokens!r}")
@@ -167,6 +168,7 @@ class AsyncSession:
             emit=emit,
             logprobs=turn.logprobs,
             lazy=lazy,
+            cap=cap,
         )
 
     async def generate(
@@ -222,8 +224,9 @@ class AsyncSession:
         ignore_eos: bool,
         result: list[Completion] | None,
         trigger: str | None = None,
+        cap: ReasoningCap | None = None,
     ) -> AsyncGenerator[str, None]:
-        submit = self._submit(make_turn(), max_tokens, stop, ignore_eos, trigger)
+        submit = self._submit(make_turn(), max_tokens, stop, ignore_eos, trigger, cap)
         async with self._lock:
             self._check_open()
             pieces = self._engine._pieces(submit, result)
@@ -240,12 +243,15 @@ class AsyncSession:
         messages: Sequence[Message],
         kwargs: dict[str, Any],
         reasoning_format: ReasoningFormat,
-    ) -> tuple[list[int], ReplySplit]:
-        """The rendered chat's tokens and how the reply to it comes apart."""
+        reasoning_budget: int | None = None,
+    ) -> tuple[list[int], ReplySplit, ReasoningCap | None]:
+        """The rendered chat's tokens, how the reply to it comes apart and
+        the cap on its reasoning."""
         eng = self._engine.engine
         text = eng.apply_chat_template(messages, add_generation_prompt=True, **kwargs)
         split = eng._reply_split(text, reasoning_format)
-        return eng.tokenize(text, add_special=True, parse_special=True), split
+        cap = eng._reasoning_cap(text, reasoning_budget)
+        return eng.tokenize(text, add_special=True, parse_special=True), split, cap
 
     async def chat(
         self,
@@ -260,6 +266,7 @@ class AsyncSession:
         logprobs: int | None = None,
         grammar_trigger: str | None = None,
         reasoning_format: ReasoningFormat = "auto",
+        reasoning_budget: int | None = None,
         **template_kwargs: Any,
     ) -> Completion:
         """Replies to a conversation; only the part of the rendered chat that
@@ -268,10 +275,14 @@ class AsyncSession:
         :meth:`Engine.chat <oxillama.Engine.chat>`. With
         ``grammar_trigger``, ``grammar`` / ``json_schema`` apply only from
         the first occurrence of that text in the reply on (a tool call the
-        model may or may not make)."""
-        tokens, split = self._chat_prompt(messages, template_kwargs, reasoning_format)
+        model may or may not make). ``reasoning_budget`` caps the tokens of
+        a ``<think>`` reasoning (see
+        :class:`~oxillama.decoding.reasoning.ReasoningCap`)."""
+        tokens, split, cap = self._chat_prompt(
+            messages, template_kwargs, reasoning_format, reasoning_budget
+        )
         turn = self._turn(None, tokens, sampler, grammar, json_schema, logprobs)
-        submit = self._submit(turn, max_tokens, stop, ignore_eos, grammar_trigger)
+        submit = self._submit(turn, max_tokens, stop, ignore_eos, grammar_trigger, cap)
         async with self._lock:
             self._check_open()
             done = await self._engine._complete(submit)
@@ -291,6 +302,7 @@ class AsyncSession:
         logprobs: int | None = None,
         grammar_trigger: str | None = None,
         reasoning_format: ReasoningFormat = "auto",
+        reasoning_budget: int | None = None,
         **template_kwargs: Any,
     ) -> AsyncGenerator[str, None]:
         """Streaming form of :meth:`chat`: the reply's text pieces as the
@@ -299,7 +311,9 @@ class AsyncSession:
         split the same way."""
 
         def start(whole: list[Completion]) -> tuple[ReplySplit, AsyncGenerator[str, None]]:
-            tokens, split = self._chat_prompt(messages, template_kwargs, reasoning_format)
+            tokens, split, cap = self._chat_prompt(
+                messages, template_kwargs, reasoning_format, reasoning_budget
+            )
             pieces = self._pieces(
                 lambda: self._turn(None, tokens, sampler, grammar, json_schema, logprobs),
                 max_tokens,
@@ -307,6 +321,7 @@ class AsyncSession:
                 ignore_eos,
                 whole,
                 grammar_trigger,
+                cap,
             )
             return split, pieces
 

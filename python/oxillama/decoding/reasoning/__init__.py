@@ -5,6 +5,7 @@ split into its analysis, final and tool-call messages."""
 
 from __future__ import annotations
 
+from oxillama.decoding.reasoning.cap import ReasoningCap
 from oxillama.decoding.reasoning.harmony import (
     HarmonyDelta,
     HarmonyParser,
@@ -26,6 +27,7 @@ __all__ = [
     "REASONING_FORMATS",
     "HarmonyDelta",
     "HarmonyParser",
+    "ReasoningCap",
     "ReasoningFormat",
     "ReasoningSplitter",
     "ReplySplit",
