@@ -1,5 +1,6 @@
 """A cap on a reply's ``<think>`` reasoning (``reasoning_budget=`` on the
-async chats, Anthropic's ``thinking.budget_tokens``): at the cap, inside
+chats of ``Engine``, ``AsyncEngine`` and ``AsyncSession``, Anthropic's
+``thinking.budget_tokens``): at the cap, inside
 the reasoning, ``"\\n</think>\\n\\n"`` is forced and the reply goes on to
 its answer. SmolLM2 under a template that opens ``<think>`` for it (as
 DeepSeek-R1's does) reasons on and on without closing it, so the cap is
@@ -17,7 +18,7 @@ from typing import Any
 import pytest
 from starlette.testclient import TestClient
 
-from oxillama import AsyncEngine, Completion, SamplerConfig
+from oxillama import AsyncEngine, Completion, Engine, SamplerConfig
 from oxillama.decoding.reasoning import ReasoningCap
 from oxillama.decoding.reasoning.cap import CLOSE
 from oxillama.errors import ParameterError
@@ -105,6 +106,13 @@ def test_the_cap_closes_the_reasoning_and_the_answer_follows(engine: AsyncEngine
     # Uncapped, the reasoning runs past the cap and never closes.
     assert free.text == "" and free.reasoning is not None and len(free.tokens) == n
     outs = asyncio.run(_capped_four_ways(engine, budget, n))
+    # The synchronous engine caps it the same way, whole and streamed.
+    sync = Engine(engine.model, context_size=2048, threads=2, sampler=SamplerConfig.greedy())
+    outs.append(sync.chat(ASK, n, reasoning_budget=budget))
+    sync.reset()
+    result: list[Completion] = []
+    assert "".join(sync.chat_stream(ASK, n, reasoning_budget=budget, result=result))
+    outs += result
     for c in outs:
         # The same first tokens as uncapped, then the close, then the answer.
         assert c.tokens[:budget] == free.tokens[:budget]

@@ -653,6 +653,7 @@ class Engine:
         constraint: Grammar | None = None,
         logprobs: int | None = None,
         grammar_budget: bool = True,
+        cap: ReasoningCap | None = None,
     ) -> Iterator[str]:
         logprobs = check_logprobs(logprobs)
         if not isinstance(max_tokens, int) or max_tokens < 0:
@@ -688,6 +689,7 @@ class Engine:
         finish: FinishReason = "length"
         matcher = self._matcher_for(constraint, resume=not prompt_tokens)
         items = Items.of(constraint)
+        forcing: list[int] = []  # the close a reasoning cap forces next
         while len(generated) < max_tokens:
             if not self._state.shift_for(1):
                 finish = "length"
@@ -696,7 +698,9 @@ class Engine:
             if matcher is not None and matcher.is_terminated():
                 finish = "stop"  # the grammar is complete: nothing may follow
                 break
-            if matcher is None:
+            if forcing and matcher is None:
+                tok = forcing.pop(0)
+            elif matcher is None:
                 tok = int(self._sampler.sample(self._last_logits, None))
             elif grammar_budget:
                 tok, by_budget = sample_within_budget(
@@ -726,6 +730,8 @@ class Engine:
                 lps.append(token_logprob(self._last_logits, tok, logprobs, self.tokenizer))
             self.eval([tok])
             piece = out.push(self.tokenizer.token_to_piece(tok))
+            if cap is not None and not forcing:
+                forcing = list(cap.due(len(generated), out.text))
             if piece:
                 yield piece
             if on_token is not None and on_token(tok, piece) is False:
@@ -1048,6 +1054,7 @@ class Engine:
         json_schema: Mapping[str, Any] | Any | None = None,
         logprobs: int | None = None,
         reasoning_format: ReasoningFormat = "auto",
+        reasoning_budget: int | None = None,
         **template_kwargs: Any,
     ) -> Completion:
         """Replies to a conversation (a list of ``{"role", "content"}`` dicts);
@@ -1060,22 +1067,29 @@ class Engine:
         split by channel unless ``reasoning_format`` is ``"none"``: the
         ``analysis`` messages in ``reasoning``, the ``final`` ones in
         ``text``, and ``commentary`` messages to ``functions.NAME`` in
-        ``tool_calls``."""
+        ``tool_calls``. ``reasoning_budget`` caps the tokens of a
+        ``<think>`` reasoning (see
+        :class:`~oxillama.decoding.reasoning.ReasoningCap`)."""
         constraint = _constraint(grammar, json_schema)
         text = self.apply_chat_template(messages, add_generation_prompt=True, **template_kwargs)
         split = self._reply_split(text, reasoning_format)
+        cap = self._reasoning_cap(text, reasoning_budget)
         rest = self._prime_chat(text)
-        done = self.generate(
+        whole: list[Completion] = []
+        for _ in self._run(
             rest,
             max_tokens,
-            sampler=sampler,
-            stop=stop,
-            ignore_eos=ignore_eos,
-            on_token=on_token,
-            grammar=constraint,
-            logprobs=logprobs,
-        )
-        return split.apply(done)
+            sampler,
+            stop,
+            ignore_eos,
+            on_token,
+            whole,
+            constraint,
+            logprobs,
+            cap=cap,
+        ):
+            pass
+        return split.apply(whole[0])
 
     def chat_stream(
         self,
@@ -1089,6 +1103,7 @@ class Engine:
         json_schema: Mapping[str, Any] | Any | None = None,
         result: list[Completion] | None = None,
         reasoning_format: ReasoningFormat = "auto",
+        reasoning_budget: int | None = None,
         **template_kwargs: Any,
     ) -> Iterator[str]:
         """Streaming form of :meth:`chat`: the reply's text pieces as the
@@ -1098,9 +1113,12 @@ class Engine:
         constraint = _constraint(grammar, json_schema)
         text = self.apply_chat_template(messages, add_generation_prompt=True, **template_kwargs)
         split = self._reply_split(text, reasoning_format)
+        cap = self._reasoning_cap(text, reasoning_budget)
         rest = self._prime_chat(text)
         whole: list[Completion] = []
-        yield from self._run(rest, max_tokens, sampler, stop, ignore_eos, None, whole, constraint)
+        yield from self._run(
+            rest, max_tokens, sampler, stop, ignore_eos, None, whole, constraint, cap=cap
+        )
         if result is not None and whole:
             result.append(split.apply(whole[-1]))
 
