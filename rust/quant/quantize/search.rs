@@ -268,14 +268,7 @@ pub fn make_qkx2_quants(
     nstep: i32,
     use_mad: bool,
 ) -> (f32, f32) {
-    let trials = Trials {
-        nmax,
-        rmin,
-        rdelta,
-        nstep,
-        use_mad,
-    };
-    trials.search(
+    Trials::new(nmax, rmin, rdelta, nstep, use_mad).search(
         x,
         |i| weights[i],
         |max, min| max == min,
@@ -301,14 +294,7 @@ pub fn make_qkx3_quants(
     use_mad: bool,
 ) -> (f32, f32) {
     let nmaxf = nmax as f32;
-    let trials = Trials {
-        nmax,
-        rmin,
-        rdelta,
-        nstep,
-        use_mad,
-    };
-    trials.search(
+    Trials::new(nmax, rmin, rdelta, nstep, use_mad).search(
         x,
         |i| match weights {
             Some(ws) => ws[i],
@@ -339,6 +325,16 @@ struct Trials {
 }
 
 impl Trials {
+    fn new(nmax: i32, rmin: f32, rdelta: f32, nstep: i32, use_mad: bool) -> Self {
+        Self {
+            nmax,
+            rmin,
+            rdelta,
+            nstep,
+            use_mad,
+        }
+    }
+
     /// The search `make_qkx2_quants` and `make_qkx3_quants` share; they
     /// differ in the weights (`w`), in which `(max, min)` make a flat group
     /// (`flat`: all levels 0) and in how a trial rounds a scaled value to
