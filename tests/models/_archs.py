@@ -181,6 +181,27 @@ def gated_ffn(b: Builder, i: int, n_ff: int) -> None:
     b.mat(tn(T.FFN_DOWN, i), n_ff, N_EMBD, RES_GAIN)
 
 
+def qk_norms(b: Builder, i: int, hd: int) -> None:
+    # Per-head norms reset q and k to unit RMS; weights above 1 keep the
+    # attention peaked.
+    b.norm(tn(T.ATTN_Q_NORM, i), (hd,), around=1.5)
+    b.norm(tn(T.ATTN_K_NORM, i), (hd,), around=1.5)
+
+
+def dense_layers(
+    b: Builder, n_layer: int, n_head: int, n_kv: int, hd: int, n_ff: int, *, qk_norm: bool = False
+) -> None:
+    """Pre-norm layers of attention (with per-head q/k norms if ``qk_norm``)
+    and a gated FFN, as llama and its many descendants have them."""
+    for i in range(n_layer):
+        b.norm(tn(T.ATTN_NORM, i), (N_EMBD,))
+        attention(b, i, n_head, n_kv, hd)
+        if qk_norm:
+            qk_norms(b, i, hd)
+        b.norm(tn(T.FFN_NORM, i), (N_EMBD,))
+        gated_ffn(b, i, n_ff)
+
+
 def llama3_rope_factors(
     base: float, dim: int, factor: float, low: float, high: float, old_ctx: int
 ) -> np.ndarray:
@@ -214,11 +235,7 @@ def llama(w: gguf.GGUFWriter, b: Builder) -> None:
     # Llama 3 frequency factors with an original context short enough that
     # they bite within the test sequence.
     b.const(tn(T.ROPE_FREQS), llama3_rope_factors(base, hd, 8.0, 1.0, 4.0, 64))
-    for i in range(n_layer):
-        b.norm(tn(T.ATTN_NORM, i), (N_EMBD,))
-        attention(b, i, n_head, n_kv, hd)
-        b.norm(tn(T.FFN_NORM, i), (N_EMBD,))
-        gated_ffn(b, i, n_ff)
+    dense_layers(b, n_layer, n_head, n_kv, hd, n_ff)
     head(b, tied=False)
 
 
@@ -235,11 +252,7 @@ def mistral3(w: gguf.GGUFWriter, b: Builder) -> None:
     w.add_rope_scaling_yarn_log_mul(0.707)
     w.add_attn_temperature_scale(0.1)
     embeddings(b, tied=False)
-    for i in range(n_layer):
-        b.norm(tn(T.ATTN_NORM, i), (N_EMBD,))
-        attention(b, i, n_head, n_kv, hd)
-        b.norm(tn(T.FFN_NORM, i), (N_EMBD,))
-        gated_ffn(b, i, n_ff)
+    dense_layers(b, n_layer, n_head, n_kv, hd, n_ff)
     head(b, tied=False)
 
 
@@ -262,15 +275,7 @@ def qwen3(w: gguf.GGUFWriter, b: Builder) -> None:
     n_layer, n_head, n_kv, n_ff, hd = 2, 4, 2, 128, 32
     hparams(w, n_layer, n_head, n_kv, n_ff, rms_eps=1e-6, rope_base=1e6, head_dim=hd)
     embeddings(b, tied=True)
-    for i in range(n_layer):
-        b.norm(tn(T.ATTN_NORM, i), (N_EMBD,))
-        attention(b, i, n_head, n_kv, hd)
-        # Per-head norms reset q and k to unit RMS; weights above 1 keep
-        # the attention peaked.
-        b.norm(tn(T.ATTN_Q_NORM, i), (hd,), around=1.5)
-        b.norm(tn(T.ATTN_K_NORM, i), (hd,), around=1.5)
-        b.norm(tn(T.FFN_NORM, i), (N_EMBD,))
-        gated_ffn(b, i, n_ff)
+    dense_layers(b, n_layer, n_head, n_kv, hd, n_ff, qk_norm=True)
     head(b, tied=True)
 
 
@@ -327,8 +332,7 @@ def gemma3(w: gguf.GGUFWriter, b: Builder) -> None:
     for i in range(n_layer):
         gemma_norm(b, tn(T.ATTN_NORM, i))
         attention(b, i, n_head, n_kv, hd)
-        b.norm(tn(T.ATTN_Q_NORM, i), (hd,), around=1.5)
-        b.norm(tn(T.ATTN_K_NORM, i), (hd,), around=1.5)
+        qk_norms(b, i, hd)
         gemma_norm(b, tn(T.ATTN_POST_NORM, i), POST_NORM)
         gemma_norm(b, tn(T.FFN_NORM, i))
         gated_ffn(b, i, n_ff)
@@ -424,8 +428,6 @@ def mamba2(w: gguf.GGUFWriter, b: Builder) -> None:
     # K-quants), that is what it takes to hold all 13 formats.
     n_layer = 6
     n_head = SSM_D_INNER // SSM_HEAD_DIM
-    conv_dim = SSM_D_INNER + 2 * SSM_N_GROUP * SSM_D_STATE
-    d_in_proj = SSM_D_INNER + conv_dim + n_head  # z, xBC, dt
     w.add_context_length(1 << 20)
     w.add_embedding_length(N_EMBD)
     w.add_feed_forward_length(0)
@@ -438,20 +440,9 @@ def mamba2(w: gguf.GGUFWriter, b: Builder) -> None:
     w.add_ssm_group_count(SSM_N_GROUP)
     w.add_layer_norm_rms_eps(1e-5)
     embeddings(b, tied=False)
-    r = b.rng
     for i in range(n_layer):
         b.norm(tn(T.ATTN_NORM, i), (N_EMBD,))
-        b.mat(tn(T.SSM_IN, i), N_EMBD, d_in_proj)
-        b.const(tn(T.SSM_CONV1D, i), 0.4 * r.standard_normal((conv_dim, SSM_D_CONV)))
-        b.bias(tn(T.SSM_CONV1D, i, "bias"), conv_dim)
-        # dt = softplus(dt_proj + dt_bias) between 0.05 and 0.5; A = -exp(A_log)
-        # in [-8, -1]: the state forgets over a few tokens, not instantly.
-        dt = np.exp(r.uniform(math.log(0.05), math.log(0.5), n_head))
-        b.const(tn(T.SSM_DT, i, "bias"), np.log(np.expm1(dt)))
-        b.const(tn(T.SSM_A, i, ""), -r.uniform(1.0, 8.0, (n_head, 1)))
-        b.const(tn(T.SSM_D, i, ""), 1.0 + 0.1 * r.standard_normal((n_head, 1)))
-        b.norm(tn(T.SSM_NORM, i), (SSM_N_GROUP, SSM_D_INNER // SSM_N_GROUP))
-        b.mat(tn(T.SSM_OUT, i), SSM_D_INNER, N_EMBD, RES_GAIN)
+        mamba2_mixer(b, i, SSM_D_INNER, SSM_D_STATE, SSM_N_GROUP, SSM_HEAD_DIM, SSM_D_CONV)
     head(b, tied=False)
 
 
@@ -461,12 +452,10 @@ LFM2_L_CACHE = 3
 LFM2_KV_HEADS = (0, 2, 0)
 
 
-def lfm2(w: gguf.GGUFWriter, b: Builder) -> None:
-    n_layer, n_head, n_ff = len(LFM2_KV_HEADS), 8, 128
-    hd = N_EMBD // n_head
+def lfm2_hparams(w: gguf.GGUFWriter, n_head: int, n_ff: int) -> None:
     w.add_context_length(2048)
     w.add_embedding_length(N_EMBD)
-    w.add_block_count(n_layer)
+    w.add_block_count(len(LFM2_KV_HEADS))
     w.add_feed_forward_length(n_ff)
     w.add_head_count(n_head)
     w.add_head_count_kv(list(LFM2_KV_HEADS))
@@ -474,20 +463,30 @@ def lfm2(w: gguf.GGUFWriter, b: Builder) -> None:
     w.add_layer_norm_rms_eps(1e-5)
     w.add_shortconv_l_cache(LFM2_L_CACHE)
     w.add_vocab_size(N_VOCAB)
+
+
+def lfm2_mixer(b: Builder, i: int, n_kv: int, n_head: int, hd: int) -> None:
+    """Layer ``i``'s norm, its short convolution (``n_kv`` 0) or attention,
+    and the FFN's norm."""
+    b.norm(tn(T.ATTN_NORM, i), (N_EMBD,))
+    if n_kv == 0:
+        # B, C and x: B x through the convolution, then gated by C.
+        b.mat(tn(T.SHORTCONV_INPROJ, i), N_EMBD, 3 * N_EMBD, 1.5)
+        b.const(tn(T.SHORTCONV_CONV, i), 0.6 * b.rng.standard_normal((N_EMBD, LFM2_L_CACHE)))
+        b.mat(tn(T.SHORTCONV_OUTPROJ, i), N_EMBD, N_EMBD, RES_GAIN)
+    else:
+        attention(b, i, n_head, n_kv, hd)
+        qk_norms(b, i, hd)
+    b.norm(tn(T.FFN_NORM, i), (N_EMBD,))
+
+
+def lfm2(w: gguf.GGUFWriter, b: Builder) -> None:
+    n_head, n_ff = 8, 128
+    hd = N_EMBD // n_head
+    lfm2_hparams(w, n_head, n_ff)
     embeddings(b, tied=True)
-    r = b.rng
     for i, n_kv in enumerate(LFM2_KV_HEADS):
-        b.norm(tn(T.ATTN_NORM, i), (N_EMBD,))
-        if n_kv == 0:
-            # B, C and x: B x through the convolution, then gated by C.
-            b.mat(tn(T.SHORTCONV_INPROJ, i), N_EMBD, 3 * N_EMBD, 1.5)
-            b.const(tn(T.SHORTCONV_CONV, i), 0.6 * r.standard_normal((N_EMBD, LFM2_L_CACHE)))
-            b.mat(tn(T.SHORTCONV_OUTPROJ, i), N_EMBD, N_EMBD, RES_GAIN)
-        else:
-            attention(b, i, n_head, n_kv, hd)
-            b.norm(tn(T.ATTN_Q_NORM, i), (hd,), around=1.5)
-            b.norm(tn(T.ATTN_K_NORM, i), (hd,), around=1.5)
-        b.norm(tn(T.FFN_NORM, i), (N_EMBD,))
+        lfm2_mixer(b, i, n_kv, n_head, hd)
         gated_ffn(b, i, n_ff)
     # LFM2's final norm is named token_embd_norm (llama.cpp's
     # LLM_TENSOR_OUTPUT_NORM_LFM2); the output is the tied embedding.
@@ -504,37 +503,18 @@ def lfm2_swa(w: gguf.GGUFWriter, b: Builder) -> None:
 def lfm2moe(w: gguf.GGUFWriter, b: Builder) -> None:
     """LFM2 with routed experts after one dense layer: sigmoid scores, a
     selection bias per expert, renormalised weights."""
-    n_layer, n_head, n_ff = len(LFM2_KV_HEADS), 8, 128
+    n_head, n_ff = 8, 128
     n_expert, n_used, n_ff_exp = 4, 2, 64
     hd = N_EMBD // n_head
-    w.add_context_length(2048)
-    w.add_embedding_length(N_EMBD)
-    w.add_block_count(n_layer)
-    w.add_feed_forward_length(n_ff)
-    w.add_head_count(n_head)
-    w.add_head_count_kv(list(LFM2_KV_HEADS))
-    w.add_rope_freq_base(1e6)
-    w.add_layer_norm_rms_eps(1e-5)
-    w.add_shortconv_l_cache(LFM2_L_CACHE)
-    w.add_vocab_size(N_VOCAB)
+    lfm2_hparams(w, n_head, n_ff)
     w.add_leading_dense_block_count(1)
     w.add_expert_count(n_expert)
     w.add_expert_used_count(n_used)
     w.add_expert_feed_forward_length(n_ff_exp)
     w.add_expert_gating_func(gguf.ExpertGatingFuncType.SIGMOID)
     embeddings(b, tied=True)
-    r = b.rng
     for i, n_kv in enumerate(LFM2_KV_HEADS):
-        b.norm(tn(T.ATTN_NORM, i), (N_EMBD,))
-        if n_kv == 0:
-            b.mat(tn(T.SHORTCONV_INPROJ, i), N_EMBD, 3 * N_EMBD, 1.5)
-            b.const(tn(T.SHORTCONV_CONV, i), 0.6 * r.standard_normal((N_EMBD, LFM2_L_CACHE)))
-            b.mat(tn(T.SHORTCONV_OUTPROJ, i), N_EMBD, N_EMBD, RES_GAIN)
-        else:
-            attention(b, i, n_head, n_kv, hd)
-            b.norm(tn(T.ATTN_Q_NORM, i), (hd,), around=1.5)
-            b.norm(tn(T.ATTN_K_NORM, i), (hd,), around=1.5)
-        b.norm(tn(T.FFN_NORM, i), (N_EMBD,))
+        lfm2_mixer(b, i, n_kv, n_head, hd)
         if i == 0:
             gated_ffn(b, i, n_ff)
             continue
@@ -555,15 +535,24 @@ GH_D_INNER, GH_D_STATE, GH_N_GROUP, GH_HEAD_DIM, GH_D_CONV = 2 * N_EMBD, 16, 2, 
 GH_KV_HEADS = (0, 2, 0)
 
 
-def mamba2_mixer(b: Builder, i: int, d_inner: int, d_state: int, n_group: int, hd: int) -> None:
+def mamba2_mixer(
+    b: Builder,
+    i: int,
+    d_inner: int,
+    d_state: int,
+    n_group: int,
+    hd: int,
+    d_conv: int = GH_D_CONV,
+) -> None:
     """One Mamba-2 mixer's tensors (without its pre-norm)."""
     n_head = d_inner // hd
     conv_dim = d_inner + 2 * n_group * d_state
     r = b.rng
     b.mat(tn(T.SSM_IN, i), N_EMBD, d_inner + conv_dim + n_head)  # z, xBC, dt
-    b.const(tn(T.SSM_CONV1D, i), 0.4 * r.standard_normal((conv_dim, GH_D_CONV)))
+    b.const(tn(T.SSM_CONV1D, i), 0.4 * r.standard_normal((conv_dim, d_conv)))
     b.bias(tn(T.SSM_CONV1D, i, "bias"), conv_dim)
-    # dt between 0.05 and 0.5 and A in [-8, -1], as in the mamba2 fixture.
+    # dt = softplus(dt_proj + dt_bias) between 0.05 and 0.5; A = -exp(A_log)
+    # in [-8, -1]: the state forgets over a few tokens, not instantly.
     dt = np.exp(r.uniform(math.log(0.05), math.log(0.5), n_head))
     b.const(tn(T.SSM_DT, i, "bias"), np.log(np.expm1(dt)))
     b.const(tn(T.SSM_A, i, ""), -r.uniform(1.0, 8.0, (n_head, 1)))
@@ -670,8 +659,7 @@ def qwen3moe(w: gguf.GGUFWriter, b: Builder) -> None:
     for i in range(n_layer):
         b.norm(tn(T.ATTN_NORM, i), (N_EMBD,))
         attention(b, i, n_head, n_kv, hd)
-        b.norm(tn(T.ATTN_Q_NORM, i), (hd,), around=1.5)
-        b.norm(tn(T.ATTN_K_NORM, i), (hd,), around=1.5)
+        qk_norms(b, i, hd)
         b.norm(tn(T.FFN_NORM, i), (N_EMBD,))
         # A router with a wide spread, so the top-2 choice is clear-cut.
         b.mat(tn(T.FFN_GATE_INP, i), N_EMBD, n_expert, 3.0)
@@ -689,11 +677,7 @@ def smollm3(w: gguf.GGUFWriter, b: Builder) -> None:
     w.add_vocab_size(N_VOCAB)
     w.add_rope_dimension_count(hd)
     embeddings(b, tied=True)
-    for i in range(n_layer):
-        b.norm(tn(T.ATTN_NORM, i), (N_EMBD,))
-        attention(b, i, n_head, n_kv, hd)
-        b.norm(tn(T.FFN_NORM, i), (N_EMBD,))
-        gated_ffn(b, i, n_ff)
+    dense_layers(b, n_layer, n_head, n_kv, hd, n_ff)
     head(b, tied=True)
 
 
@@ -743,11 +727,7 @@ def llama_one_type(w: gguf.GGUFWriter, b: Builder) -> None:
     w.add_vocab_size(N_VOCAB)
     w.add_rope_dimension_count(hd)
     embeddings(b, tied=False)
-    for i in range(n_layer):
-        b.norm(tn(T.ATTN_NORM, i), (N_EMBD,))
-        attention(b, i, n_head, n_kv, hd)
-        b.norm(tn(T.FFN_NORM, i), (N_EMBD,))
-        gated_ffn(b, i, n_ff)
+    dense_layers(b, n_layer, n_head, n_kv, hd, n_ff)
     head(b, tied=False)
 
 

@@ -109,7 +109,9 @@ class Completion:
     ``logprobs`` holds one :class:`TokenLogprob` per token of ``tokens``
     when the call asked for them (``logprobs=k``), else ``None``.
     ``speculation`` is set by :class:`~oxillama.SpeculativeEngine` only;
-    ``reasoning`` and ``tool_calls`` by :meth:`~oxillama.Engine.chat` only.
+    ``reasoning`` and ``tool_calls`` by the chat calls only
+    (:meth:`~oxillama.Engine.chat`, :meth:`~oxillama.AsyncEngine.chat`,
+    :meth:`~oxillama.AsyncSession.chat` and their streams' ``result``).
     """
 
     text: str
@@ -119,11 +121,11 @@ class Completion:
     seed: int | None = None
     logprobs: tuple[TokenLogprob, ...] | None = field(default=None, repr=False)
     speculation: Speculation | None = field(default=None, repr=False)
-    #: A thinking model's reasoning, kept apart from ``text`` by
-    #: :meth:`oxillama.Engine.chat` (``None`` when the reply had none).
+    #: A thinking model's reasoning, kept apart from ``text`` by the chat
+    #: calls (``None`` when the reply had none).
     reasoning: str | None = None
     #: Tool calls a harmony reply (gpt-oss) addressed to functions, parsed
-    #: out of ``text`` by :meth:`oxillama.Engine.chat` (empty otherwise).
+    #: out of ``text`` by the chat calls (empty otherwise).
     tool_calls: tuple[ToolCall, ...] = ()
 
     @property

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 import importlib
 import logging
 import os
@@ -24,13 +23,11 @@ from oxillama.decoding.grammar import constraint as _constraint
 from oxillama.decoding.grammar.budget import Items, sample_within_budget
 from oxillama.decoding.logprobs import check_logprobs, token_logprob
 from oxillama.decoding.reasoning import (
+    ReasoningCap,
     ReasoningFormat,
-    check_reasoning,
+    ReplySplit,
     opens_reasoning,
-    parse_harmony,
     speaks_harmony,
-    split_reasoning,
-    thinks,
 )
 from oxillama.decoding.sampling import SamplerConfig
 from oxillama.decoding.tool_calls.history import render_history
@@ -657,6 +654,7 @@ class Engine:
         constraint: Grammar | None = None,
         logprobs: int | None = None,
         grammar_budget: bool = True,
+        cap: ReasoningCap | None = None,
     ) -> Iterator[str]:
         logprobs = check_logprobs(logprobs)
         if not isinstance(max_tokens, int) or max_tokens < 0:
@@ -692,6 +690,7 @@ class Engine:
         finish: FinishReason = "length"
         matcher = self._matcher_for(constraint, resume=not prompt_tokens)
         items = Items.of(constraint)
+        forcing: list[int] = []  # the close a reasoning cap forces next
         while len(generated) < max_tokens:
             if not self._state.shift_for(1):
                 finish = "length"
@@ -700,7 +699,9 @@ class Engine:
             if matcher is not None and matcher.is_terminated():
                 finish = "stop"  # the grammar is complete: nothing may follow
                 break
-            if matcher is None:
+            if forcing and matcher is None:
+                tok = forcing.pop(0)
+            elif matcher is None:
                 tok = int(self._sampler.sample(self._last_logits, None))
             elif grammar_budget:
                 tok, by_budget = sample_within_budget(
@@ -730,6 +731,8 @@ class Engine:
                 lps.append(token_logprob(self._last_logits, tok, logprobs, self.tokenizer))
             self.eval([tok])
             piece = out.push(self.tokenizer.token_to_piece(tok))
+            if cap is not None and not forcing:
+                forcing = list(cap.due(len(generated), out.text))
             if piece:
                 yield piece
             if on_token is not None and on_token(tok, piece) is False:
@@ -1029,8 +1032,9 @@ class Engine:
             self._chat_template, messages, add_generation_prompt=add_generation_prompt, **kwargs
         )
 
-    def _prime_chat(self, messages: Sequence[Message], kwargs: dict[str, Any]) -> list[int]:
-        text = self.apply_chat_template(messages, add_generation_prompt=True, **kwargs)
+    def _prime_chat(self, text: str) -> list[int]:
+        """The tokens of the rendered chat ``text`` that the context does
+        not already hold, the rest of the context dropped."""
         toks = self.tokenize(text, add_special=True, parse_special=True)
         common = kept_prefix(self._tokens, toks)
         if common < self.n_past:
@@ -1051,6 +1055,7 @@ class Engine:
         json_schema: Mapping[str, Any] | Any | None = None,
         logprobs: int | None = None,
         reasoning_format: ReasoningFormat = "auto",
+        reasoning_budget: int | None = None,
         **template_kwargs: Any,
     ) -> Completion:
         """Replies to a conversation (a list of ``{"role", "content"}`` dicts);
@@ -1063,32 +1068,29 @@ class Engine:
         split by channel unless ``reasoning_format`` is ``"none"``: the
         ``analysis`` messages in ``reasoning``, the ``final`` ones in
         ``text``, and ``commentary`` messages to ``functions.NAME`` in
-        ``tool_calls``."""
-        check_reasoning(reasoning_format, -1)
+        ``tool_calls``. ``reasoning_budget`` caps the tokens of a
+        ``<think>`` reasoning (see
+        :class:`~oxillama.decoding.reasoning.ReasoningCap`)."""
         constraint = _constraint(grammar, json_schema)
         text = self.apply_chat_template(messages, add_generation_prompt=True, **template_kwargs)
-        rest = self._prime_chat(messages, template_kwargs)
-        done = self.generate(
+        split = self._reply_split(text, reasoning_format)
+        cap = self._reasoning_cap(text, reasoning_budget)
+        rest = self._prime_chat(text)
+        whole: list[Completion] = []
+        for _ in self._run(
             rest,
             max_tokens,
-            sampler=sampler,
-            stop=stop,
-            ignore_eos=ignore_eos,
-            on_token=on_token,
-            grammar=constraint,
-            logprobs=logprobs,
-        )
-        if reasoning_format != "none" and speaks_harmony(self.chat_template_source):
-            h = parse_harmony(done.text)
-            return dataclasses.replace(
-                done, text=h.content, reasoning=h.reasoning or None, tool_calls=tuple(h.calls)
-            )
-        if reasoning_format == "none" or (
-            reasoning_format == "auto" and not thinks(self.chat_template_source, self.tokenize)
+            sampler,
+            stop,
+            ignore_eos,
+            on_token,
+            whole,
+            constraint,
+            logprobs,
+            cap=cap,
         ):
-            return done
-        reasoning, answer = split_reasoning(done.text, inside=opens_reasoning(text))
-        return dataclasses.replace(done, text=answer, reasoning=reasoning)
+            pass
+        return split.apply(whole[0])
 
     def chat_stream(
         self,
@@ -1100,13 +1102,48 @@ class Engine:
         ignore_eos: bool = False,
         grammar: str | Grammar | None = None,
         json_schema: Mapping[str, Any] | Any | None = None,
+        result: list[Completion] | None = None,
+        reasoning_format: ReasoningFormat = "auto",
+        reasoning_budget: int | None = None,
         **template_kwargs: Any,
     ) -> Iterator[str]:
-        """Streaming form of :meth:`chat`."""
+        """Streaming form of :meth:`chat`: the reply's text pieces as the
+        model writes them (markers and channels included); ``result``, when
+        given, receives the :class:`Completion` that :meth:`chat` returns,
+        split the same way."""
         constraint = _constraint(grammar, json_schema)
-        rest = self._prime_chat(messages, template_kwargs)
-        yield from self.stream(
-            rest, max_tokens, sampler=sampler, stop=stop, ignore_eos=ignore_eos, grammar=constraint
+        text = self.apply_chat_template(messages, add_generation_prompt=True, **template_kwargs)
+        split = self._reply_split(text, reasoning_format)
+        cap = self._reasoning_cap(text, reasoning_budget)
+        rest = self._prime_chat(text)
+        whole: list[Completion] = []
+        yield from self._run(
+            rest, max_tokens, sampler, stop, ignore_eos, None, whole, constraint, cap=cap
+        )
+        if result is not None and whole:
+            result.append(split.apply(whole[-1]))
+
+    def _reply_split(self, prompt: str, reasoning_format: ReasoningFormat = "auto") -> ReplySplit:
+        """How this model's reply to the rendered chat ``prompt`` comes
+        apart under ``reasoning_format``: what :meth:`chat` and the async
+        chats apply to their completions."""
+        return ReplySplit.choose(reasoning_format, self.chat_template_source, self.tokenize, prompt)
+
+    def _reasoning_cap(self, prompt: str, budget: int | None) -> ReasoningCap | None:
+        """The cap of ``budget`` tokens on the ``<think>`` reasoning of a
+        reply to the rendered chat ``prompt`` (None: no cap). Harmony
+        reasons in a channel, not between markers: refused there."""
+        if budget is None:
+            return None
+        if speaks_harmony(self.chat_template_source):
+            raise ParameterError(
+                "reasoning_budget caps <think> reasoning; this model's template speaks "
+                "harmony (gpt-oss), whose analysis channel it cannot close"
+            )
+        return ReasoningCap.of(
+            budget,
+            lambda t: self.tokenize(t, add_special=False, parse_special=True),
+            inside=opens_reasoning(prompt),
         )
 
     # -------------------------------------------------------------- grammar

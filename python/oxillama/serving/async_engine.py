@@ -18,6 +18,7 @@ from oxillama.decoding.completion import Completion
 from oxillama.decoding.grammar import Grammar
 from oxillama.decoding.grammar import constraint as _constraint
 from oxillama.decoding.ngram_draft import NgramCache, NgramDraft
+from oxillama.decoding.reasoning import ReasoningCap, ReasoningFormat, ReplySplit
 from oxillama.decoding.sampling import SamplerConfig
 from oxillama.engine import embeddings as _emb
 from oxillama.engine import rerank as _rerank
@@ -36,6 +37,7 @@ from oxillama.model.offload import OffloadPolicy
 from oxillama.serving.async_session import AsyncSession
 from oxillama.serving.mailbox import Mailbox
 from oxillama.serving.scheduler import Emit, PromptShare, Request, Scheduler
+from oxillama.serving.split_result import split_result
 
 __all__ = ["AsyncEngine", "AsyncSession"]
 
@@ -59,6 +61,7 @@ class _Ask:
     grammar_budget: bool = True
     grammar_trigger: str | None = None
     speculative: str | None = None
+    reasoning_cap: ReasoningCap | None = None
 
 
 #: Tokens one embedding job may run between two decode steps: small enough
@@ -502,6 +505,7 @@ class AsyncEngine:
             grammar_budget=ask.grammar_budget,
             lazy=lazy,
             draft=self._request_draft(ask.speculative),
+            cap=ask.reasoning_cap,
         )
 
     def stream(
@@ -520,6 +524,7 @@ class AsyncEngine:
         grammar_budget: bool = True,
         grammar_trigger: str | None = None,
         speculative: str | None = None,
+        reasoning_cap: ReasoningCap | None = None,
     ) -> AsyncGenerator[str, None]:
         """Yields text pieces as they are produced; ``result``, when given,
         receives the final :class:`Completion`. Nothing is checked or
@@ -538,6 +543,7 @@ class AsyncEngine:
             grammar_budget=grammar_budget,
             grammar_trigger=grammar_trigger,
             speculative=speculative,
+            reasoning_cap=reasoning_cap,
         )
         return self._pieces(lambda emit: self._submit(prompt, ask, emit), result)
 
@@ -583,6 +589,7 @@ class AsyncEngine:
         grammar_budget: bool = True,
         grammar_trigger: str | None = None,
         speculative: str | None = None,
+        reasoning_cap: ReasoningCap | None = None,
     ) -> Completion:
         """The whole completion of one request; ``lora`` names one of the
         adapters registered with ``loras=`` (requests with different
@@ -591,6 +598,8 @@ class AsyncEngine:
         With ``grammar_trigger``, ``grammar`` / ``json_schema`` apply only
         from the first occurrence of that text in the output (a lazy
         grammar: free text, then a constrained part, as a tool call).
+        ``reasoning_cap`` caps the reply's ``<think>`` reasoning (see
+        :class:`~oxillama.decoding.reasoning.ReasoningCap`).
 
         Pieces are not delivered one by one: the event loop wakes once, when
         the completion is done (or failed)."""
@@ -606,6 +615,7 @@ class AsyncEngine:
             grammar_budget=grammar_budget,
             grammar_trigger=grammar_trigger,
             speculative=speculative,
+            reasoning_cap=reasoning_cap,
         )
         return await self._complete(lambda emit: self._submit(prompt, ask, emit))
 
@@ -794,11 +804,20 @@ class AsyncEngine:
         lora: str | None = None,
         logprobs: int | None = None,
         speculative: str | None = None,
+        reasoning_format: ReasoningFormat = "auto",
+        reasoning_budget: int | None = None,
         **template_kwargs: Any,
     ) -> Completion:
-        """Replies to a conversation rendered with the model's chat template."""
+        """Replies to a conversation rendered with the model's chat
+        template; the reply comes apart into ``text``, ``reasoning`` and
+        ``tool_calls`` exactly as :meth:`Engine.chat
+        <oxillama.Engine.chat>` splits it (``reasoning_format`` as there).
+        ``reasoning_budget`` caps the tokens of a ``<think>`` reasoning
+        (see :class:`~oxillama.decoding.reasoning.ReasoningCap`)."""
         text = self._engine.apply_chat_template(messages, **template_kwargs)
-        return await self.generate(
+        split = self._engine._reply_split(text, reasoning_format)
+        cap = self._engine._reasoning_cap(text, reasoning_budget)
+        done = await self.generate(
             self.tokenize(text),
             max_tokens,
             sampler=sampler,
@@ -808,7 +827,9 @@ class AsyncEngine:
             lora=lora,
             logprobs=logprobs,
             speculative=speculative,
+            reasoning_cap=cap,
         )
+        return split.apply(done)
 
     def chat_stream(
         self,
@@ -822,21 +843,37 @@ class AsyncEngine:
         lora: str | None = None,
         logprobs: int | None = None,
         speculative: str | None = None,
+        result: list[Completion] | None = None,
+        reasoning_format: ReasoningFormat = "auto",
+        reasoning_budget: int | None = None,
         **template_kwargs: Any,
     ) -> AsyncGenerator[str, None]:
-        """Streaming form of :meth:`chat`."""
-        text = self._engine.apply_chat_template(messages, **template_kwargs)
-        return self.stream(
-            self.tokenize(text),
-            max_tokens,
-            sampler=sampler,
-            stop=stop,
-            grammar=grammar,
-            json_schema=json_schema,
-            lora=lora,
-            logprobs=logprobs,
-            speculative=speculative,
-        )
+        """Streaming form of :meth:`chat`: the reply's text pieces as the
+        model writes them (markers and channels included); ``result``, when
+        given, receives the :class:`Completion` that :meth:`chat` returns,
+        split the same way. Nothing is rendered, checked or queued until
+        the first piece is awaited."""
+
+        def start(whole: list[Completion]) -> tuple[ReplySplit, AsyncGenerator[str, None]]:
+            text = self._engine.apply_chat_template(messages, **template_kwargs)
+            split = self._engine._reply_split(text, reasoning_format)
+            cap = self._engine._reasoning_cap(text, reasoning_budget)
+            pieces = self.stream(
+                self.tokenize(text),
+                max_tokens,
+                sampler=sampler,
+                stop=stop,
+                grammar=grammar,
+                json_schema=json_schema,
+                result=whole,
+                lora=lora,
+                logprobs=logprobs,
+                speculative=speculative,
+                reasoning_cap=cap,
+            )
+            return split, pieces
+
+        return split_result(start, result)
 
 
 def _draft_of(value: str | NgramDraft | None, field: str) -> NgramDraft | None:

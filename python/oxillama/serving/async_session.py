@@ -11,9 +11,11 @@ from typing import TYPE_CHECKING, Any, Protocol
 from oxillama.decoding.completion import Completion
 from oxillama.decoding.grammar import Grammar, constraint
 from oxillama.decoding.logprobs import check_logprobs
+from oxillama.decoding.reasoning import ReasoningCap, ReasoningFormat, ReplySplit
 from oxillama.decoding.sampling import SamplerConfig
 from oxillama.errors import GenerateError, ParameterError
 from oxillama.serving.scheduler import Conversation, Emit, Request, Scheduler, Turn
+from oxillama.serving.split_result import split_result
 
 if TYPE_CHECKING:
     from oxillama.engine.engine import Engine, Message, Prompt
@@ -143,6 +145,7 @@ class AsyncSession:
         stop: Sequence[str],
         ignore_eos: bool,
         trigger: str | None = None,
+        cap: ReasoningCap | None = None,
     ) -> Any:
         if not isinstance(max_tokens, int) or max_tokens < 0:
             raise ParameterError(f"max_tokens must be a non-negative integer, got {max_tokens!r}")
@@ -165,6 +168,7 @@ class AsyncSession:
             emit=emit,
             logprobs=turn.logprobs,
             lazy=lazy,
+            cap=cap,
         )
 
     async def generate(
@@ -220,8 +224,9 @@ class AsyncSession:
         ignore_eos: bool,
         result: list[Completion] | None,
         trigger: str | None = None,
+        cap: ReasoningCap | None = None,
     ) -> AsyncGenerator[str, None]:
-        submit = self._submit(make_turn(), max_tokens, stop, ignore_eos, trigger)
+        submit = self._submit(make_turn(), max_tokens, stop, ignore_eos, trigger, cap)
         async with self._lock:
             self._check_open()
             pieces = self._engine._pieces(submit, result)
@@ -233,10 +238,20 @@ class AsyncSession:
                 # generator is collected.
                 await pieces.aclose()
 
-    def _chat_tokens(self, messages: Sequence[Message], kwargs: dict[str, Any]) -> list[int]:
+    def _chat_prompt(
+        self,
+        messages: Sequence[Message],
+        kwargs: dict[str, Any],
+        reasoning_format: ReasoningFormat,
+        reasoning_budget: int | None = None,
+    ) -> tuple[list[int], ReplySplit, ReasoningCap | None]:
+        """The rendered chat's tokens, how the reply to it comes apart and
+        the cap on its reasoning."""
         eng = self._engine.engine
         text = eng.apply_chat_template(messages, add_generation_prompt=True, **kwargs)
-        return eng.tokenize(text, add_special=True, parse_special=True)
+        split = eng._reply_split(text, reasoning_format)
+        cap = eng._reasoning_cap(text, reasoning_budget)
+        return eng.tokenize(text, add_special=True, parse_special=True), split, cap
 
     async def chat(
         self,
@@ -250,26 +265,28 @@ class AsyncSession:
         json_schema: Mapping[str, Any] | Any | None = None,
         logprobs: int | None = None,
         grammar_trigger: str | None = None,
+        reasoning_format: ReasoningFormat = "auto",
+        reasoning_budget: int | None = None,
         **template_kwargs: Any,
     ) -> Completion:
         """Replies to a conversation; only the part of the rendered chat that
-        differs from the session's context is evaluated, as in
-        :meth:`Engine.chat <oxillama.Engine.chat>`. With ``grammar_trigger``,
-        ``grammar`` / ``json_schema`` apply only from the first occurrence
-        of that text in the reply on (a tool call the model may or may not
-        make)."""
-        turn = self._turn(
-            None,
-            self._chat_tokens(messages, template_kwargs),
-            sampler,
-            grammar,
-            json_schema,
-            logprobs,
+        differs from the session's context is evaluated, and the reply comes
+        apart into ``text``, ``reasoning`` and ``tool_calls``, as in
+        :meth:`Engine.chat <oxillama.Engine.chat>`. With
+        ``grammar_trigger``, ``grammar`` / ``json_schema`` apply only from
+        the first occurrence of that text in the reply on (a tool call the
+        model may or may not make). ``reasoning_budget`` caps the tokens of
+        a ``<think>`` reasoning (see
+        :class:`~oxillama.decoding.reasoning.ReasoningCap`)."""
+        tokens, split, cap = self._chat_prompt(
+            messages, template_kwargs, reasoning_format, reasoning_budget
         )
-        submit = self._submit(turn, max_tokens, stop, ignore_eos, grammar_trigger)
+        turn = self._turn(None, tokens, sampler, grammar, json_schema, logprobs)
+        submit = self._submit(turn, max_tokens, stop, ignore_eos, grammar_trigger, cap)
         async with self._lock:
             self._check_open()
-            return await self._engine._complete(submit)
+            done = await self._engine._complete(submit)
+        return split.apply(done)
 
     def chat_stream(
         self,
@@ -284,24 +301,31 @@ class AsyncSession:
         result: list[Completion] | None = None,
         logprobs: int | None = None,
         grammar_trigger: str | None = None,
+        reasoning_format: ReasoningFormat = "auto",
+        reasoning_budget: int | None = None,
         **template_kwargs: Any,
     ) -> AsyncGenerator[str, None]:
-        """Streaming form of :meth:`chat`."""
-        return self._pieces(
-            lambda: self._turn(
-                None,
-                self._chat_tokens(messages, template_kwargs),
-                sampler,
-                grammar,
-                json_schema,
-                logprobs,
-            ),
-            max_tokens,
-            stop,
-            ignore_eos,
-            result,
-            grammar_trigger,
-        )
+        """Streaming form of :meth:`chat`: the reply's text pieces as the
+        model writes them (markers and channels included); ``result``, when
+        given, receives the :class:`Completion` that :meth:`chat` returns,
+        split the same way."""
+
+        def start(whole: list[Completion]) -> tuple[ReplySplit, AsyncGenerator[str, None]]:
+            tokens, split, cap = self._chat_prompt(
+                messages, template_kwargs, reasoning_format, reasoning_budget
+            )
+            pieces = self._pieces(
+                lambda: self._turn(None, tokens, sampler, grammar, json_schema, logprobs),
+                max_tokens,
+                stop,
+                ignore_eos,
+                whole,
+                grammar_trigger,
+                cap,
+            )
+            return split, pieces
+
+        return split_result(start, result)
 
     async def truncate(self, n: int) -> bool:
         """Keeps the first ``n`` tokens of the context and forgets the rest

@@ -73,6 +73,7 @@ from oxillama.decoding.grammar import Grammar, allowed_bytes
 from oxillama.decoding.grammar.budget import Items, sample_within_budget
 from oxillama.decoding.logprobs import check_logprobs, token_logprob
 from oxillama.decoding.ngram_draft import NgramDraft, NgramState
+from oxillama.decoding.reasoning import ReasoningCap
 from oxillama.decoding.sampling import SamplerConfig, build_sampler
 from oxillama.engine.session_state import (
     ContextShift,
@@ -265,6 +266,9 @@ class Request:
     #: trigger text in the output (a lazy grammar), and where to look next.
     lazy: tuple[str, Grammar] | None = None
     lazy_from: int = 0
+    #: A cap on the reply's reasoning, and the tokens it forces next.
+    cap: ReasoningCap | None = None
+    forcing: list[int] = field(default_factory=list)
 
     def follows(self) -> bool:
         """A choice that waits for its leader's prompt KV."""
@@ -423,11 +427,12 @@ class Scheduler:
         grammar_budget: bool = True,
         lazy: tuple[str, Grammar] | None = None,
         draft: NgramDraft | None = None,
+        cap: ReasoningCap | None = None,
     ) -> Request:
         """Queues a request; raises at once if it can never be served.
         Requests given one ``share`` (and the same prompt and adapters)
         evaluate their prompt once; ``draft`` makes it decode speculatively
-        with n-gram drafts."""
+        with n-gram drafts; ``cap`` caps its reasoning."""
         if not prompt:
             raise GenerateError("empty prompt: a request needs at least one token")
         # With a context shift a prompt may fill the context (the shift
@@ -467,6 +472,7 @@ class Scheduler:
             lazy=lazy,
             spec=None if draft is None else draft.new_state(prompt),
             items=Items.of(grammar),
+            cap=cap,
         )
         if lazy is not None and grammar is not None:
             raise ParameterError("a request has a grammar or a lazy grammar, not both")
@@ -547,10 +553,12 @@ class Scheduler:
         emit: Emit,
         logprobs: int | None = None,
         lazy: tuple[str, Grammar] | None = None,
+        cap: ReasoningCap | None = None,
     ) -> Request:
         """Queues a session turn (the caller runs one turn of a session at a
         time); its prompt is resolved when it starts. ``lazy`` is a grammar
-        that applies from its trigger text on, as in :meth:`submit`."""
+        that applies from its trigger text on, and ``cap`` caps the
+        reasoning, as in :meth:`submit`."""
         if lazy is not None and turn.grammar is not None:
             raise ParameterError("a request has a grammar or a lazy grammar, not both")
         if conv.closed:
@@ -569,6 +577,7 @@ class Scheduler:
             turn=turn,
             logprobs=check_logprobs(logprobs),
             lazy=lazy,
+            cap=cap,
         )
         with self._cv:
             if self._closed:
@@ -1454,7 +1463,9 @@ class Scheduler:
         elif spent:
             finish = "length"
         if finish is None:
-            if m is None:
+            if s.forcing and m is None:
+                tok = s.forcing.pop(0)
+            elif m is None:
                 tok = int(s.sampler.sample(s.logits, None))
             elif s.grammar_budget:
                 left = s.max_tokens - len(s.generated)
@@ -1483,6 +1494,8 @@ class Scheduler:
                 piece = s.text.push(self._tokenizer.token_to_piece(tok))
                 if s.lazy is not None:
                     self._maybe_trigger(s)
+                if s.cap is not None and not s.forcing:
+                    s.forcing = list(s.cap.due(len(s.generated), s.text.text))
                 if piece:
                     s.emit(s.piece(piece), None, None)
                 if not s.text.stopped:

@@ -5,11 +5,13 @@
 //! vector always (ggml refuses to run without one; `quantize_rows` checks
 //! first, and a row reaching here without one is written as zeros).
 
-use super::super::block::put_f16;
 use super::super::QK_K;
-use super::iq_search::{fit, fmax, group_index, signs8, sumx2, weights, Params};
+use super::iq_search::{
+    fit, flip_negative, fmax, group_index, scale_code, sumx2, super_scale, unsigned_block, weights,
+    Params,
+};
 use super::iq_tables::{iq2s, iq2xs, iq2xxs};
-use super::search::{make_qp_quants, nearest_int, GROUP_MAX_EPS};
+use super::search::{make_qp_quants, GROUP_MAX_EPS};
 
 const GROUP_MAX_EPS_IQ2_S: f32 = 1e-8;
 
@@ -30,11 +32,6 @@ const XS: Params = Params {
     refine_needs_off_grid: true,
     refine_skips_on_grid: true,
 };
-
-#[inline]
-fn scale_code(id: f32, scale: f32) -> u8 {
-    nearest_int(0.5 * (id * scale - 1.0)).clamp(0, 15) as u8
-}
 
 /// Bytes: f16 d, then per 32-element block two u32: four grid indices,
 /// and four 7-bit signs with the 4-bit scale on top.
@@ -61,18 +58,8 @@ pub fn quantize_xxs(x: &[f32], qw: Option<&[f32]>, out: &mut [u8]) {
             let xb = &xbl[32 * ib..32 * ib + 32];
             let q = &qw[QK_K * ibl + 32 * ib..QK_K * ibl + 32 * ib + 32];
             weights(xb, Some(q), sigma2, |v| v, &mut weight);
-            for i in 0..32 {
-                waux[i] = weight[i].sqrt();
-            }
             let mut signs = [0u8; 4];
-            for k in 0..4 {
-                let r = 8 * k..8 * k + 8;
-                signs[k] = signs8(&xb[r.clone()], &weight[r.clone()], &mut xval[r], true);
-            }
-            let mut max = xval[0];
-            for &v in &xval[1..] {
-                max = fmax(max, v);
-            }
+            let max = unsigned_block(xb, &weight, true, &mut xval, &mut waux, &mut signs);
             if max < GROUP_MAX_EPS {
                 scales[ib] = 0.0;
                 continue;
@@ -84,13 +71,8 @@ pub fn quantize_xxs(x: &[f32], qw: Option<&[f32]>, out: &mut [u8]) {
                 continue;
             }
             l.fill(0);
-            let mut scale = fit(t, &XXS, &xval, &weight, &waux, eff_max, scale0, &mut l);
-            if scale < 0.0 {
-                scale = -scale;
-                for s in signs.iter_mut() {
-                    *s = !*s & 127;
-                }
-            }
+            let scale = fit(t, &XXS, &xval, &weight, &waux, eff_max, scale0, &mut l);
+            let scale = flip_negative(scale, &mut signs, true);
             for k in 0..4 {
                 q2[2 * ib] |= (group_index(t, &l, k) as u32) << (8 * k);
                 q2[2 * ib + 1] |= (signs[k] as u32) << (7 * k);
@@ -98,12 +80,9 @@ pub fn quantize_xxs(x: &[f32], qw: Option<&[f32]>, out: &mut [u8]) {
             scales[ib] = scale;
             max_scale = fmax(max_scale, scale);
         }
-        if max_scale == 0.0 {
+        let Some(id) = super_scale(y, max_scale, 1.0) else {
             continue;
-        }
-        let d = max_scale / 31.0;
-        put_f16(y, 0, d);
-        let id = 1.0 / d;
+        };
         for ib in 0..QK_K / 32 {
             q2[2 * ib + 1] |= (scale_code(id, scales[ib]) as u32) << 28;
         }
@@ -127,29 +106,13 @@ fn block16(
 ) -> Option<f32> {
     let mut waux = [0f32; 16];
     let mut xval = [0f32; 16];
-    for i in 0..16 {
-        waux[i] = weight[i].sqrt();
-    }
-    for k in 0..2 {
-        let r = 8 * k..8 * k + 8;
-        signs[k] = signs8(&xb[r.clone()], &weight[r.clone()], &mut xval[r], even_signs);
-    }
-    let mut max = xval[0];
-    for &v in &xval[1..] {
-        max = fmax(max, v);
-    }
+    let max = unsigned_block(xb, weight, even_signs, &mut xval, &mut waux, signs);
     l.fill(0);
     if max < eps {
         return None;
     }
-    let mut scale = fit(t, &XS, &xval, weight, &waux, max, max / 5.0, l);
-    if scale < 0.0 {
-        scale = -scale;
-        for s in signs.iter_mut() {
-            *s = if even_signs { !*s & 127 } else { !*s };
-        }
-    }
-    Some(scale)
+    let scale = fit(t, &XS, &xval, weight, &waux, max, max / 5.0, l);
+    Some(flip_negative(scale, signs, even_signs))
 }
 
 /// Bytes: f16 d, 32 u16 of a 9-bit grid index and 7-bit signs, 8 bytes of
@@ -188,12 +151,9 @@ pub fn quantize_xs(x: &[f32], qw: Option<&[f32]>, out: &mut [u8]) {
             scales[ib] = scale;
             max_scale = fmax(max_scale, scale);
         }
-        if max_scale == 0.0 {
+        let Some(id) = super_scale(y, max_scale, 1.0) else {
             continue;
-        }
-        let d = max_scale / 31.0;
-        put_f16(y, 0, d);
-        let id = 1.0 / d;
+        };
         for ib in 0..QK_K / 16 {
             y[66 + ib / 2] |= scale_code(id, scales[ib]) << (4 * (ib % 2));
         }
@@ -245,12 +205,9 @@ pub fn quantize_s(x: &[f32], qw: Option<&[f32]>, out: &mut [u8]) {
             scales[ib] = scale;
             max_scale = fmax(max_scale, scale);
         }
-        if max_scale == 0.0 {
+        let Some(id) = super_scale(y, max_scale, 0.9875) else {
             continue;
-        }
-        let d = max_scale / 31.0;
-        put_f16(y, 0, d * 0.9875);
-        let id = 1.0 / d;
+        };
         for ib in 0..QK_K / 16 {
             y[74 + ib / 2] |= scale_code(id, scales[ib]) << (4 * (ib % 2));
         }

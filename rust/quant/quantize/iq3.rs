@@ -4,11 +4,12 @@
 //! (`iq_search::fit`), a 4-bit scale per block (IQ3_XXS: per 32, packed
 //! with seven-bit signs; IQ3_S: per 32, two a byte) under one f16.
 
-use super::super::block::put_f16;
 use super::super::QK_K;
-use super::iq_search::{fit, fmax, group_index, signs8, sumx2, weights, Params};
+use super::iq_search::{
+    fit, flip_negative, fmax, group_index, scale_code, sumx2, super_scale, unsigned_block, weights,
+    Params,
+};
 use super::iq_tables::{iq3s, iq3xxs};
-use super::search::nearest_int;
 
 const GROUP_MAX_EPS_IQ3_XXS: f32 = 1e-8;
 
@@ -30,12 +31,6 @@ const S: Params = Params {
     refine_skips_on_grid: false,
 };
 
-/// A block scale's 4-bit code: `(2l + 1) d` nearest `scale`.
-#[inline]
-fn scale_code(id: f32, scale: f32) -> u32 {
-    nearest_int(0.5 * (id * scale - 1.0)).clamp(0, 15) as u32
-}
-
 /// Bytes: f16 d, 64 grid indices, 8 u32 of four 7-bit signs + 4-bit scale.
 pub fn quantize_xxs(x: &[f32], qw: Option<&[f32]>, out: &mut [u8]) {
     let t = iq3xxs();
@@ -56,31 +51,16 @@ pub fn quantize_xxs(x: &[f32], qw: Option<&[f32]>, out: &mut [u8]) {
             let xb = &xbl[32 * ib..32 * ib + 32];
             let q = qw.map(|q| &q[QK_K * ibl + 32 * ib..QK_K * ibl + 32 * ib + 32]);
             weights(xb, q, sigma2, |v| v * v, &mut weight);
-            for i in 0..32 {
-                waux[i] = weight[i].sqrt();
-            }
             let mut signs = [0u8; 4];
-            for k in 0..4 {
-                let r = 8 * k..8 * k + 8;
-                signs[k] = signs8(&xb[r.clone()], &weight[r.clone()], &mut xval[r], true);
-            }
-            let mut max = xval[0];
-            for &v in &xval[1..] {
-                max = fmax(max, v);
-            }
+            let max = unsigned_block(xb, &weight, true, &mut xval, &mut waux, &mut signs);
             l.fill(0);
             if max < GROUP_MAX_EPS_IQ3_XXS {
                 scales[ib] = 0.0;
                 continue;
             }
             let scale0 = max / 15.0;
-            let mut scale = fit(t, &XXS, &xval, &weight, &waux, max, scale0, &mut l);
-            if scale < 0.0 {
-                scale = -scale;
-                for s in signs.iter_mut() {
-                    *s = !*s & 127;
-                }
-            }
+            let scale = fit(t, &XXS, &xval, &weight, &waux, max, scale0, &mut l);
+            let scale = flip_negative(scale, &mut signs, true);
             for k in 0..8 {
                 q3[8 * ib + k] = group_index(t, &l, k) as u8;
             }
@@ -91,14 +71,11 @@ pub fn quantize_xxs(x: &[f32], qw: Option<&[f32]>, out: &mut [u8]) {
             scales[ib] = scale;
             max_scale = fmax(max_scale, scale);
         }
-        if max_scale == 0.0 {
+        let Some(id) = super_scale(y, max_scale, 1.0125) else {
             continue;
-        }
-        let d = max_scale / 31.0;
-        put_f16(y, 0, d * 1.0125);
-        let id = 1.0 / d;
+        };
         for ib in 0..QK_K / 32 {
-            sas[ib] |= scale_code(id, scales[ib]) << 28;
+            sas[ib] |= (scale_code(id, scales[ib]) as u32) << 28;
         }
         y[2..66].copy_from_slice(&q3);
         for (ib, s) in sas.iter().enumerate() {
@@ -130,31 +107,16 @@ pub fn quantize_s(x: &[f32], qw: Option<&[f32]>, out: &mut [u8]) {
             let xb = &xbl[BS * ib..BS * ib + BS];
             let q = qw.map(|q| &q[QK_K * ibl + BS * ib..QK_K * ibl + BS * ib + BS]);
             weights(xb, q, sigma2, |v| v * v, &mut weight);
-            for i in 0..BS {
-                waux[i] = weight[i].sqrt();
-            }
             let mut signs = [0u8; BS / 8];
-            for k in 0..BS / 8 {
-                let r = 8 * k..8 * k + 8;
-                signs[k] = signs8(&xb[r.clone()], &weight[r.clone()], &mut xval[r], false);
-            }
-            let mut max = xval[0];
-            for &v in &xval[1..] {
-                max = fmax(max, v);
-            }
+            let max = unsigned_block(xb, &weight, false, &mut xval, &mut waux, &mut signs);
             l.fill(0);
             if max == 0.0 {
                 scales[ib] = 0.0;
                 continue;
             }
             let scale0 = max / 15.0;
-            let mut scale = fit(t, &S, &xval, &weight, &waux, max, scale0, &mut l);
-            if scale < 0.0 {
-                scale = -scale;
-                for s in signs.iter_mut() {
-                    *s = !*s;
-                }
-            }
+            let scale = fit(t, &S, &xval, &weight, &waux, max, scale0, &mut l);
+            let scale = flip_negative(scale, &mut signs, false);
             for k in 0..BS / 4 {
                 let gi = group_index(t, &l, k);
                 y[qs + k] = gi as u8;
@@ -167,16 +129,13 @@ pub fn quantize_s(x: &[f32], qw: Option<&[f32]>, out: &mut [u8]) {
             scales[ib] = scale;
             max_scale = fmax(max_scale, scale);
         }
-        if max_scale == 0.0 {
+        let Some(id) = super_scale(y, max_scale, 1.033) else {
             continue;
-        }
-        let d = max_scale / 31.0;
-        put_f16(y, 0, d * 1.033);
-        let id = 1.0 / d;
+        };
         for ib in (0..QK_K / BS).step_by(2) {
             let l1 = scale_code(id, scales[ib]);
             let l2 = scale_code(id, scales[ib + 1]);
-            y[106 + ib / 2] = (l1 | (l2 << 4)) as u8;
+            y[106 + ib / 2] = l1 | (l2 << 4);
         }
     }
 }

@@ -4,9 +4,14 @@
 //! best neighbour, and the best fit refined once more at its own scale.
 //!
 //! The formats differ only in the trial scales and in which groups the
-//! refinement revisits; `Params` names those differences. Operation order
+//! refinement revisits; `Params` names those differences. Around the
+//! search they share the rest of a block's path too: its signs taken out
+//! (`unsigned_block`), a negative fit flipped back (`flip_negative`), and
+//! the super-block's scale and 4-bit block codes (`super_scale`,
+//! `scale_code`). Operation order
 //! follows ggml's quantizers exactly (see `search`).
 
+use super::super::block::put_f16;
 use super::iq_tables::{GridTable, Lookup};
 use super::search::nearest_int;
 
@@ -211,6 +216,66 @@ pub fn signs8(xb: &[f32], weight: &[f32], xval: &mut [f32], even: bool) -> u8 {
         s ^= 1 << imin;
     }
     s & 127
+}
+
+/// One block made ready to fit: its magnitudes in `xval` and the sign
+/// bits of each eight in `signs` (as `signs8` gives them), the square
+/// roots of its weights in `waux`. Returns its largest magnitude.
+pub fn unsigned_block(
+    xb: &[f32],
+    weight: &[f32],
+    even_signs: bool,
+    xval: &mut [f32],
+    waux: &mut [f32],
+    signs: &mut [u8],
+) -> f32 {
+    let n = xb.len();
+    for i in 0..n {
+        waux[i] = weight[i].sqrt();
+    }
+    for (k, s) in signs.iter_mut().enumerate() {
+        let r = 8 * k..8 * k + 8;
+        *s = signs8(&xb[r.clone()], &weight[r.clone()], &mut xval[r], even_signs);
+    }
+    let mut max = xval[0];
+    for &v in &xval[1..n] {
+        max = fmax(max, v);
+    }
+    max
+}
+
+/// A fitted scale made positive: a negative one flips the block's signs
+/// (seven bits each with `even_signs`, else eight), as ggml does.
+#[inline]
+pub fn flip_negative(scale: f32, signs: &mut [u8], even_signs: bool) -> f32 {
+    if scale < 0.0 {
+        for s in signs.iter_mut() {
+            *s = if even_signs { !*s & 127 } else { !*s };
+        }
+        -scale
+    } else {
+        scale
+    }
+}
+
+/// A block scale's 4-bit code under the super-block's `1 / d`: the `l` of
+/// `(2l + 1) d` nearest `scale`.
+#[inline]
+pub fn scale_code(id: f32, scale: f32) -> u8 {
+    nearest_int(0.5 * (id * scale - 1.0)).clamp(0, 15) as u8
+}
+
+/// The super-block's `d` for block scales up to `max_scale` (codes up to
+/// 15 give `31 d`), written as an f16 times `mul` (each format's own
+/// correction, as ggml writes it); returns `1 / d`. None when every block
+/// scale is zero: the super-block stays all zero.
+pub fn super_scale(y: &mut [u8], max_scale: f32, mul: f32) -> Option<f32> {
+    if max_scale == 0.0 {
+        return None;
+    }
+    let d = max_scale / 31.0;
+    put_f16(y, 0, d * mul);
+    Some(1.0 / d)
 }
 
 /// ggml's `MAX(a, b)` on floats: `b` unless `a > b`.

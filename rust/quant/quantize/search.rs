@@ -268,49 +268,14 @@ pub fn make_qkx2_quants(
     nstep: i32,
     use_mad: bool,
 ) -> (f32, f32) {
-    let n = x.len();
-    let w = |i: usize| weights[i];
-    let (mut min, max, sum_w, sum_x) = min_max_sums(x, w);
-    if min > 0.0 {
-        min = 0.0;
-    }
-    if max == min {
-        l_out[..n].fill(0);
-        return (0.0, -min);
-    }
-    let nmaxf = nmax as f32;
-    let mut iscale = nmaxf / (max - min);
-    let mut scale = 1.0 / iscale;
-    for i in 0..n {
-        l_out[i] = nearest_int(iscale * (x[i] - min)).clamp(0, nmax) as u8;
-    }
-    let mut best_error = weighted_error(x, l_out, scale, min, use_mad, &w);
-    if nstep < 1 {
-        return (scale, -min);
-    }
-    for is in 0..=nstep {
-        iscale = (rmin + rdelta * is as f32 + nmaxf) / (max - min);
-        let (mut sum_l, mut sum_l2, mut sum_xl) = (0f32, 0f32, 0f32);
-        for i in 0..n {
-            let l = nearest_int(iscale * (x[i] - min)).clamp(0, nmax);
-            laux[i] = l as u8;
-            let lf = l as f32;
-            let wi = weights[i];
-            sum_l += wi * lf;
-            sum_l2 += wi * lf * lf;
-            sum_xl += wi * lf * x[i];
-        }
-        if let Some((this_scale, this_min)) = fit(sum_w, sum_x, sum_l, sum_l2, sum_xl) {
-            let cur_error = weighted_error(x, laux, this_scale, this_min, use_mad, &w);
-            if cur_error < best_error {
-                l_out[..n].copy_from_slice(&laux[..n]);
-                best_error = cur_error;
-                scale = this_scale;
-                min = this_min;
-            }
-        }
-    }
-    (scale, -min)
+    Trials::new(nmax, rmin, rdelta, nstep, use_mad).search(
+        x,
+        |i| weights[i],
+        |max, min| max == min,
+        |v| nearest_int(v).clamp(0, nmax),
+        l_out,
+        laux,
+    )
 }
 
 /// `make_qkx2_quants`' successor for the importance-weighted paths
@@ -328,57 +293,106 @@ pub fn make_qkx3_quants(
     nstep: i32,
     use_mad: bool,
 ) -> (f32, f32) {
-    let n = x.len();
-    let w = |i: usize| match weights {
-        Some(ws) => ws[i],
-        None => x[i] * x[i],
-    };
-    let (mut min, max, sum_w, sum_x) = min_max_sums(x, w);
-    if min > 0.0 {
-        min = 0.0;
-    }
-    if max <= min {
-        l_out[..n].fill(0);
-        return (0.0, -min);
-    }
     let nmaxf = nmax as f32;
-    let mut iscale = nmaxf / (max - min);
-    let mut scale = 1.0 / iscale;
-    for i in 0..n {
-        l_out[i] = nearest_int(iscale * (x[i] - min)).clamp(0, nmax) as u8;
-    }
-    let mut best_mad = weighted_error(x, l_out, scale, min, use_mad, &w);
-    if nstep < 1 {
-        return (scale, -min);
-    }
-    for is in 0..=nstep {
-        iscale = (rmin + rdelta * is as f32 + nmaxf) / (max - min);
-        let (mut sum_l, mut sum_l2, mut sum_xl) = (0f32, 0f32, 0f32);
-        for i in 0..n {
-            let v = iscale * (x[i] - min);
-            let l = if v > 0.0 {
+    Trials::new(nmax, rmin, rdelta, nstep, use_mad).search(
+        x,
+        |i| match weights {
+            Some(ws) => ws[i],
+            None => x[i] * x[i],
+        },
+        |max, min| max <= min,
+        |v| {
+            if v > 0.0 {
                 nearest_int(v.min(nmaxf))
             } else {
                 0
-            };
-            laux[i] = l as u8;
-            let lf = l as f32;
-            let wi = w(i);
-            sum_l += wi * lf;
-            sum_l2 += wi * lf * lf;
-            sum_xl += wi * lf * x[i];
-        }
-        if let Some((this_scale, this_min)) = fit(sum_w, sum_x, sum_l, sum_l2, sum_xl) {
-            let mad = weighted_error(x, laux, this_scale, this_min, use_mad, &w);
-            if mad < best_mad {
-                l_out[..n].copy_from_slice(&laux[..n]);
-                best_mad = mad;
-                scale = this_scale;
-                min = this_min;
             }
+        },
+        l_out,
+        laux,
+    )
+}
+
+/// The trial scales of the asymmetric searches: `nstep + 1` of them from
+/// `rmin + nmax` in steps of `rdelta`, judged by weighted absolute
+/// (`use_mad`) or squared error.
+struct Trials {
+    nmax: i32,
+    rmin: f32,
+    rdelta: f32,
+    nstep: i32,
+    use_mad: bool,
+}
+
+impl Trials {
+    fn new(nmax: i32, rmin: f32, rdelta: f32, nstep: i32, use_mad: bool) -> Self {
+        Self {
+            nmax,
+            rmin,
+            rdelta,
+            nstep,
+            use_mad,
         }
     }
-    (scale, -min)
+
+    /// The search `make_qkx2_quants` and `make_qkx3_quants` share; they
+    /// differ in the weights (`w`), in which `(max, min)` make a flat group
+    /// (`flat`: all levels 0) and in how a trial rounds a scaled value to
+    /// its level (`trial_level`). Returns the scale and `-min`.
+    #[inline(always)]
+    fn search(
+        &self,
+        x: &[f32],
+        w: impl Fn(usize) -> f32,
+        flat: impl Fn(f32, f32) -> bool,
+        trial_level: impl Fn(f32) -> i32,
+        l_out: &mut [u8],
+        laux: &mut [u8],
+    ) -> (f32, f32) {
+        let (nmax, use_mad) = (self.nmax, self.use_mad);
+        let n = x.len();
+        let (mut min, max, sum_w, sum_x) = min_max_sums(x, &w);
+        if min > 0.0 {
+            min = 0.0;
+        }
+        if flat(max, min) {
+            l_out[..n].fill(0);
+            return (0.0, -min);
+        }
+        let nmaxf = nmax as f32;
+        let mut iscale = nmaxf / (max - min);
+        let mut scale = 1.0 / iscale;
+        for i in 0..n {
+            l_out[i] = nearest_int(iscale * (x[i] - min)).clamp(0, nmax) as u8;
+        }
+        let mut best_error = weighted_error(x, l_out, scale, min, use_mad, &w);
+        if self.nstep < 1 {
+            return (scale, -min);
+        }
+        for is in 0..=self.nstep {
+            iscale = (self.rmin + self.rdelta * is as f32 + nmaxf) / (max - min);
+            let (mut sum_l, mut sum_l2, mut sum_xl) = (0f32, 0f32, 0f32);
+            for i in 0..n {
+                let l = trial_level(iscale * (x[i] - min));
+                laux[i] = l as u8;
+                let lf = l as f32;
+                let wi = w(i);
+                sum_l += wi * lf;
+                sum_l2 += wi * lf * lf;
+                sum_xl += wi * lf * x[i];
+            }
+            if let Some((this_scale, this_min)) = fit(sum_w, sum_x, sum_l, sum_l2, sum_xl) {
+                let cur_error = weighted_error(x, laux, this_scale, this_min, use_mad, &w);
+                if cur_error < best_error {
+                    l_out[..n].copy_from_slice(&laux[..n]);
+                    best_error = cur_error;
+                    scale = this_scale;
+                    min = this_min;
+                }
+            }
+        }
+        (scale, -min)
+    }
 }
 
 /// Non-negative levels `0..=nmax` for a super-block's sub-block scales

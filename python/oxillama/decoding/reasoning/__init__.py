@@ -5,12 +5,14 @@ split into its analysis, final and tool-call messages."""
 
 from __future__ import annotations
 
+from oxillama.decoding.reasoning.cap import ReasoningCap
 from oxillama.decoding.reasoning.harmony import (
     HarmonyDelta,
     HarmonyParser,
     parse_harmony,
     speaks_harmony,
 )
+from oxillama.decoding.reasoning.reply import ReplySplit
 from oxillama.decoding.reasoning.splitter import (
     REASONING_FORMATS,
     ReasoningFormat,
@@ -25,8 +27,10 @@ __all__ = [
     "REASONING_FORMATS",
     "HarmonyDelta",
     "HarmonyParser",
+    "ReasoningCap",
     "ReasoningFormat",
     "ReasoningSplitter",
+    "ReplySplit",
     "check_reasoning",
     "opens_reasoning",
     "parse_harmony",

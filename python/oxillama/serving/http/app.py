@@ -28,9 +28,8 @@ from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
 from starlette.middleware import Middleware
 from starlette.requests import Request
-from starlette.responses import JSONResponse, Response, StreamingResponse
+from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
-from starlette.types import Receive, Scope, Send
 
 from oxillama.decoding.completion import Completion
 from oxillama.decoding.reasoning import (
@@ -56,6 +55,7 @@ from oxillama.serving.http.anthropic.schemas import definitions as anthropic_def
 from oxillama.serving.http.api_error import ApiError, error_body, from_library_error
 from oxillama.serving.http.auth import ApiKeys, AuthMiddleware
 from oxillama.serving.http.embeddings_route import embeddings
+from oxillama.serving.http.event_stream import EventStream, first_item, lease_closer
 from oxillama.serving.http.harmony import HarmonyChoice
 from oxillama.serving.http.json_body import parse_json_object
 from oxillama.serving.http.latency_metrics import LatencyMetrics
@@ -64,6 +64,7 @@ from oxillama.serving.http.logprob_shapes import chat_logprobs, completion_logpr
 from oxillama.serving.http.merged import merged
 from oxillama.serving.http.metrics import ServerCollector, exposition
 from oxillama.serving.http.openapi import openapi_document
+from oxillama.serving.http.raw_turn import RawTurn
 from oxillama.serving.http.request_schemas import SESSION_ID, UNSUPPORTED, RequestSchemas
 from oxillama.serving.http.rerank_route import rerank
 from oxillama.serving.http.responses import (
@@ -100,25 +101,6 @@ class Options:
     session: str | None
     #: OpenAI's ``n``: choices of one prompt.
     n: int = 1
-
-
-class _Stream(StreamingResponse):
-    """A streaming response that runs ``on_close`` however it ends: after
-    the last event, when the client hangs up, and also when it hangs up
-    before the first event (the body iterator then never starts, so its own
-    ``finally`` would not run)."""
-
-    def __init__(
-        self, content: AsyncIterator[bytes], on_close: Callable[[], Awaitable[None]]
-    ) -> None:
-        super().__init__(content, media_type="text/event-stream")
-        self._on_close = on_close
-
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        try:
-            await super().__call__(scope, receive, send)
-        finally:
-            await self._on_close()
 
 
 def _longest_piece(engine: AsyncEngine) -> int:
@@ -449,25 +431,13 @@ class Server:
                     tokens, opts.n, opts.max_tokens, results=results, **opts.kwargs
                 )
             events_in = merged(streams) if len(streams) > 1 else _single(streams[0])
-            try:
-                # The first event is awaited here so that a request refused
-                # by the scheduler is answered with its status, not a 200.
-                first = await anext(events_in, None)
-            except BaseException:
-                await events_in.aclose()
-                raise
+            first = await first_item(events_in)
             handed_over = True
         finally:
             if lease is not None and not handed_over:
                 lease.release()
 
-        async def close() -> None:
-            # The turn ends before the session is free for anyone else.
-            try:
-                await events_in.aclose()
-            finally:
-                if lease is not None:
-                    lease.release()
+        close = lease_closer(events_in, lease)
 
         async def events() -> AsyncIterator[bytes]:
             # Leaving this generator (client gone) closes the streams, which
@@ -501,7 +471,7 @@ class Server:
             finally:
                 await close()
 
-        return _Stream(events(), close)
+        return EventStream(events(), close)
 
     # ------------------------------------------------------------- routes
 
@@ -585,7 +555,7 @@ class Server:
             # Thinking off where the template has the switch (Qwen3's).
             variables.setdefault("enable_thinking", False)
         if treq is not None:
-            if self.harmony and (treq.grammar is not None or treq.lazy is not None):
+            if self.harmony and treq.constrained:
                 raise ApiError(
                     400,
                     "a required, named or strict tool call runs under a grammar in the "
@@ -593,19 +563,16 @@ class Server:
                     "use tool_choice 'auto' without strict tools",
                     param="tool_choice",
                 )
-            if treq.grammar is not None or treq.lazy is not None:
-                if opts.kwargs.get("grammar") is not None or "json_schema" in opts.kwargs:
-                    raise ApiError(
-                        400,
-                        "a required or strict tool call has its own grammar: drop grammar "
-                        "and response_format, or use non-strict tools with tool_choice 'auto'",
-                        param="tool_choice",
-                    )
-            if treq.grammar is not None:
-                opts.kwargs["grammar"] = treq.grammar
-            if treq.lazy is not None:
-                # A session turn takes it as a one-shot request does.
-                opts.kwargs["grammar_trigger"], opts.kwargs["grammar"] = treq.lazy
+            if treq.constrained and (
+                opts.kwargs.get("grammar") is not None or "json_schema" in opts.kwargs
+            ):
+                raise ApiError(
+                    400,
+                    "a required or strict tool call has its own grammar: drop grammar "
+                    "and response_format, or use non-strict tools with tool_choice 'auto'",
+                    param="tool_choice",
+                )
+            opts.kwargs.update(treq.grammar_kwargs())
             messages, tool_vars = treq.template_input(messages)
             variables.update(tool_vars)
         text = self.engine.engine.apply_chat_template(messages, **variables)
@@ -706,11 +673,10 @@ class Server:
             }
 
         def stateful(sess: AsyncSession) -> Turn:
-            # Only the turns the session has not seen are evaluated.
-            return (
-                lambda n, **kw: sess.chat(messages, n, **variables, **kw),
-                lambda n, **kw: sess.chat_stream(messages, n, **variables, **kw),
-            )
+            # Only the turns the session has not seen are evaluated; the
+            # reply comes raw, as a one-shot request's, for shape() to split.
+            turn = RawTurn(self.engine, sess, messages, tokens, variables)
+            return turn.complete, turn.stream
 
         return await self.run(tokens, opts, shape, final, stateful, note(request.state))
 

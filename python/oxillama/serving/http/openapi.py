@@ -305,6 +305,20 @@ def openapi_document(
     def ok(description: str, content: Schema) -> Schema:
         return {"description": description, "content": content}
 
+    def api(
+        summary: str,
+        ok_text: str,
+        reply: str,
+        errors: tuple[str, ...] = (),
+        *,
+        body: str | None = None,
+        params: list[Schema] | None = None,
+    ) -> Schema:
+        # Most routes: behind the key check, one JSON schema in reply.
+        return _operation(
+            summary, ok(ok_text, _json(_ref(reply))), errors, guarded=v1, body=body, params=params
+        )
+
     def generation(summary: str, body: str, reply: str) -> Schema:
         return _operation(
             summary,
@@ -314,12 +328,12 @@ def openapi_document(
             body=body,
         )
 
-    rerank = _operation(
+    rerank = api(
         "Score documents against a query with a reranker (llama-server's shape; the server "
         "needs --reranking), best first",
-        ok("Each document's index and relevance score", _json(_ref("RerankList"))),
+        "Each document's index and relevance score",
+        "RerankList",
         ("501", "503"),
-        guarded=v1,
         body="RerankRequest",
     )
     sid = [
@@ -363,14 +377,7 @@ def openapi_document(
                 "This document", ok("OpenAPI 3.1", _json({"type": "object"})), (), guarded=False
             )
         },
-        "/v1/models": {
-            "get": _operation(
-                "The model this server runs",
-                ok("One model", _json(_ref("ModelList"))),
-                (),
-                guarded=v1,
-            )
-        },
+        "/v1/models": {"get": api("The model this server runs", "One model", "ModelList")},
         "/v1/completions": {
             "post": generation("Continue a prompt", "CompletionRequest", "Completion")
         },
@@ -407,107 +414,100 @@ def openapi_document(
             )
         },
         "/v1/responses/{rid}": {
-            "get": _operation(
-                "A stored response",
-                ok("The response", _json(_ref("Response"))),
-                ("404",),
-                guarded=v1,
-                params=rid,
-            ),
-            "delete": _operation(
+            "get": api("A stored response", "The response", "Response", ("404",), params=rid),
+            "delete": api(
                 "Delete a stored response and its session",
-                ok("Deleted", _json(_ref("ResponseDeleted"))),
+                "Deleted",
+                "ResponseDeleted",
                 ("404",),
-                guarded=v1,
                 params=rid,
             ),
         },
         "/v1/embeddings": {
-            "post": _operation(
+            "post": api(
                 "Embed texts or token ids",
-                ok("One vector per input", _json(_ref("EmbeddingList"))),
+                "One vector per input",
+                "EmbeddingList",
                 ("404", "503"),
-                guarded=v1,
                 body="EmbeddingRequest",
             )
         },
         "/v1/rerank": {"post": rerank},
         "/rerank": {"post": rerank},
         "/tokenize": {
-            "post": _operation(
+            "post": api(
                 "Text to token ids (llama-server's shape)",
-                ok("The ids, or {id, piece} with with_pieces", _json(_ref("Tokens"))),
+                "The ids, or {id, piece} with with_pieces",
+                "Tokens",
                 (),
-                guarded=v1,
                 body="TokenizeRequest",
             )
         },
         "/detokenize": {
-            "post": _operation(
+            "post": api(
                 "Token ids to text (llama-server's shape)",
-                ok("The text", _json(_ref("Detokenized"))),
+                "The text",
+                "Detokenized",
                 (),
-                guarded=v1,
                 body="DetokenizeRequest",
             )
         },
         "/apply-template": {
-            "post": _operation(
+            "post": api(
                 "The prompt the chat endpoint would run for these messages",
-                ok("The rendered prompt", _json(_ref("RenderedPrompt"))),
+                "The rendered prompt",
+                "RenderedPrompt",
                 (),
-                guarded=v1,
                 body="ApplyTemplateRequest",
             )
         },
         "/v1/sessions/{sid}/save": {
-            "post": _operation(
+            "post": api(
                 "Write a session to <sessions-dir>/<sid>.oxisnap",
-                ok("Saved", _json(_ref("SessionSaved"))),
+                "Saved",
+                "SessionSaved",
                 ("404", "503"),
-                guarded=v1,
                 params=sid,
             )
         },
         "/v1/sessions": {
-            "get": _operation(
+            "get": api(
                 "Every session this server knows (live, saved, or with notes), newest first",
-                ok("The sessions", _json(_ref("SessionList"))),
-                (),
-                guarded=v1,
+                "The sessions",
+                "SessionList",
             )
         },
         "/v1/sessions/{sid}": {
-            "get": _operation(
+            "get": api(
                 "A session's notes (title, messages, settings) and state",
-                ok("The session", _json(_ref("Session"))),
+                "The session",
+                "Session",
                 ("404",),
-                guarded=v1,
                 params=sid,
             ),
-            "put": _operation(
+            "put": api(
                 "Write a session's notes (with --sessions-dir, to <sid>.oxisnap.chat.json)",
-                ok("The session", _json(_ref("Session"))),
+                "The session",
+                "Session",
                 (),
-                guarded=v1,
                 body="SessionNotesRequest",
                 params=sid,
             ),
-            "delete": _operation(
+            "delete": api(
                 "Close a session and remove its snapshot and notes",
-                ok("Deleted", _json(_ref("SessionDeleted"))),
+                "Deleted",
+                "SessionDeleted",
                 ("404",),
-                guarded=v1,
                 params=sid,
             ),
         },
         "/v1/sessions/{sid}/fork": {
-            "post": _operation(
+            "post": api(
                 "A new session holding a copy of this one's state, with the history up to "
                 "the message forked from as its notes",
-                ok("Forked", _json(_ref("SessionForked"))),
+                "Forked",
+                "SessionForked",
                 ("404", "409", "503"),
-                guarded=v1,
                 body="SessionForkRequest",
                 params=sid,
             )
@@ -523,11 +523,11 @@ def openapi_document(
                 guarded=v1,
                 params=sid,
             ),
-            "put": _operation(
+            "put": api(
                 "Make an OXISNAP1 file (the body) this session, replacing a live one",
-                ok("Imported", _json(_ref("SessionRestored"))),
+                "Imported",
+                "SessionRestored",
                 ("503",),
-                guarded=v1,
                 params=sid,
             )
             | {
@@ -538,19 +538,18 @@ def openapi_document(
             },
         },
         "/v1/info": {
-            "get": _operation(
+            "get": api(
                 "The model's name, architecture, context size and KV cache type",
-                ok("Info", _json(_ref("ServerInfo"))),
-                (),
-                guarded=v1,
+                "Info",
+                "ServerInfo",
             )
         },
         "/v1/sessions/{sid}/restore": {
-            "post": _operation(
+            "post": api(
                 "Load <sessions-dir>/<sid>.oxisnap as the live session",
-                ok("Restored", _json(_ref("SessionRestored"))),
+                "Restored",
+                "SessionRestored",
                 ("404", "503"),
-                guarded=v1,
                 params=sid,
             )
         },

@@ -36,6 +36,21 @@ class ToolRequest:
     #: grammar that applies from it on (the reply may still be text).
     lazy: tuple[str, Grammar] | None = None
 
+    @property
+    def constrained(self) -> bool:
+        """The call runs under a grammar of its own (required, named or
+        strict tools), which leaves no room for another."""
+        return self.grammar is not None or self.lazy is not None
+
+    def grammar_kwargs(self) -> dict[str, Any]:
+        """The generation keywords of that grammar: it applies at once, or
+        (strict tools with ``"auto"``) from its trigger on; a session turn
+        takes them as a one-shot request does."""
+        if self.lazy is not None:
+            trigger, grammar = self.lazy
+            return {"grammar_trigger": trigger, "grammar": grammar}
+        return {} if self.grammar is None else {"grammar": self.grammar}
+
     def template_input(
         self, messages: list[dict[str, Any]]
     ) -> tuple[list[dict[str, Any]], dict[str, Any]]:

@@ -9,16 +9,15 @@ import contextlib
 import json
 import logging
 import uuid
-from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
+from collections.abc import AsyncIterator, Mapping
 from dataclasses import dataclass
 from typing import Any, Protocol
 
 from starlette.requests import Request
-from starlette.responses import JSONResponse, Response, StreamingResponse
-from starlette.types import Receive, Scope, Send
+from starlette.responses import JSONResponse, Response
 
 from oxillama.decoding.completion import Completion
-from oxillama.decoding.reasoning import ReasoningSplitter, opens_reasoning
+from oxillama.decoding.reasoning import ReasoningCap, ReasoningSplitter, opens_reasoning
 from oxillama.decoding.sampling import SamplerConfig
 from oxillama.decoding.tool_calls import ToolFormat
 from oxillama.errors import OxiLlamaError
@@ -28,7 +27,9 @@ from oxillama.serving.http.anthropic.blocks import Blocks
 from oxillama.serving.http.anthropic.errors import anthropic_error, error_body
 from oxillama.serving.http.anthropic.translate import chat_tools, check_blocks, conversation
 from oxillama.serving.http.api_error import ApiError, from_library_error
+from oxillama.serving.http.event_stream import EventStream, first_item, lease_closer
 from oxillama.serving.http.json_body import parse_json_object
+from oxillama.serving.http.raw_turn import RawTurn
 from oxillama.serving.http.request_schemas import RequestSchemas
 from oxillama.serving.http.session_table import Lease, SessionTable
 from oxillama.serving.http.tools import ToolRequest, tool_request
@@ -173,23 +174,41 @@ def _generation_kwargs(server: Server, body: Mapping[str, Any], prompt: Prompt) 
             )
         kwargs["lora"] = body["model"]
     treq = prompt.tools
-    if treq is not None and treq.grammar is not None:
-        kwargs["grammar"] = treq.grammar
-    if treq is not None and treq.lazy is not None:
-        if body.get("session") is not None:
-            raise ApiError(
-                400,
-                "strict tools with tool_choice 'auto' cannot continue a session",
-                param="tools",
-            )
-        kwargs["grammar_trigger"], kwargs["grammar"] = treq.lazy
+    if treq is not None and treq.lazy is not None and body.get("session") is not None:
+        raise ApiError(
+            400,
+            "strict tools with tool_choice 'auto' cannot continue a session",
+            param="tools",
+        )
+    if treq is not None:
+        kwargs.update(treq.grammar_kwargs())
     if body.get("session") is not None and prompt.prefill:
         raise ApiError(
             400,
             "a session turn cannot end with an assistant message to continue",
             param="messages",
         )
+    kwargs.update(_thinking_cap(server, body, prompt))
     return kwargs
+
+
+def _thinking_cap(server: Server, body: Mapping[str, Any], prompt: Prompt) -> dict[str, Any]:
+    """``thinking.budget_tokens`` as a cap on the reply's reasoning tokens
+    (see :class:`~oxillama.decoding.reasoning.ReasoningCap`): a session
+    turn takes the budget, a one-shot request the cap on its own prompt."""
+    thinking = body.get("thinking") or {}
+    budget = thinking.get("budget_tokens")
+    if thinking.get("type") != "enabled" or budget is None:
+        return {}
+    if body.get("session") is not None:
+        return {"reasoning_budget": budget}
+    engine = server.engine.engine
+    cap = ReasoningCap.of(
+        budget,
+        lambda t: engine.tokenize(t, add_special=False, parse_special=True),
+        inside=prompt.inside,
+    )
+    return {"reasoning_cap": cap}
 
 
 def _stop_sequence(server: Server, out: Completion, stops: list[str]) -> str | None:
@@ -209,23 +228,6 @@ def _stop_reason(blocks: Blocks, out: Completion | None, stop: str | None) -> st
     if out is not None and out.finish_reason == "length":
         return "max_tokens"
     return "stop_sequence" if stop is not None else "end_turn"
-
-
-class _Stream(StreamingResponse):
-    """A stream that runs ``on_close`` however it ends, also when the client
-    hangs up before its first event (when its body never starts)."""
-
-    def __init__(
-        self, content: AsyncIterator[bytes], on_close: Callable[[], Awaitable[None]]
-    ) -> None:
-        super().__init__(content, media_type="text/event-stream")
-        self._on_close = on_close
-
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        try:
-            await super().__call__(scope, receive, send)
-        finally:
-            await self._on_close()
 
 
 async def _next(pieces: AsyncIterator[str]) -> str | None:
@@ -281,13 +283,18 @@ async def messages(server: Server, request: Request) -> Response:
     handed_over = False
     result: list[Completion] = []
     try:
+        # The blocks split the raw reply themselves.
+        turn = RawTurn(
+            server.engine,
+            None if lease is None else lease.session,
+            prompt.messages,
+            prompt.tokens,
+            prompt.variables,
+        )
         if not body.get("stream"):
+            out = await turn.complete(max_tokens, **kwargs)
             if lease is not None:
-                sess = lease.session
-                out = await sess.chat(prompt.messages, max_tokens, **prompt.variables, **kwargs)
                 await lease.persist()
-            else:
-                out = await server.engine.generate(prompt.tokens, max_tokens, **kwargs)
             record["completion_tokens"] = len(out.tokens)
             blocks = new_blocks()
             blocks.feed(out.text)
@@ -295,30 +302,14 @@ async def messages(server: Server, request: Request) -> Response:
             stop = _stop_sequence(server, out, stops)
             reason = _stop_reason(blocks, out, stop)
             return JSONResponse(message(blocks.content, out, reason, stop))
-        if lease is not None:
-            pieces = lease.session.chat_stream(
-                prompt.messages, max_tokens, result=result, **prompt.variables, **kwargs
-            )
-        else:
-            pieces = server.engine.stream(prompt.tokens, max_tokens, result=result, **kwargs)
-        try:
-            # Awaited here so that a request the scheduler refuses is
-            # answered with its status, not a 200.
-            first = await anext(pieces, None)
-        except BaseException:
-            await pieces.aclose()
-            raise
+        pieces = turn.stream(max_tokens, result=result, **kwargs)
+        first = await first_item(pieces)
         handed_over = True
     finally:
         if lease is not None and not handed_over:
             lease.release()
 
-    async def close() -> None:
-        try:
-            await pieces.aclose()
-        finally:
-            if lease is not None:
-                lease.release()
+    close = lease_closer(pieces, lease)
 
     async def events() -> AsyncIterator[bytes]:
         blocks = new_blocks()
@@ -367,4 +358,4 @@ async def messages(server: Server, request: Request) -> Response:
         finally:
             await close()
 
-    return _Stream(events(), close)
+    return EventStream(events(), close)

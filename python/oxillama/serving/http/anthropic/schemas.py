@@ -196,8 +196,8 @@ def definitions(rs: RequestSchemas) -> dict[str, Schema]:
                 "additionalProperties": False,
             },
         ],
-        "description": "{'type': 'enabled', 'budget_tokens': N >= 1024}, {'type': "
-        "'adaptive'} or {'type': 'disabled'}",
+        "description": "{'type': 'enabled', 'budget_tokens': N >= 1024} (the thinking "
+        "is capped at N tokens, then closed), {'type': 'adaptive'} or {'type': 'disabled'}",
     }
     stop = rs.stop()
     counted: Schema = {

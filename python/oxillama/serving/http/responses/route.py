@@ -23,12 +23,11 @@ import logging
 import re
 import time
 import uuid
-from collections.abc import AsyncIterator, Callable, Mapping
+from collections.abc import AsyncIterator, Mapping
 from typing import Any, Protocol
 
 from starlette.requests import Request
-from starlette.responses import JSONResponse, Response, StreamingResponse
-from starlette.types import Receive, Scope, Send
+from starlette.responses import JSONResponse, Response
 
 from oxillama.decoding.completion import Completion
 from oxillama.decoding.reasoning import ReasoningSplitter, opens_reasoning
@@ -39,6 +38,8 @@ from oxillama.errors import OxiLlamaError
 from oxillama.serving.async_engine import AsyncEngine
 from oxillama.serving.http.access_log import note
 from oxillama.serving.http.api_error import ApiError, from_library_error
+from oxillama.serving.http.event_stream import EventStream, first_item
+from oxillama.serving.http.raw_turn import RawTurn
 from oxillama.serving.http.responses.output import OutputItems
 from oxillama.serving.http.responses.request import ResponseAsk, read_request
 from oxillama.serving.http.responses.schema import RESPONSE_ID
@@ -68,21 +69,6 @@ class Server(Protocol):
     async def body(self, request: Request, schema: str) -> dict[str, Any]: ...
 
     def check_fits(self, n_prompt: int) -> None: ...
-
-
-class _Stream(StreamingResponse):
-    """An event stream that runs ``on_close`` however it ends (the client
-    may hang up before the first event, when the body never starts)."""
-
-    def __init__(self, content: AsyncIterator[bytes], on_close: Callable[[], Any]) -> None:
-        super().__init__(content, media_type="text/event-stream")
-        self._on_close = on_close
-
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        try:
-            await super().__call__(scope, receive, send)
-        finally:
-            await self._on_close()
 
 
 def _response_id(request: Request) -> str:
@@ -145,17 +131,14 @@ class _Turn:
             self.variables["enable_thinking"] = False
         treq = self.treq
         if treq is not None:
-            if (treq.grammar is not None or treq.lazy is not None) and ask.json_schema:
+            if treq.constrained and ask.json_schema:
                 raise ApiError(
                     400,
                     "a required or strict tool call has its own grammar: drop text.format, "
                     "or use non-strict tools with tool_choice 'auto'",
                     param="text",
                 )
-            if treq.grammar is not None:
-                self.kwargs["grammar"] = treq.grammar
-            if treq.lazy is not None:
-                self.kwargs["grammar_trigger"], self.kwargs["grammar"] = treq.lazy
+            self.kwargs.update(treq.grammar_kwargs())
             messages, tool_vars = treq.template_input(messages)
             self.variables.update(tool_vars)
         self.messages = messages
@@ -205,6 +188,12 @@ class _Turn:
         if not finished or not self.ask.store:
             assert self.sid is not None
             await self.server.sessions.delete(self.sid)
+
+    def raw(self) -> RawTurn:
+        """The reply as the model writes it (the output items split it),
+        in the session when the turn holds one."""
+        session = None if self.lease is None else self.lease.session
+        return RawTurn(self.server.engine, session, self.messages, self.tokens, self.variables)
 
     def output(self) -> OutputItems:
         split = ReasoningSplitter(inside=self.inside) if self.server.splits_reasoning else None
@@ -289,12 +278,7 @@ async def create_response(server: Server, request: Request) -> Response:
     if not ask.stream:
         finished = False
         try:
-            if turn.lease is not None:
-                done = await turn.lease.session.chat(
-                    turn.messages, turn.max_tokens, **turn.kwargs, **turn.variables
-                )
-            else:
-                done = await server.engine.generate(turn.tokens, turn.max_tokens, **turn.kwargs)
+            done = await turn.raw().complete(turn.max_tokens, **turn.kwargs)
             out = turn.output()
             out.feed(done.text)
             out.finish(done.finish_reason == "length")
@@ -308,21 +292,8 @@ async def create_response(server: Server, request: Request) -> Response:
 async def _stream(turn: _Turn, record: dict[str, Any]) -> Response:
     result: list[Completion] = []
     try:
-        if turn.lease is not None:
-            pieces = turn.lease.session.chat_stream(
-                turn.messages, turn.max_tokens, result=result, **turn.kwargs, **turn.variables
-            )
-        else:
-            pieces = turn.server.engine.stream(
-                turn.tokens, turn.max_tokens, result=result, **turn.kwargs
-            )
-        # The first piece is awaited here: a request the scheduler refuses
-        # is answered with its status, not a 200.
-        try:
-            first = await anext(pieces, None)
-        except BaseException:
-            await pieces.aclose()
-            raise
+        pieces = turn.raw().stream(turn.max_tokens, result=result, **turn.kwargs)
+        first = await first_item(pieces)
     except BaseException:
         await turn.leave(False)
         raise
@@ -382,7 +353,7 @@ async def _stream(turn: _Turn, record: dict[str, Any]) -> Response:
         finally:
             await close()
 
-    return _Stream(events(), close)
+    return EventStream(events(), close)
 
 
 async def get_response(server: Server, request: Request) -> Response:
