@@ -52,9 +52,10 @@ class Builder:
     rng: np.random.Generator
     tensors: list[Tensor] = field(default_factory=list)
 
-    def mat(self, name: str, ne0: int, ne1: int, gain: float = 1.0) -> None:
+    def mat(self, name: str, ne0: int, ne1: int, gain: float = 1.0, cycled: bool = True) -> None:
+        """``cycled`` False keeps the matrix F32, out of the format cycle."""
         w = self.rng.standard_normal((ne1, ne0)) * (gain / math.sqrt(ne0))
-        self.tensors.append(Tensor(name, w.astype(np.float32), True))
+        self.tensors.append(Tensor(name, w.astype(np.float32), cycled))
 
     def mat3(self, name: str, ne0: int, ne1: int, ne2: int, gain: float = 1.0) -> None:
         """A stack of ``ne2`` matrices (the experts of a MoE layer)."""
@@ -675,10 +676,13 @@ def mamba1_mixer(b: Builder, i: int) -> None:
     b.mat(tn(T.SSM_OUT, i), di, N_EMBD, RES_GAIN)
 
 
-def jamba(w: gguf.GGUFWriter, b: Builder) -> None:
+def jamba(w: gguf.GGUFWriter, b: Builder, *, fused: bool = False) -> None:
     """Mamba-1 and attention layers (no RoPE), dense and routed MLPs,
-    untied output, with the keys JambaModel's converter writes."""
+    untied output, with the keys JambaModel's converter writes. ``fused``:
+    the options llama.cpp's loader takes beside them, a fused ``attn_qkv``
+    with its bias and no ``output`` (the embedding is the head)."""
     n_head, n_ff, n_expert, n_used = 8, 128, 4, 2
+    hd = N_EMBD // n_head
     w.add_block_count(len(JAMBA_KV_HEADS))
     w.add_context_length(2048)
     w.add_embedding_length(N_EMBD)
@@ -692,25 +696,36 @@ def jamba(w: gguf.GGUFWriter, b: Builder) -> None:
     w.add_layer_norm_rms_eps(1e-6)
     w.add_expert_count(n_expert)
     w.add_expert_used_count(n_used)
-    embeddings(b, tied=False)
+    embeddings(b, tied=fused)
     for i, n_kv in enumerate(JAMBA_KV_HEADS):
         b.norm(tn(T.ATTN_NORM, i), (N_EMBD,))
         if n_kv == 0:
             mamba1_mixer(b, i)
+        elif fused:
+            attention(b, i, n_head, n_kv, hd, fused=True)
+            # 0.3: at 0.5 one token's routing sat on a near tie that the
+            # engines' 8-bit activations broke apart (a logit moved by 1.4).
+            b.bias(tn(T.ATTN_QKV, i, "bias"), (n_head + 2 * n_kv) * hd, 0.3)
         else:
-            attention(b, i, n_head, n_kv, N_EMBD // n_head)
+            attention(b, i, n_head, n_kv, hd)
         b.norm(tn(T.FFN_NORM, i), (N_EMBD,))
         if i not in JAMBA_MOE_LAYERS:
             gated_ffn(b, i, n_ff)
             continue
         # Router logits of RMS 3, as qwen3moe's: the top two take most of
         # the mass, which their weights keep (no renormalization), and near
-        # ties between the second and third expert are rare.
-        b.mat(tn(T.FFN_GATE_INP, i), N_EMBD, n_expert, 3.0)
+        # ties between the second and third expert are rare. F32, as
+        # llama-quantize leaves routers: with 8-bit activations in the
+        # router, one near tie flipped by them moved a logit by 1.4.
+        b.mat(tn(T.FFN_GATE_INP, i), N_EMBD, n_expert, 3.0, cycled=False)
         b.mat3(tn(T.FFN_GATE_EXP, i), N_EMBD, n_ff, n_expert)
         b.mat3(tn(T.FFN_UP_EXP, i), N_EMBD, n_ff, n_expert)
         b.mat3(tn(T.FFN_DOWN_EXP, i), n_ff, N_EMBD, n_expert, RES_GAIN)
-    head(b, tied=False)
+    head(b, tied=fused)
+
+
+def jamba_fused(w: gguf.GGUFWriter, b: Builder) -> None:
+    jamba(w, b, fused=True)
 
 
 def olmo2(w: gguf.GGUFWriter, b: Builder) -> None:
@@ -1026,6 +1041,12 @@ FIXTURES: dict[str, Fixture] = {
             "kernel 4; dt, B and C RMS-normed; A per channel and state), attention layer 1 "
             "(GQA 8/2, no RoPE); dense SwiGLU in layers 0 and 2, 4 experts top-2 with "
             "softmax weights not renormalized in layer 1; untied output",
+        ),
+        Fixture(
+            "jamba_fused",
+            "jamba",
+            jamba_fused,
+            "as jamba with a fused attn_qkv and its bias, tied output (no output.weight)",
         ),
     )
 }

@@ -1,18 +1,24 @@
 """jamba (rust/model/arch/jamba.rs): Mamba-1 layers (rust/model/blocks/mamba1.rs)
-and attention layers without RoPE, dense and routed MLPs. The common and
-the hybrid checks against llama.cpp (``_hybrid.HybridSuite``), then the
-state's shape."""
+and attention layers without RoPE, dense and routed MLPs; a second fixture
+with a fused, biased ``attn_qkv`` and the embedding as the head. The common
+and the hybrid checks against llama.cpp (``_hybrid.HybridSuite``), then the
+state's shape and what the loader refuses."""
 
 from __future__ import annotations
 
-from oxillama import Model
+import struct
+
+import pytest
+
+from oxillama import Model, _native
+from oxillama.errors import LoadError
 from tests.models import _checks as c
 from tests.models._archs import JAMBA_D_CONV, JAMBA_D_INNER, JAMBA_D_STATE, JAMBA_KV_HEADS
 from tests.models._hybrid import HybridSuite
 
 
 class TestJamba(HybridSuite):
-    names = ("jamba",)
+    names = ("jamba", "jamba_fused")
 
 
 def test_the_state_is_mamba1_s() -> None:
@@ -22,3 +28,17 @@ def test_the_state_is_mamba1_s() -> None:
     assert cfg["recurrent_layers"] == [i for i, kv in enumerate(JAMBA_KV_HEADS) if kv == 0]
     per_layer = (JAMBA_D_CONV - 1) * JAMBA_D_INNER + JAMBA_D_INNER * JAMBA_D_STATE
     assert cfg["ssm"]["state_bytes"] == per_layer * 4 * len(JAMBA_KV_HEADS)
+
+
+def test_a_router_without_an_expert_count_is_refused_by_name() -> None:
+    """llama.cpp tells a MoE layer by its router tensor; one whose file
+    says it has no experts is refused naming both, not run as dense."""
+    data = bytearray(c.reference("jamba").path.read_bytes())
+    raw = b"jamba.expert_count"
+    at = data.find(struct.pack("<Q", len(raw)) + raw) + 8 + len(raw)
+    assert struct.unpack_from("<II", data, at) == (4, 4)  # a GGUF u32: 4 experts
+    struct.pack_into("<I", data, at + 4, 0)
+    with pytest.raises(
+        LoadError, match=r"blk\.1\.ffn_gate_inp\.weight routes to experts, .*jamba\.expert_count"
+    ):
+        _native.Model(_native.GgufFile.from_bytes(bytes(data)))
