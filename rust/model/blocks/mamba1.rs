@@ -114,7 +114,9 @@ impl Mamba1Mixer {
             let Some(rec) = seg.rec.as_deref_mut() else {
                 continue;
             };
-            let (conv, _) = rec.layer_mut(il);
+            let Some((conv, _)) = rec.layer_mut(il) else {
+                continue;
+            };
             for t in p.starts[g]..p.starts[g + 1] {
                 let x = &s.gate[t * 2 * di..t * 2 * di + di];
                 let out = &mut xc[t * di..(t + 1) * di];
@@ -157,7 +159,9 @@ impl Mamba1Mixer {
             let Some(rec) = seg.rec.as_deref_mut() else {
                 continue;
             };
-            let (_, ssm) = rec.layer_mut(il);
+            let Some((_, ssm)) = rec.layer_mut(il) else {
+                continue;
+            };
             for t in p.starts[g]..p.starts[g + 1] {
                 let x = &s.up[t * di..(t + 1) * di];
                 let bc = &s.q[t * w + r..(t + 1) * w];
