@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import struct
 
+import numpy as np
 import pytest
 
 from oxillama import Model, _native
@@ -42,3 +43,16 @@ def test_a_router_without_an_expert_count_is_refused_by_name() -> None:
         LoadError, match=r"blk\.1\.ffn_gate_inp\.weight routes to experts, .*jamba\.expert_count"
     ):
         _native.Model(_native.GgufFile.from_bytes(bytes(data)))
+
+
+def test_the_scan_split_over_threads_gives_the_serial_scan_s_bits() -> None:
+    """A 64-token prefill has enough channels times states to split the
+    Mamba-1 scan over the pool (by channel, every row in order per block);
+    one thread scans serially. The logits are the same bits."""
+    ref = c.reference("jamba")
+    m = Model(ref.path).native
+    toks = np.asarray(ref.tokens, dtype=np.uint32)
+    serial = _native.Session(m, ref.n_ctx, 1, "f32").eval(toks, True)
+    for threads in (2, 3):
+        split = _native.Session(m, ref.n_ctx, threads, "f32").eval(toks, True)
+        assert np.array_equal(split, serial), threads

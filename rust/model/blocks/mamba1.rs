@@ -15,7 +15,9 @@ use crate::model::weights::{vector, MatRef, Tensors};
 use crate::ops::matmul::matmul;
 use crate::ops::norm::rms_norm_inplace;
 use crate::ops::ssm::{conv_step, scan_step_mamba1};
+use crate::threadpool::{SharedMut, ThreadPool};
 use crate::{Error, Result};
+use std::ops::Range;
 
 pub struct Mamba1Mixer {
     /// `n_embd` to `2 d_inner`: x, then z.
@@ -66,7 +68,71 @@ pub fn mamba1_config(m: &Meta<'_>) -> Result<(SsmConfig, usize)> {
     Ok((c, dt_rank))
 }
 
+/// What the scan reads for every row of a pass: the convolved x and the
+/// step (`d_inner` each), the normed step input with B and C (`dt_rank + 2
+/// d_state`), and the in-projection (x then z, `2 d_inner`).
+struct ScanIo<'a> {
+    x: &'a [f32],
+    dt: &'a [f32],
+    xdb: &'a [f32],
+    xz: &'a [f32],
+    di: usize,
+    ds: usize,
+    r: usize,
+}
+
+/// Channels times states below which one sequence's scan stays on this
+/// thread (a decode step of a small model).
+const PAR_SCAN_MIN: usize = 1 << 16;
+
 impl Mamba1Mixer {
+    /// Rows `rows` of one sequence through the scan, the skip and the gate
+    /// into `att`, advancing its `ssm` state. Channels are independent, so
+    /// with enough work they are split over the pool, each block taking
+    /// every row in order; a channel's arithmetic is the same either way,
+    /// and so are the bits.
+    fn scan_rows(
+        &self,
+        pool: &ThreadPool,
+        ssm: &mut [f32],
+        rows: Range<usize>,
+        io: &ScanIo<'_>,
+        att: &mut [f32],
+    ) {
+        let (di, ds, r) = (io.di, io.ds, io.r);
+        let w = r + 2 * ds;
+        let out = SharedMut::new(att);
+        let block = |c0: usize, c1: usize, st: &mut [f32]| {
+            for t in rows.clone() {
+                let (b, c) = io.xdb[t * w + r..(t + 1) * w].split_at(ds);
+                let x = &io.x[t * di + c0..t * di + c1];
+                let dt = &io.dt[t * di + c0..t * di + c1];
+                // SAFETY: row t's channels c0..c1 of `att`; the blocks of
+                // one call cover disjoint channel ranges, and each block
+                // holds one row's slice at a time.
+                let y = unsafe { out.slice(t * di + c0, c1 - c0) };
+                scan_step_mamba1(st, x, dt, &self.a[c0 * ds..c1 * ds], b, c, y);
+                let z = &io.xz[t * 2 * di + di + c0..t * 2 * di + di + c1];
+                let d = &self.d[c0..c1];
+                for (((v, &xv), &dv), &zv) in y.iter_mut().zip(x).zip(d).zip(z) {
+                    *v = (*v + xv * dv) * (zv / (1.0 + (-zv).exp()));
+                }
+            }
+        };
+        if pool.n_threads() < 2 || rows.len() * di * ds < PAR_SCAN_MIN {
+            return block(0, di, ssm);
+        }
+        // Two blocks a thread, as `ThreadPool::for_rows` splits rows.
+        let per = di.div_ceil(2 * pool.n_threads());
+        let state = SharedMut::new(ssm);
+        pool.run(di.div_ceil(per), |i| {
+            let (c0, c1) = (i * per, ((i + 1) * per).min(di));
+            // SAFETY: block i alone holds channels c0..c1 of the state.
+            let st = unsafe { state.slice(c0 * ds, (c1 - c0) * ds) };
+            block(c0, c1, st);
+        });
+    }
+
     /// Layer `t.il`'s mixer, every tensor required as llama.cpp requires
     /// them for Jamba.
     pub fn load(t: &Tensors<'_>, c: &SsmConfig, dt_rank: usize, n_embd: usize) -> Result<Self> {
@@ -155,6 +221,15 @@ impl Mamba1Mixer {
             row.iter_mut().zip(&self.dt_b).for_each(|(v, &b)| *v += b);
         }
         fit(&mut s.att, n * di);
+        let io = ScanIo {
+            x: &s.up,
+            dt: &s.v,
+            xdb: &s.q,
+            xz: &s.gate,
+            di,
+            ds,
+            r,
+        };
         for (g, seg) in p.segs.iter_mut().enumerate() {
             let Some(rec) = seg.rec.as_deref_mut() else {
                 continue;
@@ -162,17 +237,8 @@ impl Mamba1Mixer {
             let Some((_, ssm)) = rec.layer_mut(il) else {
                 continue;
             };
-            for t in p.starts[g]..p.starts[g + 1] {
-                let x = &s.up[t * di..(t + 1) * di];
-                let bc = &s.q[t * w + r..(t + 1) * w];
-                let (b, cc) = bc.split_at(ds);
-                let y = &mut s.att[t * di..(t + 1) * di];
-                scan_step_mamba1(ssm, x, &s.v[t * di..(t + 1) * di], &self.a, b, cc, y);
-                let z = &s.gate[t * 2 * di + di..(t + 1) * 2 * di];
-                for (((v, &xv), &dv), &zv) in y.iter_mut().zip(x).zip(&self.d).zip(z) {
-                    *v = (*v + xv * dv) * (zv / (1.0 + (-zv).exp()));
-                }
-            }
+            let rows = p.starts[g]..p.starts[g + 1];
+            self.scan_rows(p.pool, ssm, rows, &io, &mut s.att);
         }
         matmul(
             p.pool,
