@@ -162,6 +162,15 @@ def test_help_teaches(capsys: pytest.CaptureFixture[str]) -> None:
                 "rope            none (rope.scaling.finetuned false)",
             ],
         ),
+        (
+            "jamba",
+            [
+                "layer kinds     1 attention, 2 recurrent (0,2)",
+                "experts         4 (2 used)",
+                "ssm             inner 512, state 16, conv kernel 4, time step rank 16 (Mamba-1)",
+                "rope            none (Jamba's attention has no positional encoding)",
+            ],
+        ),
     ],
 )
 def test_a_hybrid_s_layer_kinds_and_mixers(

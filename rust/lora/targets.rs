@@ -73,6 +73,22 @@ fn layer_names(arch: &str, fused_qkv: bool) -> &'static [&'static str] {
             "ffn_up",
             "ffn_down",
         ],
+        // Jamba's routed experts are 3-D and not hooked: its dense layers'
+        // MLPs are.
+        "jamba" => &[
+            "attn_qkv",
+            "attn_q",
+            "attn_k",
+            "attn_v",
+            "attn_output",
+            "ssm_in",
+            "ssm_x",
+            "ssm_dt",
+            "ssm_out",
+            "ffn_gate",
+            "ffn_up",
+            "ffn_down",
+        ],
         "phi3" if fused_qkv => &["attn_qkv", "attn_output", "ffn_up", "ffn_down"],
         "phi3" => &[
             "attn_q",

@@ -15,7 +15,11 @@ pub enum NormKind {
     Layer,
 }
 
-/// Mamba-2's state-space shape (`ssm.*` metadata).
+/// A state-space shape (`ssm.*` metadata): Mamba-2's, LFM2's convolution
+/// (`d_state` 0), or Mamba-1's (Jamba): `n_group` 0, as its convolution
+/// carries x alone (B and C come after it, from `ssm_x`), and one head per
+/// channel (`n_head == d_inner`), each with its own decay per state, as
+/// llama.cpp lays Mamba-1 out.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct SsmConfig {
     pub d_conv: usize,
@@ -29,7 +33,8 @@ impl SsmConfig {
     pub fn head_dim(&self) -> usize {
         self.d_inner / self.n_head
     }
-    /// Channels through the causal convolution: x, B and C.
+    /// Channels through the causal convolution: x, B and C (x alone in
+    /// Mamba-1).
     pub fn conv_dim(&self) -> usize {
         self.d_inner + 2 * self.n_group * self.d_state
     }

@@ -1,11 +1,14 @@
-//! What a recurrent (Mamba-2) session carries instead of keys and values:
-//! per layer, the last `d_conv - 1` inputs of the causal convolution and
-//! the SSM state. A state cannot be cut back to an earlier position the
-//! way a KV cache can, so the session keeps copies (checkpoints) at the
-//! positions it may have to return to: the start of every eval, and every
-//! token of an exact-rows eval (speculative verification).
+//! What a recurrent (Mamba-2) session carries instead of keys and values,
+//! and a hybrid's beside them: per recurrent layer, the last `d_conv - 1`
+//! inputs of the causal convolution and the SSM state. Attention layers
+//! keep none: each recurrent layer has a slot, in layer order. A state
+//! cannot be cut back to an earlier position the way a KV cache can, so the
+//! session keeps copies (checkpoints) at the positions it may have to
+//! return to: the start of every eval, and every token of an exact-rows
+//! eval (speculative verification).
 
 use std::collections::VecDeque;
+use std::sync::Arc;
 
 use super::config::SsmConfig;
 use crate::{Error, Result};
@@ -13,21 +16,36 @@ use crate::{Error, Result};
 #[derive(Clone, PartialEq)]
 pub struct RecurrentState {
     pub shape: SsmConfig,
-    pub n_layer: usize,
-    /// `n_layer x conv_dim x (d_conv - 1)`, oldest input first.
+    /// Each layer's slot, `None` for a layer without a state (shared by
+    /// every copy: checkpoints clone it).
+    slots: Arc<[Option<usize>]>,
+    n_slots: usize,
+    /// `n_slots x conv_dim x (d_conv - 1)`, oldest input first.
     pub conv: Vec<f32>,
-    /// `n_layer x n_head x head_dim x d_state`.
+    /// `n_slots x n_head x head_dim x d_state`.
     pub ssm: Vec<f32>,
 }
 
 impl RecurrentState {
-    pub fn new(shape: SsmConfig, n_layer: usize) -> Result<Self> {
-        let conv = n_layer.checked_mul(shape.conv_len());
-        let ssm = n_layer.checked_mul(shape.ssm_len());
+    /// A zero state for the layers whose `recr_layers` flag is set.
+    pub fn new(shape: SsmConfig, recr_layers: &[bool]) -> Result<Self> {
+        let mut n_slots = 0;
+        let slots: Arc<[Option<usize>]> = recr_layers
+            .iter()
+            .map(|&r| {
+                r.then(|| {
+                    n_slots += 1;
+                    n_slots - 1
+                })
+            })
+            .collect();
+        let conv = n_slots.checked_mul(shape.conv_len());
+        let ssm = n_slots.checked_mul(shape.ssm_len());
         match (conv, ssm) {
             (Some(c), Some(s)) => Ok(RecurrentState {
                 shape,
-                n_layer,
+                slots,
+                n_slots,
                 conv: vec![0.0; c],
                 ssm: vec![0.0; s],
             }),
@@ -35,18 +53,25 @@ impl RecurrentState {
         }
     }
 
+    /// Layers that carry a state.
+    pub fn n_slots(&self) -> usize {
+        self.n_slots
+    }
+
     pub fn clear(&mut self) {
         self.conv.fill(0.0);
         self.ssm.fill(0.0);
     }
 
-    /// One layer's convolution and SSM state.
-    pub fn layer_mut(&mut self, il: usize) -> (&mut [f32], &mut [f32]) {
+    /// Layer `il`'s convolution and SSM state (`None` for a layer that
+    /// keeps none).
+    pub fn layer_mut(&mut self, il: usize) -> Option<(&mut [f32], &mut [f32])> {
+        let slot = self.slots.get(il).copied().flatten()?;
         let (c, s) = (self.shape.conv_len(), self.shape.ssm_len());
-        (
-            &mut self.conv[il * c..(il + 1) * c],
-            &mut self.ssm[il * s..(il + 1) * s],
-        )
+        Some((
+            &mut self.conv[slot * c..(slot + 1) * c],
+            &mut self.ssm[slot * s..(slot + 1) * s],
+        ))
     }
 
     /// Bytes of `export`: both states as little-endian f32.
@@ -76,9 +101,12 @@ impl RecurrentState {
     pub fn import(&mut self, data: &[u8]) -> Result<()> {
         if data.len() != self.export_len() {
             return Err(Error::invalid(format!(
-                "recurrent state data has {} bytes, this model's state has {}",
+                "recurrent state data has {} bytes, this model's state has {} \
+                 ({} recurrent layers of {} bytes)",
                 data.len(),
-                self.export_len()
+                self.export_len(),
+                self.n_slots,
+                self.export_len() / self.n_slots.max(1)
             )));
         }
         let vals: Vec<f32> = data
@@ -111,8 +139,8 @@ pub struct Recurrent {
 }
 
 impl Recurrent {
-    pub fn new(shape: SsmConfig, n_layer: usize) -> Result<Self> {
-        let state = RecurrentState::new(shape, n_layer)?;
+    pub fn new(shape: SsmConfig, recr_layers: &[bool]) -> Result<Self> {
+        let state = RecurrentState::new(shape, recr_layers)?;
         // Enough for a speculative round of 32 drafts, within a memory
         // budget: a large model's state is hundreds of MB, and rewinding
         // further than the kept positions evaluates tokens again instead.
@@ -179,5 +207,46 @@ impl Recurrent {
     /// longer belong to it.
     pub fn forget_checkpoints(&mut self) {
         self.checkpoints.clear();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn shape() -> SsmConfig {
+        SsmConfig {
+            d_conv: 3,
+            d_inner: 4,
+            d_state: 2,
+            n_group: 0,
+            n_head: 4,
+        }
+    }
+
+    #[test]
+    fn only_recurrent_layers_keep_a_state_in_layer_order() {
+        let mut st = RecurrentState::new(shape(), &[false, true, false, true]).unwrap();
+        assert_eq!(st.n_slots(), 2);
+        assert_eq!(st.export_len(), 2 * (2 * 4 + 4 * 2) * 4);
+        assert!(st.layer_mut(0).is_none() && st.layer_mut(2).is_none());
+        assert!(st.layer_mut(4).is_none());
+        let (c, s) = st.layer_mut(3).unwrap();
+        c.fill(3.0);
+        s.fill(-3.0);
+        // Layer 3 is the second slot: its convolution state follows layer
+        // 1's, and its SSM state ends the buffer.
+        assert_eq!(&st.conv[..8], &[0.0; 8]);
+        assert_eq!(&st.conv[8..], &[3.0; 8]);
+        assert_eq!(&st.ssm[8..], &[-3.0; 8]);
+        let mut out = vec![0u8; st.export_len()];
+        st.export_into(&mut out).unwrap();
+        let mut back = RecurrentState::new(shape(), &[false, true, false, true]).unwrap();
+        back.import(&out).unwrap();
+        assert!(back == st);
+        // Another layout's bytes are refused, naming both sizes.
+        let mut every = RecurrentState::new(shape(), &[true; 4]).unwrap();
+        let err = every.import(&out).unwrap_err().to_string();
+        assert!(err.contains("128 bytes") && err.contains("256"), "{err}");
     }
 }

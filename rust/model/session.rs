@@ -82,7 +82,11 @@ impl Session {
 
     fn with_kv(model: Arc<Model>, kv: KvCache, threads: usize) -> Result<Self> {
         let rec = match model.cfg.ssm {
-            Some(shape) => Some(Recurrent::new(shape, model.cfg.n_layer)?),
+            Some(shape) => {
+                let c = &model.cfg;
+                let recr: Vec<bool> = (0..c.n_layer).map(|il| c.is_recr_layer(il)).collect();
+                Some(Recurrent::new(shape, &recr)?)
+            }
             None => None,
         };
         Ok(Session {

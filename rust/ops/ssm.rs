@@ -1,7 +1,8 @@
-//! Mamba-2's two recurrent steps for one token: the causal depthwise
-//! convolution over the last `d_conv` inputs of each channel, and the
-//! selective state-space update with one scalar decay per head. Written
-//! as ggml evaluates them (same operation order, f32 throughout).
+//! The state-space models' recurrent steps for one token: the causal
+//! depthwise convolution over the last `d_conv` inputs of each channel, and
+//! the selective state-space update, Mamba-2's with one scalar decay per
+//! head, Mamba-1's with one decay per channel and state. Written as ggml
+//! evaluates them (same operation order, f32 throughout).
 
 /// `softplus(x)`, linear above 20 as ggml computes it.
 pub fn softplus(x: f32) -> f32 {
@@ -102,6 +103,38 @@ pub fn scan_step(
     }
 }
 
+/// Mamba-1's update for one token. Every channel `i` of `x` (`d_inner`)
+/// has its own step `softplus(dt[i])` and its own decay rates `a[i]`
+/// (`d_state` each, negative), so the decay `exp(dt * a)` is taken per
+/// state; `b` and `c` (`d_state`) are shared by every channel. Updates
+/// `state` (`d_inner x d_state`) and writes `y` (`d_inner`).
+pub fn scan_step_mamba1(
+    state: &mut [f32],
+    x: &[f32],
+    dt: &[f32],
+    a: &[f32],
+    b: &[f32],
+    c: &[f32],
+    y: &mut [f32],
+) {
+    let ds = b.len();
+    let rows = state
+        .chunks_exact_mut(ds)
+        .zip(a.chunks_exact(ds))
+        .zip(x.iter().zip(dt).zip(y.iter_mut()));
+    for ((s, ai), ((&xi, &dti), yi)) in rows {
+        let dt_sp = softplus(dti);
+        let x_dt = xi * dt_sp;
+        let mut sum = 0f32;
+        for k in 0..ds {
+            let v = s[k] * (dt_sp * ai[k]).exp() + b[k] * x_dt;
+            sum += v * c[k];
+            s[k] = v;
+        }
+        *yi = sum;
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -178,6 +211,39 @@ mod tests {
                     assert!((y[ii] as f64 - sum).abs() < 1e-5, "t={t} {ii}");
                 }
             }
+        }
+    }
+
+    #[test]
+    fn the_mamba1_scan_decays_each_state_at_its_own_rate() {
+        // Three channels, four states: checked against the recurrence in
+        // f64 over a few tokens, with decays that differ per state.
+        let (di, ds) = (3, 4);
+        let a: Vec<f32> = (0..di * ds).map(|i| -0.25 * (1 + i % 7) as f32).collect();
+        let mut state = vec![0f32; di * ds];
+        let mut want = vec![0f64; di * ds];
+        for t in 0..6 {
+            let f = |i: usize| ((i * 5 + t * 7) % 13) as f32 / 6.0 - 1.0;
+            let x: Vec<f32> = (0..di).map(f).collect();
+            let dt: Vec<f32> = (0..di).map(|i| f(i + 30)).collect();
+            let b: Vec<f32> = (0..ds).map(|i| f(i + 50)).collect();
+            let c: Vec<f32> = (0..ds).map(|i| f(i + 70)).collect();
+            let mut y = vec![0f32; di];
+            scan_step_mamba1(&mut state, &x, &dt, &a, &b, &c, &mut y);
+            for i in 0..di {
+                let sp = (1.0 + (dt[i] as f64).exp()).ln();
+                let mut sum = 0f64;
+                for k in 0..ds {
+                    let j = i * ds + k;
+                    let v = want[j] * (sp * a[j] as f64).exp() + b[k] as f64 * x[i] as f64 * sp;
+                    want[j] = v;
+                    sum += v * c[k] as f64;
+                }
+                assert!((y[i] as f64 - sum).abs() < 1e-5, "t={t} i={i}");
+            }
+        }
+        for (s, w) in state.iter().zip(&want) {
+            assert!((*s as f64 - w).abs() < 1e-5);
         }
     }
 }

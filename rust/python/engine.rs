@@ -188,6 +188,7 @@ impl PyModel {
         d.set_item("hybrid", c.is_hybrid())?;
         d.set_item("kv_layers", c.kv_layers())?;
         let recr: Vec<usize> = (0..c.n_layer).filter(|&il| c.is_recr_layer(il)).collect();
+        let n_recr = recr.len();
         d.set_item("recurrent_layers", recr)?;
         if let Some(ssm) = &c.ssm {
             let r = PyDict::new(py);
@@ -196,10 +197,8 @@ impl PyModel {
             r.set_item("d_state", ssm.d_state)?;
             r.set_item("n_group", ssm.n_group)?;
             r.set_item("n_head", ssm.n_head)?;
-            r.set_item(
-                "state_bytes",
-                (ssm.conv_len() + ssm.ssm_len()) * 4 * c.n_layer,
-            )?;
+            // Only the recurrent layers keep a state.
+            r.set_item("state_bytes", (ssm.conv_len() + ssm.ssm_len()) * 4 * n_recr)?;
             d.set_item("ssm", r)?;
         }
         Ok(d)

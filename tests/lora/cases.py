@@ -19,12 +19,14 @@ QUANT_BASE_SEED = 31
 #: Prompt for the llama fixture (vocabulary of 304).
 FIXTURE_TOKENS = [1, 17, 88, 203, 45, 12, 260, 301, 7, 99, 150, 3]
 #: What an adapter may target in a fixture: every projection, Mamba-2's
-#: two products, LFM2's short-convolution projections, and the embedding
-#: and head when the head is separate.
+#: two products and Mamba-1's four, LFM2's short-convolution projections,
+#: and the embedding and head when the head is separate.
 LAYER_TARGETS = (
     *adapters.SEVEN,
     "attn_qkv",
     "ssm_in",
+    "ssm_x",
+    "ssm_dt",
     "ssm_out",
     "shortconv.in_proj",
     "shortconv.out_proj",

@@ -52,9 +52,10 @@ class Builder:
     rng: np.random.Generator
     tensors: list[Tensor] = field(default_factory=list)
 
-    def mat(self, name: str, ne0: int, ne1: int, gain: float = 1.0) -> None:
+    def mat(self, name: str, ne0: int, ne1: int, gain: float = 1.0, cycled: bool = True) -> None:
+        """``cycled`` False keeps the matrix F32, out of the format cycle."""
         w = self.rng.standard_normal((ne1, ne0)) * (gain / math.sqrt(ne0))
-        self.tensors.append(Tensor(name, w.astype(np.float32), True))
+        self.tensors.append(Tensor(name, w.astype(np.float32), cycled))
 
     def mat3(self, name: str, ne0: int, ne1: int, ne2: int, gain: float = 1.0) -> None:
         """A stack of ``ne2`` matrices (the experts of a MoE layer)."""
@@ -631,6 +632,91 @@ def granitehybrid_dense(w: gguf.GGUFWriter, b: Builder) -> None:
     b.mat(tn(T.OUTPUT), N_EMBD, N_VOCAB, OUT_GAIN)
 
 
+# Jamba: Mamba-1, attention, Mamba-1, picked by the KV head counts. The
+# converter's defaults at this width: d_inner = 2 n_embd (llama.cpp
+# requires it), d_state 16, dt_rank ceil(n_embd / 16), conv kernel 4.
+JAMBA_D_INNER, JAMBA_D_STATE, JAMBA_DT_RANK, JAMBA_D_CONV = 2 * N_EMBD, 16, N_EMBD // 16, 4
+JAMBA_KV_HEADS = (0, 2, 0)
+# Which layers route to experts (llama.cpp tells them by ffn_gate_inp): the
+# attention layer, as Jamba has experts in every other layer from layer 1;
+# layers 0 and 2 are dense.
+JAMBA_MOE_LAYERS = (1,)
+
+
+def mamba1_mixer(b: Builder, i: int) -> None:
+    """One Mamba-1 mixer's tensors as Jamba has them (without its pre-norm)."""
+    di, ds, rank = JAMBA_D_INNER, JAMBA_D_STATE, JAMBA_DT_RANK
+    r = b.rng
+    b.mat(tn(T.SSM_IN, i), N_EMBD, 2 * di)  # x, z
+    b.const(tn(T.SSM_CONV1D, i), 0.4 * r.standard_normal((di, JAMBA_D_CONV)))
+    b.bias(tn(T.SSM_CONV1D, i, "bias"), di)
+    b.mat(tn(T.SSM_X, i), di, rank + 2 * ds)  # dt's input, B, C
+    b.norm(tn(T.SSM_DT_NORM, i), (rank,))
+    b.norm(tn(T.SSM_B_NORM, i), (ds,))
+    b.norm(tn(T.SSM_C_NORM, i), (ds,))
+    b.mat(tn(T.SSM_DT, i), rank, di, 0.5)
+    # softplus(dt_proj + bias) mostly between 0.05 and 0.5, and A = -exp(A_log)
+    # in [-8, -0.5] per channel and state: the state forgets over a few
+    # tokens, each state at its own rate.
+    dt = np.exp(r.uniform(math.log(0.05), math.log(0.5), di))
+    b.const(tn(T.SSM_DT, i, "bias"), np.log(np.expm1(dt)))
+    b.const(tn(T.SSM_A, i, ""), -r.uniform(0.5, 8.0, (di, ds)))
+    b.const(tn(T.SSM_D, i, ""), 1.0 + 0.1 * r.standard_normal(di))
+    b.mat(tn(T.SSM_OUT, i), di, N_EMBD, RES_GAIN)
+
+
+def jamba(w: gguf.GGUFWriter, b: Builder, *, fused: bool = False) -> None:
+    """Mamba-1 and attention layers (no RoPE), dense and routed MLPs,
+    untied output, with the keys JambaModel's converter writes. ``fused``:
+    the options llama.cpp's loader takes beside them, a fused ``attn_qkv``
+    with its bias and no ``output`` (the embedding is the head)."""
+    n_head, n_ff, n_expert, n_used = 8, 128, 4, 2
+    hd = N_EMBD // n_head
+    w.add_block_count(len(JAMBA_KV_HEADS))
+    w.add_context_length(2048)
+    w.add_embedding_length(N_EMBD)
+    w.add_feed_forward_length(n_ff)
+    w.add_head_count(n_head)
+    w.add_head_count_kv(list(JAMBA_KV_HEADS))
+    w.add_ssm_conv_kernel(JAMBA_D_CONV)
+    w.add_ssm_inner_size(JAMBA_D_INNER)
+    w.add_ssm_state_size(JAMBA_D_STATE)
+    w.add_ssm_time_step_rank(JAMBA_DT_RANK)
+    w.add_layer_norm_rms_eps(1e-6)
+    w.add_expert_count(n_expert)
+    w.add_expert_used_count(n_used)
+    embeddings(b, tied=fused)
+    for i, n_kv in enumerate(JAMBA_KV_HEADS):
+        b.norm(tn(T.ATTN_NORM, i), (N_EMBD,))
+        if n_kv == 0:
+            mamba1_mixer(b, i)
+        elif fused:
+            attention(b, i, n_head, n_kv, hd, fused=True)
+            # 0.3: at 0.5 one token's routing sat on a near tie that the
+            # engines' 8-bit activations broke apart (a logit moved by 1.4).
+            b.bias(tn(T.ATTN_QKV, i, "bias"), (n_head + 2 * n_kv) * hd, 0.3)
+        else:
+            attention(b, i, n_head, n_kv, hd)
+        b.norm(tn(T.FFN_NORM, i), (N_EMBD,))
+        if i not in JAMBA_MOE_LAYERS:
+            gated_ffn(b, i, n_ff)
+            continue
+        # Router logits of RMS 3, as qwen3moe's: the top two take most of
+        # the mass, which their weights keep (no renormalization), and near
+        # ties between the second and third expert are rare. F32, as
+        # llama-quantize leaves routers: with 8-bit activations in the
+        # router, one near tie flipped by them moved a logit by 1.4.
+        b.mat(tn(T.FFN_GATE_INP, i), N_EMBD, n_expert, 3.0, cycled=False)
+        b.mat3(tn(T.FFN_GATE_EXP, i), N_EMBD, n_ff, n_expert)
+        b.mat3(tn(T.FFN_UP_EXP, i), N_EMBD, n_ff, n_expert)
+        b.mat3(tn(T.FFN_DOWN_EXP, i), n_ff, N_EMBD, n_expert, RES_GAIN)
+    head(b, tied=fused)
+
+
+def jamba_fused(w: gguf.GGUFWriter, b: Builder) -> None:
+    jamba(w, b, fused=True)
+
+
 def olmo2(w: gguf.GGUFWriter, b: Builder) -> None:
     n_layer, n_head, n_kv, n_ff = 2, 8, 2, 128
     hd = N_EMBD // n_head
@@ -926,6 +1012,21 @@ FIXTURES: dict[str, Fixture] = {
             "lfm2",
             lfm2_swa,
             "lfm2 with attention.sliding_window 8 on its attention layer",
+        ),
+        Fixture(
+            "jamba",
+            "jamba",
+            jamba,
+            "Mamba-1 layers 0 and 2 (d_inner 512 = 2 n_embd, d_state 16, dt_rank 16, conv "
+            "kernel 4; dt, B and C RMS-normed; A per channel and state), attention layer 1 "
+            "(GQA 8/2, no RoPE); dense SwiGLU in layers 0 and 2, 4 experts top-2 with "
+            "softmax weights not renormalized in layer 1; untied output",
+        ),
+        Fixture(
+            "jamba_fused",
+            "jamba",
+            jamba_fused,
+            "as jamba with a fused attn_qkv and its bias, tied output (no output.weight)",
         ),
     )
 }

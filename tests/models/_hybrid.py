@@ -14,14 +14,17 @@ import json
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
 from starlette.testclient import TestClient
 
 from oxillama import AsyncEngine, Engine, Model, SpeculativeEngine, _native
-from oxillama.errors import ParameterError
+from oxillama.errors import ParameterError, SnapshotFormatError
 from oxillama.serving.http import build_app
+from oxillama.sessions import format as F
+from oxillama.sessions import sections as S
 from tests.models import _checks as c
 from tests.models._suite import ArchitectureSuite
 
@@ -31,6 +34,26 @@ from oxillama import Engine
 e = Engine.restore(sys.argv[1])
 print(json.dumps([e.tokens, e.generate("", int(sys.argv[2]), ignore_eos=True).tokens]))
 """
+
+
+def _every_layer_layout(snap: bytes, cfg: dict[str, Any], fill: float = 0.0) -> bytes:
+    """``snap`` rewritten as a snapshot of the layout before the state kept
+    only recurrent layers: a slot for every layer, an attention layer's
+    filled with ``fill`` (zeros, as that layout had them)."""
+    version, secs = F.decode(snap)
+    ssm, n_layer, recr = cfg["ssm"], cfg["n_layer"], cfg["recurrent_layers"]
+    conv = (ssm["d_conv"] - 1) * (ssm["d_inner"] + 2 * ssm["n_group"] * ssm["d_state"])
+    rows = len(secs[S.KV]) - ssm["state_bytes"]
+    state = np.frombuffer(secs[S.KV][rows:], dtype="<f4")
+    convs = np.full((n_layer, conv), fill, dtype="<f4")
+    ssms = np.full((n_layer, ssm["d_inner"] * ssm["d_state"]), fill, dtype="<f4")
+    convs[recr] = state[: len(recr) * conv].reshape(len(recr), conv)
+    ssms[recr] = state[len(recr) * conv :].reshape(len(recr), -1)
+    secs[S.KV] = memoryview(bytes(secs[S.KV][:rows]) + convs.tobytes() + ssms.tobytes())
+    meta = S.decode_json(secs[S.META], "meta")
+    meta["kv_layout"]["recurrent"]["state_bytes"] = (convs.size + ssms.size) * 4
+    secs[S.META] = memoryview(S.encode_json(meta))
+    return F.encode([F.Section(t, d) for t, d in secs.items()], version=version)
 
 
 class HybridSuite(ArchitectureSuite):
@@ -70,6 +93,34 @@ class HybridSuite(ArchitectureSuite):
         assert np.array_equal(dst.eval(toks[35:40], True), lone.eval(toks[35:40], True))
         dst.import_kv(20, data)
         assert np.array_equal(dst.eval(toks[20:30], True), src.eval(toks[20:30], True))
+
+    def test_a_snapshot_with_a_state_for_every_layer_still_restores_exactly(
+        self, name: str
+    ) -> None:
+        """Snapshots written when every layer kept a state (the attention
+        layers' zeros) restore into today's slots and continue as the
+        original session does; one whose extra slots hold anything but
+        zeros, or whose state is a layer short, is refused by name."""
+        ref = c.reference(name)
+        e = c.engine(ref.path, ref)
+        e.generate(ref.greedy_prompt, 8, ignore_eos=True)
+        snap = e.snapshot_bytes()
+        cfg = Model(ref.path).config
+        old = _every_layer_layout(snap, cfg)
+        assert len(old) > len(snap)
+        back = Engine.restore_bytes(old)
+        want = e.generate("", 12, ignore_eos=True).tokens
+        assert back.generate("", 12, ignore_eos=True).tokens == want
+        assert back.snapshot_bytes() != old  # written again in today's layout
+        version, secs = F.decode(snap)
+        layer = cfg["ssm"]["state_bytes"] // len(cfg["recurrent_layers"])
+        secs[S.KV] = memoryview(bytes(secs[S.KV][:-layer]))
+        for bad in (
+            _every_layer_layout(snap, cfg, fill=1.0),
+            F.encode([F.Section(t, d) for t, d in secs.items()], version=version),
+        ):
+            with pytest.raises(SnapshotFormatError, match=r"KV section is \d+ bytes, \d+ expected"):
+                Engine.restore_bytes(bad)
 
     def test_rolling_back_where_no_state_was_kept_is_a_typed_error(self, name: str) -> None:
         ref = c.reference(name)

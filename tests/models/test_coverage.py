@@ -15,6 +15,7 @@ from tests.models import (  # modules, not their classes, which would run again 
     test_gemma_family,
     test_gpt_oss,
     test_granite_hybrid,
+    test_jamba,
     test_lfm2,
     test_llama_family,
     test_mamba2,
@@ -40,6 +41,7 @@ FAMILIES = (
     test_smollm3.TestSmolLM3,
     test_lfm2.TestLfm2,
     test_granite_hybrid.TestGraniteHybrid,
+    test_jamba.TestJamba,
     test_quant_types.TestQuantTypes,
 )
 

@@ -31,9 +31,9 @@ def ref() -> c.Reference:
 def test_the_state_is_the_last_inputs_of_each_conv_layer(ref: c.Reference) -> None:
     cfg = Model(ref.path).config
     assert cfg["recurrent_layers"] == [i for i, kv in enumerate(LFM2_KV_HEADS) if kv == 0]
-    # l_cache - 1 inputs of every channel, f32, each layer (the attention
-    # layer's stays zero: one layout for every layer, as Mamba-2's).
-    assert cfg["ssm"]["state_bytes"] == (LFM2_L_CACHE - 1) * N_EMBD * 4 * len(LFM2_KV_HEADS)
+    # l_cache - 1 inputs of every channel, f32, for the convolution layers
+    # only (the attention layer keeps none).
+    assert cfg["ssm"]["state_bytes"] == (LFM2_L_CACHE - 1) * N_EMBD * 4 * LFM2_KV_HEADS.count(0)
     assert (cfg["ssm"]["d_conv"], cfg["ssm"]["d_state"]) == (LFM2_L_CACHE, 0)
 
 

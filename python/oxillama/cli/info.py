@@ -166,13 +166,15 @@ def render(s: GgufSummary, *, tensors: bool = False, full: bool = False) -> str:
         shared = f", shared expert {_num(h['n_ff_shexp'])} wide" if h.get("n_ff_shexp") else ""
         rows.append(("experts", f"{h['n_expert']} ({h.get('n_expert_used', '?')} used){shared}"))
     if "ssm_d_inner" in h:
-        rows.append(
-            (
-                "ssm",
-                f"inner {_num(h['ssm_d_inner'])}, state {_num(h.get('ssm_d_state', '?'))}, "
-                f"conv kernel {_num(h.get('ssm_d_conv', '?'))}",
-            )
+        ssm = (
+            f"inner {_num(h['ssm_d_inner'])}, state {_num(h.get('ssm_d_state', '?'))}, "
+            f"conv kernel {_num(h.get('ssm_d_conv', '?'))}"
         )
+        if s.arch == "jamba":
+            # Mamba-1's time step rank is the low-rank width of its step
+            # projection (Mamba-2's is its head count).
+            ssm += f", time step rank {_num(h.get('ssm_dt_rank', '?'))} (Mamba-1)"
+        rows.append(("ssm", ssm))
     if "shortconv_l_cache" in h:
         rows.append(("short conv", f"kernel {_num(h['shortconv_l_cache'])}"))
     if "rope_freq_base" in h or "rope_dims" in h:
@@ -185,6 +187,9 @@ def render(s: GgufSummary, *, tensors: bool = False, full: bool = False) -> str:
             factor = h.get("rope_scaling_factor")
             rope.append(f"scaling {h['rope_scaling']}" + (f" x{_num(factor)}" if factor else ""))
         rows.append(("rope", ", ".join(rope)))
+    if s.arch == "jamba":
+        # llama.cpp's Jamba graph rotates nothing, whatever the file says.
+        rows.append(("rope", "none (Jamba's attention has no positional encoding)"))
     if s.arch == "granitehybrid" and h.get("rope_finetuned") is False:
         # llama.cpp reads Granite-4.0-H's rope.scaling.finetuned as the
         # switch for RoPE: false is no positional encoding at all.

@@ -332,6 +332,7 @@ class GgufSummary:
             "ssm_d_conv": self._arch_key("ssm.conv_kernel"),
             "ssm_d_inner": self._arch_key("ssm.inner_size"),
             "ssm_d_state": self._arch_key("ssm.state_size"),
+            "ssm_dt_rank": self._arch_key("ssm.time_step_rank"),
             "shortconv_l_cache": self._arch_key("shortconv.l_cache"),
             "rope_finetuned": self._arch_key("rope.scaling.finetuned"),
         }

@@ -49,6 +49,7 @@ from oxillama.sessions.format import (
     fill_payload,
     seal,
 )
+from oxillama.sessions.state_slots import compact_every_layer_state
 
 #: What ``meta.engine.offload`` holds for a model without a memory policy
 #: (every snapshot before the pager; still read and written that way).
@@ -418,6 +419,9 @@ def _restore_checked(
             context_size if context_size is not None else _int(eng, "context_size", "meta.engine")
         )
         want = _kv_bytes(m, snap_dtype, n_past)
+        compacted = compact_every_layer_state(secs[S.KV], want, m.config)
+        if compacted is not None:
+            secs[S.KV] = compacted
         if len(secs[S.KV]) != want:
             raise SnapshotFormatError(
                 f"KV section is {len(secs[S.KV])} bytes, {want} expected for {n_past} positions"

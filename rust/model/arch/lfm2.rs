@@ -192,7 +192,9 @@ impl ShortConv {
             let Some(rec) = seg.rec.as_deref_mut() else {
                 continue;
             };
-            let (conv, _) = rec.layer_mut(il);
+            let Some((conv, _)) = rec.layer_mut(il) else {
+                continue;
+            };
             // A segment's rows go through its state in order.
             for t in p.starts[g]..p.starts[g + 1] {
                 let row = &s.gate[t * 3 * e..(t + 1) * 3 * e];

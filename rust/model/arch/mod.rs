@@ -10,6 +10,7 @@ pub mod command_r;
 pub mod gemma;
 pub mod gpt_oss;
 pub mod granite_hybrid;
+pub mod jamba;
 pub mod lfm2;
 pub mod llama;
 pub mod mamba2;
@@ -120,6 +121,11 @@ pub const ARCHS: &[ArchEntry] = &[
         name: "granitehybrid",
         recurrent: false,
         load: granite_hybrid::load,
+    },
+    ArchEntry {
+        name: "jamba",
+        recurrent: false,
+        load: jamba::load,
     },
 ];
 

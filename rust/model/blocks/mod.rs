@@ -1,10 +1,11 @@
 //! What the architectures share: norms, the attention block, the MLP
-//! variants. An architecture's file composes these into its layer; none of
-//! them knows which architecture it serves.
+//! variants, the state-space mixers. An architecture's file composes these
+//! into its layer; none of them knows which architecture it serves.
 
 pub mod add;
 pub mod attention;
 pub mod ffn;
+pub mod mamba1;
 pub mod moe;
 pub mod norm;
 pub mod ssm;

@@ -6,8 +6,9 @@
 //! and softmaxes over just those, with biased experts and a clamped SwiGLU;
 //! LFM2-MoE scores with a sigmoid and picks the top experts by score plus a
 //! per-expert selection bias, weighting them by the unbiased scores
-//! renormalized. A shared expert (Granite-4.0-H), when present, runs on
-//! every token and is added.
+//! renormalized; Jamba weights the top experts by their softmax
+//! probabilities without renormalizing. A shared expert (Granite-4.0-H),
+//! when present, runs on every token and is added.
 
 use super::add::add_bias;
 use crate::model::pass::{fit, Pass, Scratch};
@@ -25,6 +26,10 @@ pub enum Gating {
     SoftmaxNorm,
     /// The top `n_used` logits, then a softmax over only those (gpt-oss).
     TopKSoftmax,
+    /// Softmax over every expert, the top `n_used` weighted by their
+    /// probabilities as they are (Jamba: llama.cpp's softmax gating without
+    /// `norm_w`).
+    Softmax,
     /// A sigmoid of every logit, the top `n_used`, renormalized to sum 1
     /// (LFM2-MoE).
     SigmoidNorm,
@@ -229,6 +234,13 @@ impl MoeWeights {
             // Highest score first; ties keep the lower expert.
             order.sort_by(|&a, &b| by[b].total_cmp(&by[a]).then(a.cmp(&b)));
             let top = &order[..self.n_used];
+            if self.opts.gating == Gating::Softmax {
+                for &i in top {
+                    sel.push(i);
+                    w.push(row[i]);
+                }
+                continue;
+            }
             let total: f32 = top.iter().map(|&i| row[i]).sum::<f32>().max(6.103_515_6e-5);
             for &i in top {
                 sel.push(i);

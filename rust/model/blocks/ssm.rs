@@ -102,7 +102,9 @@ impl SsmMixer {
             let Some(rec) = seg.rec.as_deref_mut() else {
                 continue;
             };
-            let (conv, ssm) = rec.layer_mut(il);
+            let Some((conv, ssm)) = rec.layer_mut(il) else {
+                continue;
+            };
             for t in p.starts[g]..p.starts[g + 1] {
                 let row = &s.gate[t * width..(t + 1) * width];
                 let (z, rest) = row.split_at(di);
