@@ -174,6 +174,10 @@ SPARSITY = [GEMMA3N_STD_MUL] * GEMMA3N_SPARSE_LAYERS + [-math.inf] * (
         ("gemma3n.final_logit_softcapping", 20.0),
         ("gemma3n.activation_sparsity_scale", [*SPARSITY[:-1], GEMMA3N_STD_MUL]),
         ("gemma3n.activation_sparsity_scale", [1.0, *SPARSITY[1:]]),
+        # One width per layer is read only when they agree; a width of 1
+        # leaves the Gaussian top-k no standard deviation.
+        ("gemma3n.feed_forward_length", [256] * (GEMMA3N_LAYERS - 1) + [128]),
+        ("gemma3n.feed_forward_length", [1] * GEMMA3N_LAYERS),
     ],
 )
 def test_keys_llama_cpp_does_not_run_are_refused_by_name(

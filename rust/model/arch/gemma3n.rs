@@ -125,6 +125,13 @@ fn check_sparsity(m: &Meta<'_>, n_layer: usize) -> Result<()> {
 pub fn load(f: &GgufFile, cfg: &mut ModelConfig) -> Result<Loaded> {
     let m = Meta { f, arch: "gemma3n" };
     let (e, ff, eps, n_layer) = (cfg.n_embd, cfg.n_ff, cfg.norm_eps, cfg.n_layer);
+    if ff < 2 {
+        // The Gaussian top-k takes a sample standard deviation over the gate.
+        return Err(Error::load(format!(
+            "metadata {} = {ff}: gemma3n needs a feed-forward width of at least 2",
+            m.key("feed_forward_length")
+        )));
+    }
     cfg.rope_order = RopeOrder::Neox;
     cfg.embed_mul = Some((e as f32).sqrt());
     // The q/k norms stand in for the 1/sqrt(head size) scale.
