@@ -24,9 +24,10 @@ import pytest
 from starlette.testclient import TestClient
 
 from oxillama import AsyncEngine, Engine, Model, SpeculativeEngine, _native
-from oxillama.errors import LoadError
+from oxillama.errors import LoadError, LoraError
 from oxillama.serving.http import build_app
 from oxillama.sessions import format as fmt
+from tests.lora import adapters
 from tests.models import _checks as c
 from tests.models._archs import GEMMA3N_LAYERS, GEMMA3N_SPARSE_LAYERS, GEMMA3N_STD_MUL
 from tests.models._rewrite import rewrite
@@ -190,3 +191,26 @@ def test_keys_llama_cpp_does_not_run_are_refused_by_name(
     rewrite(ref.path, dst, values={key: value})
     with pytest.raises(LoadError, match=key.replace(".", r"\.")):
         Model(dst)
+
+
+def test_lora_on_a_sharing_layers_keys_is_refused_and_elsewhere_applies(tmp_path: Path) -> None:
+    """Layers 20-21 never multiply by their own attn_k / attn_v: an adapter
+    for them is refused by name rather than dropped; one on layer 20's
+    queries and layer 19's keys (which layer 21 reads) moves the logits."""
+    ref = c.reference(REF)
+    arch, shapes = adapters.base_shapes(ref.path)
+    e = c.engine(ref.path, ref, kv_dtype="f32")
+    base = np.asarray(e.eval(ref.tokens[:24], all_logits=True))
+    for name in ("blk.20.attn_k.weight", "blk.21.attn_v.weight"):
+        dst = tmp_path / "shared.gguf"
+        ab = adapters.pairs(shapes, [name], rank=4, seed=3, b_std=0.5)
+        adapters.write(dst, arch, ab, alpha=4.0)
+        with pytest.raises(LoraError, match=name.replace(".", "[.]")):
+            e.load_lora(dst)
+    dst = tmp_path / "own.gguf"
+    names = ["blk.20.attn_q.weight", "blk.19.attn_k.weight"]
+    adapters.write(dst, arch, adapters.pairs(shapes, names, rank=4, seed=3, b_std=0.5), alpha=4.0)
+    e.load_lora(dst)
+    e.reset()
+    moved = np.asarray(e.eval(ref.tokens[:24], all_logits=True))
+    assert np.abs(moved - base).max() > 0.1
