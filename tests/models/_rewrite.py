@@ -33,11 +33,13 @@ def rewrite(
     strings: Mapping[str, str] | None = None,
     extra: Mapping[str, np.ndarray] | None = None,
     values: Mapping[str, Any] | None = None,
+    tensors: Mapping[str, np.ndarray] | None = None,
 ) -> str:
     """Writes ``dst`` from ``src``, with F32 tensors if ``f32``, with
     ``arch`` as the architecture (its own keys renamed after it) if given,
     with the string keys ``strings`` and the ``extra`` F32 tensors added,
-    and the existing keys in ``values`` given those values (of their type).
+    and the existing keys in ``values`` given those values (of their type)
+    and the tensors in ``tensors`` those F32 contents.
     Returns the sha256 of
     ``dst``."""
     r = gguf.GGUFReader(str(src))
@@ -57,7 +59,9 @@ def rewrite(
     for key, value in (strings or {}).items():
         w.add_string(key, value)
     for t in r.tensors:
-        if f32:
+        if t.name in (tensors or {}):
+            w.add_tensor(t.name, np.asarray((tensors or {})[t.name], dtype=np.float32))
+        elif f32:
             data = dequantize(t.data, t.tensor_type).astype(np.float32)
             w.add_tensor(t.name, data.reshape([int(n) for n in reversed(t.shape)]))
         else:

@@ -214,3 +214,14 @@ def test_lora_on_a_sharing_layers_keys_is_refused_and_elsewhere_applies(tmp_path
     e.reset()
     moved = np.asarray(e.eval(ref.tokens[:24], all_logits=True))
     assert np.abs(moved - base).max() > 0.1
+
+
+def test_a_transposed_altup_coefficient_matrix_is_refused(tmp_path: Path) -> None:
+    """[16, 4] holds as many values as llama.cpp's [4, 16], in another
+    layout: refused naming the tensor, not read."""
+    ref = c.reference(REF)
+    name = "blk.3.altup_predict_coef.weight"
+    dst = tmp_path / "transposed.gguf"
+    rewrite(ref.path, dst, tensors={name: np.zeros((4, 16), dtype=np.float32)})
+    with pytest.raises(LoadError, match=name.replace(".", r"\.")):
+        Model(dst)

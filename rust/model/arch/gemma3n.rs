@@ -206,8 +206,8 @@ pub fn load(f: &GgufFile, cfg: &mut ModelConfig) -> Result<Loaded> {
                 laurel_norm: rms(&t, "laurel_post_norm", e)?,
                 router: t.matrix("altup_router", e, N_ALTUP)?,
                 router_norm: rms(&t, "altup_router_norm", e)?,
-                predict_coef: t.vector("altup_predict_coef", N_ALTUP * N_ALTUP * N_ALTUP)?,
-                correct_coef: t.vector("altup_correct_coef", N_ALTUP * N_ALTUP)?,
+                predict_coef: coefs(&t, "altup_predict_coef", N_ALTUP * N_ALTUP)?,
+                correct_coef: coefs(&t, "altup_correct_coef", N_ALTUP)?,
                 correct_scale: t.vector("altup_correct_scale", e)?,
                 inp_gate: t.matrix("inp_gate", e, PER_LAYER)?,
                 proj: t.matrix("proj", PER_LAYER, e)?,
@@ -229,6 +229,19 @@ pub fn load(f: &GgufFile, cfg: &mut ModelConfig) -> Result<Loaded> {
             eps,
         ),
     }))
+}
+
+/// A `[N_ALTUP, rows]` coefficient matrix, dequantized row-major (its
+/// element count alone would let a transposed tensor through).
+fn coefs(t: &Tensors<'_>, name: &str, rows: usize) -> Result<Vec<f32>> {
+    let full = t.weight_name(name);
+    let dims = t.f.tensor(&full).map(|x| x.dims.clone());
+    if dims.as_deref() != Some(&[N_ALTUP as u64, rows as u64][..]) {
+        return Err(Error::load(format!(
+            "tensor {full} has shape {dims:?}, expected [{N_ALTUP}, {rows}]"
+        )));
+    }
+    t.vector(name, N_ALTUP * rows)
 }
 
 /// ggml's `sqrt(sum_rows(sqr(x)))`: squares in f32, summed in f64.
