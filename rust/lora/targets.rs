@@ -145,6 +145,11 @@ pub fn targets(model: &BaseModel<'_>) -> HashMap<String, Target> {
     for il in 0..model.cfg.n_layer {
         let fused = f.tensor(&format!("blk.{il}.attn_qkv.weight")).is_some();
         for name in layer_names(arch, fused) {
+            // A layer that reads an earlier layer's cache (Gemma-3n's last
+            // layers) never multiplies by its own key and value matrices.
+            if model.cfg.shares_kv(il) && matches!(*name, "attn_k" | "attn_v") {
+                continue;
+            }
             add(format!("blk.{il}.{name}.weight"), TargetKind::Matmul);
         }
     }

@@ -100,6 +100,10 @@ pub struct ModelConfig {
     /// Llama-4 style attention temperature: queries at position `p` are
     /// multiplied by `ln(floor(p / floor) + 1) * scale + 1`.
     pub attn_temp: Option<(f32, usize)>,
+    /// Layers from this one on keep no keys and values of their own: each
+    /// attends over the cache of the last earlier layer of its kind
+    /// (Gemma-3n's shared KV layers).
+    pub kv_from_start: Option<usize>,
     /// `<arch>.attention.causal`: false for an encoder (BERT), whose
     /// queries see their whole sequence; such a model embeds, it cannot
     /// generate.
@@ -179,7 +183,21 @@ impl ModelConfig {
         let m = Meta { f, arch };
         let n_layer = m.u("block_count")?;
         let n_embd = m.u("embedding_length")?;
-        let n_ff = m.opt_u("feed_forward_length")?.unwrap_or(0);
+        // One width for every layer, or (Gemma-3n's converter) one per layer.
+        let n_ff = match per_layer_u(&m, "feed_forward_length", n_layer)? {
+            None => 0,
+            Some(PerLayer::One(v)) => v,
+            Some(PerLayer::Each(ff)) => {
+                let first = ff.first().copied().unwrap_or(0);
+                if ff.iter().any(|&v| v != first) {
+                    return Err(Error::load(format!(
+                        "metadata {arch}.feed_forward_length differs between layers \
+                         ({ff:?}): not supported"
+                    )));
+                }
+                first
+            }
+        };
         let mut recr_layers = Vec::new();
         let (n_head, n_head_kv) = if recurrent {
             (1, 1)
@@ -292,6 +310,7 @@ impl ModelConfig {
             ssm: None,
             recr_layers,
             attn_temp: None,
+            kv_from_start: None,
             causal: true,
         })
     }
@@ -370,7 +389,24 @@ impl ModelConfig {
     /// Layers that keep keys and values (none in a recurrent model, the
     /// attention layers of a hybrid).
     pub fn kv_layers(&self) -> usize {
-        self.n_layer - self.recr_layers.iter().filter(|&&r| r).count()
+        let own = self.kv_from_start.unwrap_or(self.n_layer).min(self.n_layer);
+        own - self.recr_layers.iter().take(own).filter(|&&r| r).count()
+    }
+
+    /// Whether layer `il` attends over an earlier layer's keys and values
+    /// instead of storing its own.
+    pub fn shares_kv(&self, il: usize) -> bool {
+        self.kv_from_start.is_some_and(|k| il >= k)
+    }
+
+    /// The layer whose cache a sharing layer reads: the last one before
+    /// `kv_from_start` of its kind (sliding or global), as llama.cpp maps
+    /// them. The loader checks that those two layers are of those kinds.
+    pub fn kv_source(&self, il: usize) -> usize {
+        match self.kv_from_start {
+            Some(k) if il >= k => k - if self.is_local_layer(il) { 2 } else { 1 },
+            _ => il,
+        }
     }
 
     /// Whether layer `il` carries a recurrent state instead of keys and
@@ -382,6 +418,7 @@ impl ModelConfig {
     /// The KV cache's layer of attention layer `il`: a hybrid's cache
     /// holds only its attention layers, in order.
     pub fn kv_index(&self, il: usize) -> usize {
+        let il = self.kv_source(il);
         if self.recr_layers.is_empty() {
             return il;
         }

@@ -70,6 +70,12 @@ pub struct Scratch {
     pub cs: Vec<f32>,
     pub cs_local: Vec<f32>,
     pub acts: ActScratch,
+    /// Rows an architecture carries from layer to layer beside `x`
+    /// (Gemma-3n's parallel AltUp streams).
+    pub streams: Vec<f32>,
+    /// Per-row inputs an architecture computes once per pass for all its
+    /// layers (Gemma-3n's per-layer embeddings).
+    pub per_layer: Vec<f32>,
 }
 
 impl Scratch {

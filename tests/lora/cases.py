@@ -58,6 +58,10 @@ def fixture_adapter(base: Path, dst: Path, *, seed: int = 3, dtype: str = "f32")
     names = [n for n in FIXTURE_TARGETS if n in shapes]
     if arch == "command-r" or "output.weight" not in shapes:
         names = [n for n in names if n not in ("token_embd.weight", "output.weight")]
+    if arch == "gemma3n":
+        # Its layers from 20 on read earlier layers' keys and values and
+        # never multiply by their own attn_k / attn_v (refused as targets).
+        names = [n for n in names if not _gemma3n_shared_kv(n)]
     ab = dict(
         adapters.pairs(
             shapes, [n for n in names if n != "token_embd.weight"], rank=4, seed=seed, b_std=0.05
@@ -71,3 +75,8 @@ def fixture_adapter(base: Path, dst: Path, *, seed: int = 3, dtype: str = "f32")
         b = rng.standard_normal((n_embd, 4)).astype(np.float32) * 0.1
         ab["token_embd.weight"] = (a, b)
     return adapters.write(dst, arch, ab, alpha=8.0, dtype=dtype)
+
+
+def _gemma3n_shared_kv(name: str) -> bool:
+    parts = name.split(".")
+    return parts[0] == "blk" and int(parts[1]) >= 20 and parts[2] in ("attn_k", "attn_v")

@@ -341,6 +341,84 @@ def gemma3(w: gguf.GGUFWriter, b: Builder) -> None:
     gemma_norm(b, tn(T.OUTPUT_NORM), TIED_OUT_NORM)
 
 
+# Gemma-3n. llama.cpp 0.3.36 fixes what the converter's keys describe: the
+# first 20 layers keep keys and values (the rest reuse layer 18's, sliding,
+# or 19's, global), the first 10 layers sparsify their FFN gate, 4 AltUp
+# streams with stream 0 active, per-layer inputs of 256. The fixture
+# therefore has 22 layers (layer 20 sliding, 21 global: both kinds of
+# shared layer) at a width of 64, and writes every key as the converter
+# does, with the values llama.cpp assumes.
+GEMMA3N_LAYERS = 22
+GEMMA3N_EMBD = 64
+GEMMA3N_PER_LAYER = 256
+GEMMA3N_ALTUP = 4
+GEMMA3N_LAUREL = 64
+GEMMA3N_SPARSE_LAYERS = 10
+GEMMA3N_STD_MUL = 1.6448533535003662  # the normal distribution's icdf(0.95)
+
+
+def gemma3n(w: gguf.GGUFWriter, b: Builder) -> None:
+    n_layer, e, pl, alt = GEMMA3N_LAYERS, GEMMA3N_EMBD, GEMMA3N_PER_LAYER, GEMMA3N_ALTUP
+    n_head, n_kv, hd, n_ff = 2, 1, 32, 256
+    w.add_context_length(2048)
+    w.add_embedding_length(e)
+    w.add_block_count(n_layer)
+    # Per layer, as the converter writes Gemma-3n's list of widths.
+    w.add_feed_forward_length([n_ff] * n_layer)
+    w.add_head_count(n_head)
+    w.add_head_count_kv(n_kv)
+    w.add_layer_norm_rms_eps(1e-6)
+    w.add_key_length(hd)
+    w.add_value_length(hd)
+    w.add_rope_freq_base(1e6)
+    w.add_rope_freq_base_swa(1e4)
+    w.add_final_logit_softcapping(30.0)
+    w.add_sliding_window(8)
+    # Every fifth layer global (as E2B), and layer 21 too: the shared layers
+    # 20 and 21 then reuse both a sliding and a global cache.
+    w.add_sliding_window_pattern([not (il % 5 == 4 or il == 21) for il in range(n_layer)])
+    w.add_altup_active_idx(0)
+    w.add_altup_num_inputs(alt)
+    w.add_embedding_length_per_layer_input(pl)
+    w.add_shared_kv_layers(n_layer - 20)
+    sparsity = [GEMMA3N_STD_MUL] * GEMMA3N_SPARSE_LAYERS
+    w.add_activation_sparsity_scale(sparsity + [-math.inf] * (n_layer - len(sparsity)))
+    std = TIED_EMBD_STD
+    b.mat(tn(T.TOKEN_EMBD), e, N_VOCAB, std * math.sqrt(e))
+    b.mat3(tn(T.ALTUP_PROJ), e, e, alt - 1)
+    b.mat3(tn(T.ALTUP_UNEMBD_PROJ), e, e, alt - 1)
+    b.mat(tn(T.PER_LAYER_TOKEN_EMBD), pl * n_layer, N_VOCAB, math.sqrt(pl * n_layer) / 16)
+    b.mat(tn(T.PER_LAYER_MODEL_PROJ), e, pl * n_layer, math.sqrt(e))
+    b.norm(tn(T.PER_LAYER_PROJ_NORM), (pl,))
+    for i in range(n_layer):
+        b.norm(tn(T.ATTN_NORM, i), (e,))
+        b.mat(tn(T.ATTN_Q, i), e, n_head * hd, QK_GAIN)
+        b.mat(tn(T.ATTN_K, i), e, n_kv * hd, QK_GAIN)
+        b.mat(tn(T.ATTN_V, i), e, n_kv * hd)
+        b.mat(tn(T.ATTN_OUT, i), n_head * hd, e, RES_GAIN)
+        b.norm(tn(T.ATTN_Q_NORM, i), (hd,), around=0.6)
+        b.norm(tn(T.ATTN_K_NORM, i), (hd,), around=0.6)
+        b.norm(tn(T.ATTN_POST_NORM, i), (e,), around=0.3)
+        b.norm(tn(T.FFN_NORM, i), (e,))
+        b.mat(tn(T.FFN_GATE, i), e, n_ff)
+        b.mat(tn(T.FFN_UP, i), e, n_ff)
+        b.mat(tn(T.FFN_DOWN, i), n_ff, e, RES_GAIN)
+        b.norm(tn(T.FFN_POST_NORM, i), (e,), around=0.3)
+        b.mat(tn(T.PER_LAYER_INP_GATE, i), e, pl)
+        b.mat(tn(T.PER_LAYER_PROJ, i), pl, e)
+        b.norm(tn(T.PER_LAYER_POST_NORM, i), (e,))
+        # The AltUp coefficients are 4 wide: they stay F32, as converted.
+        b.const(tn(T.ALTUP_CORRECT_COEF, i), 0.02 * b.rng.standard_normal((alt, alt)))
+        b.norm(tn(T.ALTUP_CORRECT_SCALE, i), (e,))
+        b.const(tn(T.ALTUP_PREDICT_COEF, i), 0.02 * b.rng.standard_normal((alt * alt, alt)))
+        b.mat(tn(T.ALTUP_ROUTER, i), e, alt, float(e))
+        b.norm(tn(T.ALTUP_ROUTER_NORM, i), (e,))
+        b.mat(tn(T.LAUREL_L, i), e, GEMMA3N_LAUREL)
+        b.mat(tn(T.LAUREL_R, i), GEMMA3N_LAUREL, e)
+        b.norm(tn(T.LAUREL_POST_NORM, i), (e,))
+    b.norm(tn(T.OUTPUT_NORM), (e,), around=OUT_GAIN / (math.sqrt(e) * std))
+
+
 PHI3_ORIG_CTX = 256
 PHI3_CTX = 1024
 
@@ -911,6 +989,17 @@ FIXTURES: dict[str, Fixture] = {
             gemma3,
             "3 layers: sliding window 8 on layers 0-1 (rope base 1e4), global layer 2 "
             "(rope base 1e6, linear x8); per-head q/k norms; post-norms; MQA 4/1",
+        ),
+        Fixture(
+            "gemma3n",
+            "gemma3n",
+            gemma3n,
+            "22 layers of width 64 (llama.cpp fixes the first 20 as the ones with a KV "
+            "cache): layers 20 (sliding) and 21 (global) reuse layers 18's and 19's; "
+            "4 AltUp streams with router, predict and correct; LAuReL rank 64; "
+            "per-layer inputs of 256; the gaussian top-k gate sparsity on layers 0-9; "
+            "sliding window 8 with every fifth layer global (rope bases 1e4 / 1e6); "
+            "q/k norms and a weightless v norm; final softcap 30; tied output",
         ),
         Fixture(
             "phi3",

@@ -53,7 +53,7 @@ HERE = Path(__file__).parent
 # Every reference the suite checks; "_long" ones share their fixture.
 REFERENCES = tuple(sorted(p.stem for p in (HERE / "reference").glob("*.npz")))
 THREADS = 2
-GELU_FIXTURES = frozenset({"gemma", "gemma2", "gemma3", "starcoder2"})
+GELU_FIXTURES = frozenset({"gemma", "gemma2", "gemma3", "gemma3n", "starcoder2"})
 F32_TOL = 1e-4
 F32_TOL_GELU = 1e-2
 QUANT_NOISE_FACTOR = 4.0

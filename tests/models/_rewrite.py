@@ -15,6 +15,7 @@ from __future__ import annotations
 import hashlib
 from collections.abc import Mapping
 from pathlib import Path
+from typing import Any
 
 import gguf
 import numpy as np
@@ -31,10 +32,14 @@ def rewrite(
     arch: str | None = None,
     strings: Mapping[str, str] | None = None,
     extra: Mapping[str, np.ndarray] | None = None,
+    values: Mapping[str, Any] | None = None,
+    tensors: Mapping[str, np.ndarray] | None = None,
 ) -> str:
     """Writes ``dst`` from ``src``, with F32 tensors if ``f32``, with
     ``arch`` as the architecture (its own keys renamed after it) if given,
-    with the string keys ``strings`` and the ``extra`` F32 tensors added.
+    with the string keys ``strings`` and the ``extra`` F32 tensors added,
+    and the existing keys in ``values`` given those values (of their type)
+    and the tensors in ``tensors`` those F32 contents.
     Returns the sha256 of
     ``dst``."""
     r = gguf.GGUFReader(str(src))
@@ -49,11 +54,14 @@ def rewrite(
         sub = field.types[-1] if kind == _VT.ARRAY else None
         if key.startswith(old + "."):
             key = new + key[len(old) :]
-        w.add_key_value(key, field.contents(), kind, sub_type=sub)
+        value = (values or {}).get(key, field.contents())
+        w.add_key_value(key, value, kind, sub_type=sub)
     for key, value in (strings or {}).items():
         w.add_string(key, value)
     for t in r.tensors:
-        if f32:
+        if t.name in (tensors or {}):
+            w.add_tensor(t.name, np.asarray((tensors or {})[t.name], dtype=np.float32))
+        elif f32:
             data = dequantize(t.data, t.tensor_type).astype(np.float32)
             w.add_tensor(t.name, data.reshape([int(n) for n in reversed(t.shape)]))
         else:

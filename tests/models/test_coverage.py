@@ -12,6 +12,7 @@ from tests.models import (
 )
 from tests.models import (  # modules, not their classes, which would run again here
     test_command_r,
+    test_gemma3n,
     test_gemma_family,
     test_gpt_oss,
     test_granite_hybrid,
@@ -32,6 +33,7 @@ from tests.models._weights import FORMATS
 FAMILIES = (
     test_llama_family.TestLlamaFamily,
     test_gemma_family.TestGemmaFamily,
+    test_gemma3n.TestGemma3n,
     test_gpt_oss.TestGptOss,
     test_phi3.TestPhi3,
     test_command_r.TestCommandR,

@@ -1,4 +1,4 @@
-"""The smollm3, gpt-oss and jamba fixtures beyond the logits: ``oxillama info``
+"""The smollm3, gpt-oss, jamba and gemma3n fixtures beyond the logits: ``oxillama info``
 names them as llama.cpp does (its description, size and parameter count,
 recorded in reference/meta.json by make_fixtures.py), and the HTTP server
 generates with them what a lone Engine generates, streamed or not, past
@@ -18,7 +18,7 @@ from tests._serve import serving
 from tests.models import _checks as c
 
 META = json.loads((c.HERE / "reference" / "meta.json").read_text())["fixtures"]
-NAMES = ("smollm3", "gpt-oss", "jamba")
+NAMES = ("smollm3", "gpt-oss", "jamba", "gemma3n")
 # Longer than gpt-oss's window of 8 with the prompt, so its local layers
 # drop keys while the server generates.
 N_TOKENS = 16

@@ -162,6 +162,25 @@ def render(s: GgufSummary, *, tensors: bool = False, full: bool = False) -> str:
                 f"{len(kv) - len(recr)} attention, {len(recr)} recurrent ({','.join(recr)})",
             )
         )
+    n_shared, n_layer = h.get("shared_kv_layers"), h.get("n_layer")
+    if isinstance(n_shared, int) and isinstance(n_layer, int) and 0 < n_shared < n_layer:
+        # Gemma-3n: the last layers attend over earlier layers' keys and
+        # values and keep none of their own.
+        rows.append(
+            (
+                "KV cache",
+                f"{n_layer - n_shared} of {n_layer} layers (layers "
+                f"{n_layer - n_shared}-{n_layer - 1} reuse earlier layers' keys and values)",
+            )
+        )
+    if "altup_num_inputs" in h:
+        rows.append(
+            (
+                "AltUp",
+                f"{h['altup_num_inputs']} streams, per-layer inputs "
+                f"{_num(h.get('n_embd_per_layer', '?'))} wide",
+            )
+        )
     if "n_expert" in h:
         shared = f", shared expert {_num(h['n_ff_shexp'])} wide" if h.get("n_ff_shexp") else ""
         rows.append(("experts", f"{h['n_expert']} ({h.get('n_expert_used', '?')} used){shared}"))

@@ -335,6 +335,9 @@ class GgufSummary:
             "ssm_dt_rank": self._arch_key("ssm.time_step_rank"),
             "shortconv_l_cache": self._arch_key("shortconv.l_cache"),
             "rope_finetuned": self._arch_key("rope.scaling.finetuned"),
+            "shared_kv_layers": self._arch_key("attention.shared_kv_layers"),
+            "altup_num_inputs": self._arch_key("altup.num_inputs"),
+            "n_embd_per_layer": self._arch_key("embedding_length_per_layer_input"),
         }
         return {k: v for k, v in h.items() if v is not None}
 

@@ -567,7 +567,8 @@ def _kv_layout(cfg: dict[str, Any]) -> dict[str, Any]:
     keys and values, or (``"recurrent"``) Mamba-2's convolution and SSM
     states, all layers, as little-endian f32; a hybrid's (LFM2,
     Granite-4.0-H) keys and values of its attention layers first, then its
-    recurrent state."""
+    recurrent state. A model whose last layers reuse earlier layers' keys
+    and values (Gemma-3n) holds only the first ``kv_layers``."""
     if _state_only(cfg):
         return {"n_layer": cfg["n_layer"], "recurrent": dict(cfg["ssm"])}
     out = {
@@ -576,6 +577,8 @@ def _kv_layout(cfg: dict[str, Any]) -> dict[str, Any]:
         "dim_k": cfg["dim_k"],
         "dim_v": cfg["dim_v"],
     }
+    if _kv_layers(cfg) != cfg["n_layer"]:
+        out["kv_layers"] = _kv_layers(cfg)
     if cfg.get("hybrid"):
         out["kv_layers"] = _kv_layers(cfg)
         out["recurrent_layers"] = list(cfg["recurrent_layers"])

@@ -8,6 +8,7 @@
 pub mod bert;
 pub mod command_r;
 pub mod gemma;
+pub mod gemma3n;
 pub mod gpt_oss;
 pub mod granite_hybrid;
 pub mod jamba;
@@ -81,6 +82,11 @@ pub const ARCHS: &[ArchEntry] = &[
         name: "gemma3",
         recurrent: false,
         load: gemma::load_gemma3,
+    },
+    ArchEntry {
+        name: "gemma3n",
+        recurrent: false,
+        load: gemma3n::load,
     },
     ArchEntry {
         name: "phi3",

@@ -17,6 +17,7 @@ use crate::model::weights::{MatRef, Tensors};
 use crate::ops::attention::{attention, decode_many, AttnParams, DecodeRow};
 use crate::ops::hadamard;
 use crate::ops::matmul::{matmul, matmul_multi};
+use crate::ops::norm::rms_norm_inplace;
 use crate::Result;
 
 pub enum Qkv {
@@ -47,6 +48,8 @@ pub struct AttnOpts {
     pub fused_qkv: bool,
     /// Per-head `attn_sinks` logits join each softmax (gpt-oss).
     pub sinks: bool,
+    /// Each value head is RMS-normalized, without a weight (Gemma-3n).
+    pub v_norm: bool,
 }
 
 pub struct AttnWeights {
@@ -60,6 +63,8 @@ pub struct AttnWeights {
     wo: MatRef,
     bo: Option<Vec<f32>>,
     sinks: Option<Vec<f32>>,
+    /// Unit weights of the weightless value norm (a product by 1 is exact).
+    v_norm: Option<Vec<f32>>,
 }
 
 impl AttnWeights {
@@ -133,6 +138,7 @@ impl AttnWeights {
             } else {
                 None
             },
+            v_norm: opts.v_norm.then(|| vec![1.0; cfg.dim_v]),
         })
     }
 
@@ -142,10 +148,16 @@ impl AttnWeights {
         let (n, f) = (p.n, p.file);
         let (qd, kd, vd, od) = c.attn_dims();
         let local = c.is_local_layer(il);
+        // A layer sharing an earlier layer's cache needs only its queries.
+        let shared = c.shares_kv(il);
         fit(&mut s.q, n * qd);
         fit(&mut s.k, n * kd);
         fit(&mut s.v, n * vd);
         match &self.qkv {
+            Qkv::Split { q, .. } if shared => {
+                matmul(p.pool, q.view(f), &s.h, n, &mut s.q, &mut s.acts);
+                lora::apply(p, q, &s.h, &mut s.q);
+            }
             Qkv::Split { q, k, v } => {
                 matmul_multi(
                     p.pool,
@@ -193,6 +205,12 @@ impl AttnWeights {
                 None => {}
             }
         }
+        if let Some(ones) = &self.v_norm {
+            let eps = c.norm_eps;
+            p.pool.for_rows(&mut s.v, c.dim_v, |_, block| {
+                rms_norm_inplace(block, ones, eps, 0.0);
+            });
+        }
         let cs = if local { &s.cs_local } else { &s.cs };
         let (rd, roped) = (c.rope_dims, c.uses_rope(il));
         let (rope, rows_pos) = (p.rope, &p.rows_pos);
@@ -214,6 +232,9 @@ impl AttnWeights {
                     hadamard::rotate(q, rot.k);
                 }
             });
+            if shared {
+                continue;
+            }
             p.pool.for_rows(&mut s.k[a * kd..b * kd], kd, |r0, block| {
                 for (t, k) in (a + r0..).zip(block.chunks_exact_mut(kd)) {
                     if roped {
@@ -225,7 +246,7 @@ impl AttnWeights {
         }
         // A hybrid's cache holds only its attention layers.
         let kl = c.kv_index(il);
-        for (g, seg) in p.segs.iter_mut().enumerate() {
+        for (g, seg) in p.segs.iter_mut().enumerate().filter(|_| !shared) {
             let rot = seg.kv.rot();
             for t in p.starts[g]..p.starts[g + 1] {
                 hadamard::rotate(&mut s.v[t * vd..(t + 1) * vd], rot.v);
