@@ -11,7 +11,6 @@ docs/snapshot-format.md.
 from __future__ import annotations
 
 import contextlib
-import mmap
 import os
 from pathlib import Path
 from typing import Any, Protocol
@@ -26,6 +25,7 @@ from oxillama.errors import (
     SnapshotFormatError,
     SnapshotWriteError,
 )
+from oxillama.mapped import map_file
 from oxillama.model.fingerprint import Fingerprint, fingerprint
 from oxillama.sessions import spec
 from oxillama.sessions.atomic import refuse_temp
@@ -116,8 +116,7 @@ def read(
 def read_state(path: str | os.PathLike[str], **kwargs: object) -> SessionState:
     """The session saved at ``path`` (see :func:`~.session.restore` for
     ``kwargs``), read through a mapping of the file."""
-    # Mapped, not read: the checksum and the KV import then read the page
-    # cache directly, and nothing is copied that is not kept.
+    # Mapped, not read (see oxillama.mapped).
     refuse_temp(path)
     try:
         f = Path(path).open("rb")
@@ -126,23 +125,13 @@ def read_state(path: str | os.PathLike[str], **kwargs: object) -> SessionState:
     with f:
         if os.fstat(f.fileno()).st_size == 0:
             return restore(b"", **kwargs)  # type: ignore[arg-type]
-        m = _map(f.fileno())
+        m = map_file(f.fileno())
     # On an error the traceback still references slices of the mapping; it
     # is then unmapped with the last of them rather than closed here.
     state = restore(memoryview(m), **kwargs)  # type: ignore[arg-type]
     with contextlib.suppress(BufferError):
         m.close()
     return state
-
-
-def _map(fd: int) -> mmap.mmap:
-    """A read-only mapping of the whole file, pre-faulted where the platform
-    can (MAP_POPULATE maps the 24 MB of a typical snapshot in one call
-    instead of 6,000 page faults: hash and import then run ~2 ms faster)."""
-    populate = getattr(mmap, "MAP_POPULATE", 0)
-    if populate:
-        return mmap.mmap(fd, 0, flags=mmap.MAP_SHARED | populate, prot=mmap.PROT_READ)
-    return mmap.mmap(fd, 0, access=mmap.ACCESS_READ)
 
 
 class _Codec:
