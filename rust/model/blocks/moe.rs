@@ -250,6 +250,79 @@ impl MoeWeights {
         (sel, w)
     }
 
+    /// Expert `ex`'s gate/up products `g`, `u` (`m x ff`, biases not yet
+    /// added) through its activation and down projection into `y` (`m x
+    /// n_embd`).
+    #[allow(clippy::too_many_arguments)]
+    fn down_of(
+        &self,
+        p: &Pass<'_, '_, '_>,
+        s: &mut Scratch,
+        ex: usize,
+        g: &mut [f32],
+        u: &mut [f32],
+        m: usize,
+        y: &mut Vec<f32>,
+    ) {
+        let (e, ff) = (p.cfg.n_embd, self.ff);
+        if let Some(b) = &self.biases {
+            add_bias(g, &b.gate[ex * ff..(ex + 1) * ff]);
+            add_bias(u, &b.up[ex * ff..(ex + 1) * ff]);
+        }
+        match self.opts.act {
+            ExpertAct::Silu => swiglu(p.pool, g, u),
+            ExpertAct::SwigluOai { alpha, limit } => swiglu_oai(g, u, alpha, limit),
+        }
+        matmul(
+            p.pool,
+            self.down[ex].view(p.file),
+            g,
+            m,
+            fit(y, m * e),
+            &mut s.acts,
+        );
+        if let Some(b) = &self.biases {
+            add_bias(y, &b.down[ex * e..(ex + 1) * e]);
+        }
+    }
+
+    /// A single token (a decode step): the gate and up products of all its
+    /// experts go in one pool dispatch with the one input they share,
+    /// where one per expert cost a dispatch each (eight a layer on
+    /// Qwen3-30B-A3B). Each row's dot product is the same either way.
+    fn one_token(
+        &self,
+        p: &Pass<'_, '_, '_>,
+        s: &mut Scratch,
+        sel: &[usize],
+        w: &[f32],
+        outs: &mut [f32],
+        y: &mut Vec<f32>,
+    ) {
+        let (e, k, ff) = (p.cfg.n_embd, self.n_used, self.ff);
+        let views: Vec<_> = sel[..k]
+            .iter()
+            .flat_map(|&ex| [self.gate[ex].view(p.file), self.up[ex].view(p.file)])
+            .collect();
+        let (mut g, mut u) = (vec![0f32; k * ff], vec![0f32; k * ff]);
+        {
+            let mut slices: Vec<&mut [f32]> = Vec::with_capacity(2 * k);
+            for (gc, uc) in g.chunks_mut(ff).zip(u.chunks_mut(ff)) {
+                slices.push(gc);
+                slices.push(uc);
+            }
+            matmul_multi(p.pool, &views, &s.h[..e], 1, &mut slices, &mut s.acts);
+        }
+        for (j, &ex) in sel[..k].iter().enumerate() {
+            let (gj, uj) = (&mut g[j * ff..(j + 1) * ff], &mut u[j * ff..(j + 1) * ff]);
+            self.down_of(p, s, ex, gj, uj, 1, y);
+            outs[j * e..(j + 1) * e]
+                .iter_mut()
+                .zip(&y[..e])
+                .for_each(|(o, &v)| *o = v * w[j]);
+        }
+    }
+
     /// `s.h` (`n x n_embd`) through the routed experts into `s.f`.
     pub fn forward(&self, p: &Pass<'_, '_, '_>, s: &mut Scratch) {
         let (n, e, k, ff) = (p.n, p.cfg.n_embd, self.n_used, self.ff);
@@ -257,52 +330,38 @@ impl MoeWeights {
         // Each expert runs once over the rows routed to it.
         let mut outs = vec![0f32; n * k * e];
         let (mut x, mut g, mut u, mut y) = (Vec::new(), Vec::new(), Vec::new(), Vec::new());
-        for ex in 0..self.gate.len() {
-            let slots: Vec<usize> = (0..n * k).filter(|&i| sel[i] == ex).collect();
-            if slots.is_empty() {
-                continue;
-            }
-            let m = slots.len();
-            x.clear();
-            for &i in &slots {
-                let t = i / k;
-                x.extend_from_slice(&s.h[t * e..(t + 1) * e]);
-            }
-            fit(&mut g, m * ff);
-            fit(&mut u, m * ff);
-            matmul_multi(
-                p.pool,
-                &[self.gate[ex].view(p.file), self.up[ex].view(p.file)],
-                &x,
-                m,
-                &mut [&mut g[..], &mut u[..]],
-                &mut s.acts,
-            );
-            if let Some(b) = &self.biases {
-                add_bias(&mut g, &b.gate[ex * ff..(ex + 1) * ff]);
-                add_bias(&mut u, &b.up[ex * ff..(ex + 1) * ff]);
-            }
-            match self.opts.act {
-                ExpertAct::Silu => swiglu(p.pool, &mut g, &u),
-                ExpertAct::SwigluOai { alpha, limit } => swiglu_oai(&mut g, &u, alpha, limit),
-            }
-            matmul(
-                p.pool,
-                self.down[ex].view(p.file),
-                &g,
-                m,
-                fit(&mut y, m * e),
-                &mut s.acts,
-            );
-            if let Some(b) = &self.biases {
-                add_bias(&mut y, &b.down[ex * e..(ex + 1) * e]);
-            }
-            for (r, &i) in slots.iter().enumerate() {
-                let wi = w[i];
-                outs[i * e..(i + 1) * e]
-                    .iter_mut()
-                    .zip(&y[r * e..(r + 1) * e])
-                    .for_each(|(o, &v)| *o = v * wi);
+        if n == 1 {
+            self.one_token(p, s, &sel, &w, &mut outs, &mut y);
+        } else {
+            for ex in 0..self.gate.len() {
+                let slots: Vec<usize> = (0..n * k).filter(|&i| sel[i] == ex).collect();
+                if slots.is_empty() {
+                    continue;
+                }
+                let m = slots.len();
+                x.clear();
+                for &i in &slots {
+                    let t = i / k;
+                    x.extend_from_slice(&s.h[t * e..(t + 1) * e]);
+                }
+                fit(&mut g, m * ff);
+                fit(&mut u, m * ff);
+                matmul_multi(
+                    p.pool,
+                    &[self.gate[ex].view(p.file), self.up[ex].view(p.file)],
+                    &x,
+                    m,
+                    &mut [&mut g[..], &mut u[..]],
+                    &mut s.acts,
+                );
+                self.down_of(p, s, ex, &mut g, &mut u, m, &mut y);
+                for (r, &i) in slots.iter().enumerate() {
+                    let wi = w[i];
+                    outs[i * e..(i + 1) * e]
+                        .iter_mut()
+                        .zip(&y[r * e..(r + 1) * e])
+                        .for_each(|(o, &v)| *o = v * wi);
+                }
             }
         }
         let f = fit(&mut s.f, n * e);
