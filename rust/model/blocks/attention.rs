@@ -18,6 +18,7 @@ use crate::ops::attention::{attention, decode_many, AttnParams, DecodeRow};
 use crate::ops::hadamard;
 use crate::ops::matmul::{matmul, matmul_multi};
 use crate::ops::norm::rms_norm_inplace;
+use crate::Error;
 use crate::Result;
 
 pub enum Qkv {
@@ -87,6 +88,18 @@ impl AttnWeights {
                 Ok(None)
             }
         };
+        if matches!(qkv, Qkv::Fused(_)) {
+            // llama.cpp adds separate q/k/v biases after a fused product;
+            // we read only a fused bias, so a file with both is refused.
+            for name in ["attn_q", "attn_k", "attn_v"] {
+                let b = t.bias_name(name);
+                if t.f.tensor(&b).is_some() {
+                    return Err(Error::load(format!(
+                        "{b} beside a fused attn_qkv is not supported (only attn_qkv.bias is)"
+                    )));
+                }
+            }
+        }
         let (bq, bk, bv) = match (&qkv, opts.qkv_bias) {
             (Qkv::Fused(_), true) => match t.opt_bias("attn_qkv", qd + kd + vd)? {
                 Some(b) => (
