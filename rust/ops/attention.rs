@@ -143,11 +143,15 @@ fn tiles(
     raw_f16: bool,
     mut f: impl FnMut(usize, Tile<'_>),
 ) {
-    let direct = match view.dtype() {
-        KvDtype::F32 => true,
-        KvDtype::F16 => raw_f16,
-        KvDtype::Q8_0 | KvDtype::Q4_0 => false,
-    };
+    // Values read from key rows (MLA) are each row's first `d` elements:
+    // not back to back, so they are gathered into the tile.
+    let strided = view.strided();
+    let direct = strided.is_none()
+        && match view.dtype() {
+            KvDtype::F32 => true,
+            KvDtype::F16 => raw_f16,
+            KvDtype::Q8_0 | KvDtype::Q4_0 => false,
+        };
     // Sized for the rows actually visited: a short decode range needs a
     // fraction of a tile, and zeroing a whole one per unit showed up.
     let need = if direct {
@@ -188,17 +192,30 @@ fn tiles(
             while j < j1 {
                 let end = j1.min(view.page_end(j));
                 let dst = &mut buf[(j - j0) * d..(end - j0) * d];
-                match view.rows(j, end) {
-                    Rows::F16(x) => (vk.f16_to_f32)(x, dst),
-                    Rows::Q8_0(x) => kvq::dequantize_q8_0(x, dst),
-                    Rows::Q4_0(x) => kvq::dequantize_q4_0(x, dst),
-                    Rows::F32(x) => dst.copy_from_slice(x),
+                let rows = view.rows(j, end);
+                match strided {
+                    None => convert_rows(vk, rows, dst),
+                    Some((stride, take)) => {
+                        for (r, out) in dst.chunks_exact_mut(d).enumerate() {
+                            convert_rows(vk, rows.sub(r * stride, take), out);
+                        }
+                    }
                 }
                 j = end;
             }
             f(j0, Tile::F32(&buf[..(j1 - j0) * d]));
             j0 = j1;
         }
+    }
+}
+
+/// Rows as stored into f32 (`dst` holds exactly their elements).
+fn convert_rows(vk: &VecKernels, rows: Rows<'_>, dst: &mut [f32]) {
+    match rows {
+        Rows::F16(x) => (vk.f16_to_f32)(x, dst),
+        Rows::Q8_0(x) => kvq::dequantize_q8_0(x, dst),
+        Rows::Q4_0(x) => kvq::dequantize_q4_0(x, dst),
+        Rows::F32(x) => dst.copy_from_slice(x),
     }
 }
 

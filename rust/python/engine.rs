@@ -200,9 +200,7 @@ impl PyKvPool {
     fn new(model: &PyModel, n_pages: usize, kv_dtype: &str) -> PyResult<Self> {
         let dtype = KvTypes::parse(kv_dtype).py_err()?;
         let c = &model.inner.cfg;
-        let pool = guard(|| {
-            KvPool::new(dtype, c.kv_layers(), n_pages, c.n_head_kv, c.dim_k, c.dim_v).py_err()
-        })?;
+        let pool = guard(|| KvPool::for_shape(dtype, c.kv_shape(), n_pages).py_err())?;
         Ok(PyKvPool {
             inner: Arc::new(pool),
         })

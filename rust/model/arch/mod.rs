@@ -7,6 +7,7 @@
 
 pub mod bert;
 pub mod command_r;
+pub mod deepseek2;
 pub mod gemma;
 pub mod gpt_oss;
 pub mod granite_hybrid;
@@ -120,6 +121,11 @@ pub const ARCHS: &[ArchEntry] = &[
         name: "granitehybrid",
         recurrent: false,
         load: granite_hybrid::load,
+    },
+    ArchEntry {
+        name: "deepseek2",
+        recurrent: false,
+        load: deepseek2::load,
     },
 ];
 

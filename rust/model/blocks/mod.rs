@@ -5,6 +5,7 @@
 pub mod add;
 pub mod attention;
 pub mod ffn;
+pub mod mla;
 pub mod moe;
 pub mod norm;
 pub mod ssm;
