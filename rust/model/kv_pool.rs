@@ -24,6 +24,7 @@ use std::sync::Mutex;
 
 use memmap2::MmapMut;
 
+pub use super::kv_dtype::KvShape;
 use super::kv_dtype::{KvDtype, KvRot, KvTypes};
 use crate::ops::vec::f32_to_f16_bits;
 use crate::quant::kv as kvq;
@@ -179,41 +180,6 @@ impl<'a> Rows<'a> {
             Rows::Q8_0(x) | Rows::Q4_0(x) => (x.as_ptr(), x.len()),
         };
         crate::simd::prefetch_bytes(p, len);
-    }
-}
-
-/// What one position of a layer holds: `n_head_kv` key rows of `dim_k`
-/// and, unless `v_in_k`, as many value rows of `dim_v`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct KvShape {
-    pub n_layer: usize,
-    pub n_head_kv: usize,
-    pub dim_k: usize,
-    pub dim_v: usize,
-    /// Values are the first `dim_v` elements of the key rows (not stored).
-    pub v_in_k: bool,
-}
-
-impl KvShape {
-    /// Ordinary keys and values.
-    pub fn plain(n_layer: usize, n_head_kv: usize, dim_k: usize, dim_v: usize) -> Self {
-        KvShape {
-            n_layer,
-            n_head_kv,
-            dim_k,
-            dim_v,
-            v_in_k: false,
-        }
-    }
-
-    /// Bytes one position takes in every layer, in these types.
-    pub fn position_bytes(&self, t: KvTypes) -> usize {
-        let v = if self.v_in_k {
-            0
-        } else {
-            t.v.row_bytes(self.dim_v)
-        };
-        self.n_layer * self.n_head_kv * (t.k.row_bytes(self.dim_k) + v)
     }
 }
 

@@ -611,7 +611,7 @@ def granitehybrid(w: gguf.GGUFWriter, b: Builder) -> None:
         else:
             attention(b, i, n_head, n_kv, hd, out_bias=True)
         b.norm(tn(T.FFN_NORM, i), (N_EMBD,))
-        b.mat(tn(T.FFN_GATE_INP, i), N_EMBD, n_expert, 3.0)
+        b.mat(tn(T.FFN_GATE_INP, i), N_EMBD, n_expert, router_gain)
         b.mat3(tn(T.FFN_GATE_EXP, i), N_EMBD, n_ff_exp, n_expert)
         b.mat3(tn(T.FFN_UP_EXP, i), N_EMBD, n_ff_exp, n_expert)
         b.mat3(tn(T.FFN_DOWN_EXP, i), n_ff_exp, N_EMBD, n_expert, RES_GAIN)
@@ -740,7 +740,9 @@ def gpt_oss(w: gguf.GGUFWriter, b: Builder) -> None:
 DS_HEADS, DS_NOPE, DS_ROPE, DS_KV_LORA, DS_V = 4, 32, 32, 64, 32
 
 
-def deepseek2_common(w: gguf.GGUFWriter, b: Builder, *, q_lora: int, log_mul: float) -> None:
+def deepseek2_common(
+    w: gguf.GGUFWriter, b: Builder, *, q_lora: int, log_mul: float, router_gain: float
+) -> None:
     """Three layers: a dense SwiGLU first, then 4 routed experts (top 2)
     beside 2 shared experts; YaRN x4 from 16 tokens with DeepSeek's
     log-multiplier (written as the converter does, times 0.1)."""
@@ -792,7 +794,7 @@ def deepseek2_common(w: gguf.GGUFWriter, b: Builder, *, q_lora: int, log_mul: fl
         if i == 0:
             gated_ffn(b, i, n_ff)
             continue
-        b.mat(tn(T.FFN_GATE_INP, i), N_EMBD, n_expert, 3.0)
+        b.mat(tn(T.FFN_GATE_INP, i), N_EMBD, n_expert, router_gain)
         b.mat3(tn(T.FFN_GATE_EXP, i), N_EMBD, n_ff_exp, n_expert)
         b.mat3(tn(T.FFN_UP_EXP, i), N_EMBD, n_ff_exp, n_expert)
         b.mat3(tn(T.FFN_DOWN_EXP, i), n_ff_exp, N_EMBD, n_expert, RES_GAIN)
@@ -809,7 +811,9 @@ def deepseek2(w: gguf.GGUFWriter, b: Builder) -> None:
     w.add_expert_gating_func(gguf.ExpertGatingFuncType.SIGMOID)
     w.add_expert_weights_norm(True)
     w.add_expert_weights_scale(2.5)
-    deepseek2_common(w, b, q_lora=96, log_mul=0.707)
+    # Router logits of RMS 1 keep the sigmoid off its flat ends, where
+    # saturated experts would tie.
+    deepseek2_common(w, b, q_lora=96, log_mul=0.707, router_gain=1.0)
     for i in (1, 2):
         b.bias(tn(T.FFN_EXP_PROBS_B, i, "bias"), 4, 0.2)
 
@@ -818,7 +822,8 @@ def deepseek2_lite(w: gguf.GGUFWriter, b: Builder) -> None:
     """DeepSeek-V2-Lite style: a direct attn_q; softmax router weights
     neither renormalised nor scaled (no such keys)."""
     w.add_expert_gating_func(gguf.ExpertGatingFuncType.SOFTMAX)
-    deepseek2_common(w, b, q_lora=0, log_mul=1.0)
+    # A wide router spread: the top-2 choice is clear-cut.
+    deepseek2_common(w, b, q_lora=0, log_mul=1.0, router_gain=3.0)
 
 
 def llama_one_type(w: gguf.GGUFWriter, b: Builder) -> None:

@@ -22,7 +22,28 @@ use crate::model::pass::{fit, Pass, Scratch};
 use crate::model::weights::{expert_matrices, MatRef, Tensors};
 use crate::ops::attention::AttnParams;
 use crate::ops::matmul::matmul;
+use crate::quant::GgmlType;
 use crate::{Error, Result};
+
+/// Rounds the input of a per-head product to an F16 or BF16 matrix's own
+/// type, as ggml does before every such product (its `vec_dot_type`).
+///
+/// Why here: `k_b` and `v_b` are small per-head matrices converters often
+/// leave in F16 or BF16, and their outputs are the scores' and the values'
+/// latent directly; with f32 inputs instead, our logits on such a file
+/// parted from llama.cpp's by several times its own batched-vs-single
+/// noise (mostly through BF16's 8-bit mantissa).
+fn round_to_weight_type(ty: GgmlType, x: &mut [f32]) {
+    match ty {
+        GgmlType::F16 => x
+            .iter_mut()
+            .for_each(|v| *v = half::f16::from_f32(*v).to_f32()),
+        GgmlType::BF16 => x
+            .iter_mut()
+            .for_each(|v| *v = half::bf16::from_f32(*v).to_f32()),
+        _ => {}
+    }
+}
 
 /// The widths MLA's tensors and cache are made of.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -161,6 +182,7 @@ impl MlaWeights {
                 let at = (t * nh + hd) * qh;
                 xr.copy_from_slice(&qraw[at..at + d.nope]);
             }
+            round_to_weight_type(kb.ty, x);
             let y = fit(lat_out, n * d.kv_lora);
             matmul(p.pool, kb.view(f), x, n, y, &mut s.acts);
             for (t, yr) in y.chunks_exact(d.kv_lora).enumerate() {
@@ -198,6 +220,7 @@ impl MlaWeights {
                 let at = (t * nh + hd) * d.kv_lora;
                 xr.copy_from_slice(&s.att[at..at + d.kv_lora]);
             }
+            round_to_weight_type(vb.ty, x);
             let y = fit(&mut s.up, n * d.v);
             matmul(p.pool, vb.view(f), x, n, y, &mut s.acts);
             for (t, yr) in y.chunks_exact(d.v).enumerate() {
