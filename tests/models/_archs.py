@@ -611,7 +611,7 @@ def granitehybrid(w: gguf.GGUFWriter, b: Builder) -> None:
         else:
             attention(b, i, n_head, n_kv, hd, out_bias=True)
         b.norm(tn(T.FFN_NORM, i), (N_EMBD,))
-        b.mat(tn(T.FFN_GATE_INP, i), N_EMBD, n_expert, router_gain)
+        b.mat(tn(T.FFN_GATE_INP, i), N_EMBD, n_expert, 3.0)
         b.mat3(tn(T.FFN_GATE_EXP, i), N_EMBD, n_ff_exp, n_expert)
         b.mat3(tn(T.FFN_UP_EXP, i), N_EMBD, n_ff_exp, n_expert)
         b.mat3(tn(T.FFN_DOWN_EXP, i), n_ff_exp, N_EMBD, n_expert, RES_GAIN)
