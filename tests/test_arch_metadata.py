@@ -73,6 +73,7 @@ ARCHS = [
     "lfm2",
     "lfm2moe",
     "granitehybrid",
+    "deepseek2",
 ]
 
 # Values that reach edge cases: zero, one, huge, negative or non-finite

@@ -10,8 +10,8 @@
 
 use std::sync::Arc;
 
-pub use super::kv_dtype::{KvDtype, KvRot, KvTypes};
-use super::kv_pool::{KvPool, KvShape, Rows, RowsMut, Side, PAGE};
+pub use super::kv_dtype::{KvDtype, KvRot, KvShape, KvTypes};
+use super::kv_pool::{KvPool, Rows, RowsMut, Side, PAGE};
 use crate::ops::hadamard;
 use crate::quant::kv as kvq;
 use crate::threadpool::{SharedMut, ThreadPool};

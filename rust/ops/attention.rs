@@ -1250,4 +1250,83 @@ mod tests {
             }
         }
     }
+
+    /// A cache that reads its values from the key rows (MLA) attends as a
+    /// cache storing the same prefix as values: bit for bit in f32, to f16
+    /// rounding of the weights in f16 (one path converts the rows first),
+    /// prefill and decode alike, and it stores no value bytes.
+    #[test]
+    fn values_read_from_key_rows_equal_stored_values() {
+        use crate::model::kv_cache::KvShape;
+        let mut rng = rand::rngs::StdRng::seed_from_u64(5);
+        let (n_head, dk, dv, n) = (4, 96, 64, 70);
+        for (dtype, tol) in [(KvDtype::F32, 0.0), (KvDtype::F16, 2e-3)] {
+            let mut plain = KvCache::new(dtype, 1, 128, 1, dk, dv).unwrap();
+            let shape = KvShape {
+                v_in_k: true,
+                ..KvShape::plain(1, 1, dk, dv)
+            };
+            let mut latent = KvCache::for_shape(dtype, shape, 128).unwrap();
+            assert!(latent.v_in_k());
+            plain.reserve(0, n).unwrap();
+            latent.reserve(0, n).unwrap();
+            for pos in 0..n {
+                let k: Vec<f32> = (0..dk).map(|_| rng.random_range(-1.0..1.0)).collect();
+                plain.store(0, pos, &k, &k[..dv]);
+                latent.store(0, pos, &k, &[]);
+            }
+            let t = ThreadPool::new(2);
+            assert_eq!(latent.export_len(n), n * dtype.row_bytes(dk));
+            assert_eq!(
+                latent.export(n, &t).unwrap(),
+                plain.export(n, &t).unwrap()[..n * dtype.row_bytes(dk)]
+            );
+            let q: Vec<f32> = (0..n * n_head * dk)
+                .map(|_| rng.random_range(-1.0..1.0))
+                .collect();
+            let p = AttnParams {
+                n_head,
+                n_head_kv: 1,
+                dim_k: dk,
+                dim_v: dv,
+                scale: 0.1,
+                window: None,
+                softcap: None,
+                causal: true,
+                sinks: None,
+            };
+            let run = |cache: &KvCache| {
+                let mut pre = vec![0f32; (n - 1) * n_head * dv];
+                attention(
+                    &t,
+                    vec::best(),
+                    cache,
+                    0,
+                    &q[..(n - 1) * n_head * dk],
+                    0,
+                    n - 1,
+                    &p,
+                    &mut pre,
+                );
+                let mut dec = vec![0f32; n_head * dv];
+                attention(
+                    &t,
+                    vec::best(),
+                    cache,
+                    0,
+                    &q[(n - 1) * n_head * dk..],
+                    n - 1,
+                    1,
+                    &p,
+                    &mut dec,
+                );
+                pre.extend(dec);
+                pre
+            };
+            let (a, b) = (run(&plain), run(&latent));
+            for (i, (x, y)) in a.iter().zip(&b).enumerate() {
+                assert!((x - y).abs() <= tol, "{dtype:?} [{i}]: {x} vs {y}");
+            }
+        }
+    }
 }
