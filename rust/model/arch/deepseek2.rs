@@ -21,7 +21,7 @@ use crate::model::blocks::ffn::{Activation, Ffn};
 use crate::model::blocks::mla::{MlaDims, MlaWeights};
 use crate::model::blocks::moe::{Gating, MoeWeights};
 use crate::model::blocks::{residual_add, FfnWeights, Norm};
-use crate::model::config::{per_layer_u, Meta, ModelConfig, NormKind, PerLayer};
+use crate::model::config::{per_layer_u, Meta, ModelConfig, NormKind, PerLayer, MAX_DIM};
 use crate::model::family::{Arch, Loaded};
 use crate::model::pass::{fit, Pass, Scratch};
 use crate::model::weights::Tensors;
@@ -127,11 +127,16 @@ fn mla_dims(m: &Meta<'_>, cfg: &ModelConfig) -> Result<MlaDims> {
         nope: k_mla.saturating_sub(cfg.rope_dims),
         v: v_mla,
     };
-    if dims.nope == 0 || dims.rope == 0 || dims.v == 0 || dims.kv_lora == 0 {
+    let out_of_range = |x: usize| x == 0 || x > 4096;
+    if [dims.nope, dims.rope, dims.v, dims.kv_lora]
+        .into_iter()
+        .any(out_of_range)
+        || dims.q_lora > MAX_DIM
+    {
         return Err(Error::load(format!(
-            "deepseek2 head widths out of range: key_length_mla {k_mla}, rope {}, \
-             value_length_mla {v_mla}, kv_lora_rank {}",
-            dims.rope, dims.kv_lora
+            "deepseek2 widths out of range: key_length_mla {k_mla}, rope {}, \
+             value_length_mla {v_mla}, kv_lora_rank {}, q_lora_rank {}",
+            dims.rope, dims.kv_lora, dims.q_lora
         )));
     }
     if cfg.n_head_kv != 1 || cfg.dim_k != dims.cache_row() || cfg.dim_v != dims.kv_lora {

@@ -22,13 +22,14 @@ use crate::{Error, Result};
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum Gating {
     /// Softmax over every expert, the top `n_used`, renormalized to sum 1
-    /// (Qwen3-MoE).
+    /// (Qwen3-MoE; DeepSeek-V2 renormalizes only with
+    /// `expert_weights_norm`, see `MoeWeights::with_weights`).
     #[default]
     SoftmaxNorm,
     /// The top `n_used` logits, then a softmax over only those (gpt-oss).
     TopKSoftmax,
     /// A sigmoid of every logit, the top `n_used`, renormalized to sum 1
-    /// (LFM2-MoE).
+    /// (LFM2-MoE; as above for DeepSeek).
     SigmoidNorm,
 }
 
