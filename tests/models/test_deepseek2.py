@@ -11,7 +11,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from oxillama import _native
+from oxillama import Engine, _native
 from oxillama.errors import LoadError, OxiLlamaError
 from oxillama.model.summary import summarize
 from tests.models import _checks as c
@@ -102,3 +102,16 @@ def test_a_context_shift_keeps_the_latent_and_rotates_only_the_rope_part(
         return lengths
 
     np.testing.assert_allclose(pairs(after[:, keep:]), pairs(moved), rtol=1e-5)
+
+
+def test_a_snapshot_converts_to_f32_and_refuses_a_quantized_latent(ref: c.Reference) -> None:
+    """An f16 snapshot's latent rows restore into an f32 cache (row by row,
+    keys only: there are no value rows), and into a quantized one they are
+    refused naming the type."""
+    e = c.engine(ref.path, ref)
+    e.generate(ref.greedy_prompt, 4, ignore_eos=True)
+    blob = e.snapshot_bytes()
+    f32 = Engine.restore_bytes(blob, kv_dtype="f32")
+    assert len(f32.generate([int(ref.greedy_tokens[0])], 3, ignore_eos=True).tokens) == 3
+    with pytest.raises(OxiLlamaError, match='"q8_0" is not supported for a latent'):
+        Engine.restore_bytes(blob, kv_dtype="q8_0")
