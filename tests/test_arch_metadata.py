@@ -74,6 +74,7 @@ ARCHS = [
     "lfm2moe",
     "granitehybrid",
     "jamba",
+    "deepseek2",
 ]
 
 # Values that reach edge cases: zero, one, huge, negative or non-finite

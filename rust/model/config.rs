@@ -3,6 +3,7 @@
 //! (softcaps, multipliers, rope factors) into the same struct, so the
 //! shared forward pass sees plain numbers and no architecture names.
 
+use super::kv_pool::KvShape;
 use crate::gguf::{Array, GgufFile, Value};
 use crate::ops::rope::{RopeOrder, RopeScaling};
 use crate::{Error, Result};
@@ -108,6 +109,13 @@ pub struct ModelConfig {
     /// queries see their whole sequence; such a model embeds, it cannot
     /// generate.
     pub causal: bool,
+    /// Values are not stored: each is the first `dim_v` elements of its
+    /// key row (DeepSeek's MLA caches the latent `c_kv` once, as the key's
+    /// head and as the value).
+    pub kv_v_in_k: bool,
+    /// Where the rotated part of each cached key row starts (MLA keeps
+    /// RoPE's dimensions after the latent); 0 for ordinary heads.
+    pub kv_rope_offset: usize,
 }
 
 /// Typed access to `<arch>.<key>` metadata, with errors naming the key.
@@ -312,6 +320,8 @@ impl ModelConfig {
             attn_temp: None,
             kv_from_start: None,
             causal: true,
+            kv_v_in_k: false,
+            kv_rope_offset: 0,
         })
     }
 
@@ -428,6 +438,17 @@ impl ModelConfig {
     /// A hybrid: a recurrent state and a KV cache both.
     pub fn is_hybrid(&self) -> bool {
         self.ssm.is_some() && self.kv_layers() > 0
+    }
+
+    /// What one position of the KV cache holds, per layer.
+    pub fn kv_shape(&self) -> KvShape {
+        KvShape {
+            n_layer: self.kv_layers(),
+            n_head_kv: self.n_head_kv,
+            dim_k: self.dim_k,
+            dim_v: self.dim_v,
+            v_in_k: self.kv_v_in_k,
+        }
     }
 
     /// Widths of the q, k, v projections and of the attention output.

@@ -84,14 +84,7 @@ pub fn embed_hidden(
         }
         let group = &seqs[first..last];
         let pages = group.iter().map(|s| s.len().div_ceil(PAGE)).sum();
-        let kv_pool = Arc::new(KvPool::new(
-            dtype,
-            c.kv_layers(),
-            pages,
-            c.n_head_kv,
-            c.dim_k,
-            c.dim_v,
-        )?);
+        let kv_pool = Arc::new(KvPool::for_shape(dtype, c.kv_shape(), pages)?);
         let mut caches = group
             .iter()
             .map(|s| {

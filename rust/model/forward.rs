@@ -568,15 +568,18 @@ impl Model {
         let (mut cs_g, mut cs_l) = (vec![0f32; rd], vec![0f32; rd]);
         global.shift_angles(delta, &mut cs_g);
         local.shift_angles(delta, &mut cs_l);
+        // An MLA key row rotates only its tail (after the latent).
+        let (off, hd) = (c.kv_rope_offset, c.dim_k - c.kv_rope_offset);
         let rotate = |il: usize, row: &mut [f32]| {
+            let row = &mut row[off..];
             if !c.uses_rope(il) {
                 // A NoPE layer's keys carry no position to move (llama.cpp
                 // 0.3.36 rotates SmolLM3's anyway: its K-shift asks
                 // `has_rope`, which its NoPE interval does not set).
             } else if c.is_local_layer(il) {
-                local.apply(row, c.dim_k, &cs_l);
+                local.apply(row, hd, &cs_l);
             } else {
-                global.apply(row, c.dim_k, &cs_g);
+                global.apply(row, hd, &cs_g);
             }
         };
         kv.shift(keep, discard, n, &rotate, pool)

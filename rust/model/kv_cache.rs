@@ -10,7 +10,7 @@
 
 use std::sync::Arc;
 
-pub use super::kv_dtype::{KvDtype, KvRot, KvTypes};
+pub use super::kv_dtype::{KvDtype, KvRot, KvShape, KvTypes};
 use super::kv_pool::{KvPool, Rows, RowsMut, Side, PAGE};
 use crate::ops::hadamard;
 use crate::quant::kv as kvq;
@@ -55,9 +55,23 @@ pub struct KvView<'a> {
     side: Side,
     head: usize,
     n: usize,
+    /// Values read from key rows: each row's first this many elements.
+    prefix: Option<usize>,
 }
 
 impl<'a> KvView<'a> {
+    /// For a view of values held in key rows: the storage units between
+    /// rows and those of the part read (each row's first elements); `None`
+    /// when rows are stored back to back as read.
+    pub fn strided(&self) -> Option<(usize, usize)> {
+        self.prefix.map(|d| {
+            (
+                self.pool.row_units(self.side),
+                self.pool.prefix_units(self.side, d),
+            )
+        })
+    }
+
     pub fn len(&self) -> usize {
         self.n
     }
@@ -132,6 +146,12 @@ impl KvCache {
             dim_k,
             dim_v,
         )?;
+        Ok(Self::with_pool(Arc::new(pool), n_ctx))
+    }
+
+    /// A cache with a private pool of `n_ctx` positions for a model's shape.
+    pub fn for_shape(dtype: impl Into<KvTypes>, shape: KvShape, n_ctx: usize) -> Result<Self> {
+        let pool = KvPool::for_shape(dtype, shape, n_ctx.div_ceil(PAGE).max(1))?;
         Ok(Self::with_pool(Arc::new(pool), n_ctx))
     }
 
@@ -250,9 +270,26 @@ impl KvCache {
     }
 
     /// Stores one position's keys and values (all KV heads, post-RoPE).
-    /// The position must be reserved.
+    /// The position must be reserved. A cache that reads values from its
+    /// keys (`v_in_k`) takes no values: `v` is ignored.
     pub fn store(&mut self, layer: usize, pos: usize, k: &[f32], v: &[f32]) {
         let page = self.pages[pos / PAGE];
+        if self.pool.v_in_k {
+            for h in 0..self.n_head_kv {
+                // SAFETY: as below.
+                unsafe {
+                    self.pool.write_row(
+                        layer,
+                        Side::K,
+                        page,
+                        h,
+                        pos % PAGE,
+                        &k[h * self.dim_k..(h + 1) * self.dim_k],
+                    );
+                }
+            }
+            return;
+        }
         for h in 0..self.n_head_kv {
             // SAFETY: `reserve` made the page ours alone, and `&mut self`
             // excludes readers of this sequence's views.
@@ -289,6 +326,7 @@ impl KvCache {
             side,
             head: h,
             n,
+            prefix: None,
         }
     }
 
@@ -297,8 +335,21 @@ impl KvCache {
         self.view(layer, Side::K, h, n)
     }
 
+    /// Values of head `h` for positions `0..n`: the value rows, or each
+    /// key row's first `dim_v` elements in a cache that stores no values.
     pub fn values(&self, layer: usize, h: usize, n: usize) -> KvView<'_> {
+        if self.pool.v_in_k {
+            return KvView {
+                prefix: Some(self.dim_v),
+                ..self.view(layer, Side::K, h, n)
+            };
+        }
         self.view(layer, Side::V, h, n)
+    }
+
+    /// Whether values are read from the key rows (nothing stored for them).
+    pub fn v_in_k(&self) -> bool {
+        self.pool.v_in_k
     }
 
     /// Context shift: of the first `n` positions, forgets
@@ -332,14 +383,15 @@ impl KvCache {
         }
         self.reserve(keep, n)?;
         let (kv_pool, pages, n_head_kv) = (&*self.pool, &self.pages[..], self.n_head_kv);
-        let dims = [(Side::K, self.dim_k), (Side::V, self.dim_v)];
+        let all = [(Side::K, self.dim_k), (Side::V, self.dim_v)];
+        let dims = &all[..self.pool.stored_sides().len()];
         let rot_k = self.pool.rot.k;
         // Layers are independent; each pool thread moves whole layers. Rows
         // move down in increasing order, so a source row is read before
         // anything is written over it.
         pool.run(self.n_layer(), |l| {
             let mut row = Vec::new();
-            for (side, d) in dims {
+            for &(side, d) in dims {
                 row.resize(d, 0.0);
                 for h in 0..n_head_kv {
                     for j in keep + discard..n {
@@ -387,9 +439,11 @@ impl KvCache {
 
     /// Exported bytes of one layer's `n` positions.
     fn layer_len(&self, n: usize) -> usize {
-        self.n_head_kv
-            * n
-            * (self.dtype.k.row_bytes(self.dim_k) + self.dtype.v.row_bytes(self.dim_v))
+        let one = KvShape {
+            n_layer: 1,
+            ..self.pool.shape()
+        };
+        n * one.position_bytes(self.dtype)
     }
 
     /// The first `n` positions of every layer as raw little-endian data in
@@ -426,7 +480,7 @@ impl KvCache {
             // `out` (length checked above: n_layer * per_layer) outlives `run`.
             let out = unsafe { dst.slice(l * per_layer, per_layer) };
             let mut off = 0;
-            for side in [Side::K, Side::V] {
+            for &side in self.pool.stored_sides() {
                 for h in 0..self.n_head_kv {
                     let view = self.view(l, side, h, n);
                     let mut j = 0;
@@ -503,10 +557,11 @@ impl KvCache {
         self.truncate(start);
         self.reserve(start, end)?;
         let (kv_pool, pages, n_head_kv) = (&*self.pool, &self.pages[..], self.n_head_kv);
-        let dims = [
+        let all = [
             (Side::K, self.dtype.k.row_bytes(self.dim_k)),
             (Side::V, self.dtype.v.row_bytes(self.dim_v)),
         ];
+        let dims = &all[..self.pool.stored_sides().len()];
         let layer_len = |p: usize| self.layer_len(p);
         // Layers are independent: each pool thread fills whole layers (the
         // first touch of the pages is most of the cost).
@@ -514,7 +569,7 @@ impl KvCache {
             let mut pos = start;
             for &(p, data) in blocks {
                 let mut off = l * layer_len(p);
-                for (side, d) in dims {
+                for &(side, d) in dims {
                     for h in 0..n_head_kv {
                         let mut j = pos;
                         while j < pos + p {

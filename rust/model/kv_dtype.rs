@@ -278,18 +278,50 @@ fn encode_row(t: KvDtype, src: &[f32], dst: &mut [u8]) {
     }
 }
 
-/// Shape of exported KV data (see `KvCache::export`).
-#[derive(Debug, Clone, Copy)]
+/// What one position of a layer holds, and so the shape of exported KV
+/// data (see `KvCache::export`): `n_head_kv` key rows of `dim_k` and,
+/// unless `v_in_k`, as many value rows of `dim_v`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct KvShape {
     pub n_layer: usize,
     pub n_head_kv: usize,
     pub dim_k: usize,
     pub dim_v: usize,
+    /// Values are the first `dim_v` elements of the key rows and are not
+    /// stored (DeepSeek's MLA caches its latent once).
+    pub v_in_k: bool,
 }
 
 impl KvShape {
+    /// Ordinary keys and values.
+    pub fn plain(n_layer: usize, n_head_kv: usize, dim_k: usize, dim_v: usize) -> Self {
+        KvShape {
+            n_layer,
+            n_head_kv,
+            dim_k,
+            dim_v,
+            v_in_k: false,
+        }
+    }
+
+    /// Elements of each stored value row.
+    pub fn stored_dim_v(&self) -> usize {
+        if self.v_in_k {
+            0
+        } else {
+            self.dim_v
+        }
+    }
+
+    /// Bytes one position takes in every layer, in these types.
+    pub fn position_bytes(&self, t: KvTypes) -> usize {
+        self.n_layer
+            * self.n_head_kv
+            * (t.k.row_bytes(self.dim_k) + t.v.row_bytes(self.stored_dim_v()))
+    }
+
     pub fn export_len(&self, t: KvTypes, n: usize) -> usize {
-        self.n_layer * self.n_head_kv * n * (t.k.row_bytes(self.dim_k) + t.v.row_bytes(self.dim_v))
+        n * self.position_bytes(t)
     }
 }
 
@@ -387,6 +419,7 @@ mod tests {
             n_head_kv: 2,
             dim_k: 64,
             dim_v: 32,
+            v_in_k: false,
         };
         let n = 3;
         let f32s = KvTypes::same(KvDtype::F32);
@@ -453,6 +486,7 @@ mod tests {
             n_head_kv: 2,
             dim_k: 128,
             dim_v: 64,
+            v_in_k: false,
         };
         let n = 3;
         let f32s = KvTypes::same(KvDtype::F32);

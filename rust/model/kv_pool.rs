@@ -15,11 +15,16 @@
 //!
 //! Layout per layer: `[page][kv_head][slot][dim]`, so one head's rows in a
 //! page are contiguous (attention reads them as one tile).
+//!
+//! A pool whose shape says `v_in_k` (DeepSeek's MLA) stores keys only:
+//! each value is the first `dim_v` elements of its key row, read from the
+//! key store (`KvCache::values`), so the latent is held once.
 
 use std::sync::Mutex;
 
 use memmap2::MmapMut;
 
+pub use super::kv_dtype::KvShape;
 use super::kv_dtype::{KvDtype, KvRot, KvTypes};
 use crate::ops::vec::f32_to_f16_bits;
 use crate::quant::kv as kvq;
@@ -156,7 +161,17 @@ pub enum Rows<'a> {
     Q4_0(&'a [u8]),
 }
 
-impl Rows<'_> {
+impl<'a> Rows<'a> {
+    /// `len` storage units from unit `at`.
+    pub fn sub(&self, at: usize, len: usize) -> Rows<'a> {
+        match *self {
+            Rows::F16(x) => Rows::F16(&x[at..at + len]),
+            Rows::F32(x) => Rows::F32(&x[at..at + len]),
+            Rows::Q8_0(x) => Rows::Q8_0(&x[at..at + len]),
+            Rows::Q4_0(x) => Rows::Q4_0(&x[at..at + len]),
+        }
+    }
+
     /// Asks for these rows' bytes to be fetched ahead of their use.
     pub fn prefetch(&self) {
         let (p, len) = match self {
@@ -182,6 +197,8 @@ pub struct KvPool {
     pub n_head_kv: usize,
     pub dim_k: usize,
     pub dim_v: usize,
+    /// Values are read from the keys' rows (see the module comment).
+    pub v_in_k: bool,
     pub n_pages: usize,
     k: Vec<Store>,
     v: Vec<Store>,
@@ -208,9 +225,67 @@ impl KvPool {
         dim_k: usize,
         dim_v: usize,
     ) -> Result<Self> {
+        Self::for_shape(
+            dtype,
+            KvShape::plain(n_layer, n_head_kv, dim_k, dim_v),
+            n_pages,
+        )
+    }
+
+    /// A pool for a model's `KvShape`. One that reads values from its keys
+    /// holds them in f16 or f32, one type for both sides, unrotated: a
+    /// quantized latent would need llama.cpp's rotation of MLA rows, which
+    /// we do not reproduce, so it is refused naming the type.
+    pub fn for_shape(dtype: impl Into<KvTypes>, shape: KvShape, n_pages: usize) -> Result<Self> {
         let dtype: KvTypes = dtype.into();
-        let rot = KvRot::from_env(dtype, dim_k, dim_v);
-        Self::with_rot(dtype, n_layer, n_pages, n_head_kv, dim_k, dim_v, rot)
+        if !shape.v_in_k {
+            let rot = KvRot::from_env(dtype, shape.dim_k, shape.dim_v);
+            return Self::with_rot(
+                dtype,
+                shape.n_layer,
+                n_pages,
+                shape.n_head_kv,
+                shape.dim_k,
+                shape.dim_v,
+                rot,
+            );
+        }
+        if dtype.k != dtype.v || dtype.k.is_quantized() {
+            return Err(Error::invalid(format!(
+                "KV cache type {:?} is not supported for a latent (MLA) cache: it holds one \
+                 row per token, in f16 or f32",
+                dtype.name()
+            )));
+        }
+        if shape.dim_v > shape.dim_k {
+            return Err(Error::invalid(format!(
+                "values of {} elements cannot be read from key rows of {}",
+                shape.dim_v, shape.dim_k
+            )));
+        }
+        let mut pool = Self::with_rot(
+            dtype,
+            shape.n_layer,
+            n_pages,
+            shape.n_head_kv,
+            shape.dim_k,
+            0,
+            KvRot::NONE,
+        )?;
+        pool.dim_v = shape.dim_v;
+        pool.v_in_k = true;
+        Ok(pool)
+    }
+
+    /// The shape this pool was made for.
+    pub fn shape(&self) -> KvShape {
+        KvShape {
+            n_layer: self.n_layer,
+            n_head_kv: self.n_head_kv,
+            dim_k: self.dim_k,
+            dim_v: self.dim_v,
+            v_in_k: self.v_in_k,
+        }
     }
 
     /// A pool whose rows are stored under rotation `rot`.
@@ -261,6 +336,7 @@ impl KvPool {
             n_head_kv,
             dim_k,
             dim_v,
+            v_in_k: false,
             n_pages,
             k,
             v,
@@ -309,11 +385,34 @@ impl KvPool {
         self.counts().free.len()
     }
 
+    /// Elements of one stored row (none on the value side of a pool that
+    /// reads values from its keys).
     fn dim(&self, side: Side) -> usize {
         match side {
             Side::K => self.dim_k,
+            Side::V if self.v_in_k => 0,
             Side::V => self.dim_v,
         }
+    }
+
+    /// The sides that hold rows.
+    pub fn stored_sides(&self) -> &'static [Side] {
+        if self.v_in_k {
+            &[Side::K]
+        } else {
+            &[Side::K, Side::V]
+        }
+    }
+
+    /// Storage units of a row's first `dim` elements on `side` (a value
+    /// read from a key row).
+    pub fn prefix_units(&self, side: Side, dim: usize) -> usize {
+        self.dtype.side(side).row_units(dim)
+    }
+
+    /// Storage units of one stored row on `side`.
+    pub fn row_units(&self, side: Side) -> usize {
+        self.units(side)
     }
 
     /// Storage units (elements, or bytes of quantized blocks) of one row.
@@ -441,7 +540,7 @@ impl KvPool {
     /// The caller holds `to` alone and holds `from` (so nobody writes it).
     pub unsafe fn copy_page(&self, from: u32, to: u32) {
         for layer in 0..self.n_layer {
-            for side in [Side::K, Side::V] {
+            for &side in self.stored_sides() {
                 for h in 0..self.n_head_kv {
                     // SAFETY: per the caller's contract.
                     let (src, dst) = unsafe {

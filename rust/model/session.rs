@@ -47,14 +47,7 @@ impl Session {
             return Err(Error::invalid("context_size must be at least 1"));
         }
         let c = &model.cfg;
-        let kv = KvCache::new(
-            kv_dtype,
-            c.kv_layers(),
-            n_ctx,
-            c.n_head_kv,
-            c.dim_k,
-            c.dim_v,
-        )?;
+        let kv = KvCache::for_shape(kv_dtype, c.kv_shape(), n_ctx)?;
         Self::with_kv(model, kv, threads)
     }
 
@@ -70,9 +63,7 @@ impl Session {
             return Err(Error::invalid("context_size must be at least 1"));
         }
         let c = &model.cfg;
-        if (pool.n_layer, pool.n_head_kv, pool.dim_k, pool.dim_v)
-            != (c.kv_layers(), c.n_head_kv, c.dim_k, c.dim_v)
-        {
+        if pool.shape() != c.kv_shape() {
             return Err(Error::invalid(
                 "the KV pool was made for a model of another shape",
             ));

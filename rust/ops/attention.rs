@@ -143,11 +143,15 @@ fn tiles(
     raw_f16: bool,
     mut f: impl FnMut(usize, Tile<'_>),
 ) {
-    let direct = match view.dtype() {
-        KvDtype::F32 => true,
-        KvDtype::F16 => raw_f16,
-        KvDtype::Q8_0 | KvDtype::Q4_0 => false,
-    };
+    // Values read from key rows (MLA) are each row's first `d` elements:
+    // not back to back, so they are gathered into the tile.
+    let strided = view.strided();
+    let direct = strided.is_none()
+        && match view.dtype() {
+            KvDtype::F32 => true,
+            KvDtype::F16 => raw_f16,
+            KvDtype::Q8_0 | KvDtype::Q4_0 => false,
+        };
     // Sized for the rows actually visited: a short decode range needs a
     // fraction of a tile, and zeroing a whole one per unit showed up.
     let need = if direct {
@@ -188,17 +192,30 @@ fn tiles(
             while j < j1 {
                 let end = j1.min(view.page_end(j));
                 let dst = &mut buf[(j - j0) * d..(end - j0) * d];
-                match view.rows(j, end) {
-                    Rows::F16(x) => (vk.f16_to_f32)(x, dst),
-                    Rows::Q8_0(x) => kvq::dequantize_q8_0(x, dst),
-                    Rows::Q4_0(x) => kvq::dequantize_q4_0(x, dst),
-                    Rows::F32(x) => dst.copy_from_slice(x),
+                let rows = view.rows(j, end);
+                match strided {
+                    None => convert_rows(vk, rows, dst),
+                    Some((stride, take)) => {
+                        for (r, out) in dst.chunks_exact_mut(d).enumerate() {
+                            convert_rows(vk, rows.sub(r * stride, take), out);
+                        }
+                    }
                 }
                 j = end;
             }
             f(j0, Tile::F32(&buf[..(j1 - j0) * d]));
             j0 = j1;
         }
+    }
+}
+
+/// Rows as stored into f32 (`dst` holds exactly their elements).
+fn convert_rows(vk: &VecKernels, rows: Rows<'_>, dst: &mut [f32]) {
+    match rows {
+        Rows::F16(x) => (vk.f16_to_f32)(x, dst),
+        Rows::Q8_0(x) => kvq::dequantize_q8_0(x, dst),
+        Rows::Q4_0(x) => kvq::dequantize_q4_0(x, dst),
+        Rows::F32(x) => dst.copy_from_slice(x),
     }
 }
 
@@ -1230,6 +1247,85 @@ mod tests {
                     decode_rows(&pool, vec::best(), 0, &p, &mut rows, whole);
                     assert_eq!(outs, alone, "{dtype:?}, {threads} threads, whole {whole}");
                 }
+            }
+        }
+    }
+
+    /// A cache that reads its values from the key rows (MLA) attends as a
+    /// cache storing the same prefix as values: bit for bit in f32, to f16
+    /// rounding of the weights in f16 (one path converts the rows first),
+    /// prefill and decode alike, and it stores no value bytes.
+    #[test]
+    fn values_read_from_key_rows_equal_stored_values() {
+        use crate::model::kv_cache::KvShape;
+        let mut rng = rand::rngs::StdRng::seed_from_u64(5);
+        let (n_head, dk, dv, n) = (4, 96, 64, 70);
+        for (dtype, tol) in [(KvDtype::F32, 0.0), (KvDtype::F16, 2e-3)] {
+            let mut plain = KvCache::new(dtype, 1, 128, 1, dk, dv).unwrap();
+            let shape = KvShape {
+                v_in_k: true,
+                ..KvShape::plain(1, 1, dk, dv)
+            };
+            let mut latent = KvCache::for_shape(dtype, shape, 128).unwrap();
+            assert!(latent.v_in_k());
+            plain.reserve(0, n).unwrap();
+            latent.reserve(0, n).unwrap();
+            for pos in 0..n {
+                let k: Vec<f32> = (0..dk).map(|_| rng.random_range(-1.0..1.0)).collect();
+                plain.store(0, pos, &k, &k[..dv]);
+                latent.store(0, pos, &k, &[]);
+            }
+            let t = ThreadPool::new(2);
+            assert_eq!(latent.export_len(n), n * dtype.row_bytes(dk));
+            assert_eq!(
+                latent.export(n, &t).unwrap(),
+                plain.export(n, &t).unwrap()[..n * dtype.row_bytes(dk)]
+            );
+            let q: Vec<f32> = (0..n * n_head * dk)
+                .map(|_| rng.random_range(-1.0..1.0))
+                .collect();
+            let p = AttnParams {
+                n_head,
+                n_head_kv: 1,
+                dim_k: dk,
+                dim_v: dv,
+                scale: 0.1,
+                window: None,
+                softcap: None,
+                causal: true,
+                sinks: None,
+            };
+            let run = |cache: &KvCache| {
+                let mut pre = vec![0f32; (n - 1) * n_head * dv];
+                attention(
+                    &t,
+                    vec::best(),
+                    cache,
+                    0,
+                    &q[..(n - 1) * n_head * dk],
+                    0,
+                    n - 1,
+                    &p,
+                    &mut pre,
+                );
+                let mut dec = vec![0f32; n_head * dv];
+                attention(
+                    &t,
+                    vec::best(),
+                    cache,
+                    0,
+                    &q[(n - 1) * n_head * dk..],
+                    n - 1,
+                    1,
+                    &p,
+                    &mut dec,
+                );
+                pre.extend(dec);
+                pre
+            };
+            let (a, b) = (run(&plain), run(&latent));
+            for (i, (x, y)) in a.iter().zip(&b).enumerate() {
+                assert!((x - y).abs() <= tol, "{dtype:?} [{i}]: {x} vs {y}");
             }
         }
     }

@@ -169,7 +169,11 @@ impl PyModel {
         d.set_item("n_head", c.n_head)?;
         d.set_item("n_head_kv", c.n_head_kv)?;
         d.set_item("dim_k", c.dim_k)?;
-        d.set_item("dim_v", c.dim_v)?;
+        // What each stored value row holds: none when values are read from
+        // the key rows (MLA), whose first `kv_value_width` elements they are.
+        d.set_item("dim_v", c.kv_shape().stored_dim_v())?;
+        d.set_item("kv_v_in_k", c.kv_v_in_k)?;
+        d.set_item("kv_value_width", c.dim_v)?;
         d.set_item("n_vocab", c.n_vocab)?;
         d.set_item("n_ctx_train", c.n_ctx_train)?;
         d.set_item(
@@ -219,9 +223,7 @@ impl PyKvPool {
     fn new(model: &PyModel, n_pages: usize, kv_dtype: &str) -> PyResult<Self> {
         let dtype = KvTypes::parse(kv_dtype).py_err()?;
         let c = &model.inner.cfg;
-        let pool = guard(|| {
-            KvPool::new(dtype, c.kv_layers(), n_pages, c.n_head_kv, c.dim_k, c.dim_v).py_err()
-        })?;
+        let pool = guard(|| KvPool::for_shape(dtype, c.kv_shape(), n_pages).py_err())?;
         Ok(PyKvPool {
             inner: Arc::new(pool),
         })
@@ -624,6 +626,7 @@ fn convert_kv<'py>(
         n_head_kv,
         dim_k,
         dim_v,
+        v_in_k: false,
     };
     let rot = |(k, v): (usize, usize)| KvRot { k, v };
     let (ra, rb) = (rot(from_rot), rot(to_rot));
@@ -647,6 +650,7 @@ fn kv_encode_row<'py>(
         n_head_kv: 1,
         dim_k: row.len(),
         dim_v: row.len(),
+        v_in_k: false,
     };
     let f32s = KvTypes::same(crate::model::KvDtype::F32);
     let data: Vec<u8> = row

@@ -882,6 +882,98 @@ def gpt_oss(w: gguf.GGUFWriter, b: Builder) -> None:
     head(b, tied=False)
 
 
+# DeepSeek-V2's MLA: 4 heads whose queries are 32 nope + 32 rope wide, a
+# latent of 64 (cached with the 32 rope dims: 96 per token and layer),
+# values of 32 per head.
+DS_HEADS, DS_NOPE, DS_ROPE, DS_KV_LORA, DS_V = 4, 32, 32, 64, 32
+
+
+def deepseek2_common(
+    w: gguf.GGUFWriter, b: Builder, *, q_lora: int, log_mul: float, router_gain: float
+) -> None:
+    """Three layers: a dense SwiGLU first, then 4 routed experts (top 2)
+    beside 2 shared experts; YaRN x4 from 16 tokens with DeepSeek's
+    log-multiplier (written as the converter does, times 0.1)."""
+    n_layer, n_ff = 3, 128
+    n_expert, n_used, n_ff_exp, n_shared = 4, 2, 64, 2
+    w.add_context_length(2048)
+    w.add_embedding_length(N_EMBD)
+    w.add_block_count(n_layer)
+    w.add_feed_forward_length(n_ff)
+    w.add_head_count(DS_HEADS)
+    w.add_head_count_kv(1)
+    w.add_layer_norm_rms_eps(1e-6)
+    w.add_rope_freq_base(10000.0)
+    w.add_vocab_size(N_VOCAB)
+    w.add_leading_dense_block_count(1)
+    # llama.cpp reads q_lora_rank for every size but V2-Lite's 27 layers;
+    # 0 means a direct attn_q.
+    w.add_q_lora_rank(q_lora)
+    w.add_kv_lora_rank(DS_KV_LORA)
+    w.add_key_length(DS_KV_LORA + DS_ROPE)
+    w.add_value_length(DS_KV_LORA)
+    w.add_key_length_mla(DS_NOPE + DS_ROPE)
+    w.add_value_length_mla(DS_V)
+    w.add_rope_dimension_count(DS_ROPE)
+    w.add_expert_count(n_expert)
+    w.add_expert_used_count(n_used)
+    w.add_expert_feed_forward_length(n_ff_exp)
+    w.add_expert_shared_count(n_shared)
+    w.add_rope_scaling_type(gguf.RopeScalingType.YARN)
+    w.add_rope_scaling_factor(4.0)
+    w.add_rope_scaling_orig_ctx_len(16)
+    w.add_rope_scaling_yarn_log_mul(0.1 * log_mul)
+    embeddings(b, tied=False)
+    q_width = DS_HEADS * (DS_NOPE + DS_ROPE)
+    for i in range(n_layer):
+        b.norm(tn(T.ATTN_NORM, i), (N_EMBD,))
+        if q_lora:
+            b.mat(tn(T.ATTN_Q_A, i), N_EMBD, q_lora)
+            b.norm(tn(T.ATTN_Q_A_NORM, i), (q_lora,))
+            b.mat(tn(T.ATTN_Q_B, i), q_lora, q_width, QK_GAIN)
+        else:
+            b.mat(tn(T.ATTN_Q, i), N_EMBD, q_width, QK_GAIN)
+        b.mat(tn(T.ATTN_KV_A_MQA, i), N_EMBD, DS_KV_LORA + DS_ROPE, QK_GAIN)
+        b.norm(tn(T.ATTN_KV_A_NORM, i), (DS_KV_LORA,))
+        b.mat3(tn(T.ATTN_K_B, i), DS_NOPE, DS_KV_LORA, DS_HEADS)
+        b.mat3(tn(T.ATTN_V_B, i), DS_KV_LORA, DS_V, DS_HEADS)
+        b.mat(tn(T.ATTN_OUT, i), DS_HEADS * DS_V, N_EMBD, RES_GAIN)
+        b.norm(tn(T.FFN_NORM, i), (N_EMBD,))
+        if i == 0:
+            gated_ffn(b, i, n_ff)
+            continue
+        b.mat(tn(T.FFN_GATE_INP, i), N_EMBD, n_expert, router_gain)
+        b.mat3(tn(T.FFN_GATE_EXP, i), N_EMBD, n_ff_exp, n_expert)
+        b.mat3(tn(T.FFN_UP_EXP, i), N_EMBD, n_ff_exp, n_expert)
+        b.mat3(tn(T.FFN_DOWN_EXP, i), n_ff_exp, N_EMBD, n_expert, RES_GAIN)
+        b.mat(tn(T.FFN_GATE_SHEXP, i), N_EMBD, n_shared * n_ff_exp)
+        b.mat(tn(T.FFN_UP_SHEXP, i), N_EMBD, n_shared * n_ff_exp)
+        b.mat(tn(T.FFN_DOWN_SHEXP, i), n_shared * n_ff_exp, N_EMBD, RES_GAIN)
+    head(b, tied=False)
+
+
+def deepseek2(w: gguf.GGUFWriter, b: Builder) -> None:
+    """DeepSeek-V2 / Moonlight style: the query through its low rank (96)
+    and norm; sigmoid router scores with a selection bias, renormalised
+    and scaled by 2.5."""
+    w.add_expert_gating_func(gguf.ExpertGatingFuncType.SIGMOID)
+    w.add_expert_weights_norm(True)
+    w.add_expert_weights_scale(2.5)
+    # Router logits of RMS 1 keep the sigmoid off its flat ends, where
+    # saturated experts would tie.
+    deepseek2_common(w, b, q_lora=96, log_mul=0.707, router_gain=1.0)
+    for i in (1, 2):
+        b.bias(tn(T.FFN_EXP_PROBS_B, i, "bias"), 4, 0.2)
+
+
+def deepseek2_lite(w: gguf.GGUFWriter, b: Builder) -> None:
+    """DeepSeek-V2-Lite style: a direct attn_q; softmax router weights
+    neither renormalised nor scaled (no such keys)."""
+    w.add_expert_gating_func(gguf.ExpertGatingFuncType.SOFTMAX)
+    # A wide router spread: the top-2 choice is clear-cut.
+    deepseek2_common(w, b, q_lora=0, log_mul=1.0, router_gain=3.0)
+
+
 def llama_one_type(w: gguf.GGUFWriter, b: Builder) -> None:
     """A plain llama whose every matrix, token embedding and output
     included, can hold a 256-element block: n_ff 256, untied output."""
@@ -1095,6 +1187,23 @@ FIXTURES: dict[str, Fixture] = {
             lfm2moe,
             "lfm2's layers; a dense SwiGLU in layer 0, then 4 experts top-2 with sigmoid "
             "scores, a per-expert selection bias (exp_probs_b) and renormalised weights",
+        ),
+        Fixture(
+            "deepseek2",
+            "deepseek2",
+            deepseek2,
+            "MLA: q through q_a (96), its RMSNorm and q_b; latent 64 RMS-normed and 32 rope "
+            "dims cached (96 per token and layer), absorbed through attn_k_b / attn_v_b; 4 "
+            "heads of 32+32, values 32; YaRN x4 from 16 tokens, yarn_log_multiplier "
+            "0.0707; dense SwiGLU layer 0, then 4 experts top-2 with sigmoid scores, "
+            "exp_probs_b, renormalised, x2.5, and 2 shared experts",
+        ),
+        Fixture(
+            "deepseek2_lite",
+            "deepseek2",
+            deepseek2_lite,
+            "as deepseek2 with a direct attn_q (q_lora_rank 0, V2-Lite), softmax router "
+            "weights not renormalised, no scale, yarn_log_multiplier 0.1",
         ),
         Fixture(
             "lfm2_swa",

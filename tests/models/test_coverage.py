@@ -12,6 +12,7 @@ from tests.models import (
 )
 from tests.models import (  # modules, not their classes, which would run again here
     test_command_r,
+    test_deepseek2,
     test_gemma3n,
     test_gemma_family,
     test_gpt_oss,
@@ -44,6 +45,7 @@ FAMILIES = (
     test_lfm2.TestLfm2,
     test_granite_hybrid.TestGraniteHybrid,
     test_jamba.TestJamba,
+    test_deepseek2.TestDeepseek2,
     test_quant_types.TestQuantTypes,
 )
 

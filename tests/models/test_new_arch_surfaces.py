@@ -1,4 +1,4 @@
-"""The smollm3, gpt-oss, jamba and gemma3n fixtures beyond the logits: ``oxillama info``
+"""The smollm3, gpt-oss, jamba, gemma3n and deepseek2 fixtures beyond the logits: ``oxillama info``
 names them as llama.cpp does (its description, size and parameter count,
 recorded in reference/meta.json by make_fixtures.py), and the HTTP server
 generates with them what a lone Engine generates, streamed or not, past
@@ -18,7 +18,7 @@ from tests._serve import serving
 from tests.models import _checks as c
 
 META = json.loads((c.HERE / "reference" / "meta.json").read_text())["fixtures"]
-NAMES = ("smollm3", "gpt-oss", "jamba", "gemma3n")
+NAMES = ("smollm3", "gpt-oss", "jamba", "gemma3n", "deepseek2", "deepseek2_lite")
 # Longer than gpt-oss's window of 8 with the prompt, so its local layers
 # drop keys while the server generates.
 N_TOKENS = 16
@@ -37,10 +37,11 @@ def test_info_names_the_model_as_llama_cpp(name: str, capsys: pytest.CaptureFixt
     assert doc["model"]["description"] == theirs["desc"]
     assert doc["model"]["n_bytes"] == theirs["size"]
     assert doc["model"]["n_params"] == theirs["n_params"]
-    assert doc["hparams"]["n_layer"] == META[name]["metadata"][f"{name}.block_count"]
+    arch = META[name]["arch"]
+    assert doc["hparams"]["n_layer"] == META[name]["metadata"][f"{arch}.block_count"]
     text = info(capsys, str(ref.path))
-    assert f"architecture:  {name}\n" in text
-    window = META[name]["metadata"].get(f"{name}.attention.sliding_window")
+    assert f"architecture:  {arch}\n" in text
+    window = META[name]["metadata"].get(f"{arch}.attention.sliding_window")
     if window is not None:
         assert f"sliding window  {window}\n" in text
 

@@ -181,6 +181,20 @@ def render(s: GgufSummary, *, tensors: bool = False, full: bool = False) -> str:
                 f"{_num(h.get('n_embd_per_layer', '?'))} wide",
             )
         )
+    if "kv_lora_rank" in h:
+        q = h.get("q_lora_rank")
+        rows.append(
+            (
+                "MLA",
+                f"kv_lora_rank {h['kv_lora_rank']}, "
+                + (f"q_lora_rank {q}, " if q else "direct q, ")
+                + f"heads {h.get('head_dim_k_mla', '?')} (K), {h.get('head_dim_v_mla', '?')} (V)",
+            )
+        )
+    per_token = s.kv_values_per_token()
+    if per_token is not None:
+        n, how = per_token
+        rows.append(("KV per token", f"{n * 2:,} bytes in f16 ({n:,} values: {how})"))
     if "n_expert" in h:
         shared = f", shared expert {_num(h['n_ff_shexp'])} wide" if h.get("n_ff_shexp") else ""
         rows.append(("experts", f"{h['n_expert']} ({h.get('n_expert_used', '?')} used){shared}"))

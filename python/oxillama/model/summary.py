@@ -338,8 +338,40 @@ class GgufSummary:
             "shared_kv_layers": self._arch_key("attention.shared_kv_layers"),
             "altup_num_inputs": self._arch_key("altup.num_inputs"),
             "n_embd_per_layer": self._arch_key("embedding_length_per_layer_input"),
+            "kv_lora_rank": self._arch_key("attention.kv_lora_rank"),
+            "q_lora_rank": self._arch_key("attention.q_lora_rank"),
+            "head_dim_k_mla": self._arch_key("attention.key_length_mla"),
+            "head_dim_v_mla": self._arch_key("attention.value_length_mla"),
         }
         return {k: v for k, v in h.items() if v is not None}
+
+    def kv_values_per_token(self) -> tuple[int, str] | None:
+        """Values the KV cache holds per token (all layers) and how they
+        follow from the header; ``None`` for a model that keeps no keys and
+        values, or whose header does not say enough.
+
+        MLA (``attention.key_length_mla`` set, DeepSeek-V2): the latent and
+        the rotated key part, ``n_layer x (kv_lora_rank + rope dims)``, read
+        as both keys and values. Otherwise each attention layer's
+        ``n_head_kv x (head_dim_k + head_dim_v)``."""
+        h = self.hparams
+        n_layer = h.get("n_layer")
+        if not isinstance(n_layer, int):
+            return None
+        if "kv_lora_rank" in h and "head_dim_k_mla" in h and "rope_dims" in h:
+            lat, rope = int(h["kv_lora_rank"]), int(h["rope_dims"])
+            return (
+                n_layer * (lat + rope),
+                f"{n_layer} layers x (kv_lora_rank {lat} + rope {rope})",
+            )
+        kv, k, v = h.get("n_head_kv"), h.get("head_dim_k"), h.get("head_dim_v")
+        if not isinstance(k, int) or not isinstance(v, int):
+            return None
+        per_layer = kv if isinstance(kv, list) else [kv] * n_layer
+        heads = [x for x in per_layer if isinstance(x, int) and x > 0]
+        if not heads:
+            return None
+        return sum(heads) * (k + v), f"{len(heads)} layers x KV heads x ({k} K + {v} V)"
 
     def type_mix(self) -> list[tuple[str, int, int, int]]:
         """``(type, tensors, elements, bytes)`` per tensor type, most bytes first."""

@@ -7,6 +7,7 @@
 
 pub mod bert;
 pub mod command_r;
+pub mod deepseek2;
 pub mod gemma;
 pub mod gemma3n;
 pub mod gpt_oss;
@@ -132,6 +133,11 @@ pub const ARCHS: &[ArchEntry] = &[
         name: "jamba",
         recurrent: false,
         load: jamba::load,
+    },
+    ArchEntry {
+        name: "deepseek2",
+        recurrent: false,
+        load: deepseek2::load,
     },
 ];
 

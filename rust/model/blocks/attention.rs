@@ -306,8 +306,9 @@ impl AttnWeights {
 /// Multi-token segments (prefill) attend as blocks; every single-token row
 /// (decode, and rows attended one by one) goes into one batched decode,
 /// two pool dispatches for the layer instead of two per row. `il` is the
-/// cache's layer.
-fn attend(p: &Pass<'_, '_, '_>, s: &mut Scratch, il: usize, params: &AttnParams) {
+/// cache's layer. Queries are in `s.q`, the output goes to `s.att`, both
+/// as wide as `p.cfg`'s heads say (MLA's block sets them so).
+pub(crate) fn attend(p: &Pass<'_, '_, '_>, s: &mut Scratch, il: usize, params: &AttnParams) {
     let od = p.cfg.n_head * p.cfg.dim_v;
     let qd = p.cfg.n_head * p.cfg.dim_k;
     let one_by_one = |seg: &Segment<'_>, a: usize, b: usize| b - a == 1 || seg.decode_rows;

@@ -6,6 +6,7 @@ pub mod add;
 pub mod attention;
 pub mod ffn;
 pub mod mamba1;
+pub mod mla;
 pub mod moe;
 pub mod norm;
 pub mod ssm;

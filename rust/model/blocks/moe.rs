@@ -7,8 +7,10 @@
 //! LFM2-MoE scores with a sigmoid and picks the top experts by score plus a
 //! per-expert selection bias, weighting them by the unbiased scores
 //! renormalized; Jamba weights the top experts by their softmax
-//! probabilities without renormalizing. A shared expert (Granite-4.0-H),
-//! when present, runs on every token and is added.
+//! probabilities without renormalizing. DeepSeek-V2 may leave the chosen
+//! weights unnormalized and scales them. A shared expert (Granite-4.0-H,
+//! DeepSeek's `expert_shared_count` of them as one wider MLP), when
+//! present, runs on every token and is added.
 
 use super::add::add_bias;
 use crate::model::pass::{fit, Pass, Scratch};
@@ -21,7 +23,8 @@ use crate::{Error, Result};
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum Gating {
     /// Softmax over every expert, the top `n_used`, renormalized to sum 1
-    /// (Qwen3-MoE).
+    /// (Qwen3-MoE; DeepSeek-V2 renormalizes only with
+    /// `expert_weights_norm`, see `MoeWeights::with_weights`).
     #[default]
     SoftmaxNorm,
     /// The top `n_used` logits, then a softmax over only those (gpt-oss).
@@ -31,7 +34,7 @@ pub enum Gating {
     /// `norm_w`).
     Softmax,
     /// A sigmoid of every logit, the top `n_used`, renormalized to sum 1
-    /// (LFM2-MoE).
+    /// (LFM2-MoE; as above for DeepSeek).
     SigmoidNorm,
 }
 
@@ -90,6 +93,13 @@ pub struct MoeWeights {
     shared: Option<SharedExpert>,
     /// Added to the scores for choosing experts only (`exp_probs_b`).
     selection_bias: Option<Vec<f32>>,
+    /// Softmax or sigmoid gating: the chosen experts' weights are divided
+    /// by their sum (`expert_weights_norm`; always, for the families that
+    /// do not name it).
+    weights_norm: bool,
+    /// The chosen experts' weights are multiplied by this
+    /// (`expert_weights_scale`).
+    weights_scale: f32,
 }
 
 /// A SwiGLU MLP every token goes through beside its routed experts.
@@ -145,6 +155,8 @@ impl MoeWeights {
             },
             shared: None,
             selection_bias: None,
+            weights_norm: true,
+            weights_scale: 1.0,
         })
     }
 
@@ -167,6 +179,15 @@ impl MoeWeights {
             self.selection_bias = Some(t.bias("exp_probs_b", self.gate.len())?);
         }
         Ok(self)
+    }
+
+    /// Whether the chosen experts' weights are renormalized, and their
+    /// scale (DeepSeek's `expert_weights_norm` and `expert_weights_scale`;
+    /// llama.cpp treats a scale of 0 as 1).
+    pub fn with_weights(mut self, norm: bool, scale: f32) -> Self {
+        self.weights_norm = norm;
+        self.weights_scale = if scale == 0.0 { 1.0 } else { scale };
+        self
     }
 
     /// The experts each token uses and their weights, `n x n_used`.
@@ -241,11 +262,23 @@ impl MoeWeights {
                 }
                 continue;
             }
-            let total: f32 = top.iter().map(|&i| row[i]).sum::<f32>().max(6.103_515_6e-5);
+            let total = if self.weights_norm {
+                top.iter().map(|&i| row[i]).sum::<f32>().max(6.103_515_6e-5)
+            } else {
+                1.0
+            };
             for &i in top {
                 sel.push(i);
-                w.push(row[i] / total);
+                let x = if self.weights_norm {
+                    row[i] / total
+                } else {
+                    row[i]
+                };
+                w.push(x);
             }
+        }
+        if self.weights_scale != 1.0 {
+            w.iter_mut().for_each(|x| *x *= self.weights_scale);
         }
         (sel, w)
     }
