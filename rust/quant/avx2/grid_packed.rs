@@ -33,9 +33,8 @@
 
 use std::arch::x86_64::*;
 
-use super::iq4xs_packed::sub_block_dots;
-use super::packed_groups::{ahead_bytes, pack_groups, prefetch_span};
-use super::read_f32;
+use super::packed_groups::{ahead_bytes, pack_groups, prefetch_line, prefetch_span};
+use super::{read_f32, read_u32};
 use crate::quant::iq_common::Decoded;
 use crate::quant::{iq2_s, iq2_xs, iq2_xxs, iq3_s, iq3_xxs, q8_k, GgmlType, QK_K};
 
@@ -184,6 +183,7 @@ unsafe fn pass<const N: usize>(
     a: [*const u8; N],
     out: [*mut f32; N],
 ) {
+    let m4 = _mm512_set1_epi8(0x0f);
     let zero = _mm512_setzero_si512();
     let table = f.table();
     // SAFETY: sixteen bytes.
@@ -198,9 +198,28 @@ unsafe fn pass<const N: usize>(
         let ab: [*const u8; N] = std::array::from_fn(|t| a[t].wrapping_add(i * q8_k::BLOCK));
         let mut isum = [zero; N];
         for ib in 0..8 {
-            // SAFETY: the features are on (this function's); `blk` holds a
-            // packed super-block and every `ab[t]` a Q8_K block.
-            let (dlo, dhi) = unsafe { sub_block_dots(blk, ahead, ib, table, &ab) };
+            let (mut dlo, mut dhi) = ([zero; N], [zero; N]);
+            for l in 0..4 {
+                let w = 4 * ib + l;
+                // SAFETY: word w of this packed block.
+                let q = unsafe { _mm512_loadu_si512(blk.add(64 * w) as *const __m512i) };
+                prefetch_line(blk, ahead, 64 * w);
+                let lo = _mm512_shuffle_epi8(table, _mm512_and_si512(q, m4));
+                let hi =
+                    _mm512_shuffle_epi8(table, _mm512_and_si512(_mm512_srli_epi16::<4>(q), m4));
+                for t in 0..N {
+                    // SAFETY: quants 32ib + 4l.. and 32ib + 16 + 4l.. of
+                    // token t's block i.
+                    let (xl, xh) = unsafe {
+                        (
+                            read_u32(ab[t].add(4 + 32 * ib + 4 * l)),
+                            read_u32(ab[t].add(20 + 32 * ib + 4 * l)),
+                        )
+                    };
+                    dlo[t] = _mm512_dpbusd_epi32(dlo[t], lo, _mm512_set1_epi32(xl as i32));
+                    dhi[t] = _mm512_dpbusd_epi32(dhi[t], hi, _mm512_set1_epi32(xh as i32));
+                }
+            }
             // SAFETY: the sixteen scales of groups 2ib and 2ib + 1.
             let (ls_lo, ls_hi) = unsafe {
                 (

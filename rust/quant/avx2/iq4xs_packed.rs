@@ -105,6 +105,7 @@ pub fn pack(rows: usize, cols: usize, data: &[u8], out: &mut [u8]) {
 #[allow(clippy::needless_range_loop)]
 #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
 unsafe fn pass<const N: usize>(nb: usize, grp: *const u8, a: [*const u8; N], out: [*mut f32; N]) {
+    let m4 = _mm512_set1_epi8(0x0f);
     let zero = _mm512_setzero_si512();
     let table: [u8; 16] = KVALUES_IQ4NL.map(|v| (v as i32 + 128) as u8);
     // SAFETY: sixteen bytes.
@@ -118,9 +119,28 @@ unsafe fn pass<const N: usize>(nb: usize, grp: *const u8, a: [*const u8; N], out
         let ab: [*const u8; N] = std::array::from_fn(|t| a[t].wrapping_add(i * q8_k::BLOCK));
         let mut isum = [zero; N];
         for ib in 0..8 {
-            // SAFETY: the features are on (this function's); `blk` holds a
-            // packed super-block and every `ab[t]` a Q8_K block.
-            let (dlo, dhi) = unsafe { sub_block_dots(blk, ahead, ib, table, &ab) };
+            let (mut dlo, mut dhi) = ([zero; N], [zero; N]);
+            for l in 0..4 {
+                let w = 4 * ib + l;
+                // SAFETY: word w of this packed block.
+                let q = unsafe { _mm512_loadu_si512(blk.add(64 * w) as *const __m512i) };
+                prefetch_line(blk, ahead, 64 * w);
+                let lo = _mm512_shuffle_epi8(table, _mm512_and_si512(q, m4));
+                let hi =
+                    _mm512_shuffle_epi8(table, _mm512_and_si512(_mm512_srli_epi16::<4>(q), m4));
+                for t in 0..N {
+                    // SAFETY: quants 32ib + 4l.. and 32ib + 16 + 4l.. of
+                    // token t's block i.
+                    let (xl, xh) = unsafe {
+                        (
+                            read_u32(ab[t].add(4 + 32 * ib + 4 * l)),
+                            read_u32(ab[t].add(20 + 32 * ib + 4 * l)),
+                        )
+                    };
+                    dlo[t] = _mm512_dpbusd_epi32(dlo[t], lo, _mm512_set1_epi32(xl as i32));
+                    dhi[t] = _mm512_dpbusd_epi32(dhi[t], hi, _mm512_set1_epi32(xh as i32));
+                }
+            }
             // SAFETY: the sixteen scales of sub-block ib.
             let ls = _mm512_cvtepi8_epi32(unsafe {
                 _mm_loadu_si128(blk.add(SC + 16 * ib) as *const __m128i)
@@ -152,52 +172,6 @@ unsafe fn pass<const N: usize>(nb: usize, grp: *const u8, a: [*const u8; N], out
     for t in 0..N {
         // SAFETY: sixteen floats at each `out[t]` (caller's contract).
         unsafe { _mm512_storeu_ps(out[t], acc[t]) };
-    }
-}
-
-/// Sub-block `ib` of the packed super-block at `blk` (sixteen rows, laid
-/// out as above) against each token's 32 activations of it (`ab[t]`: the
-/// token's Q8_K block): the codebook `table` (each value plus 128) looked
-/// up by the low nibbles and by the high ones, `vpdpbusd` into one i32
-/// lane a row. Returns the dot products of elements `32 ib ..` and
-/// `32 ib + 16 ..`, sixteen each. Shared with the grid formats' layout
-/// (`grid_packed.rs`), which interleaves its codes the same way.
-///
-/// # Safety
-/// Called only from functions with AVX-512 F/BW and VNNI enabled (so the
-/// intrinsics inline there); `blk` holds a packed super-block and every
-/// `ab[t]` a Q8_K block.
-#[allow(clippy::needless_range_loop)]
-#[inline(always)]
-pub(super) unsafe fn sub_block_dots<const N: usize>(
-    blk: *const u8,
-    ahead: usize,
-    ib: usize,
-    table: __m512i,
-    ab: &[*const u8; N],
-) -> ([__m512i; N], [__m512i; N]) {
-    // SAFETY: this inlines into the caller, which has the features on;
-    // words 4ib .. 4ib + 4 lie in the packed block at `blk` and quants
-    // 32ib .. 32ib + 32 in each token's block (the caller's contract).
-    unsafe {
-        let m4 = _mm512_set1_epi8(0x0f);
-        let zero = _mm512_setzero_si512();
-        let (mut dlo, mut dhi) = ([zero; N], [zero; N]);
-        for l in 0..4 {
-            let w = 4 * ib + l;
-            let q = _mm512_loadu_si512(blk.add(64 * w) as *const __m512i);
-            prefetch_line(blk, ahead, 64 * w);
-            let lo = _mm512_shuffle_epi8(table, _mm512_and_si512(q, m4));
-            let hi = _mm512_shuffle_epi8(table, _mm512_and_si512(_mm512_srli_epi16::<4>(q), m4));
-            for t in 0..N {
-                // Quants 32ib + 4l.. and 32ib + 16 + 4l.. of token t.
-                let xl = read_u32(ab[t].add(4 + 32 * ib + 4 * l));
-                let xh = read_u32(ab[t].add(20 + 32 * ib + 4 * l));
-                dlo[t] = _mm512_dpbusd_epi32(dlo[t], lo, _mm512_set1_epi32(xl as i32));
-                dhi[t] = _mm512_dpbusd_epi32(dhi[t], hi, _mm512_set1_epi32(xh as i32));
-            }
-        }
-        (dlo, dhi)
     }
 }
 
