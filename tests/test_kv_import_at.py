@@ -6,6 +6,8 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from oxillama import Engine, OxiLlamaError, _native
 from oxillama.kv_store.layout import KvLayout
@@ -75,4 +77,33 @@ def test_bad_blocks_leave_the_session_unchanged(filled: tuple[Engine, bytes, int
     ):
         with pytest.raises(OxiLlamaError, match=why):
             s.import_kv_at(start, blocks)
+        assert s.export_kv() == data
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    start=st.integers(0, 200),
+    sizes=st.lists(st.integers(0, 90), max_size=4),
+    cut=st.integers(-3, 3),
+)
+def test_any_blocks_import_or_raise_typed(
+    filled: tuple[Engine, bytes, int], start: int, sizes: list[int], cut: int
+) -> None:
+    """Arbitrary starts, block sizes and byte counts (cut short or
+    overlong) either import or raise an OxiLlamaError, never crash, and an
+    error leaves the session as it was."""
+    e, data, n = filled
+    layout = KvLayout.of(e.model.native.config(), "f16")
+    s = _session(e)
+    s.import_kv_at(0, [(n, data)])
+    blocks = []
+    at = 0
+    for p in sizes:
+        a, b = at % n, min(n, at % n + p)
+        blk = data_of(layout, data, n, a, b) if b > a else b""
+        blocks.append((p, blk[: max(0, len(blk) + cut)] if cut < 0 else blk + bytes(cut)))
+        at += p
+    try:
+        s.import_kv_at(start, blocks)
+    except OxiLlamaError:
         assert s.export_kv() == data
