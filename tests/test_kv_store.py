@@ -363,3 +363,26 @@ def test_gemma3_sliding_window_restores_exactly(tmp_path: Path) -> None:
     assert warm.generate(text, N_GEN).tokens == first.tokens
     m = warm.metrics()
     assert m["kv_store_hits_disk"] == 3 and m["kv_store_tokens_saved_disk"] > 512
+
+
+@pytest.mark.parametrize("name", ["deepseek2", "gemma3n"])
+def test_compressed_and_shared_caches_restore_exactly(name: str, tmp_path: Path) -> None:
+    """DeepSeek-V2's MLA cache (one latent row per token and layer) and
+    Gemma-3n's (20 of 22 layers own a cache) go through the store as they
+    are laid out: a restart restores them and continues as a cold run."""
+    fixture = Path(__file__).parent / "models" / "fixtures" / f"{name}.gguf"
+    toks = [5 + (i * 7) % 290 for i in range(300)]
+    greedy = SamplerConfig.greedy()
+
+    def run(kv_store: Path | None) -> tuple[list[int], dict[str, float]]:
+        e = Engine(fixture, context_size=512, kv_store=kv_store)
+        out = e.generate(toks, 8, sampler=greedy, ignore_eos=True)
+        if e.kv_store is not None:
+            e.kv_store.flush()
+        return out.tokens, e.metrics()
+
+    cold, m = run(tmp_path)
+    assert m["kv_store_writes_disk"] == 3
+    again, m = run(tmp_path)
+    assert (m["kv_store_hits_disk"], m["kv_store_tokens_saved_disk"]) == (2, 288)
+    assert again == cold == run(None)[0]
