@@ -274,22 +274,6 @@ impl KvCache {
     /// keys (`v_in_k`) takes no values: `v` is ignored.
     pub fn store(&mut self, layer: usize, pos: usize, k: &[f32], v: &[f32]) {
         let page = self.pages[pos / PAGE];
-        if self.pool.v_in_k {
-            for h in 0..self.n_head_kv {
-                // SAFETY: as below.
-                unsafe {
-                    self.pool.write_row(
-                        layer,
-                        Side::K,
-                        page,
-                        h,
-                        pos % PAGE,
-                        &k[h * self.dim_k..(h + 1) * self.dim_k],
-                    );
-                }
-            }
-            return;
-        }
         for h in 0..self.n_head_kv {
             // SAFETY: `reserve` made the page ours alone, and `&mut self`
             // excludes readers of this sequence's views.
@@ -302,14 +286,16 @@ impl KvCache {
                     pos % PAGE,
                     &k[h * self.dim_k..(h + 1) * self.dim_k],
                 );
-                self.pool.write_row(
-                    layer,
-                    Side::V,
-                    page,
-                    h,
-                    pos % PAGE,
-                    &v[h * self.dim_v..(h + 1) * self.dim_v],
-                );
+                if !self.pool.v_in_k {
+                    self.pool.write_row(
+                        layer,
+                        Side::V,
+                        page,
+                        h,
+                        pos % PAGE,
+                        &v[h * self.dim_v..(h + 1) * self.dim_v],
+                    );
+                }
             }
         }
     }
